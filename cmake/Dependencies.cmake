@@ -1,0 +1,64 @@
+# Every third-party dependency is found here, from Debian's packages (scripts/deps/*.txt).
+# Nothing is downloaded at build time.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(nlohmann_json 3.11 REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(OpenSSL REQUIRED)
+pkg_check_modules(LIBUDEV REQUIRED IMPORTED_TARGET libudev)
+
+# gRPC + Protobuf: only the components that speak to kubelet need them.
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_program(KVGPU_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+find_package(prometheus-cpp CONFIG REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+pkg_check_modules(FUSE3 IMPORTED_TARGET fuse3)
+
+if(KVGPU_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(KVGPU_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+# kvgpu_protobuf_grpc(target proto_dir proto...): C++ code for protos + their gRPC services,
+# compiled into a static library `target`.
+function(kvgpu_protobuf_grpc target proto_dir)
+  set(srcs)
+  foreach(proto IN LISTS ARGN)
+    get_filename_component(name ${proto} NAME_WE)
+    get_filename_component(rel_dir ${proto} DIRECTORY)
+    set(out ${CMAKE_CURRENT_BINARY_DIR}/gen/${rel_dir})
+    set(gen ${out}/${name}.pb.cc ${out}/${name}.pb.h ${out}/${name}.grpc.pb.cc ${out}/${name}.grpc.pb.h)
+    add_custom_command(
+      OUTPUT ${gen}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/gen
+      COMMAND protobuf::protoc --proto_path=${proto_dir} --cpp_out=${CMAKE_CURRENT_BINARY_DIR}/gen
+              --grpc_out=${CMAKE_CURRENT_BINARY_DIR}/gen --plugin=protoc-gen-grpc=${KVGPU_GRPC_CPP_PLUGIN}
+              ${proto_dir}/${proto}
+      DEPENDS ${proto_dir}/${proto}
+      COMMENT "protoc ${proto}")
+    list(APPEND srcs ${out}/${name}.pb.cc ${out}/${name}.grpc.pb.cc)
+  endforeach()
+  add_library(${target} STATIC ${srcs})
+  target_include_directories(${target} SYSTEM PUBLIC ${CMAKE_CURRENT_BINARY_DIR}/gen)
+  target_link_libraries(${target} PUBLIC protobuf::libprotobuf gRPC::grpc++)
+endfunction()
+
+# kvgpu_test(name LABELS l... SOURCES s... LIBS l...): one gtest binary registered with CTest.
+function(kvgpu_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  kvgpu_warnings(${name})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+                       DISCOVERY_TIMEOUT 60)
+endfunction()

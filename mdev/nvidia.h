@@ -1,0 +1,31 @@
+// Parsing of NVIDIA vGPU type names and descriptions. Pure functions: no sysfs.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "mdev/model.h"
+#include "mdev/status.h"
+
+namespace kvgpu::mdev {
+
+// "GRID T4-1Q" / "NVIDIA A10-24Q" / "NVIDIA H200X-1-18C" -> profile. nullopt when the last token
+// does not look like <gpu>-<size><series>.
+std::optional<NvidiaProfile> ParseNvidiaProfile(std::string_view type_name);
+
+// "num_heads=4, frl_config=45, framebuffer=1024M, ..." -> fields. Unknown keys are ignored;
+// a known key with a garbage value is an error (kInvalid) naming the key.
+Result<NvidiaDescription> ParseNvidiaDescription(std::string_view description);
+
+// The vendor-VFIO `creatable_vgpu_types` file: a header line "ID : vGPU Name", then
+// "<id> : <name>" per type. Returns (id, name) pairs; only the header -> empty list.
+Result<std::vector<std::pair<std::string, std::string>>> ParseCreatableVgpuTypes(
+    std::string_view content);
+
+// True for an mdev type id of the NVIDIA driver: "nvidia-<digits>".
+bool IsNvidiaMdevType(std::string_view type_id);
+
+}  // namespace kvgpu::mdev

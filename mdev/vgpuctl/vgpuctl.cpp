@@ -1,0 +1,98 @@
+#include "mdev/vgpuctl/vgpuctl.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <ostream>
+
+#include "mdev/node.h"
+#include "mdev/vgpuctl/format.h"
+
+namespace kvgpu::vgpuctl {
+
+namespace {
+
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+
+void PrintWarnings(const mdev::Inventory& inventory, std::ostream& err) {
+  for (const auto& warning : inventory.warnings) err << "vgpuctl: warning: " << warning << "\n";
+}
+
+}  // namespace
+
+int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& out,
+        std::ostream& err) {
+  CLI::App app{
+      "vgpuctl: list, create and remove the vGPUs (mdevs and vendor-VFIO VFs) of this node"};
+  app.name("vgpuctl");
+  app.fallthrough();
+  app.require_subcommand(1);
+  std::string sysfs_root = "/";
+  app.add_option("--sysfs-root", sysfs_root,
+                 "directory holding sys/ (the real node: /, a simulated node: its tree)")
+      ->capture_default_str();
+
+  bool json = false;
+  auto* types = app.add_subcommand("types", "vGPU types each parent can create, with availability");
+  types->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
+  auto* list = app.add_subcommand("list", "existing vGPUs");
+  list->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
+
+  mdev::CreateRequest request;
+  std::string uuid;
+  auto* create = app.add_subcommand("create", "create one vGPU and print its id");
+  create->add_option("--parent", request.parent, "parent device (PCI address, or e.g. mtty)")
+      ->required();
+  create->add_option("--type", request.type_id, "type id (nvidia-222, mtty-2, 1414)")->required();
+  create->add_option("--uuid", uuid, "UUID for the new mdev (default: a random one)");
+
+  std::string remove_id;
+  auto* remove = app.add_subcommand("remove", "remove one vGPU");
+  remove->add_option("ID", remove_id, "mdev UUID, or the VF address of a vendor-VFIO vGPU")
+      ->required();
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      out << app.help();
+      return 0;
+    }
+    err << "vgpuctl: " << e.what() << " (see vgpuctl --help)\n";
+    return kUsage;
+  }
+
+  mdev::Node node(sysfs_root, io);
+  auto fail = [&](const mdev::Status& status) {
+    err << "vgpuctl: " << status.message() << "\n";
+    return kFailed;
+  };
+
+  if (types->parsed() || list->parsed()) {
+    auto inventory = node.Scan();
+    if (!inventory.ok()) return fail(inventory.status());
+    if (json) {
+      out << (types->parsed() ? TypesJson(*inventory) : VgpusJson(*inventory)).dump(2) << "\n";
+    } else {
+      PrintWarnings(*inventory, err);
+      out << (types->parsed() ? TypesTable(*inventory) : VgpusTable(*inventory));
+    }
+    return 0;
+  }
+  if (create->parsed()) {
+    if (!uuid.empty()) request.uuid = uuid;
+    auto vgpu = node.Create(request);
+    if (!vgpu.ok()) return fail(vgpu.status());
+    out << vgpu->id << "\n";
+    return 0;
+  }
+  if (remove->parsed()) {
+    mdev::Status status = node.Remove(remove_id);
+    if (!status.ok()) return fail(status);
+    return 0;
+  }
+  return kUsage;
+}
+
+}  // namespace kvgpu::vgpuctl

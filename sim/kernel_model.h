@@ -1,0 +1,173 @@
+// A model of an NVIDIA vGPU host's kernel, as far as this project sees it through sysfs.
+//
+// It builds a real-shaped tree (directories, attribute files and relative symlinks laid out as
+// sysfs has them) under a root, and it answers writes to `create`, `remove` and
+// `current_vgpu_type` the way the drivers do: same rules, same errno. Reads go straight to the
+// tree, which the model keeps current (available_instances, creatable_vgpu_types, devices).
+// One model serves the unit tests (as a SysfsIo), the demo, and the FUSE simulator.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mdev/status.h"
+#include "mdev/sysfs_io.h"
+
+namespace kvgpu::sim {
+
+namespace fs = std::filesystem;
+using mdev::Result;
+using mdev::Status;
+
+struct TypeSpec {
+  std::string id;                          // "nvidia-222", "mtty-2", vendor VFIO: "1414"
+  std::optional<std::string> name;         // "GRID T4-1B"; absent -> no `name` file
+  std::optional<std::string> description;  // absent -> no `description` file (mtty)
+  std::string device_api = "vfio-pci";
+  uint32_t max_instances = 1;  // per physical GPU (or per pool for virtual parents)
+  uint32_t cost = 1;           // units of the GPU's pool one instance takes (mtty-2 takes 2 ports)
+  // The mdev core's own max_instances accounting (mdpy, mbochs: drivers without get_available):
+  // no room then fails with EUSERS from the core instead of the driver's ENOSPC.
+  bool mdev_core_limit = false;
+};
+
+enum class GpuKind {
+  kMdevPci,     // a PCI GPU that is itself the mdev parent (T4, V100, A10 on vGPU <= 16)
+  kSriovMdev,   // a PF whose VFs are mdev parents, one vGPU per VF (A100, vGPU <= 16)
+  kVendorVfio,  // a PF whose VFs carry nvidia/{creatable,current}_vgpu_type (vGPU 17+)
+  kVirtual,     // a non-PCI parent such as the kernel's mtty sample
+};
+
+struct GpuSpec {
+  std::string address;     // PCI address of the GPU ("0000:3b:00.0") or the virtual name ("mtty")
+  GpuKind kind = GpuKind::kMdevPci;
+  std::string vendor_id = "0x10de";
+  std::string device_id;   // "0x1eb8" for T4
+  std::string driver = "nvidia";
+  uint32_t num_vfs = 0;    // SR-IOV VFs (kSriovMdev, kVendorVfio)
+  uint32_t pool = 0;       // capacity units shared by all types (0: each type's max_instances alone)
+  bool one_type_at_a_time = true;  // time-sliced vGPU: the first vGPU locks the GPU to its type
+  std::vector<TypeSpec> types;
+};
+
+struct NodeProfile {
+  std::string name;
+  std::string summary;
+  std::vector<GpuSpec> gpus;
+};
+
+// Built-in profiles: "t4x2", "a100-sriov", "h200-vfio", "mtty", "mixed".
+std::vector<std::string> ProfileNames();
+Result<NodeProfile> ProfileByName(std::string_view name);
+
+// File-system operations the fault injector can fail.
+enum class Op { kRead, kWrite, kList, kReadLink };
+
+class KernelModel : public mdev::SysfsIo {
+ public:
+  // Lays out the profile's tree under `root` (created; must be empty or absent).
+  static Result<std::unique_ptr<KernelModel>> Create(fs::path root, NodeProfile profile);
+
+  const fs::path& root() const { return root_; }
+  const NodeProfile& profile() const { return profile_; }
+
+  // SysfsIo. Writes to create/remove/current_vgpu_type act as the driver would; writes to any
+  // other attribute fail as a read-only sysfs attribute does (EACCES).
+  Result<std::string> ReadFile(const fs::path& path) override;
+  Status WriteFile(const fs::path& path, std::string_view data) override;
+  Result<std::vector<std::string>> ListDir(const fs::path& path) override;
+  Result<fs::path> ReadLink(const fs::path& path) override;
+  Result<fs::path> Canonical(const fs::path& path) override;
+  bool Exists(const fs::path& path) override;
+  bool IsDirectory(const fs::path& path) override;
+
+  // --- Test and simulator controls ---
+  // A vGPU held open (a VM attached): removing it fails with EBUSY until released.
+  void SetBusy(const std::string& vgpu_id, bool busy);
+  // The next `times` operations `op` on a path ending in `path_suffix` fail with `err` (and
+  // change nothing); times < 0 fails them until ClearFaults. kReadLink also covers Canonical.
+  void InjectFault(Op op, std::string path_suffix, int err, int times = 1);
+  void ClearFaults();
+  // The GPU (and its VFs and vGPUs) disappears from sysfs, as on hot-unplug or driver unbind;
+  // RestoreGpu brings it back empty.
+  Status RemoveGpu(const std::string& address);
+  Status RestoreGpu(const std::string& address);
+  // Existing vGPU ids (UUIDs, or VF addresses for vendor VFIO), for assertions.
+  std::vector<std::string> VgpuIds() const;
+
+ private:
+  // A file the driver reacts to when written.
+  enum class Action { kCreate, kRemove, kCurrentType };
+  struct Attribute {
+    Action action;
+    size_t gpu;          // index into profile_.gpus
+    std::string parent;  // parent device name (GPU, VF or virtual device)
+    std::string type;    // kCreate: the type id
+    std::string vgpu;    // kRemove: the mdev's UUID
+  };
+  struct Vgpu {
+    std::string id;  // UUID, or the VF address for vendor VFIO
+    size_t gpu;
+    std::string parent;
+    std::string type;
+    uint32_t iommu_group = 0;  // mdev only: a fresh group; vendor VFIO uses the VF's
+    bool busy = false;
+  };
+  struct GpuState {
+    bool present = true;
+    std::string bridge;                        // root port above the GPU ("0000:00:02.0")
+    std::vector<std::string> vfs;              // SR-IOV VF addresses, virtfn order
+    std::map<std::string, uint32_t> groups;    // PCI function -> IOMMU group
+  };
+  struct Fault {
+    Op op;
+    std::string suffix;
+    int err;
+    int times;
+  };
+
+  KernelModel(fs::path root, fs::path real_root, NodeProfile profile);
+
+  // Layout (kernel_layout.cpp).
+  Status LayoutNode();
+  Status LayoutGpu(size_t gpu);
+  Status LayoutPciFunction(size_t gpu, const std::string& address, bool is_vf);
+  Status LayoutMdevTypes(size_t gpu, const std::string& parent);
+  Status LayoutVendorVfioFiles(size_t gpu, const std::string& vf);
+  Status LayoutMdev(const Vgpu& vgpu);
+  void UnlayoutMdev(const Vgpu& vgpu);
+  void UnlayoutGpu(size_t gpu);
+  fs::path DeviceDir(size_t gpu, const std::string& function) const;
+  fs::path SysDir() const { return real_root_ / "sys"; }
+  uint32_t AllocateIommuGroup();
+
+  // Driver rules (kernel_model.cpp).
+  std::vector<std::string> ParentsOf(size_t gpu) const;
+  uint32_t Available(size_t gpu, const std::string& parent, const TypeSpec& type) const;
+  const TypeSpec* FindType(size_t gpu, std::string_view type_id) const;
+  Status Refresh(size_t gpu);
+  Status WriteCreate(const Attribute& attr, const fs::path& path, std::string_view data);
+  Status WriteRemove(const Attribute& attr, const fs::path& path, std::string_view data);
+  Status WriteCurrentType(const Attribute& attr, const fs::path& path, std::string_view data);
+  Status TakeFault(Op op, const fs::path& path);
+  std::optional<size_t> GpuByAddress(const std::string& address) const;
+
+  fs::path root_;
+  fs::path real_root_;  // root_ with symlinks resolved: what canonical paths start with
+  NodeProfile profile_;
+
+  mutable std::mutex mutex_;
+  std::vector<GpuState> gpus_;
+  std::map<std::string, Vgpu> vgpus_;
+  std::map<fs::path, Attribute> attributes_;  // canonical path -> what a write does
+  std::vector<Fault> faults_;
+};
+
+}  // namespace kvgpu::sim
