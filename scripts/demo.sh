@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The system's main job on any Debian machine: builds what is needed and runs the demo on a
+# simulated NVIDIA vGPU node (no GPU needed).
+set -o errexit -o nounset -o pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+build=${KVGPU_BUILD_DIR:-build}
+
+bash scripts/install-deps.sh >&2
+cmake -S . -B "$build" -G Ninja >/dev/null
+cmake --build "$build" -j"$(nproc)" --target kvgpu-demo vgpuctl >&2
+exec "$build/sim/kvgpu-demo" "$@"
