@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Behaviour of kata-config/check-config.py: it must reject what the Kata runtime or containerd
+would silently ignore or refuse, and the API server would reject. Each case starts from the
+shipped file, changes one thing, and names the error it expects."""
+
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHECK = REPO / "kata-config" / "check-config.py"
+DATA = REPO / "tests" / "kata-config" / "data"
+MDEV = (REPO / "kata-config" / "configuration-kata-vgpu.toml").read_text()
+VF = (REPO / "kata-config" / "configuration-kata-vgpu-vf.toml").read_text()
+CONTAINERD_V2 = (REPO / "kata-config" / "containerd" / "kata-vgpu.config-v2.toml").read_text()
+CONTAINERD_V3 = (REPO / "kata-config" / "containerd" / "kata-vgpu.config-v3.toml").read_text()
+RUNTIMECLASS = (REPO / "kata-config" / "runtimeclass.yaml").read_text()
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(CHECK), *map(str, args)],
+                          capture_output=True, text=True, check=False)
+
+
+def replace_once(text, old, new):
+    assert text.count(old) == 1, f"fixture drifted: {old!r} is not in the shipped file once"
+    return text.replace(old, new)
+
+
+class Checked(unittest.TestCase):
+    def write(self, text, suffix):
+        f = tempfile.NamedTemporaryFile("w", suffix=suffix, delete=False)
+        f.write(text)
+        f.close()
+        self.addCleanup(pathlib.Path(f.name).unlink)
+        return f.name
+
+    def kata(self, text, attach=None):
+        args = ["kata", self.write(text, ".toml"), "--keys", DATA / "kata-upstream-keys.txt",
+                "--removed", DATA / "kata-removed-keys.txt"]
+        return run(*args, *(["--attach", attach] if attach else []))
+
+    def expect(self, result, code, message):
+        self.assertEqual(result.returncode, code, result.stderr)
+        self.assertIn(message, result.stderr)
+
+
+class KataConfigRejects(Checked):
+    CASES = [
+        ("removed key hotplug_vfio_on_root_bus is caught and its replacement named",
+         "hot_plug_vfio = \"root-port\"\n",
+         "hot_plug_vfio = \"root-port\"\nhotplug_vfio_on_root_bus = true\n",
+         "hotplug_vfio_on_root_bus: removed from Kata (removed 2023-07-20; use hot_plug_vfio"),
+        ("removed key use_vsock is caught",
+         "dial_timeout = 90\n", "dial_timeout = 90\nuse_vsock = true\n",
+         "agent.kata.use_vsock: removed from Kata"),
+        ("misspelt key is caught rather than silently ignored",
+         "pcie_root_port = 4\n", "pcie_root_ports = 4\n",
+         "hypervisor.qemu.pcie_root_ports: not a key the Kata runtime reads"),
+        ("a key in the wrong table is caught",
+         "vfio_mode = \"guest-kernel\"\n", "vfio_mode = \"guest-kernel\"\ndial_timeout = 5\n",
+         "runtime.dial_timeout: not a key the Kata runtime reads"),
+        ("a string where Kata decodes an integer is caught",
+         "pcie_root_port = 4\n", "pcie_root_port = \"4\"\n",
+         "pcie_root_port: is string, Kata decodes it as integer"),
+        ("an unknown section is caught",
+         "[runtime]\n", "[runtimes]\n", "runtimes: not a section the Kata runtime reads"),
+        ("hot-plug and cold-plug together make Kata refuse to start",
+         "cold_plug_vfio = \"no-port\"\n", "cold_plug_vfio = \"root-port\"\n",
+         "hot_plug_vfio and cold_plug_vfio cannot both be set"),
+        ("hot-plug onto root ports needs at least one root port",
+         "pcie_root_port = 4\n", "pcie_root_port = 0\n",
+         "pcie_root_port: must be 1..16 when VFIO devices go on a root-port, is 0"),
+        ("more root ports than Kata creates is caught",
+         "pcie_root_port = 4\n", "pcie_root_port = 17\n", "must be 1..16"),
+        ("an unknown port type is caught",
+         "hot_plug_vfio = \"root-port\"\n", "hot_plug_vfio = \"root_port\"\n",
+         "hot_plug_vfio: 'root_port' is not one of"),
+        ("a machine type without PCIe root ports is caught",
+         "machine_type = \"q35\"\n", "machine_type = \"pc\"\n", "machine_type: must be \"q35\""),
+        ("a second hypervisor table is caught",
+         "[agent.kata]\n", "[hypervisor.clh]\npath = \"/x\"\n\n[agent.kata]\n",
+         "want exactly [hypervisor.qemu]"),
+    ]
+
+    def test_each_bad_config_is_rejected(self):
+        for description, old, new, message in self.CASES:
+            with self.subTest(description):
+                self.expect(self.kata(replace_once(MDEV, old, new)), 1, message)
+
+    def test_invalid_toml_is_a_usage_error(self):
+        self.expect(self.kata(MDEV + "\n[runtime\n"), 2, "not valid TOML")
+
+    def test_mdev_attach_refuses_cold_plug(self):
+        # Cold-plug builds host=<BDF>, which for an mdev names the parent GPU.
+        self.expect(self.kata(VF, attach="mdev"), 1,
+                    "mdevs need hot_plug_vfio = \"root-port\"")
+
+    def test_vf_attach_needs_pod_resources_socket(self):
+        text = replace_once(VF, 'pod_resource_api_sock = "/var/lib/kubelet/pod-resources/kubelet.sock"',
+                            'pod_resource_api_sock = ""')
+        self.expect(self.kata(text, attach="vf"), 1, "runtime.pod_resource_api_sock")
+
+
+class ShippedKataConfigs(Checked):
+    def test_mdev_config_passes_with_hot_plug(self):
+        result = self.kata(MDEV, attach="mdev")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_vf_config_passes_with_cold_plug(self):
+        result = self.kata(VF, attach="vf")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_vf_variant_differs_only_in_the_attach_path(self):
+        import tomllib
+        mdev, vf = tomllib.loads(MDEV), tomllib.loads(VF)
+        differing = set()
+        for section in set(mdev) | set(vf):
+            a, b = mdev.get(section, {}), vf.get(section, {})
+            for name in set(a) | set(b):
+                if isinstance(a.get(name), dict) or isinstance(b.get(name), dict):
+                    for key in set(a.get(name, {})) | set(b.get(name, {})):
+                        if a.get(name, {}).get(key) != b.get(name, {}).get(key):
+                            differing.add(f"{section}.{name}.{key}")
+                elif a.get(name) != b.get(name):
+                    differing.add(f"{section}.{name}")
+        self.assertEqual(differing, {
+            "hypervisor.qemu.hot_plug_vfio", "hypervisor.qemu.cold_plug_vfio",
+            "hypervisor.qemu.kernel_params", "runtime.pod_resource_api_sock"})
+
+
+class ContainerdSnippet(Checked):
+    def containerd(self, text):
+        return run("containerd", self.write(text, ".toml"), "--keys",
+                   DATA / "containerd-runtime-keys.txt")
+
+    def test_shipped_snippets_pass(self):
+        for name, text in (("v2", CONTAINERD_V2), ("v3", CONTAINERD_V3)):
+            with self.subTest(name):
+                result = self.containerd(text)
+                self.assertEqual(result.returncode, 0, result.stderr)
+
+    CASES = [
+        ("host devices leak into the VM without privileged_without_host_devices",
+         "the VM.\n  privileged_without_host_devices = true",
+         "the VM.\n  privileged_without_host_devices = false",
+         "runtimes.kata-vgpu.privileged_without_host_devices: must be true"),
+        ("a v2 plugin id in a v3 file is caught",
+         "version = 3", "version = 2", "plugins.io.containerd.cri.v1.runtime: belongs to another"),
+        ("a key containerd does not read is caught",
+         "runtime_type = \"io.containerd.kata-vgpu.v2\"",
+         "runtime_type = \"io.containerd.kata-vgpu.v2\"\n  runtime_engine = \"\"",
+         "runtimes.kata-vgpu.runtime_engine: not a key containerd reads"),
+        ("a handler without the Kata annotations is caught",
+         "runtime_type = \"io.containerd.kata-vgpu-vf.v2\"\n  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"
+         "  privileged_without_host_devices = true\n  pod_annotations = [\"io.katacontainers.*\"]",
+         "runtime_type = \"io.containerd.kata-vgpu-vf.v2\"\n  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"
+         "  privileged_without_host_devices = true\n  pod_annotations = []",
+         "runtimes.kata-vgpu-vf.pod_annotations: must pass io.katacontainers.*"),
+    ]
+
+    def test_each_bad_snippet_is_rejected(self):
+        for description, old, new, message in self.CASES:
+            with self.subTest(description):
+                self.expect(self.containerd(replace_once(CONTAINERD_V3, old, new)), 1, message)
+
+
+class RuntimeClassSchema(Checked):
+    def runtimeclass(self, text):
+        return run("runtimeclass", self.write(text, ".yaml"), "--schema",
+                   DATA / "runtimeclass-v1.schema.json")
+
+    def test_shipped_runtimeclasses_validate(self):
+        result = self.runtimeclass(RUNTIMECLASS)
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    CASES = [
+        ("handler is required", "handler: kata-vgpu\n", "", "'handler' is a required property"),
+        ("handler must be a DNS label", "handler: kata-vgpu\n", "handler: Kata_vGPU\n",
+         "handler: 'Kata_vGPU' does not match"),
+        ("a misspelt field fails as under strict validation", "scheduling:\n  nodeSelector:\n"
+         "    kata-vgpu.io/vgpu-mode: mdev\n", "scheduling:\n  nodeSelectors:\n"
+         "    kata-vgpu.io/vgpu-mode: mdev\n", "Additional properties are not allowed ('nodeSelectors'"),
+        ("overhead quantities must parse", "memory: 4352Mi\n    cpu: 500m\nscheduling:\n"
+         "  nodeSelector:\n    kata-vgpu.io/vgpu-mode: mdev\n", "memory: 4352MB\n    cpu: 500m\n"
+         "scheduling:\n  nodeSelector:\n    kata-vgpu.io/vgpu-mode: mdev\n",
+         "overhead.podFixed.memory"),
+        ("the group version must be node.k8s.io/v1", "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\n"
+         "metadata:\n  name: kata-vgpu\n", "apiVersion: node.k8s.io/v1beta1\nkind: RuntimeClass\n"
+         "metadata:\n  name: kata-vgpu\n", "apiVersion: 'node.k8s.io/v1' was expected"),
+    ]
+
+    def test_each_bad_runtimeclass_is_rejected(self):
+        for description, old, new, message in self.CASES:
+            with self.subTest(description):
+                self.expect(self.runtimeclass(replace_once(RUNTIMECLASS, old, new)), 1, message)
+
+
+class CrossFileConsistency(unittest.TestCase):
+    def copy_dir(self):
+        import shutil
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        shutil.copytree(REPO / "kata-config", tmp, dirs_exist_ok=True)
+        return pathlib.Path(tmp)
+
+    def test_shipped_files_agree(self):
+        result = run("consistency", REPO / "kata-config")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_overhead_below_pinned_guest_memory_is_caught(self):
+        d = self.copy_dir()
+        rc = d / "runtimeclass.yaml"
+        rc.write_text(rc.read_text().replace("memory: 4352Mi", "memory: 160Mi", 1))
+        result = run("consistency", d)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("RuntimeClass kata-vgpu: overhead memory must cover", result.stderr)
+
+    def test_handler_without_containerd_runtime_is_caught(self):
+        d = self.copy_dir()
+        rc = d / "runtimeclass.yaml"
+        rc.write_text(rc.read_text().replace("handler: kata-vgpu-vf", "handler: kata-gpu", 1))
+        result = run("consistency", d)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no runtime for RuntimeClass handler 'kata-gpu'", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

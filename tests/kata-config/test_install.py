@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Behaviour of kata-config/install.sh against a node root in a temporary directory:
+idempotent, dry-run changes nothing, edits containerd's config.toml minimally, and refuses
+input it cannot handle safely without changing anything."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import tomllib
+import unittest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+INSTALL = REPO / "kata-config" / "install.sh"
+KATA_DIR = "opt/kata/share/defaults/kata-containers"
+DROP_IN = "etc/containerd/conf.d/kata-vgpu.toml"
+MAIN = "etc/containerd/config.toml"
+
+
+def snapshot(root):
+    """Every file under root with its bytes and mtime, to prove nothing changed."""
+    state = {}
+    for path in sorted(pathlib.Path(root).rglob("*")):
+        if path.is_file():
+            state[str(path.relative_to(root))] = (path.read_bytes(), path.stat().st_mtime_ns)
+    return state
+
+
+class Node(unittest.TestCase):
+    def setUp(self):
+        self.root = pathlib.Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.root)
+
+    def install(self, *args):
+        return subprocess.run(["bash", str(INSTALL), "--root", str(self.root), *args],
+                              capture_output=True, text=True, check=False)
+
+    def main_config(self, text):
+        path = self.root / MAIN
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+class Install(Node):
+    def test_dry_run_lists_changes_and_writes_nothing(self):
+        result = self.install("--dry-run", "--containerd-config-version", "3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.count("would write"), 4, result.stdout)
+        self.assertEqual(snapshot(self.root), {})
+
+    def test_fresh_node_gets_every_file(self):
+        result = self.install("--containerd-config-version", "3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for name in ("configuration-kata-vgpu.toml", "configuration-kata-vgpu-vf.toml"):
+            self.assertEqual((self.root / KATA_DIR / name).read_bytes(),
+                             (REPO / "kata-config" / name).read_bytes())
+        self.assertEqual((self.root / DROP_IN).read_bytes(),
+                         (REPO / "kata-config/containerd/kata-vgpu.config-v3.toml").read_bytes())
+        main = tomllib.loads((self.root / MAIN).read_text())
+        self.assertEqual(main, {"version": 3, "imports": ["/" + DROP_IN]})
+        self.assertEqual(oct((self.root / DROP_IN).stat().st_mode & 0o777), "0o644")
+
+    def test_second_run_changes_nothing(self):
+        self.assertEqual(self.install("--containerd-config-version", "2").returncode, 0)
+        before = snapshot(self.root)
+        result = self.install()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.count("unchanged"), 4, result.stdout)
+        self.assertNotIn("wrote", result.stdout)
+        self.assertEqual(snapshot(self.root), before)
+
+    def test_version_comes_from_existing_config(self):
+        self.main_config('version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n')
+        self.assertEqual(self.install().returncode, 0)
+        self.assertIn("io.containerd.grpc.v1.cri", (self.root / DROP_IN).read_text())
+
+    def test_imports_is_inserted_before_the_first_table(self):
+        original = 'version = 2\nroot = "/var/lib/containerd"\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n'
+        self.main_config(original)
+        self.assertEqual(self.install().returncode, 0)
+        main = tomllib.loads((self.root / MAIN).read_text())
+        self.assertEqual(main["imports"], ["/" + DROP_IN])
+        self.assertEqual(main["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"], "p")
+        self.assertEqual((self.root / (MAIN + ".kata-vgpu.orig")).read_text(), original)
+
+    def test_existing_imports_are_kept_and_extended(self):
+        self.main_config('version = 3\nimports = ["/etc/containerd/other.toml"]\n')
+        self.assertEqual(self.install().returncode, 0)
+        main = tomllib.loads((self.root / MAIN).read_text())
+        self.assertEqual(main["imports"], ["/etc/containerd/other.toml", "/" + DROP_IN])
+
+    def test_empty_imports_is_filled(self):
+        self.main_config("version = 3\nimports = []\n")
+        self.assertEqual(self.install().returncode, 0)
+        self.assertEqual(tomllib.loads((self.root / MAIN).read_text())["imports"], ["/" + DROP_IN])
+
+    def test_a_glob_that_covers_the_drop_in_leaves_config_untouched(self):
+        text = 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+        self.main_config(text)
+        result = self.install()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual((self.root / MAIN).read_text(), text)
+        self.assertFalse((self.root / (MAIN + ".kata-vgpu.orig")).exists())
+
+
+class Refuses(Node):
+    CASES = [
+        ("a version 1 config cannot import drop-ins",
+         '[plugins.cri]\n  sandbox_image = "p"\n', [], "has no 'version = 2|3' line"),
+        ("a multi-line imports is left to the operator",
+         'version = 2\nimports = [\n  "/a.toml",\n]\n', [], "cannot edit its multi-line 'imports'"),
+        ("a version flag contradicting the file",
+         "version = 2\n", ["--containerd-config-version", "3"], "but "),
+        ("an unsupported version", "version = 4\n", [], "version 4 is not supported"),
+        ("an unknown argument", "version = 2\n", ["--force"], "unknown argument: --force"),
+    ]
+
+    def test_each_refusal_changes_nothing(self):
+        for description, text, args, message in self.CASES:
+            with self.subTest(description):
+                self.main_config(text)
+                before = snapshot(self.root)
+                result = self.install(*args)
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn(message, result.stderr)
+                self.assertEqual(snapshot(self.root), before)
+
+    def test_missing_config_without_version_flag(self):
+        result = self.install()
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("say --containerd-config-version 2 or 3", result.stderr)
+        self.assertEqual(snapshot(self.root), {})
+
+    def test_root_must_exist(self):
+        result = subprocess.run(["bash", str(INSTALL), "--root", os.path.join(self.root, "nope")],
+                                capture_output=True, text=True, check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("not a directory", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
