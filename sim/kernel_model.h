@@ -46,13 +46,13 @@ enum class GpuKind {
 };
 
 struct GpuSpec {
-  std::string address;     // PCI address of the GPU ("0000:3b:00.0") or the virtual name ("mtty")
+  std::string address;  // PCI address of the GPU ("0000:3b:00.0") or the virtual name ("mtty")
   GpuKind kind = GpuKind::kMdevPci;
   std::string vendor_id = "0x10de";
-  std::string device_id;   // "0x1eb8" for T4
+  std::string device_id;  // "0x1eb8" for T4
   std::string driver = "nvidia";
-  uint32_t num_vfs = 0;    // SR-IOV VFs (kSriovMdev, kVendorVfio)
-  uint32_t pool = 0;       // capacity units shared by all types (0: each type's max_instances alone)
+  uint32_t num_vfs = 0;  // SR-IOV VFs (kSriovMdev, kVendorVfio)
+  uint32_t pool = 0;     // capacity units shared by all types (0: each type's max_instances alone)
   bool one_type_at_a_time = true;  // time-sliced vGPU: the first vGPU locks the GPU to its type
   std::vector<TypeSpec> types;
 };
@@ -122,9 +122,9 @@ class KernelModel : public mdev::SysfsIo {
   };
   struct GpuState {
     bool present = true;
-    std::string bridge;                        // root port above the GPU ("0000:00:02.0")
-    std::vector<std::string> vfs;              // SR-IOV VF addresses, virtfn order
-    std::map<std::string, uint32_t> groups;    // PCI function -> IOMMU group
+    std::string bridge;                      // root port above the GPU ("0000:00:02.0")
+    std::vector<std::string> vfs;            // SR-IOV VF addresses, virtfn order
+    std::map<std::string, uint32_t> groups;  // PCI function -> IOMMU group
   };
   struct Fault {
     Op op;
