@@ -1,0 +1,179 @@
+#include "webhook/admission.h"
+
+#include <algorithm>
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "webhook/json_patch.h"
+
+namespace kvgpu::webhook {
+namespace {
+
+using nlohmann::json;
+
+ReviewReply BadRequest(std::string message) {
+  ReviewReply reply;
+  reply.http_status = 400;
+  reply.content_type = "text/plain; charset=utf-8";
+  reply.body = "bad AdmissionReview request: " + std::move(message) + "\n";
+  reply.outcome = ReviewOutcome::kBadRequest;
+  return reply;
+}
+
+bool IsJsonMediaType(std::string_view content_type) {
+  std::string_view media = content_type.substr(0, content_type.find(';'));
+  while (!media.empty() && media.back() == ' ') media.remove_suffix(1);
+  while (!media.empty() && media.front() == ' ') media.remove_prefix(1);
+  constexpr std::string_view kJson = "application/json";
+  return media.size() == kJson.size() &&
+         std::equal(media.begin(), media.end(), kJson.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == b;
+         });
+}
+
+const json& Member(const json& object, const char* key) {
+  static const json null_value;
+  if (!object.is_object()) return null_value;
+  auto it = object.find(key);
+  return it == object.end() ? null_value : *it;
+}
+
+// A fragment of the offending input for an error message, never the whole of a 3 MiB body.
+std::string Short(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 120) text = text.substr(0, 120) + "...";
+  return text;
+}
+
+std::string StringOr(const json& value, std::string fallback) {
+  return value.is_string() ? value.get<std::string>() : fallback;
+}
+
+// The reply the API server reads: uid echoed, apiVersion/kind as sent.
+ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
+  json response = {{"uid", uid}, {"allowed", decision.allowed}};
+  if (!decision.allowed) {
+    response["status"] = {{"code", 403}, {"reason", "Forbidden"}, {"message", decision.message}};
+  }
+  if (decision.outcome == PodOutcome::kMutated) {
+    response["patchType"] = "JSONPatch";
+    response["patch"] = Base64Encode(decision.patch.dump());
+  }
+  if (!decision.warnings.empty()) response["warnings"] = decision.warnings;
+  json review = {{"apiVersion", "admission.k8s.io/v1"},
+                 {"kind", "AdmissionReview"},
+                 {"response", std::move(response)}};
+  ReviewReply reply;
+  reply.http_status = 200;
+  reply.content_type = "application/json";
+  reply.body = review.dump();
+  reply.pod_outcome = decision.outcome;
+  reply.outcome = !decision.allowed                          ? ReviewOutcome::kDenied
+                  : decision.outcome == PodOutcome::kMutated ? ReviewOutcome::kMutated
+                                                             : ReviewOutcome::kAllowed;
+  return reply;
+}
+
+ReviewReply Handle(std::string_view body, std::string_view content_type, const Config& config) {
+  if (!IsJsonMediaType(content_type))
+    return BadRequest("Content-Type must be application/json, not \"" +
+                      std::string(content_type.substr(0, 100)) + "\"");
+  if (body.size() > kMaxReviewBytes)
+    return BadRequest("body of " + std::to_string(body.size()) + " bytes exceeds the 3 MiB limit");
+  if (body.empty()) return BadRequest("empty body; expected an AdmissionReview JSON object");
+  if (NestsDeeperThan(body, kMaxJsonDepth))
+    return BadRequest("JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  json review = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (review.is_discarded()) return BadRequest("body is not valid JSON");
+  if (!review.is_object()) return BadRequest("body must be a JSON object");
+
+  const json& api_version = Member(review, "apiVersion");
+  if (api_version != "admission.k8s.io/v1")
+    return BadRequest("apiVersion must be admission.k8s.io/v1 (got " + Short(api_version) +
+                      "); list only v1 in the webhook's admissionReviewVersions");
+  if (Member(review, "kind") != "AdmissionReview")
+    return BadRequest("kind must be AdmissionReview (got " + Short(Member(review, "kind")) + ")");
+  const json& request = Member(review, "request");
+  if (!request.is_object()) return BadRequest("missing request object");
+  const json& uid = Member(request, "uid");
+  if (!uid.is_string() || uid.get_ref<const std::string&>().empty())
+    return BadRequest("request.uid must be a non-empty string");
+
+  const json& kind = Member(request, "kind");
+  if (Member(kind, "group") != "" || Member(kind, "version") != "v1" ||
+      Member(kind, "kind") != "Pod") {
+    return BadRequest("this webhook only handles core/v1 Pods, got request.kind " + Short(kind) +
+                      "; check the webhook's rules (resources: [pods])");
+  }
+  const json& resource = Member(request, "resource");
+  if (!resource.is_null() && Member(resource, "resource") != "pods")
+    return BadRequest("request.resource must be pods, got " + Short(resource));
+
+  PodDecision untouched;  // allowed, no patch
+  // Subresources (ephemeralcontainers, binding, status ...) and non-CREATE operations carry no
+  // new pod spec for this webhook to complete.
+  if (!StringOr(Member(request, "subResource"), "").empty() ||
+      Member(request, "operation") != "CREATE")
+    return Respond(uid.get<std::string>(), untouched);
+
+  const json& pod = Member(request, "object");
+  if (!pod.is_object()) return BadRequest("request.object must hold the Pod being created");
+  std::string namespace_name = StringOr(Member(request, "namespace"), "");
+  if (namespace_name.empty())
+    namespace_name = StringOr(Member(Member(pod, "metadata"), "namespace"), "");
+
+  auto decision = DecidePod(pod, namespace_name, config);
+  if (!decision.ok()) return BadRequest(decision.error());
+  return Respond(uid.get<std::string>(), decision.value());
+}
+
+}  // namespace
+
+const char* ReviewOutcomeName(ReviewOutcome outcome) {
+  switch (outcome) {
+    case ReviewOutcome::kBadRequest:
+      return "bad_request";
+    case ReviewOutcome::kAllowed:
+      return "allowed";
+    case ReviewOutcome::kMutated:
+      return "mutated";
+    case ReviewOutcome::kDenied:
+      return "denied";
+  }
+  return "unknown";
+}
+
+bool NestsDeeperThan(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+ReviewReply HandleReview(std::string_view body, std::string_view content_type,
+                         const Config& config) {
+  // Last line of defence: nothing in the request may take the server down. The paths above do
+  // not throw by design (no .at(), parse without exceptions); this only catches what slipped by.
+  try {
+    return Handle(body, content_type, config);
+  } catch (const std::exception& e) {
+    return BadRequest(std::string("could not process the request: ") + e.what());
+  }
+}
+
+}  // namespace kvgpu::webhook

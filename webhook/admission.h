@@ -1,0 +1,43 @@
+// The HTTP-facing half of admission: checks an AdmissionReview (admission.k8s.io/v1) request
+// body, runs the pod decision, and writes the review response. No sockets here, so the whole
+// path is unit-tested and fuzzed as a function of its input bytes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "webhook/config.h"
+#include "webhook/pod_mutator.h"
+
+namespace kvgpu::webhook {
+
+// The API server caps request bodies at 3 MiB; anything larger is not from it.
+inline constexpr size_t kMaxReviewBytes = 3 * 1024 * 1024;
+// Deeper JSON is no Pod; the bound keeps every recursive walk of a document shallow.
+inline constexpr int kMaxJsonDepth = 128;
+
+enum class ReviewOutcome {
+  kBadRequest,  // HTTP 400: the body is not an AdmissionReview this webhook can answer
+  kAllowed,     // allowed without a patch (out of scope, opted out, not a CREATE, ...)
+  kMutated,
+  kDenied,
+};
+const char* ReviewOutcomeName(ReviewOutcome outcome);
+
+struct ReviewReply {
+  int http_status = 200;
+  std::string content_type;
+  std::string body;
+  ReviewOutcome outcome = ReviewOutcome::kBadRequest;
+  PodOutcome pod_outcome = PodOutcome::kNoVgpu;  // meaningful unless kBadRequest
+};
+
+// `content_type` is the request's Content-Type header value ("" when absent).
+ReviewReply HandleReview(std::string_view body, std::string_view content_type,
+                         const Config& config);
+
+// True when `text` nests arrays/objects deeper than `max_depth` (strings are skipped correctly).
+bool NestsDeeperThan(std::string_view text, int max_depth);
+
+}  // namespace kvgpu::webhook

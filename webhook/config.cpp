@@ -1,0 +1,480 @@
+#include "webhook/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace kvgpu::webhook {
+namespace {
+
+using nlohmann::json;
+
+// The defaults, written as the YAML an admin would write, so docs/webhook.md can show the same
+// text.
+constexpr std::string_view kDefaultYaml = R"(
+runtimeClassNames: [kata]
+resourcePrefixes: ["tencent.com/vgpu-"]
+excludedNamespaces: [kube-system]
+optOutAnnotation: kata-vgpu.io/inject
+markerAnnotation: kata-vgpu.io/injected
+nonKataPods: deny
+runtimeClassToSet: kata
+sidecarMode: native
+volumes:
+  - name: kvgpu-driver
+    hostPath: {path: /opt/kata-vgpu/driver, type: Directory}
+  - name: kvgpu-dev
+    hostPath: {path: /dev}
+  - name: kvgpu-gridd-conf
+    configMap: {name: kvgpu-gridd-conf}
+  - name: kvgpu-client-token
+    secret: {secretName: kvgpu-client-token}
+driverInit:
+  name: kvgpu-driver-init
+  image: kata-vgpu/guest-tools:0.1.0
+  imagePullPolicy: IfNotPresent
+  command: ["/bin/sh", "-c"]
+  args:
+    - >-
+      set -e;
+      export PATH=/usr/local/nvidia/bin:$PATH;
+      modprobe -d /usr/local/nvidia nvidia;
+      nvidia-modprobe -u -c=0
+  privileged: true
+  resources:
+    requests: {cpu: 10m, memory: 32Mi}
+    limits: {memory: 128Mi}
+  volumeMounts:
+    - {name: kvgpu-driver, mountPath: /usr/local/nvidia, readOnly: true}
+    - {name: kvgpu-dev, mountPath: /dev}
+gridd:
+  name: nvidia-gridd
+  image: kata-vgpu/guest-tools:0.1.0
+  imagePullPolicy: IfNotPresent
+  command: ["/bin/sh", "-c"]
+  args:
+    - >-
+      export PATH=/usr/local/nvidia/bin:$PATH;
+      export LD_LIBRARY_PATH=/usr/local/nvidia/lib64;
+      nvidia-gridd || exit 1;
+      while pidof nvidia-gridd >/dev/null; do sleep 10; done
+  privileged: true
+  resources:
+    requests: {cpu: 10m, memory: 32Mi}
+    limits: {memory: 128Mi}
+  volumeMounts:
+    - {name: kvgpu-driver, mountPath: /usr/local/nvidia, readOnly: true}
+    - {name: kvgpu-dev, mountPath: /dev}
+    - {name: kvgpu-gridd-conf, mountPath: /etc/nvidia/gridd.conf, subPath: gridd.conf, readOnly: true}
+    - {name: kvgpu-client-token, mountPath: /etc/nvidia/ClientConfigToken, readOnly: true}
+  startupProbe:
+    command:
+      - /bin/sh
+      - -c
+      - "/usr/local/nvidia/bin/nvidia-smi -q | grep -Eq 'License Status +: +Licensed'"
+    periodSeconds: 5
+    timeoutSeconds: 10
+    failureThreshold: 120
+workload:
+  volumeMounts:
+    - {name: kvgpu-driver, mountPath: /usr/local/nvidia, readOnly: true}
+  env:
+    - {name: LD_LIBRARY_PATH, value: /usr/local/nvidia/lib64}
+    - {name: PATH, value: "/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+)";
+
+// YAML 1.2 core-schema typing for plain scalars; quoted scalars stay strings.
+json ScalarToJson(const YAML::Node& node) {
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;
+  static const std::regex kInt(R"([-+]?[0-9]+)");
+  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  if (text == "null" || text == "~" || text.empty()) return nullptr;
+  if (std::regex_match(text, kInt)) {
+    try {
+      return std::stoll(text);
+    } catch (const std::out_of_range&) {
+      return text;
+    }
+  }
+  if (std::regex_match(text, kFloat)) return std::stod(text);
+  return text;
+}
+
+json YamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar:
+      return ScalarToJson(node);
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(YamlToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& entry : node) out[entry.first.as<std::string>()] = YamlToJson(entry.second);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+// Objects merge key by key (so `driverInit: {image: x}` keeps the default command); anything
+// else replaces the default whole.
+void Merge(json& base, const json& overlay) {
+  if (!base.is_object() || !overlay.is_object()) {
+    base = overlay;
+    return;
+  }
+  for (const auto& [key, value] : overlay.items()) Merge(base[key], value);
+}
+
+class Checker {
+ public:
+  std::string failure;
+
+  bool Fail(const std::string& message) {
+    if (failure.empty()) failure = message;
+    return false;
+  }
+  bool KnownKeys(const json& object, const std::string& where, std::set<std::string> keys) {
+    if (!object.is_object()) return Fail(where + " must be a mapping");
+    for (const auto& [key, value] : object.items()) {
+      if (!keys.contains(key)) {
+        std::string list;
+        for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+        return Fail("unknown key '" + key + "' in " + where + " (known: " + list + ")");
+      }
+    }
+    return true;
+  }
+  bool String(const json& object, const char* key, const std::string& where, std::string& out) {
+    const json* value = object.contains(key) ? &object[key] : nullptr;
+    if (value == nullptr || !value->is_string() || value->get_ref<const std::string&>().empty())
+      return Fail(where + "." + key + " must be a non-empty string");
+    out = value->get<std::string>();
+    return true;
+  }
+  bool StringList(const json& value, const std::string& where, std::vector<std::string>& out,
+                  bool allow_empty_list) {
+    if (!value.is_array()) return Fail(where + " must be a list of strings");
+    out.clear();
+    for (const auto& item : value) {
+      if (!item.is_string() || item.get_ref<const std::string&>().empty())
+        return Fail(where + " must hold only non-empty strings");
+      out.push_back(item.get<std::string>());
+    }
+    if (out.empty() && !allow_empty_list) return Fail(where + " must not be empty");
+    return true;
+  }
+};
+
+bool IsAbsolutePath(const json& value) {
+  return value.is_string() && !value.get_ref<const std::string&>().empty() &&
+         value.get_ref<const std::string&>()[0] == '/';
+}
+
+// Injected names get "-2", "-3", ... on a clash, so they must leave room for it within 63.
+constexpr size_t kMaxInjectedNameLength = 56;
+
+bool BuildMounts(Checker& check, const json& mounts, const std::string& where,
+                 const std::set<std::string>& volume_names, json& out) {
+  if (!mounts.is_array()) return check.Fail(where + " must be a list");
+  std::set<std::string> paths;
+  out = json::array();
+  for (const auto& mount : mounts) {
+    if (!check.KnownKeys(mount, where + "[]", {"name", "mountPath", "readOnly", "subPath"}))
+      return false;
+    std::string name;
+    if (!check.String(mount, "name", where + "[]", name)) return false;
+    if (!volume_names.contains(name))
+      return check.Fail(where + " mounts volume '" + name + "' that is not in volumes");
+    if (!IsAbsolutePath(mount.value("mountPath", json())))
+      return check.Fail(where + "[" + name + "].mountPath must be an absolute path");
+    if (!paths.insert(mount["mountPath"].get<std::string>()).second)
+      return check.Fail(where + " mounts two volumes at " + mount["mountPath"].get<std::string>());
+    if (mount.contains("readOnly") && !mount["readOnly"].is_boolean())
+      return check.Fail(where + "[" + name + "].readOnly must be true or false");
+    if (mount.contains("subPath") && !mount["subPath"].is_string())
+      return check.Fail(where + "[" + name + "].subPath must be a string");
+    out.push_back(mount);
+  }
+  return true;
+}
+
+bool BuildResources(Checker& check, const json& resources, const std::string& where,
+                    const std::vector<std::string>& prefixes) {
+  if (!check.KnownKeys(resources, where, {"requests", "limits"})) return false;
+  for (const auto& [kind, list] : resources.items()) {
+    if (!list.is_object()) return check.Fail(where + "." + kind + " must be a mapping");
+    for (const auto& [name, quantity] : list.items()) {
+      if (!quantity.is_string() && !quantity.is_number())
+        return check.Fail(where + "." + kind + "." + name + " must be a quantity");
+      for (const auto& prefix : prefixes) {
+        // An injected container that asked for a vGPU would take a device meant for the workload.
+        if (name.starts_with(prefix))
+          return check.Fail(where + "." + kind + " must not ask for a vGPU (" + name + ")");
+      }
+    }
+  }
+  return true;
+}
+
+bool BuildContainer(Checker& check, const json& in, const std::string& where,
+                    const std::set<std::string>& volume_names,
+                    const std::vector<std::string>& prefixes, bool with_probe,
+                    InjectedContainer& out) {
+  std::set<std::string> keys{"name", "image",      "imagePullPolicy", "command",
+                             "args", "privileged", "resources",       "volumeMounts"};
+  if (with_probe) keys.insert("startupProbe");
+  if (!check.KnownKeys(in, where, keys)) return false;
+  if (!check.String(in, "name", where, out.name)) return false;
+  if (!IsDnsLabel(out.name) || out.name.size() > kMaxInjectedNameLength)
+    return check.Fail(where + ".name '" + out.name + "' must be a DNS label of at most " +
+                      std::to_string(kMaxInjectedNameLength) + " characters");
+  json& obj = out.object;
+  obj = json::object();
+  obj["name"] = out.name;
+  std::string image;
+  if (!check.String(in, "image", where, image)) return false;
+  obj["image"] = image;
+  if (in.contains("imagePullPolicy")) {
+    std::string policy;
+    if (!check.String(in, "imagePullPolicy", where, policy)) return false;
+    if (policy != "Always" && policy != "IfNotPresent" && policy != "Never")
+      return check.Fail(where + ".imagePullPolicy must be Always, IfNotPresent or Never");
+    obj["imagePullPolicy"] = policy;
+  }
+  std::vector<std::string> list;
+  if (!check.StringList(in.value("command", json()), where + ".command", list, false)) return false;
+  obj["command"] = list;
+  if (in.contains("args")) {
+    if (!check.StringList(in["args"], where + ".args", list, true)) return false;
+    if (!list.empty()) obj["args"] = list;
+  }
+  if (in.contains("privileged")) {
+    if (!in["privileged"].is_boolean()) return check.Fail(where + ".privileged must be a boolean");
+    if (in["privileged"].get<bool>()) obj["securityContext"] = {{"privileged", true}};
+  }
+  if (in.contains("resources")) {
+    if (!BuildResources(check, in["resources"], where + ".resources", prefixes)) return false;
+    obj["resources"] = in["resources"];
+  }
+  json mounts;
+  if (!BuildMounts(check, in.value("volumeMounts", json::array()), where + ".volumeMounts",
+                   volume_names, mounts))
+    return false;
+  if (!mounts.empty()) obj["volumeMounts"] = mounts;
+  if (with_probe && in.contains("startupProbe")) {
+    const json& probe = in["startupProbe"];
+    if (!check.KnownKeys(probe, where + ".startupProbe",
+                         {"command", "periodSeconds", "timeoutSeconds", "failureThreshold",
+                          "initialDelaySeconds"}))
+      return false;
+    if (!check.StringList(probe.value("command", json()), where + ".startupProbe.command", list,
+                          false))
+      return false;
+    json out_probe = {{"exec", {{"command", list}}}};
+    for (const char* key :
+         {"periodSeconds", "timeoutSeconds", "failureThreshold", "initialDelaySeconds"}) {
+      if (!probe.contains(key)) continue;
+      const json& value = probe[key];
+      bool may_be_zero = std::string_view(key) == "initialDelaySeconds";
+      if (!value.is_number_integer() || value.get<int64_t>() < (may_be_zero ? 0 : 1) ||
+          value.get<int64_t>() > 86400)
+        return check.Fail(where + ".startupProbe." + key + " must be a whole number of seconds" +
+                          (may_be_zero ? " >= 0" : " >= 1"));
+      out_probe[key] = value;
+    }
+    obj["startupProbe"] = out_probe;
+  }
+  return true;
+}
+
+bool IsEnvName(const std::string& name) {
+  static const std::regex kEnv(R"([-._a-zA-Z][-._a-zA-Z0-9]*)");
+  return std::regex_match(name, kEnv);
+}
+
+Expected<std::shared_ptr<const Config>> Build(const json& in) {
+  Checker check;
+  auto config = std::make_shared<Config>();
+  auto fail = [&]() -> Expected<std::shared_ptr<const Config>> {
+    return Error{"invalid webhook config: " + check.failure};
+  };
+  if (!check.KnownKeys(in, "the config",
+                       {"runtimeClassNames", "resourcePrefixes", "excludedNamespaces",
+                        "optOutAnnotation", "markerAnnotation", "nonKataPods", "runtimeClassToSet",
+                        "sidecarMode", "volumes", "driverInit", "gridd", "workload"}))
+    return fail();
+  if (!check.StringList(in.value("runtimeClassNames", json()), "runtimeClassNames",
+                        config->runtime_class_names, false) ||
+      !check.StringList(in.value("resourcePrefixes", json()), "resourcePrefixes",
+                        config->resource_prefixes, false) ||
+      !check.StringList(in.value("excludedNamespaces", json()), "excludedNamespaces",
+                        config->excluded_namespaces, true) ||
+      !check.String(in, "optOutAnnotation", "the config", config->opt_out_annotation) ||
+      !check.String(in, "markerAnnotation", "the config", config->marker_annotation) ||
+      !check.String(in, "runtimeClassToSet", "the config", config->runtime_class_to_set))
+    return fail();
+
+  std::string word;
+  if (!check.String(in, "nonKataPods", "the config", word)) return fail();
+  if (word == "deny") {
+    config->non_kata_policy = NonKataPolicy::kDeny;
+  } else if (word == "setRuntimeClass") {
+    config->non_kata_policy = NonKataPolicy::kSetRuntimeClass;
+  } else {
+    check.Fail("nonKataPods must be deny or setRuntimeClass, not '" + word + "'");
+    return fail();
+  }
+  if (!check.String(in, "sidecarMode", "the config", word)) return fail();
+  if (word == "native") {
+    config->sidecar_mode = SidecarMode::kNative;
+  } else if (word == "classic") {
+    config->sidecar_mode = SidecarMode::kClassic;
+  } else {
+    check.Fail("sidecarMode must be native or classic, not '" + word + "'");
+    return fail();
+  }
+  const auto& classes = config->runtime_class_names;
+  if (std::find(classes.begin(), classes.end(), config->runtime_class_to_set) == classes.end()) {
+    check.Fail("runtimeClassToSet '" + config->runtime_class_to_set +
+               "' must be one of runtimeClassNames");
+    return fail();
+  }
+
+  std::set<std::string> volume_names;
+  const json& volumes = in.value("volumes", json());
+  if (!volumes.is_array()) {
+    check.Fail("volumes must be a list");
+    return fail();
+  }
+  for (const auto& volume : volumes) {
+    InjectedVolume out;
+    if (!volume.is_object() || !check.String(volume, "name", "volumes[]", out.name)) return fail();
+    if (!IsDnsLabel(out.name) || out.name.size() > kMaxInjectedNameLength) {
+      check.Fail("volumes[].name '" + out.name + "' must be a DNS label of at most 56 characters");
+      return fail();
+    }
+    if (!volume_names.insert(out.name).second) {
+      check.Fail("volume '" + out.name + "' is listed twice");
+      return fail();
+    }
+    if (volume.size() != 2) {
+      check.Fail("volume '" + out.name + "' needs exactly one source (hostPath, configMap, ...)");
+      return fail();
+    }
+    for (const auto& [key, source] : volume.items()) {
+      if (key != "name" && !source.is_object()) {
+        check.Fail("volume '" + out.name + "': " + key + " must be a mapping");
+        return fail();
+      }
+    }
+    out.object = volume;
+    config->volumes.push_back(std::move(out));
+  }
+
+  const auto& prefixes = config->resource_prefixes;
+  if (!BuildContainer(check, in.value("driverInit", json()), "driverInit", volume_names, prefixes,
+                      false, config->driver_init) ||
+      !BuildContainer(check, in.value("gridd", json()), "gridd", volume_names, prefixes, true,
+                      config->gridd))
+    return fail();
+  if (config->driver_init.name == config->gridd.name) {
+    check.Fail("driverInit.name and gridd.name must differ");
+    return fail();
+  }
+
+  const json& workload = in.value("workload", json::object());
+  if (!check.KnownKeys(workload, "workload", {"volumeMounts", "env"}) ||
+      !BuildMounts(check, workload.value("volumeMounts", json::array()), "workload.volumeMounts",
+                   volume_names, config->workload_mounts))
+    return fail();
+  const json& env = workload.value("env", json::array());
+  if (!env.is_array()) {
+    check.Fail("workload.env must be a list");
+    return fail();
+  }
+  std::set<std::string> env_names;
+  for (const auto& var : env) {
+    std::string name;
+    if (!check.KnownKeys(var, "workload.env[]", {"name", "value"}) ||
+        !check.String(var, "name", "workload.env[]", name))
+      return fail();
+    if (!IsEnvName(name) || !env_names.insert(name).second) {
+      check.Fail("workload.env name '" + name + "' is not a valid, unique variable name");
+      return fail();
+    }
+    if (!var.contains("value") || !var["value"].is_string()) {
+      check.Fail("workload.env[" + name + "].value must be a string");
+      return fail();
+    }
+    config->workload_env.push_back(var);
+  }
+  return std::shared_ptr<const Config>(std::move(config));
+}
+
+Expected<json> ParseYaml(std::string_view text, const std::string& what) {
+  try {
+    YAML::Node node = YAML::Load(std::string(text));
+    if (node.IsNull()) return json::object();
+    if (!node.IsMap()) return Error{what + " must be a YAML mapping"};
+    return YamlToJson(node);
+  } catch (const YAML::Exception& e) {
+    return Error{what + " is not valid YAML: " + e.what()};
+  }
+}
+
+}  // namespace
+
+bool IsDnsLabel(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+std::shared_ptr<const Config> DefaultConfig() {
+  static const std::shared_ptr<const Config> config = [] {
+    auto parsed = ParseConfig("");
+    if (!parsed.ok()) {  // the built-in defaults are tested; this cannot happen
+      std::fprintf(stderr, "built-in config broken: %s\n", parsed.error().c_str());
+      std::abort();
+    }
+    return parsed.value();
+  }();
+  return config;
+}
+
+Expected<std::shared_ptr<const Config>> ParseConfig(std::string_view yaml_text) {
+  auto defaults = ParseYaml(kDefaultYaml, "the built-in default config");
+  if (!defaults.ok()) return Error{defaults.error()};
+  auto user = ParseYaml(yaml_text, "the webhook config");
+  if (!user.ok()) return Error{user.error()};
+  json merged = std::move(defaults.value());
+  Merge(merged, user.value());
+  return Build(merged);
+}
+
+Expected<std::shared_ptr<const Config>> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot read webhook config " + path};
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto config = ParseConfig(text.str());
+  if (!config.ok()) return Error{path + ": " + config.error()};
+  return config;
+}
+
+}  // namespace kvgpu::webhook

@@ -1,0 +1,37 @@
+// Prometheus metrics of the webhook. The registry is served on --metrics-addr (plain HTTP) and
+// on GET /metrics of the TLS port.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "webhook/admission.h"
+
+namespace kvgpu::webhook {
+
+class Metrics {
+ public:
+  Metrics();
+  void Observe(const ReviewReply& reply, double seconds);
+  void Reload(const char* what, bool ok);
+  std::string Text() const;  // Prometheus text exposition format
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* pods_;
+  prometheus::Family<prometheus::Counter>* reloads_;
+  std::array<prometheus::Counter*, 4> by_review_outcome_{};
+  std::array<prometheus::Counter*, 6> by_pod_outcome_{};
+  prometheus::Counter* mutations_;
+  prometheus::Counter* denials_;
+  prometheus::Histogram* latency_;
+};
+
+}  // namespace kvgpu::webhook

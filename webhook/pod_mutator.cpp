@@ -1,0 +1,334 @@
+#include "webhook/pod_mutator.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "webhook/json_patch.h"
+
+namespace kvgpu::webhook {
+namespace {
+
+using nlohmann::json;
+
+const json kNull;
+
+// Field access that tolerates absent and null the way the API server does ("omitempty").
+const json& Field(const json& object, const char* key) {
+  if (!object.is_object()) return kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+
+bool AbsentOrNull(const json& value) {
+  return value.is_null();
+}
+
+// Extended resources are whole numbers; "0" in any spelling asks for nothing.
+bool IsZeroQuantity(const json& quantity) {
+  if (quantity.is_number()) return quantity == 0;
+  if (!quantity.is_string()) return false;
+  const auto& text = quantity.get_ref<const std::string&>();
+  bool saw_digit = false;
+  for (char c : text) {
+    if (c == '+' || c == '-' || c == '.') continue;
+    if (c >= '0' && c <= '9') {
+      if (c != '0') return false;
+      saw_digit = true;
+      continue;
+    }
+    break;  // the suffix (m, k, Ki, ...) does not change zero
+  }
+  return saw_digit;
+}
+
+struct ContainerRef {
+  const char* list;  // "containers" or "initContainers"
+  size_t index;
+  const json* container;
+};
+
+struct PodView {
+  const json* metadata = &kNull;
+  const json* annotations = &kNull;
+  const json* spec = &kNull;
+  const json* containers = &kNull;
+  const json* init_containers = &kNull;
+  const json* volumes = &kNull;
+};
+
+Expected<PodView> View(const json& pod) {
+  PodView view;
+  if (!pod.is_object()) return Error{"request.object must be a Pod object"};
+  view.metadata = &Field(pod, "metadata");
+  if (!view.metadata->is_object() && !AbsentOrNull(*view.metadata))
+    return Error{"request.object.metadata must be an object"};
+  view.annotations = &Field(*view.metadata, "annotations");
+  if (!view.annotations->is_object() && !AbsentOrNull(*view.annotations))
+    return Error{"request.object.metadata.annotations must be an object"};
+  view.spec = &Field(pod, "spec");
+  if (!view.spec->is_object()) return Error{"request.object.spec must be an object"};
+  view.containers = &Field(*view.spec, "containers");
+  if (!view.containers->is_array()) return Error{"request.object.spec.containers must be a list"};
+  view.init_containers = &Field(*view.spec, "initContainers");
+  if (!view.init_containers->is_array() && !AbsentOrNull(*view.init_containers))
+    return Error{"request.object.spec.initContainers must be a list"};
+  view.volumes = &Field(*view.spec, "volumes");
+  if (!view.volumes->is_array() && !AbsentOrNull(*view.volumes))
+    return Error{"request.object.spec.volumes must be a list"};
+  return view;
+}
+
+// The first vGPU resource a container asks for, or "" if none. Errors on malformed containers.
+Expected<std::string> VgpuRequest(const json& container, const std::string& where,
+                                  const Config& config) {
+  if (!container.is_object() || !Field(container, "name").is_string())
+    return Error{where + " must be an object with a name"};
+  const json& resources = Field(container, "resources");
+  if (!resources.is_object() && !AbsentOrNull(resources))
+    return Error{where + ".resources must be an object"};
+  for (const char* kind : {"limits", "requests"}) {
+    const json& list = Field(resources, kind);
+    if (AbsentOrNull(list)) continue;
+    if (!list.is_object()) return Error{where + ".resources." + kind + " must be an object"};
+    for (const auto& [name, quantity] : list.items()) {
+      for (const auto& prefix : config.resource_prefixes) {
+        if (name.starts_with(prefix) && !IsZeroQuantity(quantity)) return name;
+      }
+    }
+  }
+  return std::string();
+}
+
+std::string UniqueName(const std::string& base, std::set<std::string>& taken) {
+  std::string name = base;
+  for (int suffix = 2; taken.contains(name); ++suffix) name = base + "-" + std::to_string(suffix);
+  taken.insert(name);
+  return name;
+}
+
+// Names every entry of a list of named objects (containers, volumes, env vars, mounts by path).
+Expected<std::set<std::string>> Keys(const json& list, const char* key, const std::string& where) {
+  std::set<std::string> out;
+  if (AbsentOrNull(list)) return out;
+  if (!list.is_array()) return Error{where + " must be a list"};
+  for (const auto& item : list) {
+    const json& value = Field(item, key);
+    if (!value.is_string()) return Error{where + " entries must have a string " + key};
+    out.insert(value.get<std::string>());
+  }
+  return out;
+}
+
+// Appends `items` to the list at `path`, creating the list when the pod has none.
+void AppendAll(PatchBuilder& patch, const std::string& path, const json& existing,
+               const json& items) {
+  if (items.empty()) return;
+  if (AbsentOrNull(existing)) {
+    patch.Add(path, items);
+    return;
+  }
+  for (const auto& item : items) patch.Add(path + "/-", item);
+}
+
+json RenameMounts(json mounts, const std::map<std::string, std::string>& volume_names) {
+  for (auto& mount : mounts) mount["name"] = volume_names.at(mount["name"].get<std::string>());
+  return mounts;
+}
+
+std::string Quote(const std::string& text) {
+  return "\"" + text + "\"";
+}
+
+}  // namespace
+
+const char* PodOutcomeName(PodOutcome outcome) {
+  switch (outcome) {
+    case PodOutcome::kNoVgpu:
+      return "no_vgpu";
+    case PodOutcome::kExcludedNamespace:
+      return "excluded_namespace";
+    case PodOutcome::kOptedOut:
+      return "opted_out";
+    case PodOutcome::kAlreadyInjected:
+      return "already_injected";
+    case PodOutcome::kMutated:
+      return "mutated";
+    case PodOutcome::kDenied:
+      return "denied";
+  }
+  return "unknown";
+}
+
+Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
+                                const Config& config) {
+  auto view_or = View(pod);
+  if (!view_or.ok()) return Error{view_or.error()};
+  const PodView& view = view_or.value();
+  PodDecision decision;
+
+  const auto& excluded = config.excluded_namespaces;
+  if (std::find(excluded.begin(), excluded.end(), namespace_name) != excluded.end()) {
+    decision.outcome = PodOutcome::kExcludedNamespace;
+    return decision;
+  }
+
+  std::vector<ContainerRef> vgpu_containers;
+  std::string first_resource, first_container;
+  for (const char* list : {"containers", "initContainers"}) {
+    const json& containers =
+        list == std::string_view("containers") ? *view.containers : *view.init_containers;
+    if (AbsentOrNull(containers)) continue;
+    for (size_t i = 0; i < containers.size(); ++i) {
+      auto resource = VgpuRequest(
+          containers[i], "spec." + std::string(list) + "[" + std::to_string(i) + "]", config);
+      if (!resource.ok()) return Error{resource.error()};
+      if (resource->empty()) continue;
+      if (first_resource.empty()) {
+        first_resource = resource.value();
+        first_container = containers[i]["name"].get<std::string>();
+      }
+      vgpu_containers.push_back({list, i, &containers[i]});
+    }
+  }
+  if (vgpu_containers.empty()) return decision;
+
+  // Invariant: a pod outside Kata never gets privileged injected containers.
+  const json& runtime_class = Field(*view.spec, "runtimeClassName");
+  if (!runtime_class.is_string() && !AbsentOrNull(runtime_class))
+    return Error{"request.object.spec.runtimeClassName must be a string"};
+  std::string runtime = runtime_class.is_string() ? runtime_class.get<std::string>() : "";
+  const auto& kata = config.runtime_class_names;
+  bool set_runtime_class = false;
+  if (std::find(kata.begin(), kata.end(), runtime) == kata.end()) {
+    if (config.non_kata_policy == NonKataPolicy::kSetRuntimeClass && runtime.empty()) {
+      set_runtime_class = true;
+    } else {
+      decision.outcome = PodOutcome::kDenied;
+      decision.allowed = false;
+      decision.message =
+          "container " + Quote(first_container) + " asks for vGPU resource " +
+          Quote(first_resource) + ", but vGPUs are only given to pods running in a Kata VM and " +
+          (runtime.empty() ? std::string("this pod sets no runtimeClassName")
+                           : "this pod's runtimeClassName is " + Quote(runtime)) +
+          ": add `runtimeClassName: " + config.runtime_class_to_set + "` to the pod spec";
+      return decision;
+    }
+  }
+
+  auto annotation = [&](const std::string& key) -> const json& {
+    return Field(*view.annotations, key.c_str());
+  };
+  if (annotation(config.opt_out_annotation) == "false") {
+    decision.outcome = PodOutcome::kOptedOut;
+    return decision;
+  }
+  if (!AbsentOrNull(annotation(config.marker_annotation))) {
+    decision.outcome = PodOutcome::kAlreadyInjected;
+    return decision;
+  }
+
+  // Names the pod already uses; injected ones step around them.
+  std::set<std::string> container_names;
+  for (const char* list : {"containers", "initContainers", "ephemeralContainers"}) {
+    auto names = Keys(Field(*view.spec, list), "name", std::string("spec.") + list);
+    if (!names.ok()) return Error{names.error()};
+    container_names.merge(names.value());
+  }
+  auto volume_names_or = Keys(*view.volumes, "name", "spec.volumes");
+  if (!volume_names_or.ok()) return Error{volume_names_or.error()};
+  std::set<std::string> taken_volumes = std::move(volume_names_or.value());
+  std::map<std::string, std::string> volume_name;  // config name -> name in this pod
+  json volumes = json::array();
+  for (const auto& volume : config.volumes) {
+    volume_name[volume.name] = UniqueName(volume.name, taken_volumes);
+    json object = volume.object;
+    object["name"] = volume_name[volume.name];
+    volumes.push_back(std::move(object));
+  }
+
+  PatchBuilder patch;
+  const std::string marker_path =
+      "/metadata/annotations/" + EscapePointerToken(config.marker_annotation);
+  if (AbsentOrNull(*view.metadata)) {
+    patch.Add("/metadata", {{"annotations", {{config.marker_annotation, "true"}}}});
+  } else if (AbsentOrNull(*view.annotations)) {
+    patch.Add("/metadata/annotations", {{config.marker_annotation, "true"}});
+  } else {
+    patch.Add(marker_path, "true");
+  }
+  if (set_runtime_class) {
+    patch.Add("/spec/runtimeClassName", config.runtime_class_to_set);
+    decision.warnings.push_back("kata-vgpu: set runtimeClassName to " +
+                                config.runtime_class_to_set + " because the pod asks for a vGPU");
+  }
+  AppendAll(patch, "/spec/volumes", *view.volumes, volumes);
+
+  // Mounts and environment for each vGPU container, before any insertion shifts indexes.
+  const json workload_mounts = RenameMounts(config.workload_mounts, volume_name);
+  for (const auto& ref : vgpu_containers) {
+    const std::string where =
+        std::string("spec.") + ref.list + "[" + std::to_string(ref.index) + "]";
+    const std::string path = std::string("/spec/") + ref.list + "/" + std::to_string(ref.index);
+    const json& mounts = Field(*ref.container, "volumeMounts");
+    auto paths = Keys(mounts, "mountPath", where + ".volumeMounts");
+    if (!paths.ok()) return Error{paths.error()};
+    json add_mounts = json::array();
+    for (const auto& mount : workload_mounts) {
+      if (!paths->contains(mount["mountPath"].get<std::string>())) add_mounts.push_back(mount);
+    }
+    AppendAll(patch, path + "/volumeMounts", mounts, add_mounts);
+
+    const json& env = Field(*ref.container, "env");
+    auto names = Keys(env, "name", where + ".env");
+    if (!names.ok()) return Error{names.error()};
+    json add_env = json::array();
+    for (const auto& var : config.workload_env) {
+      if (!names->contains(var["name"].get<std::string>())) add_env.push_back(var);
+    }
+    AppendAll(patch, path + "/env", env, add_env);
+  }
+
+  json driver = config.driver_init.object;
+  driver["name"] = UniqueName(config.driver_init.name, container_names);
+  if (driver.contains("volumeMounts"))
+    driver["volumeMounts"] = RenameMounts(driver["volumeMounts"], volume_name);
+  json gridd = config.gridd.object;
+  gridd["name"] = UniqueName(config.gridd.name, container_names);
+  if (gridd.contains("volumeMounts"))
+    gridd["volumeMounts"] = RenameMounts(gridd["volumeMounts"], volume_name);
+
+  // The driver must be loaded before anything, including user init containers that use the GPU.
+  json front = json::array({driver});
+  if (config.sidecar_mode == SidecarMode::kNative) {
+    gridd["restartPolicy"] = "Always";
+    front.push_back(gridd);
+  }
+  if (AbsentOrNull(*view.init_containers)) {
+    patch.Add("/spec/initContainers", front);
+  } else {
+    for (size_t i = 0; i < front.size(); ++i)
+      patch.Add("/spec/initContainers/" + std::to_string(i), front[i]);
+  }
+  if (config.sidecar_mode == SidecarMode::kClassic) {
+    patch.Add("/spec/containers/-", gridd);
+    bool init_uses_vgpu = std::any_of(
+        vgpu_containers.begin(), vgpu_containers.end(),
+        [](const ContainerRef& ref) { return ref.list == std::string_view("initContainers"); });
+    if (init_uses_vgpu)
+      decision.warnings.push_back(
+          "kata-vgpu: classic sidecar mode: init containers run before nvidia-gridd and so "
+          "without a vGPU licence");
+    const json& restart = Field(*view.spec, "restartPolicy");
+    if (restart.is_string() && restart != "Always")
+      decision.warnings.push_back(
+          "kata-vgpu: classic sidecar mode: the nvidia-gridd container keeps running, so this "
+          "pod will not complete on its own");
+  }
+
+  decision.outcome = PodOutcome::kMutated;
+  decision.patch = patch.operations();
+  return decision;
+}
+
+}  // namespace kvgpu::webhook

@@ -1,0 +1,40 @@
+// The decision for one Pod CREATE: leave it alone, deny it, or the JSON Patch that makes its
+// vGPU work inside Kata. Pure: no I/O, no clock, so every pod shape can be tested as a table.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "webhook/config.h"
+#include "webhook/expected.h"
+
+namespace kvgpu::webhook {
+
+// Why a pod was let through unchanged, was denied, or was mutated (a metrics label each).
+enum class PodOutcome {
+  kNoVgpu,  // no container asks for a configured vGPU resource
+  kExcludedNamespace,
+  kOptedOut,
+  kAlreadyInjected,  // marker annotation present: re-invocation or repeated admission
+  kMutated,
+  kDenied,
+};
+const char* PodOutcomeName(PodOutcome outcome);
+
+struct PodDecision {
+  PodOutcome outcome = PodOutcome::kNoVgpu;
+  bool allowed = true;
+  std::string message;                // why it was denied
+  nlohmann::json patch;               // JSON Patch operations (array) when mutated
+  std::vector<std::string> warnings;  // shown to the pod author by kubectl
+};
+
+// `pod` is request.object; `namespace_name` is request.namespace (the object's own
+// metadata.namespace may be empty on CREATE). An error means the object is not a well-formed
+// Pod; the message names the offending field.
+Expected<PodDecision> DecidePod(const nlohmann::json& pod, std::string_view namespace_name,
+                                const Config& config);
+
+}  // namespace kvgpu::webhook

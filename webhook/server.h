@@ -1,0 +1,62 @@
+// The HTTPS server around HandleReview: POST /mutate, GET /healthz, /readyz, /metrics; a second
+// plain-HTTP listener for Prometheus on --metrics-addr; a watcher that reloads the TLS pair and
+// the config when their files change. Built on Debian's cpp-httplib (one thread per connection
+// from a fixed pool) with OpenSSL configured by webhook/tls.h.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "webhook/config.h"
+#include "webhook/expected.h"
+
+namespace kvgpu::webhook {
+
+struct HostPort {
+  std::string host;  // "" means every IPv4 address
+  int port = 0;
+};
+// "HOST:PORT", ":PORT" or "[v6]:PORT". Port 0 asks for any free port (tests).
+Expected<HostPort> ParseHostPort(const std::string& text);
+
+struct ServerOptions {
+  std::string listen = ":8443";
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string client_ca_file;  // empty: no client certificate asked for
+  std::string config_file;     // empty: built-in defaults
+  std::string metrics_addr;    // empty: metrics only on the TLS port
+  std::chrono::milliseconds reload_interval{1000};
+  // Each open connection holds one thread while it lives (httplib's model); the API server
+  // keeps few, a benchmark many. Idle connections are closed after `idle_timeout`.
+  size_t worker_threads = 96;
+  std::chrono::seconds idle_timeout{60};
+};
+
+class Server {
+ public:
+  // Loads the TLS pair and config and binds both listeners; any failure is returned, nothing
+  // is left running.
+  static Expected<std::unique_ptr<Server>> Create(const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const;
+  int metrics_port() const;  // 0 when there is no metrics listener
+  // Serves until Stop() (from another thread or a signal handler's helper thread).
+  void Run();
+  void Stop();
+  // The config in force (reloads replace it atomically for new requests).
+  std::shared_ptr<const Config> config() const;
+  // Checks the watched files once now instead of waiting for the next tick (tests).
+  void ReloadNow();
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvgpu::webhook
