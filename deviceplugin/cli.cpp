@@ -1,0 +1,78 @@
+#include "deviceplugin/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <vector>
+
+#include "deviceplugin/config.h"
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+bool ValidHostPort(const std::string& text) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 == text.size()) return false;
+  std::string port = text.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  return std::stoi(port) <= 65535;
+}
+
+}  // namespace
+
+ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostream& out,
+                                   std::ostream& err) {
+  ParsedCommandLine parsed;
+  CommandLine& args = parsed.args;
+  if (const char* env = std::getenv("NODE_NAME")) args.node_name = env;
+
+  CLI::App app{
+      "kvgpu-device-plugin: offers the node's NVIDIA vGPU types to kubelet as extended resources\n"
+      "(device plugin API v1beta1) and creates a vGPU (mdev or vendor-VFIO) for every device\n"
+      "kubelet allocates.",
+      "kvgpu-device-plugin"};
+  app.get_formatter()->column_width(30);
+  std::string sysfs_root = args.sysfs_root;
+  std::string kubelet_dir = args.kubelet_dir;
+  std::string state_dir = args.state_dir;
+  std::string config_file;
+  app.add_option("--sysfs-root", sysfs_root,
+                 "directory under which sys/ is read and written (a test tree or /)")
+      ->capture_default_str();
+  app.add_option("--kubelet-dir", kubelet_dir,
+                 "kubelet's root: device-plugins/ (kubelet.sock, our sockets) and pod-resources/ "
+                 "live under it")
+      ->capture_default_str();
+  app.add_option("--state-dir", state_dir,
+                 "where the record of vGPUs this plugin created is kept "
+                 "(device-plugin-state.json)")
+      ->capture_default_str();
+  app.add_option("--node-name", args.node_name, "this node's name (default: $NODE_NAME)");
+  app.add_option("--config", config_file, "YAML config file, keys below (optional)");
+  app.add_option("--metrics-addr", args.metrics_addr,
+                 "HOST:PORT to serve Prometheus metrics on /metrics (default: none)");
+  app.footer(ConfigKeysHelp());
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    parsed.exit_code = app.exit(e, out, err);
+    return parsed;
+  }
+  if (!args.metrics_addr.empty() && !ValidHostPort(args.metrics_addr)) {
+    err << "--metrics-addr \"" << args.metrics_addr << "\" is not HOST:PORT (e.g. 0.0.0.0:9402)\n";
+    parsed.exit_code = 2;
+    return parsed;
+  }
+  if (sysfs_root.empty() || kubelet_dir.empty() || state_dir.empty()) {
+    err << "--sysfs-root, --kubelet-dir and --state-dir must not be empty\n";
+    parsed.exit_code = 2;
+    return parsed;
+  }
+  args.sysfs_root = sysfs_root;
+  args.kubelet_dir = kubelet_dir;
+  args.state_dir = state_dir;
+  if (!config_file.empty()) args.config_file = config_file;
+  return parsed;
+}
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,33 @@
+// The command line: a contract the tests, the DaemonSet and operators rely on.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <ostream>
+#include <string>
+
+namespace kvgpu::deviceplugin {
+
+struct CommandLine {
+  std::filesystem::path sysfs_root = "/";
+  std::filesystem::path kubelet_dir = "/var/lib/kubelet";
+  std::filesystem::path state_dir = "/var/lib/kata-vgpu";
+  std::string node_name;  // default: $NODE_NAME
+  std::optional<std::filesystem::path> config_file;
+  std::string metrics_addr;  // HOST:PORT; empty: no metrics endpoint
+
+  std::filesystem::path DevicePluginDir() const { return kubelet_dir / "device-plugins"; }
+  std::filesystem::path KubeletSocket() const { return DevicePluginDir() / "kubelet.sock"; }
+};
+
+struct ParsedCommandLine {
+  CommandLine args;
+  // Set when the program should end now (after --help: 0; after a usage error: non-zero).
+  std::optional<int> exit_code;
+};
+
+// Prints help or usage errors to `out` / `err`.
+ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostream& out,
+                                   std::ostream& err);
+
+}  // namespace kvgpu::deviceplugin

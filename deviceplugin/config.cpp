@@ -1,0 +1,280 @@
+#include "deviceplugin/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+using mdev::ErrorCode;
+
+Status Invalid(const std::string& message) {
+  return Status::Error(ErrorCode::kInvalid, message);
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+Result<std::string> Scalar(const YAML::Node& node, const std::string& key) {
+  if (!node.IsScalar()) return Invalid("config key " + key + ": expected a single value");
+  return node.as<std::string>();
+}
+
+Result<bool> Bool(const YAML::Node& node, const std::string& key) {
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+    return Invalid("config key " + key + ": expected true or false");
+  }
+  return value;
+}
+
+Result<std::vector<std::string>> StringList(const YAML::Node& node, const std::string& key) {
+  if (!node.IsSequence()) return Invalid("config key " + key + ": expected a list");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < node.size(); ++i) {
+    Result<std::string> item = Scalar(node[i], key + "[" + std::to_string(i) + "]");
+    if (!item.ok()) return item.status();
+    out.push_back(*item);
+  }
+  return out;
+}
+
+Status CheckKeys(const YAML::Node& map, const std::string& where,
+                 const std::set<std::string>& known) {
+  for (const auto& entry : map) {
+    std::string key = entry.first.as<std::string>();
+    if (!known.contains(key)) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      return Invalid("unknown config key " + where + key + " (known here: " + list + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<PinRule> ParsePin(const YAML::Node& node, size_t index) {
+  std::string where = "pinning[" + std::to_string(index) + "]";
+  if (!node.IsMap()) return Invalid("config key " + where + ": expected a map");
+  Status keys = CheckKeys(node, where + ".", {"pciAddress", "model", "all", "type"});
+  if (!keys.ok()) return keys;
+  PinRule rule;
+  int selectors = 0;
+  if (node["pciAddress"]) {
+    Result<std::string> v = Scalar(node["pciAddress"], where + ".pciAddress");
+    if (!v.ok()) return v.status();
+    rule.pci_address = *v;
+    ++selectors;
+  }
+  if (node["model"]) {
+    Result<std::string> v = Scalar(node["model"], where + ".model");
+    if (!v.ok()) return v.status();
+    rule.model = *v;
+    ++selectors;
+  }
+  if (node["all"]) {
+    Result<bool> v = Bool(node["all"], where + ".all");
+    if (!v.ok()) return v.status();
+    rule.all = *v;
+    if (rule.all) ++selectors;
+  }
+  if (selectors != 1) {
+    return Invalid("config key " + where + ": give exactly one of pciAddress, model, all: true");
+  }
+  if (!node["type"]) return Invalid("config key " + where + ".type is missing");
+  Result<std::string> type = Scalar(node["type"], where + ".type");
+  if (!type.ok()) return type.status();
+  if (type->empty()) return Invalid("config key " + where + ".type is empty");
+  rule.type_id = *type;
+  return rule;
+}
+
+Status Apply(const YAML::Node& root, Config& config) {
+  Status keys = CheckKeys(root, "",
+                          {"resourceDomain", "namingStyle", "allowedTypes", "pinning",
+                           "spreadAcrossGPUs", "cdi", "rescanInterval", "udevEvents", "logLevel"});
+  if (!keys.ok()) return keys;
+  if (root["resourceDomain"]) {
+    Result<std::string> v = Scalar(root["resourceDomain"], "resourceDomain");
+    if (!v.ok()) return v.status();
+    Status valid = ValidateDomain(*v);
+    if (!valid.ok()) return Invalid("config key resourceDomain: " + valid.message());
+    config.naming.domain = *v;
+  }
+  if (root["namingStyle"]) {
+    Result<std::string> v = Scalar(root["namingStyle"], "namingStyle");
+    if (!v.ok()) return v.status();
+    Result<NamingStyle> style = ParseNamingStyle(*v);
+    if (!style.ok()) return Invalid("config key namingStyle: " + style.status().message());
+    config.naming.style = *style;
+  }
+  if (root["allowedTypes"]) {
+    Result<std::vector<std::string>> v = StringList(root["allowedTypes"], "allowedTypes");
+    if (!v.ok()) return v.status();
+    config.allowed_types = *v;
+  }
+  if (root["pinning"]) {
+    if (!root["pinning"].IsSequence()) return Invalid("config key pinning: expected a list");
+    for (size_t i = 0; i < root["pinning"].size(); ++i) {
+      Result<PinRule> rule = ParsePin(root["pinning"][i], i);
+      if (!rule.ok()) return rule.status();
+      config.pinning.push_back(*rule);
+    }
+  }
+  if (root["spreadAcrossGPUs"]) {
+    Result<bool> v = Bool(root["spreadAcrossGPUs"], "spreadAcrossGPUs");
+    if (!v.ok()) return v.status();
+    config.spread_across_gpus = *v;
+  }
+  if (root["cdi"]) {
+    const YAML::Node& cdi = root["cdi"];
+    if (!cdi.IsMap()) return Invalid("config key cdi: expected a map");
+    Status cdi_keys = CheckKeys(cdi, "cdi.", {"enabled", "dir"});
+    if (!cdi_keys.ok()) return cdi_keys;
+    if (cdi["enabled"]) {
+      Result<bool> v = Bool(cdi["enabled"], "cdi.enabled");
+      if (!v.ok()) return v.status();
+      config.cdi_enabled = *v;
+    }
+    if (cdi["dir"]) {
+      Result<std::string> v = Scalar(cdi["dir"], "cdi.dir");
+      if (!v.ok()) return v.status();
+      if (v->empty() || (*v)[0] != '/') return Invalid("config key cdi.dir: must be absolute");
+      config.cdi_dir = *v;
+    }
+  }
+  if (root["rescanInterval"]) {
+    Result<std::string> v = Scalar(root["rescanInterval"], "rescanInterval");
+    if (!v.ok()) return v.status();
+    Result<std::chrono::milliseconds> d = ParseDuration(*v);
+    if (!d.ok()) return Invalid("config key rescanInterval: " + d.status().message());
+    if (d->count() < 10) return Invalid("config key rescanInterval: must be at least 10ms");
+    config.rescan_interval = *d;
+  }
+  if (root["udevEvents"]) {
+    Result<bool> v = Bool(root["udevEvents"], "udevEvents");
+    if (!v.ok()) return v.status();
+    config.udev_events = *v;
+  }
+  if (root["logLevel"]) {
+    Result<std::string> v = Scalar(root["logLevel"], "logLevel");
+    if (!v.ok()) return v.status();
+    static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warn",
+                                                  "error", "critical", "off"};
+    if (!kLevels.contains(*v)) {
+      return Invalid("config key logLevel: \"" + *v +
+                     "\" is not one of trace, debug, info, warn, error, critical, off");
+    }
+    config.log_level = *v;
+  }
+  // A pinned type that the allow-list hides could never be offered: say so now.
+  if (!config.allowed_types.empty()) {
+    for (const PinRule& rule : config.pinning) {
+      if (std::find(config.allowed_types.begin(), config.allowed_types.end(), rule.type_id) ==
+          config.allowed_types.end()) {
+        return Invalid("config: pinned type " + rule.type_id + " is not in allowedTypes");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string_view unit = text.substr(digits);
+  if (digits == 0 || digits > 9) {
+    return Invalid("duration \"" + std::string(text) + "\" must be a number with ms, s or m");
+  }
+  int64_t n = std::stoll(std::string(text.substr(0, digits)));
+  if (unit == "ms") return std::chrono::milliseconds(n);
+  if (unit == "s") return std::chrono::milliseconds(n * 1000);
+  if (unit == "m") return std::chrono::milliseconds(n * 60000);
+  return Invalid("duration \"" + std::string(text) + "\" must end in ms, s or m");
+}
+
+Result<Config> ParseConfig(std::string_view yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return Invalid(std::string("config is not valid YAML: ") + e.what());
+  }
+  Config config;
+  if (root.IsNull()) return config;  // an empty file means all defaults
+  if (!root.IsMap()) return Invalid("config must be a YAML map of keys");
+  try {
+    Status status = Apply(root, config);
+    if (!status.ok()) return status;
+  } catch (const YAML::Exception& e) {
+    return Invalid(std::string("config: ") + e.what());
+  }
+  return config;
+}
+
+Result<Config> LoadConfigFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return Status::Error(ErrorCode::kGone, "cannot read config file " + path.string());
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  Result<Config> config = ParseConfig(buffer.str());
+  if (!config.ok()) {
+    return Status::Error(config.status().code(), path.string() + ": " + config.status().message());
+  }
+  return config;
+}
+
+const PinRule* FindPin(const Config& config, const std::string& physical_gpu,
+                       const std::vector<std::string>& models) {
+  for (const PinRule& rule : config.pinning) {
+    if (rule.pci_address && EqualsIgnoreCase(*rule.pci_address, physical_gpu)) return &rule;
+  }
+  for (const PinRule& rule : config.pinning) {
+    if (!rule.model) continue;
+    for (const std::string& model : models) {
+      if (EqualsIgnoreCase(*rule.model, model)) return &rule;
+    }
+  }
+  for (const PinRule& rule : config.pinning) {
+    if (rule.all) return &rule;
+  }
+  return nullptr;
+}
+
+const char* ConfigKeysHelp() {
+  return R"(Config file (--config, YAML; every key optional):
+  resourceDomain: tencent.com   domain of the resource names (a DNS subdomain, not kubernetes.io)
+  namingStyle: type             type:    <domain>/vgpu-<N> for nvidia-<N> and vendor-VFIO id <N>,
+                                         <domain>/vgpu-<type-id> for other drivers (vgpu-mtty-2)
+                                profile: <domain>/vgpu-<profile> for NVIDIA types (vgpu-t4-1q),
+                                         the type style for others
+  allowedTypes: [nvidia-222]    offer only these type ids (default: all the node shows)
+  pinning:                      static mode: a matching GPU offers only the given type
+    - pciAddress: 0000:3b:00.0  the GPU's PCI address (the PF for SR-IOV GPUs)
+      type: nvidia-222
+    - model: T4                 GPU name from the type names (T4, A100D) or PCI device id (0x1eb8)
+      type: nvidia-223
+    - all: true                 every other GPU
+      type: nvidia-224
+  spreadAcrossGPUs: false       preferred allocation puts a multi-vGPU request on distinct GPUs
+  cdi:
+    enabled: false              also answer CDI device names <resource>=<deviceID> and write
+                                their specs
+    dir: /var/run/cdi           where CDI specs are written
+  rescanInterval: 5s            sysfs rescan period for health and capacity (ms, s, m)
+  udevEvents: true              rescan at once on kernel device events (mdev, pci)
+  logLevel: info                trace, debug, info, warn, error, critical, off
+)";
+}
+
+}  // namespace kvgpu::deviceplugin

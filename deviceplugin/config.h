@@ -1,0 +1,54 @@
+// The optional YAML config file (--config). Every key is documented in ConfigKeysHelp(), which
+// --help prints.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "deviceplugin/resource_naming.h"
+#include "mdev/status.h"
+
+namespace kvgpu::deviceplugin {
+
+// Static mode: a GPU matching the rule offers only `type`.
+struct PinRule {
+  std::optional<std::string> pci_address;  // the GPU (or its PF for SR-IOV): "0000:3b:00.0"
+  std::optional<std::string> model;        // "T4" (from the type names) or a PCI device id "0x1eb8"
+  bool all = false;
+  std::string type_id;  // "nvidia-222"
+
+  bool operator==(const PinRule&) const = default;
+};
+
+struct Config {
+  NamingOptions naming;
+  std::vector<std::string> allowed_types;  // empty: every type the node shows
+  std::vector<PinRule> pinning;            // first match wins, by address, then model, then all
+  bool spread_across_gpus = false;         // multi-vGPU requests: distinct physical GPUs first
+  bool cdi_enabled = false;
+  std::filesystem::path cdi_dir = "/var/run/cdi";
+  std::chrono::milliseconds rescan_interval{5000};
+  bool udev_events = true;
+  std::string log_level = "info";
+};
+
+// Parses YAML text. Unknown keys, wrong types and contradictions are errors naming the key; the
+// caller keeps its defaults then (bad input changes nothing).
+Result<Config> ParseConfig(std::string_view yaml_text);
+Result<Config> LoadConfigFile(const std::filesystem::path& path);
+
+// "500ms", "5s", "2m" -> duration.
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
+
+// The text --help shows for the config file.
+const char* ConfigKeysHelp();
+
+// The rule that applies to a GPU, if any.
+const PinRule* FindPin(const Config& config, const std::string& physical_gpu,
+                       const std::vector<std::string>& models);
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,221 @@
+#include "deviceplugin/daemon.h"
+
+#include <spdlog/spdlog.h>
+
+namespace kvgpu::deviceplugin {
+
+using Clock = std::chrono::steady_clock;
+using mdev::ErrorCode;
+
+Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
+
+Daemon::~Daemon() {
+  Stop();
+}
+
+mdev::Status Daemon::Start() {
+  const CommandLine& args = options_.args;
+  // open state
+  StateStore* store = options_.store;
+  if (store == nullptr) {
+    own_store_ = std::make_unique<JsonFileStateStore>(args.state_dir);
+    store = own_store_.get();
+  }
+  // discover
+  mdev::SysfsIo* io = options_.io;
+  if (io == nullptr) {
+    own_io_ = std::make_unique<mdev::PosixSysfsIo>();
+    io = own_io_.get();
+  }
+  node_ = std::make_unique<mdev::Node>(args.sysfs_root, *io);
+  HolderOracle* holders = options_.holders != nullptr ? options_.holders : &unknown_holders_;
+  manager_ =
+      std::make_unique<ResourceManager>(*node_, options_.config, *store, *holders, &metrics_);
+  mdev::Status started = manager_->Start();
+  if (!started.ok()) return started;
+  for (const std::string& resource : manager_->Resources()) {
+    spdlog::info("resource offered name={} devices={}", resource,
+                 manager_->Devices(resource).size());
+  }
+  // metrics
+  if (!args.metrics_addr.empty()) {
+    mdev::Status served = metrics_.Serve(args.metrics_addr);
+    if (!served.ok()) return served;
+    spdlog::info("metrics on http://{}/metrics", args.metrics_addr);
+  }
+  // serve
+  std::error_code ec;
+  std::filesystem::create_directories(args.DevicePluginDir(), ec);
+  if (ec) {
+    return mdev::Status::Error(
+        ErrorCode::kIo, "cannot create " + args.DevicePluginDir().string() + ": " + ec.message());
+  }
+  mdev::Status watching = watcher_.Start(args.DevicePluginDir());
+  if (!watching.ok()) return watching;
+  manager_->SetChangeListener([this] {
+    std::lock_guard lock(servers_mutex_);
+    for (auto& [resource, server] : servers_) server->Notify();
+  });
+  manager_->SetRefreshRequester([this] { RequestRefresh(); });
+  EnsureServers();
+  // watch: kernel events make rescans immediate; periodic rescans catch everything else.
+  if (options_.config.udev_events) {
+    udev_ = std::make_unique<mdev::UdevMonitor>(
+        mdev::UdevMonitorOptions{}, [this](const mdev::DeviceEvent& event) {
+          spdlog::debug("udev {} {} {}", event.action, event.subsystem, event.sysname);
+          RequestRefresh();
+        });
+    mdev::Status udev = udev_->Start();
+    if (!udev.ok()) {
+      spdlog::warn("no kernel device events ({}); relying on rescans every {} ms", udev.ToString(),
+                   options_.config.rescan_interval.count());
+      udev_.reset();
+    }
+  }
+  next_retry_ = Clock::now();
+  thread_ = std::thread([this] { Loop(); });
+  return mdev::Status::Ok();
+}
+
+void Daemon::Stop() {
+  if (stop_.exchange(true)) return;
+  if (udev_) udev_->Stop();
+  watcher_.Wake();
+  if (thread_.joinable()) thread_.join();
+  if (manager_) {
+    manager_->SetChangeListener(nullptr);
+    manager_->SetRefreshRequester(nullptr);
+  }
+  std::lock_guard lock(servers_mutex_);
+  for (auto& [resource, server] : servers_) server->Stop();
+  servers_.clear();
+  spdlog::info("stopped");
+}
+
+std::set<std::string> Daemon::Registered() const {
+  std::lock_guard lock(servers_mutex_);
+  std::set<std::string> out;
+  for (const auto& [resource, server] : servers_) {
+    if (!unregistered_.contains(resource)) out.insert(resource);
+  }
+  return out;
+}
+
+void Daemon::RequestRefresh() {
+  refresh_requested_ = true;
+  watcher_.Wake();
+}
+
+void Daemon::EnsureServers() {
+  for (const std::string& resource : manager_->Resources()) {
+    std::lock_guard lock(servers_mutex_);
+    auto& server = servers_[resource];
+    if (!server) {
+      server = std::make_unique<PluginServer>(resource, options_.args.DevicePluginDir(), *manager_);
+    }
+    if (!server->serving()) {
+      mdev::Status served = server->Serve();
+      if (!served.ok()) {
+        spdlog::error("serve failed resource={}: {}", resource, served.ToString());
+        continue;
+      }
+      unregistered_.insert(resource);
+      next_retry_ = Clock::now();
+      backoff_ = std::chrono::milliseconds(0);
+    }
+  }
+}
+
+void Daemon::HandleDirEvents(const std::vector<DirEvent>& events) {
+  bool kubelet_back = false;
+  std::set<std::string> lost;
+  for (const DirEvent& e : events) {
+    if (e.name == kKubeletSocketName) {
+      if (e.created) kubelet_back = true;
+      continue;
+    }
+    if (!e.created) lost.insert(e.name);
+  }
+  if (!kubelet_back && lost.empty()) return;
+  std::lock_guard lock(servers_mutex_);
+  for (auto& [resource, server] : servers_) {
+    bool ours_lost =
+        lost.contains(server->socket_name()) && !std::filesystem::exists(server->socket_path());
+    if (ours_lost || (kubelet_back && !std::filesystem::exists(server->socket_path()))) {
+      spdlog::info("socket removed (kubelet restart?) resource={}; serving again", resource);
+      mdev::Status served = server->Serve();
+      if (!served.ok()) spdlog::error("serve failed resource={}: {}", resource, served.ToString());
+    }
+    if (ours_lost || kubelet_back) unregistered_.insert(resource);
+  }
+  if (kubelet_back) spdlog::info("kubelet.sock created (kubelet started); registering again");
+  next_retry_ = Clock::now();
+  backoff_ = std::chrono::milliseconds(0);
+}
+
+void Daemon::TryRegister() {
+  std::vector<std::pair<std::string, PluginServer*>> pending;
+  {
+    std::lock_guard lock(servers_mutex_);
+    for (const std::string& resource : unregistered_) {
+      auto it = servers_.find(resource);
+      if (it != servers_.end() && it->second->serving())
+        pending.emplace_back(resource, it->second.get());
+    }
+  }
+  bool failed = false;
+  for (auto& [resource, server] : pending) {
+    mdev::Status registered =
+        server->Register(options_.args.KubeletSocket(), options_.register_timeout);
+    metrics_.OnRegistration(resource, registered.ok());
+    if (registered.ok()) {
+      std::lock_guard lock(servers_mutex_);
+      unregistered_.erase(resource);
+      kubelet_missing_logged_ = false;
+      continue;
+    }
+    failed = true;
+    if (!kubelet_missing_logged_) {
+      spdlog::warn("{}; retrying", registered.message());
+      kubelet_missing_logged_ = true;
+    } else {
+      spdlog::debug("{}; retrying", registered.message());
+    }
+  }
+  if (failed) {
+    backoff_ =
+        std::min(options_.retry_max, backoff_.count() == 0 ? options_.retry_initial : backoff_ * 2);
+    next_retry_ = Clock::now() + backoff_;
+  }
+}
+
+void Daemon::Loop() {
+  auto next_rescan = Clock::now() + options_.config.rescan_interval;
+  while (!stop_) {
+    auto now = Clock::now();
+    auto until = next_rescan;
+    {
+      std::lock_guard lock(servers_mutex_);
+      if (!unregistered_.empty()) until = std::min(until, next_retry_);
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+    wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(1000));
+    std::vector<DirEvent> events = watcher_.Wait(wait);
+    if (stop_) break;
+    HandleDirEvents(events);
+    now = Clock::now();
+    if (refresh_requested_.exchange(false) || now >= next_rescan) {
+      (void)manager_->Refresh();
+      EnsureServers();
+      next_rescan = Clock::now() + options_.config.rescan_interval;
+    }
+    bool due = false;
+    {
+      std::lock_guard lock(servers_mutex_);
+      due = !unregistered_.empty() && Clock::now() >= next_retry_;
+    }
+    if (due) TryRegister();
+  }
+}
+
+}  // namespace kvgpu::deviceplugin

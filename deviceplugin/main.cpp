@@ -1,0 +1,49 @@
+// kvgpu-device-plugin: parse the command line, load the config, run the daemon until a signal.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "deviceplugin/cli.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/daemon.h"
+
+int main(int argc, char** argv) {
+  using namespace kvgpu::deviceplugin;
+  ParsedCommandLine parsed = ParseCommandLine(argc, argv, std::cout, std::cerr);
+  if (parsed.exit_code) return *parsed.exit_code;
+
+  Config config;
+  if (parsed.args.config_file) {
+    auto loaded = LoadConfigFile(*parsed.args.config_file);
+    if (!loaded.ok()) {
+      std::cerr << "kvgpu-device-plugin: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    config = *loaded;
+  }
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+  if (parsed.args.node_name.empty()) {
+    spdlog::warn("no --node-name and no $NODE_NAME; pod tracking will need one");
+  }
+
+  // Signals are taken synchronously so that teardown runs on the main thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  Daemon daemon(DaemonOptions{parsed.args, config});
+  auto started = daemon.Start();
+  if (!started.ok()) {
+    spdlog::critical("not started: {}", started.ToString());
+    return 1;
+  }
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("signal {}; stopping", signal_number);
+  daemon.Stop();
+  return 0;
+}

@@ -1,0 +1,71 @@
+// One kubelet device plugin (v1beta1) server per resource, on its own unix socket in kubelet's
+// device-plugins directory. Translates between the wire and the ResourceManager; errors become
+// gRPC statuses only here.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "deviceplugin/resource_manager.h"
+#include "mdev/status.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace kvgpu::deviceplugin {
+
+// Upstream's constants (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/constants.go).
+inline constexpr const char* kApiVersion = "v1beta1";
+inline constexpr const char* kHealthy = "Healthy";
+inline constexpr const char* kUnhealthy = "Unhealthy";
+inline constexpr const char* kKubeletSocketName = "kubelet.sock";
+
+class PluginServer {
+ public:
+  PluginServer(std::string resource, std::filesystem::path plugin_dir, ResourceManager& manager);
+  ~PluginServer();
+  PluginServer(const PluginServer&) = delete;
+  PluginServer& operator=(const PluginServer&) = delete;
+
+  // Serves on <plugin_dir>/<socket> (a stale file is replaced), then checks that the socket
+  // answers by calling GetDevicePluginOptions on it. Serving again first stops the old server.
+  mdev::Status Serve();
+  // Ends ListAndWatch streams, stops the server and removes the socket.
+  void Stop();
+  // Registers with kubelet; fails fast when kubelet is not listening.
+  mdev::Status Register(const std::filesystem::path& kubelet_socket,
+                        std::chrono::milliseconds timeout);
+  // Some device list may have changed: open ListAndWatch streams re-check and push.
+  void Notify();
+
+  const std::string& resource() const { return resource_; }
+  const std::string& socket_name() const { return socket_name_; }
+  std::filesystem::path socket_path() const { return plugin_dir_ / socket_name_; }
+  bool serving() const;
+
+ private:
+  class Service;
+  struct Signal {
+    std::mutex mutex;
+    std::condition_variable cv;
+    uint64_t generation = 0;
+    bool stopping = false;
+  };
+
+  std::string resource_;
+  std::filesystem::path plugin_dir_;
+  std::string socket_name_;
+  ResourceManager& manager_;
+
+  mutable std::mutex mutex_;  // guards the members below
+  std::shared_ptr<Signal> signal_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,658 @@
+#include "deviceplugin/resource_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <tuple>
+
+#include "deviceplugin/cdi.h"
+#include "deviceplugin/resource_naming.h"
+#include "mdev/uuid.h"
+
+namespace kvgpu::deviceplugin {
+
+using mdev::ErrorCode;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Status Invalid(const std::string& message) {
+  return Status::Error(ErrorCode::kInvalid, message);
+}
+
+std::string Join(const std::vector<std::string>& items, const char* sep = ",") {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : sep) + item;
+  return out;
+}
+
+// "tencent.com/vgpu-t4-1q" -> "KVGPU_VGPU_T4_1Q_": per-resource env names, because kubelet
+// merges the env maps of all resources a container asks for.
+std::string EnvPrefix(const std::string& resource) {
+  std::string part = resource.substr(resource.find('/') + 1);
+  std::string out = "KVGPU_";
+  for (char c : part) {
+    out += std::isalnum(static_cast<unsigned char>(c))
+               ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+               : '_';
+  }
+  return out + "_";
+}
+
+int64_t NowUnix() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// What Allocate will do for one device ID, decided before anything changes.
+struct ResourceManager::Plan {
+  Device device;
+  mdev::Flavour flavour = mdev::Flavour::kMdev;
+  std::string physical_gpu;
+  std::optional<std::string> replace_vgpu;  // our earlier vGPU, free to remove and make anew
+};
+
+ResourceManager::ResourceManager(mdev::Node& node, Config config, StateStore& store,
+                                 HolderOracle& holders, ManagerObserver* observer)
+    : node_(node),
+      config_(std::move(config)),
+      store_(store),
+      holders_(holders),
+      observer_(observer) {}
+
+Status ResourceManager::Start() {
+  Status domain = ValidateDomain(config_.naming.domain);
+  if (!domain.ok()) return domain;
+  Result<std::vector<CreatedVgpu>> records = store_.Load();
+  if (!records.ok()) {
+    return Status::Error(records.status().code(),
+                         "cannot read the record of vGPUs this plugin created (" +
+                             records.status().message() +
+                             "); refusing to start rather than mistake them for someone else's");
+  }
+  {
+    std::lock_guard lock(mutex_);
+    records_ = std::move(*records);
+  }
+  spdlog::info("state loaded vgpus={}", records_.size());
+  return Refresh();
+}
+
+void ResourceManager::SetChangeListener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
+void ResourceManager::SetRefreshRequester(std::function<void()> requester) {
+  std::lock_guard lock(mutex_);
+  refresh_requester_ = std::move(requester);
+}
+
+Status ResourceManager::Refresh() {
+  Result<mdev::Inventory> inventory = node_.Scan();
+  if (!inventory.ok()) {
+    spdlog::error("sysfs scan failed: {}", inventory.status().ToString());
+    return inventory.status();
+  }
+  bool changed = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (const std::string& w : inventory->warnings) {
+      if (std::find(inventory_.warnings.begin(), inventory_.warnings.end(), w) ==
+          inventory_.warnings.end()) {
+        spdlog::warn("sysfs: {}", w);
+      }
+    }
+    inventory_ = std::move(*inventory);
+    auto before = views_;
+    Recompute();
+    changed = before != views_;
+  }
+  AfterChange(changed);
+  return Status::Ok();
+}
+
+void ResourceManager::AfterChange(bool changed) {
+  if (!changed) return;
+  std::function<void()> listener;
+  {
+    std::lock_guard lock(mutex_);
+    listener = listener_;
+  }
+  if (listener) listener();
+}
+
+const mdev::Parent* ResourceManager::FindParent(const std::string& name) const {
+  return inventory_.FindParent(name);
+}
+
+bool ResourceManager::Offered(const mdev::Parent& parent, const mdev::VgpuType& type) const {
+  if (!config_.allowed_types.empty() &&
+      std::find(config_.allowed_types.begin(), config_.allowed_types.end(), type.id) ==
+          config_.allowed_types.end()) {
+    return false;
+  }
+  if (config_.pinning.empty()) return true;
+  std::vector<std::string> models;
+  for (const mdev::Parent& p : inventory_.parents) {
+    if (p.physical_gpu != parent.physical_gpu) continue;
+    if (p.device_id) models.push_back(*p.device_id);
+    for (const mdev::VgpuType& t : p.types) {
+      if (t.profile) models.push_back(t.profile->gpu);
+    }
+  }
+  const PinRule* pin = FindPin(config_, parent.physical_gpu, models);
+  if (pin == nullptr && parent.name != parent.physical_gpu) {
+    pin = FindPin(config_, parent.name, models);  // an operator may name the VF itself
+  }
+  return pin == nullptr || pin->type_id == type.id;
+}
+
+void ResourceManager::Recompute() {
+  std::map<std::string, std::vector<Device>> views;
+  std::map<std::string, std::vector<Device>> by_parent;
+  std::set<std::string> existing;
+  for (const mdev::Vgpu& v : inventory_.vgpus) existing.insert(v.id);
+  std::vector<std::string> naming_warnings;
+
+  for (const mdev::Parent& parent : inventory_.parents) {
+    std::vector<Device>& parent_devices = by_parent[parent.name];
+    for (const mdev::VgpuType& type : parent.types) {
+      std::vector<const CreatedVgpu*> ours;
+      for (const CreatedVgpu& r : records_) {
+        if (r.parent == parent.name && r.type_id == type.id) ours.push_back(&r);
+      }
+      if (!Offered(parent, type) && ours.empty()) continue;
+      Result<std::string> resource = ResourceNameFor(config_.naming, type);
+      if (!resource.ok()) {
+        naming_warnings.push_back(resource.status().message());
+        continue;
+      }
+      std::set<uint32_t> used;
+      uint32_t missing = 0;
+      for (const CreatedVgpu* r : ours) {
+        used.insert(r->slot);
+        if (!existing.contains(r->vgpu_id)) ++missing;
+      }
+      uint32_t free = Offered(parent, type) && type.available_instances > missing
+                          ? type.available_instances - missing
+                          : 0;
+      for (uint32_t slot = 0; free > 0; ++slot) {
+        if (used.contains(slot)) continue;
+        DeviceKey key{parent.name, type.id, slot};
+        std::string id = MakeDeviceId(key);
+        if (id.size() > kMaxDeviceIdLength) {
+          naming_warnings.push_back("type " + type.id + " of " + parent.name +
+                                    ": device IDs would exceed 63 characters; not offered");
+          break;
+        }
+        parent_devices.push_back(
+            Device{id, *resource, key, parent.physical_gpu, true, false, false});
+        --free;
+      }
+    }
+  }
+  // Our vGPUs, wherever their parent is; those of a vanished parent are Unhealthy.
+  std::set<std::string> ours_ids;
+  for (const CreatedVgpu& r : records_) {
+    const mdev::Parent* parent = FindParent(r.parent);
+    Device d{r.device_id,
+             r.resource,
+             DeviceKey{r.parent, r.type_id, r.slot},
+             r.physical_gpu,
+             parent != nullptr,
+             true,
+             existing.contains(r.vgpu_id)};
+    ours_ids.insert(r.device_id);
+    by_parent[r.parent].push_back(std::move(d));
+  }
+  for (auto& [parent_name, devices] : by_parent) {
+    if (FindParent(parent_name) != nullptr) {
+      last_seen_[parent_name] = devices;
+    }
+  }
+  // Parents gone since an earlier scan: what they offered stays listed, Unhealthy, so kubelet
+  // stops scheduling onto it without forgetting the devices.
+  for (const auto& [parent_name, devices] : last_seen_) {
+    if (FindParent(parent_name) != nullptr) continue;
+    for (Device d : devices) {
+      if (ours_ids.contains(d.id)) continue;  // already listed from the record
+      d.healthy = false;
+      by_parent[parent_name].push_back(std::move(d));
+    }
+  }
+  resource_of_.clear();
+  for (auto& [parent_name, devices] : by_parent) {
+    for (Device& d : devices) {
+      if (resource_of_.contains(d.id)) continue;
+      resource_of_[d.id] = d.resource;
+      views[d.resource].push_back(std::move(d));
+    }
+  }
+  for (auto& [resource, devices] : views) {
+    std::sort(devices.begin(), devices.end(),
+              [](const Device& a, const Device& b) { return a.id < b.id; });
+  }
+  // A resource seen once keeps its (maybe empty) list, so its server can say "none left".
+  for (const auto& [resource, devices] : views_) views.try_emplace(resource);
+  views_ = std::move(views);
+  for (const std::string& w : naming_warnings) {
+    if (std::find(naming_warnings_.begin(), naming_warnings_.end(), w) == naming_warnings_.end()) {
+      spdlog::error("naming: {}", w);
+    }
+  }
+  naming_warnings_ = std::move(naming_warnings);
+  if (observer_ != nullptr) {
+    std::map<std::string, DeviceCounts> counts;
+    for (const auto& [resource, devices] : views_) {
+      DeviceCounts& c = counts[resource];
+      for (const Device& d : devices) {
+        if (!d.healthy) {
+          ++c.unhealthy;
+        } else if (d.ours && d.vgpu_exists) {
+          ++c.allocated;
+        } else {
+          ++c.available;
+        }
+      }
+    }
+    observer_->OnDevices(counts);
+  }
+}
+
+std::vector<std::string> ResourceManager::Resources() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& [resource, devices] : views_) out.push_back(resource);
+  return out;
+}
+
+std::vector<Device> ResourceManager::Devices(const std::string& resource) const {
+  std::lock_guard lock(mutex_);
+  auto it = views_.find(resource);
+  return it == views_.end() ? std::vector<Device>{} : it->second;
+}
+
+std::map<std::string, DeviceCounts> ResourceManager::Counts() const {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, DeviceCounts> counts;
+  for (const auto& [resource, devices] : views_) {
+    DeviceCounts& c = counts[resource];
+    for (const Device& d : devices) {
+      if (!d.healthy) {
+        ++c.unhealthy;
+      } else if (d.ours && d.vgpu_exists) {
+        ++c.allocated;
+      } else {
+        ++c.available;
+      }
+    }
+  }
+  return counts;
+}
+
+std::vector<std::string> ResourceManager::Warnings() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out = inventory_.warnings;
+  out.insert(out.end(), naming_warnings_.begin(), naming_warnings_.end());
+  return out;
+}
+
+Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocation(
+    const std::string& resource, const std::vector<PreferredRequest>& requests) const {
+  std::lock_guard lock(mutex_);
+  auto view = views_.find(resource);
+  if (view == views_.end()) return Invalid("unknown resource " + resource);
+  std::unordered_map<std::string, const Device*> by_id;
+  for (const Device& d : view->second) by_id[d.id] = &d;
+
+  // Per physical GPU: vGPUs of this resource's types already there (locked to it) and free
+  // devices of the resource there.
+  std::map<std::string, int> same_type_on_gpu;
+  std::map<std::string, int> free_on_gpu;
+  std::set<std::string> types;
+  for (const Device& d : view->second) types.insert(d.key.type_id);
+  for (const mdev::Vgpu& v : inventory_.vgpus) {
+    if (types.contains(v.type_id)) ++same_type_on_gpu[v.physical_gpu];
+  }
+  for (const Device& d : view->second) {
+    if (d.healthy && !d.vgpu_exists) ++free_on_gpu[d.physical_gpu];
+  }
+
+  std::vector<std::vector<std::string>> answers;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PreferredRequest& req = requests[i];
+    std::string where = "container request " + std::to_string(i) + ": ";
+    std::set<std::string> available(req.available.begin(), req.available.end());
+    if (req.size <= 0) return Invalid(where + "allocation size must be at least 1");
+    if (static_cast<size_t>(req.size) > available.size()) {
+      return Invalid(where + "allocation size " + std::to_string(req.size) + " exceeds the " +
+                     std::to_string(available.size()) + " available devices");
+    }
+    if (req.must_include.size() > static_cast<size_t>(req.size)) {
+      return Invalid(where + "more must-include devices than the allocation size");
+    }
+    std::vector<std::string> chosen;
+    std::set<std::string> chosen_gpus;
+    for (const std::string& id : req.must_include) {
+      if (!available.contains(id)) {
+        return Invalid(where + "must-include device " + id + " is not among the available ones");
+      }
+      if (std::find(chosen.begin(), chosen.end(), id) != chosen.end()) continue;
+      chosen.push_back(id);
+      if (auto it = by_id.find(id); it != by_id.end()) chosen_gpus.insert(it->second->physical_gpu);
+    }
+    // Rank candidates: known healthy devices first, devices whose old vGPU still exists last
+    // (Allocate can only reuse them when no pod holds them); then GPUs already locked to the
+    // type, fuller GPUs first (pack), then by ID for a stable answer.
+    struct Candidate {
+      std::string id;
+      std::string gpu;
+      std::tuple<int, int, int, int, std::string, std::string> rank;
+    };
+    std::vector<Candidate> candidates;
+    for (const std::string& id : available) {
+      if (std::find(chosen.begin(), chosen.end(), id) != chosen.end()) continue;
+      auto it = by_id.find(id);
+      if (it == by_id.end()) {
+        candidates.push_back({id, "", {3, 0, 0, 0, "", id}});
+        continue;
+      }
+      const Device& d = *it->second;
+      int health = !d.healthy ? 2 : (d.vgpu_exists ? 1 : 0);
+      int locked = same_type_on_gpu[d.physical_gpu] > 0 ? 0 : 1;
+      candidates.push_back({id,
+                            d.physical_gpu,
+                            {health, locked, -same_type_on_gpu[d.physical_gpu],
+                             free_on_gpu[d.physical_gpu], d.physical_gpu, id}});
+    }
+    std::sort(candidates.begin(), candidates.end(),
+              [](const Candidate& a, const Candidate& b) { return a.rank < b.rank; });
+    size_t want = static_cast<size_t>(req.size);
+    if (config_.spread_across_gpus) {
+      // One device per GPU per round, GPUs not yet in the answer first.
+      std::vector<bool> taken(candidates.size(), false);
+      while (chosen.size() < want) {
+        bool progressed = false;
+        std::set<std::string> round_gpus = chosen_gpus;
+        for (size_t c = 0; c < candidates.size() && chosen.size() < want; ++c) {
+          if (taken[c] || round_gpus.contains(candidates[c].gpu)) continue;
+          taken[c] = true;
+          progressed = true;
+          chosen.push_back(candidates[c].id);
+          round_gpus.insert(candidates[c].gpu);
+        }
+        if (!progressed) break;
+        chosen_gpus.clear();  // later rounds may reuse GPUs, still spreading evenly
+      }
+      for (size_t c = 0; c < candidates.size() && chosen.size() < want; ++c) {
+        if (!taken[c]) chosen.push_back(candidates[c].id);
+      }
+    } else {
+      for (size_t c = 0; c < candidates.size() && chosen.size() < want; ++c) {
+        chosen.push_back(candidates[c].id);
+      }
+    }
+    answers.push_back(std::move(chosen));
+  }
+  return answers;
+}
+
+Status ResourceManager::Validate(const std::string& resource,
+                                 const std::vector<std::vector<std::string>>& containers,
+                                 std::vector<std::vector<Plan>>& plans) {
+  if (containers.empty()) return Invalid("allocate request for " + resource + " has no containers");
+  auto view = views_.find(resource);
+  if (view == views_.end()) return Invalid("unknown resource " + resource);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (containers[i].empty()) {
+      return Invalid("container request " + std::to_string(i) + " for " + resource +
+                     " names no devices");
+    }
+    std::vector<Plan>& container_plans = plans.emplace_back();
+    for (const std::string& id : containers[i]) {
+      if (!seen.insert(id).second) return Invalid("device " + id + " is requested twice");
+      auto owner = resource_of_.find(id);
+      if (owner == resource_of_.end()) {
+        return Invalid("unknown device " + id + " for " + resource +
+                       " (not in the list this plugin advertises)");
+      }
+      if (owner->second != resource) {
+        return Invalid("device " + id + " belongs to " + owner->second + ", not " + resource);
+      }
+      auto it = std::find_if(view->second.begin(), view->second.end(),
+                             [&](const Device& d) { return d.id == id; });
+      const Device& d = *it;
+      if (!d.healthy) {
+        return Status::Error(ErrorCode::kGone, "device " + id + " is unhealthy: its parent " +
+                                                   d.key.parent + " is gone from sysfs");
+      }
+      const mdev::Parent* parent = FindParent(d.key.parent);
+      Plan plan{d, parent->flavour, parent->physical_gpu, std::nullopt};
+      if (d.ours && d.vgpu_exists) {
+        auto record = std::find_if(records_.begin(), records_.end(),
+                                   [&](const CreatedVgpu& r) { return r.device_id == id; });
+        HolderAnswer answer = holders_.Check(*record);
+        if (answer.holding == Holding::kHeld) {
+          return Status::Error(ErrorCode::kBusy, "device " + id + " is still held by pod " +
+                                                     answer.holder + " (vGPU " + record->vgpu_id +
+                                                     "); not handing it out twice");
+        }
+        if (answer.holding == Holding::kUnknown) {
+          return Status::Error(
+              ErrorCode::kBusy,
+              "device " + id + ": its earlier vGPU " + record->vgpu_id +
+                  " still exists and nothing tells whether a pod still uses it; it is kept, never "
+                  "shared between pods (remove it once its pod is gone, or pick another device)");
+        }
+        plan.replace_vgpu = record->vgpu_id;
+      }
+      container_plans.push_back(std::move(plan));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ResourceManager::SaveRecords() {
+  Status saved = store_.Save(records_);
+  if (!saved.ok()) spdlog::error("state not saved: {}", saved.ToString());
+  return saved;
+}
+
+Result<AllocatedVgpu> ResourceManager::Realize(const Plan& plan,
+                                               std::vector<std::string>& created) {
+  const Device& d = plan.device;
+  if (plan.replace_vgpu) {
+    auto start = Clock::now();
+    Status removed = node_.Remove(*plan.replace_vgpu);
+    if (observer_ != nullptr)
+      observer_->OnVgpuRemoved(d.resource, Clock::now() - start, removed.ok());
+    if (!removed.ok() && removed.code() != ErrorCode::kGone) {
+      return Status::Error(removed.code(), "device " + d.id + ": removing its earlier vGPU " +
+                                               *plan.replace_vgpu +
+                                               " failed: " + removed.ToString());
+    }
+    spdlog::info("vgpu removed for reuse device={} vgpu={}", d.id, *plan.replace_vgpu);
+    std::erase_if(records_, [&](const CreatedVgpu& r) { return r.device_id == d.id; });
+    std::erase_if(inventory_.vgpus,
+                  [&](const mdev::Vgpu& v) { return v.id == *plan.replace_vgpu; });
+    // The kernel counts the freed instance again; the create below takes it.
+    for (mdev::Parent& parent : inventory_.parents) {
+      if (parent.name != d.key.parent) continue;
+      for (mdev::VgpuType& type : parent.types) {
+        if (type.id == d.key.type_id) ++type.available_instances;
+      }
+    }
+  }
+  // Record first: a crash between the kernel's create and our write must not leave a vGPU whose
+  // origin nobody knows. A record whose vGPU never appeared is harmless (the slot is reused).
+  CreatedVgpu record{d.id,          d.resource, "",        d.key.parent, plan.physical_gpu,
+                     d.key.type_id, d.key.slot, NowUnix(), std::nullopt};
+  mdev::CreateRequest request{d.key.parent, d.key.type_id, std::nullopt};
+  if (plan.flavour == mdev::Flavour::kMdev) {
+    request.uuid = mdev::NewUuid();
+    record.vgpu_id = *request.uuid;
+  } else {
+    record.vgpu_id = d.key.parent;  // the VF is the vGPU
+  }
+  std::erase_if(records_, [&](const CreatedVgpu& r) { return r.device_id == d.id; });
+  records_.push_back(record);
+  Status saved = SaveRecords();
+  if (!saved.ok()) {
+    records_.pop_back();
+    return Status::Error(
+        saved.code(),
+        "device " + d.id + ": cannot record the vGPU before creating it: " + saved.message());
+  }
+  auto start = Clock::now();
+  Result<mdev::Vgpu> vgpu = node_.Create(request);
+  if (observer_ != nullptr) observer_->OnVgpuCreated(d.resource, Clock::now() - start, vgpu.ok());
+  if (!vgpu.ok()) {
+    records_.pop_back();
+    (void)SaveRecords();
+    return Status::Error(vgpu.status().code(), "device " + d.id + ": creating a " + d.key.type_id +
+                                                   " vGPU on " + d.key.parent +
+                                                   " failed: " + vgpu.status().ToString());
+  }
+  created.push_back(vgpu->id);
+  inventory_.vgpus.push_back(*vgpu);
+  if (!vgpu->iommu_group) {
+    return Status::Error(ErrorCode::kInvalid, "device " + d.id + ": vGPU " + vgpu->id +
+                                                  " has no IOMMU group; it cannot be handed to "
+                                                  "a container");
+  }
+  spdlog::info("vgpu created device={} vgpu={} type={} parent={} group={}", d.id, vgpu->id,
+               d.key.type_id, d.key.parent, *vgpu->iommu_group);
+  return AllocatedVgpu{d.id,         vgpu->id,           d.key.type_id,
+                       d.key.parent, *vgpu->iommu_group, vgpu->vfio_device};
+}
+
+void ResourceManager::RollBack(const std::string& resource,
+                               const std::vector<std::string>& created) {
+  for (auto it = created.rbegin(); it != created.rend(); ++it) {
+    auto start = Clock::now();
+    Status removed = node_.Remove(*it);
+    if (observer_ != nullptr)
+      observer_->OnVgpuRemoved(resource, Clock::now() - start, removed.ok());
+    if (!removed.ok() && removed.code() != ErrorCode::kGone) {
+      // Still ours and still there: keep the record so the lifecycle collects it later.
+      spdlog::error("rollback could not remove vgpu={}: {}", *it, removed.ToString());
+      continue;
+    }
+    spdlog::info("rollback removed vgpu={}", *it);
+    std::erase_if(records_, [&](const CreatedVgpu& r) { return r.vgpu_id == *it; });
+    std::erase_if(inventory_.vgpus, [&](const mdev::Vgpu& v) { return v.id == *it; });
+  }
+  (void)SaveRecords();
+}
+
+Status ResourceManager::WriteCdiSpecs(const std::string& resource) {
+  std::vector<CdiDevice> devices;
+  for (const CreatedVgpu& r : records_) {
+    if (r.resource != resource) continue;
+    const mdev::Vgpu* v = inventory_.FindVgpu(r.vgpu_id);
+    if (v == nullptr || v->vfio_device.empty()) continue;
+    devices.push_back({r.device_id, v->vfio_device, r.vgpu_id});
+  }
+  std::sort(devices.begin(), devices.end(),
+            [](const CdiDevice& a, const CdiDevice& b) { return a.name < b.name; });
+  return WriteCdiSpec(config_.cdi_dir, resource, devices);
+}
+
+ContainerAllocation ResourceManager::Answer(const std::string& resource,
+                                            std::vector<AllocatedVgpu> vgpus) const {
+  ContainerAllocation out;
+  out.devices.push_back({"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"});
+  std::set<uint32_t> groups;
+  std::vector<std::string> ids, uuids, types;
+  for (const AllocatedVgpu& v : vgpus) {
+    if (groups.insert(v.iommu_group).second) {
+      out.devices.push_back({v.vfio_device, v.vfio_device, "rw"});
+    }
+    ids.push_back(v.device_id);
+    uuids.push_back(v.vgpu_id);
+    types.push_back(v.type_id);
+    if (config_.cdi_enabled) out.cdi_devices.push_back(resource + "=" + v.device_id);
+  }
+  std::string prefix = EnvPrefix(resource);
+  out.envs[prefix + "DEVICE_IDS"] = Join(ids);
+  out.envs[prefix + "UUIDS"] = Join(uuids);
+  out.envs[prefix + "TYPES"] = Join(types);
+  out.vgpus = std::move(vgpus);
+  return out;
+}
+
+Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
+    const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
+  Status result = Status::Ok();
+  std::vector<ContainerAllocation> answers;
+  bool changed = false;
+  std::function<void()> requester;
+  {
+    std::lock_guard lock(mutex_);
+    requester = refresh_requester_;
+    std::vector<std::vector<Plan>> plans;
+    result = Validate(resource, containers, plans);
+    if (result.ok() && config_.cdi_enabled) result = ValidateCdiKind(resource);
+    std::vector<std::string> created;
+    for (size_t c = 0; result.ok() && c < plans.size(); ++c) {
+      std::vector<AllocatedVgpu> vgpus;
+      for (const Plan& plan : plans[c]) {
+        changed = true;
+        Result<AllocatedVgpu> vgpu = Realize(plan, created);
+        if (!vgpu.ok()) {
+          result = vgpu.status();
+          break;
+        }
+        vgpus.push_back(std::move(*vgpu));
+      }
+      if (result.ok()) answers.push_back(Answer(resource, std::move(vgpus)));
+    }
+    if (result.ok() && config_.cdi_enabled) {
+      Status cdi = WriteCdiSpecs(resource);
+      if (!cdi.ok()) {
+        result = Status::Error(cdi.code(),
+                               "CDI spec for " + resource + " not written: " + cdi.message());
+      }
+    }
+    if (!result.ok() && !created.empty()) RollBack(resource, created);
+    if (changed && result.ok()) {
+      // Optimistic until the rescan: the created devices are ours and exist, their free slots
+      // are taken. Locking of other types shows after the rescan reads the kernel's counts.
+      for (mdev::Parent& parent : inventory_.parents) {
+        for (mdev::VgpuType& type : parent.types) {
+          for (const auto& container : answers) {
+            for (const AllocatedVgpu& v : container.vgpus) {
+              if (v.parent == parent.name && v.type_id == type.id && type.available_instances > 0) {
+                --type.available_instances;
+              }
+            }
+          }
+        }
+      }
+    }
+    if (changed) Recompute();
+  }
+  if (observer_ != nullptr) observer_->OnAllocation(resource, result);
+  if (!result.ok()) {
+    spdlog::warn("allocate failed resource={} reason={}", resource, result.ToString());
+  }
+  if (changed) {
+    AfterChange(true);
+    if (requester) {
+      requester();
+    } else {
+      (void)Refresh();
+    }
+  }
+  if (!result.ok()) return result;
+  return answers;
+}
+
+}  // namespace kvgpu::deviceplugin
