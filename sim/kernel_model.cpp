@@ -10,6 +10,8 @@
 #include <cctype>
 #include <cerrno>
 #include <climits>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <system_error>
 
@@ -226,6 +228,22 @@ uint32_t KernelModel::Available(size_t gpu, const std::string& parent, const Typ
   return left;
 }
 
+namespace {
+
+// Replaces an attribute only when its value changes: a create on an A100 touches 140 counts,
+// most of which stay as they are, and each replacement is a rename readers may notice.
+Status Update(const fs::path& file, const std::string& content, mode_t mode,
+              const fs::path& scratch) {
+  std::ifstream in(file, std::ios::binary);
+  if (in) {
+    std::string current((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (current == content) return Status::Ok();
+  }
+  return tree::PutFile(file, content, mode, scratch);
+}
+
+}  // namespace
+
 Status KernelModel::Refresh(size_t gpu) {
   const GpuSpec& spec = profile_.gpus[gpu];
   fs::path scratch = real_root_ / kScratchDir;
@@ -241,18 +259,17 @@ Status KernelModel::Refresh(size_t gpu) {
       }
       auto held = vgpus_.find(parent);
       std::string current = held == vgpus_.end() ? "0" : held->second.type;
-      Status s = tree::PutFile(dir / "nvidia" / "creatable_vgpu_types", creatable, tree::kReadOnly,
-                               scratch);
+      Status s =
+          Update(dir / "nvidia" / "creatable_vgpu_types", creatable, tree::kReadOnly, scratch);
       if (!s.ok()) return s;
-      s = tree::PutFile(dir / "nvidia" / "current_vgpu_type", current + "\n", tree::kReadWrite,
-                        scratch);
+      s = Update(dir / "nvidia" / "current_vgpu_type", current + "\n", tree::kReadWrite, scratch);
       if (!s.ok()) return s;
       continue;
     }
     for (const TypeSpec& type : spec.types) {
-      Status s = tree::PutFile(dir / "mdev_supported_types" / type.id / "available_instances",
-                               std::to_string(Available(gpu, parent, type)) + "\n", tree::kReadOnly,
-                               scratch);
+      Status s =
+          Update(dir / "mdev_supported_types" / type.id / "available_instances",
+                 std::to_string(Available(gpu, parent, type)) + "\n", tree::kReadOnly, scratch);
       if (!s.ok()) return s;
     }
   }
