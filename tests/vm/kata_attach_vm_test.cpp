@@ -230,7 +230,8 @@ TEST_F(KataAttachVmTest, ColdPlugRealizesTheMdevAsAPciDevice) {
 }
 
 TEST_F(KataAttachVmTest, HotPlugThroughQmpOntoAPcieRootPort) {
-  Qemu qemu({"pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"});
+  Qemu qemu({"pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1",
+             "pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2"});
   ASSERT_TRUE(qemu.Connect(seconds(60))) << "QMP never answered; see /tmp/kvgpu-qemu.log";
   for (const auto& device : qemu.PciDevices()) {
     EXPECT_NE(device.at("id").at("vendor").get<int>(), kMttyVendor) << "card there before plug";
@@ -248,10 +249,10 @@ TEST_F(KataAttachVmTest, HotPlugThroughQmpOntoAPcieRootPort) {
   }
   std::cout << "hot plug: device_add to card on the bus " << MillisecondsSince(start) << " ms\n";
 
-  // A second attach of the same mdev must fail: one VM owns it.
+  // A second attach of the same mdev, onto a free port, must fail: the device is taken.
   json again = qemu.Execute(
       "device_add",
-      {{"driver", "vfio-pci"}, {"sysfsdev", sysfsdev_}, {"id", "vgpu1"}, {"bus", "pcie.0"}});
+      {{"driver", "vfio-pci"}, {"sysfsdev", sysfsdev_}, {"id", "vgpu1"}, {"bus", "rp1"}});
   EXPECT_TRUE(again.contains("error")) << again.dump();
   if (again.contains("error")) std::cout << "second device_add: " << again["error"] << "\n";
   EXPECT_EQ(qemu.Quit(seconds(30)), 0);
