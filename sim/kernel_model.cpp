@@ -361,17 +361,40 @@ Status KernelModel::TakeFault(Op op, const fs::path& path) {
   return Status::Ok();
 }
 
+Status KernelModel::CheckOpenLocked(const fs::path& path, bool for_write, fs::path* real) const {
+  const char* mode = for_write ? " for writing" : "";
+  std::error_code ec;
+  *real = fs::canonical(path, ec);
+  if (ec) return Status::FromErrno(ec.value(), "cannot open " + path.string() + mode);
+  auto attr = attributes_.find(*real);
+  if (!for_write) {
+    // kernfs refuses to open an attribute without show() for reading.
+    if (attr != attributes_.end() && attr->second.action != Action::kCurrentType) {
+      return Status::FromErrno(EACCES, "cannot open " + path.string() + ": write-only attribute");
+    }
+    return Status::Ok();
+  }
+  if (fs::is_directory(*real, ec))
+    return Status::FromErrno(EISDIR, "cannot open " + path.string() + mode);
+  // kernfs: an attribute without store() cannot be opened for writing, not even by root.
+  if (attr == attributes_.end()) {
+    return Status::FromErrno(EACCES,
+                             "cannot open " + path.string() + mode + ": read-only attribute");
+  }
+  return Status::Ok();
+}
+
+Status KernelModel::CheckOpen(const fs::path& path, bool for_write) {
+  std::lock_guard lock(mutex_);
+  fs::path real;
+  return CheckOpenLocked(path, for_write, &real);
+}
+
 Result<std::string> KernelModel::ReadFile(const fs::path& path) {
   std::lock_guard lock(mutex_);
   if (Status s = TakeFault(Op::kRead, path); !s.ok()) return s;
-  std::error_code ec;
-  fs::path real = fs::canonical(path, ec);
-  if (ec) return Status::FromErrno(ec.value(), "cannot open " + path.string());
-  auto attr = attributes_.find(real);
-  // kernfs refuses to open an attribute without show() for reading.
-  if (attr != attributes_.end() && attr->second.action != Action::kCurrentType) {
-    return Status::FromErrno(EACCES, "cannot open " + path.string() + ": write-only attribute");
-  }
+  fs::path real;
+  if (Status s = CheckOpenLocked(path, false, &real); !s.ok()) return s;
   int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "cannot open " + path.string());
   std::string content;
@@ -394,18 +417,9 @@ Result<std::string> KernelModel::ReadFile(const fs::path& path) {
 Status KernelModel::WriteFile(const fs::path& path, std::string_view data) {
   std::lock_guard lock(mutex_);
   if (Status s = TakeFault(Op::kWrite, path); !s.ok()) return s;
-  std::error_code ec;
-  fs::path real = fs::canonical(path, ec);
-  if (ec) return Status::FromErrno(ec.value(), "cannot open " + path.string() + " for writing");
-  if (fs::is_directory(real, ec)) {
-    return Status::FromErrno(EISDIR, "cannot open " + path.string() + " for writing");
-  }
-  auto it = attributes_.find(real);
-  if (it == attributes_.end()) {
-    // kernfs: an attribute without store() cannot be opened for writing, not even by root.
-    return Status::FromErrno(EACCES, "cannot open " + path.string() + " for writing");
-  }
-  Attribute attr = it->second;
+  fs::path real;
+  if (Status s = CheckOpenLocked(path, true, &real); !s.ok()) return s;
+  Attribute attr = attributes_.at(real);
   switch (attr.action) {
     case Action::kCreate:
       return WriteCreate(attr, path, data);

@@ -88,6 +88,12 @@ class KernelModel : public mdev::SysfsIo {
   bool Exists(const fs::path& path) override;
   bool IsDirectory(const fs::path& path) override;
 
+  // What open(2) of `path` for reading or writing would answer, as kernfs decides it before any
+  // read or write: ENOENT when absent, EISDIR when writing a directory, EACCES when reading a
+  // write-only attribute (`create`, `remove`) or writing one the driver has no store() for.
+  // The FUSE simulator's open() asks this; ReadFile/WriteFile apply the same rules.
+  Status CheckOpen(const fs::path& path, bool for_write);
+
   // --- Test and simulator controls ---
   // A vGPU held open (a VM attached): removing it fails with EBUSY until released.
   void SetBusy(const std::string& vgpu_id, bool busy);
@@ -157,6 +163,8 @@ class KernelModel : public mdev::SysfsIo {
   Status WriteRemove(const Attribute& attr, const fs::path& path, std::string_view data);
   Status WriteCurrentType(const Attribute& attr, const fs::path& path, std::string_view data);
   Status TakeFault(Op op, const fs::path& path);
+  // CheckOpen with the lock held; on success `real` is the path with links resolved.
+  Status CheckOpenLocked(const fs::path& path, bool for_write, fs::path* real) const;
   std::optional<size_t> GpuByAddress(const std::string& address) const;
 
   fs::path root_;

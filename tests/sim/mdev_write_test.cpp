@@ -356,8 +356,26 @@ TEST_F(MdevWriteTest, OtherAttributesRefuseAsSysfsDoes) {
     fs::path path = Sys() / c.path;
     Status status = c.write ? model_->WriteFile(path, Uuid(1)) : model_->ReadFile(path).status();
     EXPECT_EQ(ErrnoOf(status), c.want_errno) << status.ToString();
+    EXPECT_EQ(ErrnoOf(model_->CheckOpen(path, c.write)), c.want_errno) << "open(2) agrees";
     EXPECT_TRUE(model_->VgpuIds().empty());
   }
+}
+
+TEST_F(MdevWriteTest, CheckOpenLetsThroughWhatTheDriverServes) {
+  Load("mixed");
+  const std::string type = "class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-230/";
+  ASSERT_TRUE(CreateMdev("mtty", "mtty-1", Uuid(1)).ok());
+  const std::pair<std::string, bool> open_ok[] = {
+      {type + "create", true},
+      {type + "available_instances", false},
+      {type + "name", false},
+      {"bus/mdev/devices/" + Uuid(1) + "/remove", true},
+  };
+  for (const auto& [path, write] : open_ok) {
+    SCOPED_TRACE(path);
+    EXPECT_TRUE(model_->CheckOpen(Sys() / path, write).ok());
+  }
+  EXPECT_EQ(model_->VgpuIds().size(), 1u) << "CheckOpen only asks";
 }
 
 }  // namespace

@@ -107,6 +107,12 @@ TEST_F(VendorVfioTest, OtherNvidiaAttributesAreReadOnly) {
   EXPECT_TRUE(model_->VgpuIds().empty());
 }
 
+TEST_F(VendorVfioTest, CurrentVgpuTypeOpensForReadingAndWriting) {
+  EXPECT_TRUE(model_->CheckOpen(NvidiaDir(Vf(0)) / "current_vgpu_type", true).ok());
+  EXPECT_TRUE(model_->CheckOpen(NvidiaDir(Vf(0)) / "current_vgpu_type", false).ok());
+  EXPECT_EQ(ErrnoOf(model_->CheckOpen(NvidiaDir(Vf(0)) / "creatable_vgpu_types", true)), EACCES);
+}
+
 TEST_F(VendorVfioTest, TheVfIsTheDeviceAndKeepsItsOwnGroup) {
   std::string group_before =
       model_->ReadLink(Sys() / "bus/pci/devices" / Vf(2) / "iommu_group")->filename().string();
