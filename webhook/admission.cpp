@@ -118,11 +118,7 @@ ReviewReply Handle(std::string_view body, std::string_view content_type, const C
 
   const json& pod = Member(request, "object");
   if (!pod.is_object()) return BadRequest("request.object must hold the Pod being created");
-  std::string namespace_name = StringOr(Member(request, "namespace"), "");
-  if (namespace_name.empty())
-    namespace_name = StringOr(Member(Member(pod, "metadata"), "namespace"), "");
-
-  auto decision = DecidePod(pod, namespace_name, config);
+  auto decision = DecidePod(pod, StringOr(Member(request, "namespace"), ""), config);
   if (!decision.ok()) return BadRequest(decision.error());
   return Respond(uid.get<std::string>(), decision.value());
 }

@@ -167,8 +167,11 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
   const PodView& view = view_or.value();
   PodDecision decision;
 
+  std::string pod_namespace(namespace_name);
+  if (pod_namespace.empty() && Field(*view.metadata, "namespace").is_string())
+    pod_namespace = Field(*view.metadata, "namespace").get<std::string>();
   const auto& excluded = config.excluded_namespaces;
-  if (std::find(excluded.begin(), excluded.end(), namespace_name) != excluded.end()) {
+  if (std::find(excluded.begin(), excluded.end(), pod_namespace) != excluded.end()) {
     decision.outcome = PodOutcome::kExcludedNamespace;
     return decision;
   }

@@ -32,8 +32,8 @@ struct PodDecision {
 };
 
 // `pod` is request.object; `namespace_name` is request.namespace (the object's own
-// metadata.namespace may be empty on CREATE). An error means the object is not a well-formed
-// Pod; the message names the offending field.
+// metadata.namespace may be empty on CREATE; it is the fallback when the request names none). An
+// error means the object is not a well-formed Pod; the message names the offending field.
 Expected<PodDecision> DecidePod(const nlohmann::json& pod, std::string_view namespace_name,
                                 const Config& config);
 

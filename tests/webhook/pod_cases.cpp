@@ -1,0 +1,365 @@
+#include "tests/webhook/pod_cases.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace kvgpu::webhook::testing {
+namespace {
+
+using nlohmann::json;
+using webhook::PodOutcome;
+
+void Kata(json& pod) {
+  pod["spec"]["runtimeClassName"] = "kata";
+}
+void VgpuLimit(json& container, const std::string& resource = "tencent.com/vgpu-492") {
+  container["resources"]["limits"][resource] = "1";
+}
+json& Web(json& pod) {
+  return pod["spec"]["containers"][0];
+}
+
+json Container(const std::string& name) {
+  return {{"name", name}, {"image", "registry.example/app:1"}, {"resources", json::object()}};
+}
+
+const json* FindNamed(const json& list, const std::string& name) {
+  if (!list.is_array()) return nullptr;
+  for (const auto& item : list)
+    if (item.value("name", "") == name) return &item;
+  return nullptr;
+}
+
+}  // namespace
+
+json FixtureReview() {
+  std::ifstream in(std::string(KVGPU_WEBHOOK_TEST_DATA) + "/pod-create.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+json ApplyPatch(const json& document, const json& patch) {
+  return document.patch(patch);
+}
+
+std::vector<PodCase> PodCases() {
+  std::vector<PodCase> cases;
+  cases.push_back(
+      {"real fixture pod asks for no vGPU: untouched", [](json&) {}, PodOutcome::kNoVgpu});
+  cases.push_back({"kata pod with vGPU in limits gets the full setup",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                   },
+                   PodOutcome::kMutated, "", "default",
+                   [](const json& pod, const PodDecision&) {
+                     const json& init = pod["spec"]["initContainers"];
+                     ASSERT_EQ(init.size(), 2u);
+                     EXPECT_EQ(init[0]["name"], "kvgpu-driver-init");
+                     EXPECT_EQ(init[1]["name"], "nvidia-gridd");
+                     EXPECT_EQ(init[1]["restartPolicy"], "Always");
+                     EXPECT_TRUE(init[1].contains("startupProbe"));
+                     EXPECT_EQ(init[0]["securityContext"]["privileged"], true);
+                     // The user's own volume and mount stay where they were.
+                     EXPECT_EQ(pod["spec"]["volumes"][0]["name"], "kube-api-access-7pc2d");
+                     EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"][0]["name"],
+                               "kube-api-access-7pc2d");
+                   }});
+  cases.push_back({"vGPU in requests only counts",
+                   [](json& pod) {
+                     Kata(pod);
+                     Web(pod)["resources"]["requests"]["tencent.com/vgpu-11"] = 1;
+                   },
+                   PodOutcome::kMutated});
+  cases.push_back(
+      {"vGPU in a user init container: that init container gets mounts, driver loads first",
+       [](json& pod) {
+         Kata(pod);
+         json setup = Container("setup");
+         VgpuLimit(setup);
+         pod["spec"]["initContainers"] = json::array({setup});
+       },
+       PodOutcome::kMutated, "", "default",
+       [](const json& pod, const PodDecision&) {
+         const json& init = pod["spec"]["initContainers"];
+         ASSERT_EQ(init.size(), 3u);
+         EXPECT_EQ(init[0]["name"], "kvgpu-driver-init");
+         EXPECT_EQ(init[1]["name"], "nvidia-gridd");
+         EXPECT_EQ(init[2]["name"], "setup");
+         EXPECT_NE(FindNamed(init[2]["volumeMounts"], "kvgpu-driver"), nullptr);
+         EXPECT_FALSE(pod["spec"]["containers"][0].contains("env"));
+       }});
+  cases.push_back({"several containers: only those asking for a vGPU get mounts and env",
+                   [](json& pod) {
+                     Kata(pod);
+                     json a = Container("train"), b = Container("sidecar"), c = Container("eval");
+                     VgpuLimit(a);
+                     VgpuLimit(c, "tencent.com/vgpu-493");
+                     pod["spec"]["containers"].push_back(a);
+                     pod["spec"]["containers"].push_back(b);
+                     pod["spec"]["containers"].push_back(c);
+                   },
+                   PodOutcome::kMutated, "", "default",
+                   [](const json& pod, const PodDecision&) {
+                     const json& containers = pod["spec"]["containers"];
+                     ASSERT_EQ(containers.size(), 4u);
+                     EXPECT_FALSE(containers[0].contains("env"));
+                     EXPECT_TRUE(containers[1].contains("env"));
+                     EXPECT_FALSE(containers[2].contains("env"));
+                     EXPECT_FALSE(containers[2].contains("volumeMounts"));
+                     EXPECT_TRUE(containers[3].contains("env"));
+                   }});
+  cases.push_back(
+      {"existing init containers keep their order after the injected two",
+       [](json& pod) {
+         Kata(pod);
+         VgpuLimit(Web(pod));
+         pod["spec"]["initContainers"] = json::array({Container("migrate"), Container("warm")});
+       },
+       PodOutcome::kMutated, "", "default",
+       [](const json& pod, const PodDecision&) {
+         const json& init = pod["spec"]["initContainers"];
+         ASSERT_EQ(init.size(), 4u);
+         EXPECT_EQ(init[2]["name"], "migrate");
+         EXPECT_EQ(init[3]["name"], "warm");
+       }});
+  cases.push_back(
+      {"volume name clash: injected volume renamed and mounts follow",
+       [](json& pod) {
+         Kata(pod);
+         VgpuLimit(Web(pod));
+         pod["spec"]["volumes"].push_back({{"name", "kvgpu-driver"}, {"emptyDir", json::object()}});
+         pod["spec"]["volumes"].push_back(
+             {{"name", "kvgpu-driver-2"}, {"emptyDir", json::object()}});
+       },
+       PodOutcome::kMutated, "", "default",
+       [](const json& pod, const PodDecision&) {
+         const json* ours = FindNamed(pod["spec"]["volumes"], "kvgpu-driver-3");
+         ASSERT_NE(ours, nullptr);
+         EXPECT_TRUE(ours->contains("hostPath"));
+         EXPECT_TRUE(FindNamed(pod["spec"]["volumes"], "kvgpu-driver")->contains("emptyDir"));
+         EXPECT_NE(FindNamed(pod["spec"]["initContainers"][0]["volumeMounts"], "kvgpu-driver-3"),
+                   nullptr);
+         EXPECT_NE(FindNamed(pod["spec"]["containers"][0]["volumeMounts"], "kvgpu-driver-3"),
+                   nullptr);
+       }});
+  cases.push_back({"container name clash with a user container and an ephemeral container",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["spec"]["containers"].push_back(Container("nvidia-gridd"));
+                     pod["spec"]["ephemeralContainers"] =
+                         json::array({{{"name", "kvgpu-driver-init"}, {"image", "debug"}}});
+                   },
+                   PodOutcome::kMutated, "", "default",
+                   [](const json& pod, const PodDecision&) {
+                     EXPECT_EQ(pod["spec"]["initContainers"][0]["name"], "kvgpu-driver-init-2");
+                     EXPECT_EQ(pod["spec"]["initContainers"][1]["name"], "nvidia-gridd-2");
+                   }});
+  cases.push_back({"pod without annotations gets the annotations map created",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["metadata"].erase("annotations");
+                   },
+                   PodOutcome::kMutated, "", "default",
+                   [](const json& pod, const PodDecision&) {
+                     EXPECT_EQ(pod["metadata"]["annotations"]["kata-vgpu.io/injected"], "true");
+                   }});
+  cases.push_back({"null annotations, volumes, initContainers and resources limits are absent",
+                   [](json& pod) {
+                     Kata(pod);
+                     pod["metadata"]["annotations"] = nullptr;
+                     pod["spec"]["volumes"] = nullptr;
+                     pod["spec"]["initContainers"] = nullptr;
+                     Web(pod)["volumeMounts"] = nullptr;
+                     Web(pod)["resources"] = {{"limits", nullptr},
+                                              {"requests", {{"tencent.com/vgpu-492", "1"}}}};
+                   },
+                   PodOutcome::kMutated});
+  cases.push_back(
+      {"minimal pod: no volumes, mounts, env or init containers (arrays created)",
+       [](json& pod) {
+         json minimal = {
+             {"apiVersion", "v1"},
+             {"kind", "Pod"},
+             {"metadata", {{"generateName", "job-"}}},
+             {"spec",
+              {{"runtimeClassName", "kata"}, {"containers", json::array({Container("main")})}}}};
+         VgpuLimit(minimal["spec"]["containers"][0]);
+         pod = minimal;
+       },
+       PodOutcome::kMutated, "", "default",
+       [](const json& pod, const PodDecision& decision) {
+         EXPECT_EQ(pod["spec"]["volumes"].size(), 4u);
+         EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 2u);
+         // Whole arrays are added, not appended to something absent.
+         for (const auto& op : decision.patch)
+           EXPECT_EQ(op["path"].get<std::string>().find("/-"), std::string::npos) << op["path"];
+       }});
+  cases.push_back({"pod without metadata gets it (with the marker)",
+                   [](json& pod) {
+                     pod.erase("metadata");
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                   },
+                   PodOutcome::kMutated});
+  cases.push_back({"user's own PATH and driver mount path win over the injected ones",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     Web(pod)["env"] = json::array({{{"name", "PATH"}, {"value", "/opt/bin"}}});
+                     Web(pod)["volumeMounts"].push_back(
+                         {{"name", "kube-api-access-7pc2d"}, {"mountPath", "/usr/local/nvidia"}});
+                   },
+                   PodOutcome::kMutated, "", "default",
+                   [](const json& pod, const PodDecision&) {
+                     const json& web = pod["spec"]["containers"][0];
+                     ASSERT_EQ(web["env"].size(), 2u);
+                     EXPECT_EQ(web["env"][0]["value"], "/opt/bin");
+                     EXPECT_EQ(web["env"][1]["name"], "LD_LIBRARY_PATH");
+                     EXPECT_EQ(web["volumeMounts"].size(), 2u);
+                   }});
+  cases.push_back({"already injected (marker present): nothing twice",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["metadata"]["annotations"]["kata-vgpu.io/injected"] = "true";
+                   },
+                   PodOutcome::kAlreadyInjected});
+  cases.push_back({"opted out with the annotation set to \"false\"",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["metadata"]["annotations"]["kata-vgpu.io/inject"] = "false";
+                   },
+                   PodOutcome::kOptedOut});
+  cases.push_back({"opt-out annotation with any other value still injects",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["metadata"]["annotations"]["kata-vgpu.io/inject"] = "true";
+                   },
+                   PodOutcome::kMutated});
+  cases.push_back({"excluded namespace is never touched",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                   },
+                   PodOutcome::kExcludedNamespace, "", "kube-system"});
+  cases.push_back({"vGPU without runtimeClassName is denied with the fix in the message",
+                   [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kDenied, "", "default",
+                   [](const json&, const PodDecision& decision) {
+                     EXPECT_FALSE(decision.allowed);
+                     EXPECT_NE(decision.message.find("runtimeClassName: kata"), std::string::npos)
+                         << decision.message;
+                     EXPECT_NE(decision.message.find("\"web\""), std::string::npos);
+                   }});
+  cases.push_back({"vGPU under runc is denied, even when opted out",
+                   [](json& pod) {
+                     pod["spec"]["runtimeClassName"] = "runc";
+                     VgpuLimit(Web(pod));
+                     pod["metadata"]["annotations"]["kata-vgpu.io/inject"] = "false";
+                   },
+                   PodOutcome::kDenied, "", "default",
+                   [](const json&, const PodDecision& decision) {
+                     EXPECT_NE(decision.message.find("\"runc\""), std::string::npos);
+                   }});
+  cases.push_back({"setRuntimeClass policy: a pod naming no class is moved to kata",
+                   [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kMutated,
+                   "nonKataPods: setRuntimeClass\n", "default",
+                   [](const json& pod, const PodDecision& decision) {
+                     EXPECT_EQ(pod["spec"]["runtimeClassName"], "kata");
+                     EXPECT_EQ(decision.warnings.size(), 1u);
+                   }});
+  cases.push_back({"setRuntimeClass policy still denies an explicit other class",
+                   [](json& pod) {
+                     pod["spec"]["runtimeClassName"] = "gvisor";
+                     VgpuLimit(Web(pod));
+                   },
+                   PodOutcome::kDenied, "nonKataPods: setRuntimeClass\n"});
+  cases.push_back({"non-kata pod without vGPU is none of our business",
+                   [](json& pod) { pod["spec"]["runtimeClassName"] = "runc"; },
+                   PodOutcome::kNoVgpu});
+  cases.push_back({"odd resource names: prefix without type, other vendors, zero quantities",
+                   [](json& pod) {
+                     Kata(pod);
+                     auto& limits = Web(pod)["resources"]["limits"];
+                     limits["tencent.com/vgpu"] = "1";
+                     limits["nvidia.com/gpu"] = "1";
+                     limits["example.com/tencent.com/vgpu-1"] = "1";
+                     limits["tencent.com/vgpu-492"] = "0";
+                     Web(pod)["resources"]["requests"]["tencent.com/vgpu-493"] = 0;
+                   },
+                   PodOutcome::kNoVgpu});
+  cases.push_back({"non-NVIDIA type name with a dash (vgpu-mtty-2) is a vGPU",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod), "tencent.com/vgpu-mtty-2");
+                   },
+                   PodOutcome::kMutated});
+  cases.push_back({"classic sidecar mode: gridd is an ordinary container, warnings for Jobs",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["spec"]["restartPolicy"] = "Never";
+                   },
+                   PodOutcome::kMutated, "sidecarMode: classic\n", "default",
+                   [](const json& pod, const PodDecision& decision) {
+                     ASSERT_EQ(pod["spec"]["initContainers"].size(), 1u);
+                     const json& last = pod["spec"]["containers"].back();
+                     EXPECT_EQ(last["name"], "nvidia-gridd");
+                     EXPECT_FALSE(last.contains("restartPolicy"));
+                     EXPECT_EQ(decision.warnings.size(), 1u);
+                   }});
+  cases.push_back({"marker annotation key with '~' and '/' is escaped as ~0 and ~1",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                   },
+                   PodOutcome::kMutated, "markerAnnotation: example.com/in~jected\n", "default",
+                   [](const json& pod, const PodDecision& decision) {
+                     EXPECT_EQ(pod["metadata"]["annotations"]["example.com/in~jected"], "true");
+                     EXPECT_EQ(decision.patch[0]["path"],
+                               "/metadata/annotations/example.com~1in~0jected");
+                   }});
+  cases.push_back({"shell metacharacters in pod fields never reach injected commands",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     Web(pod)["image"] = "x; rm -rf / #";
+                     Web(pod)["command"] = json::array({"$(reboot)", "`id`"});
+                     pod["metadata"]["annotations"]["evil"] = "'; curl x | sh; '";
+                     pod["metadata"]["name"] = "$(reboot)";
+                   },
+                   PodOutcome::kMutated, "", "default",
+                   [](const json& pod, const PodDecision&) {
+                     auto defaults = webhook::DefaultConfig();
+                     const json& init = pod["spec"]["initContainers"];
+                     EXPECT_EQ(init[0]["command"], defaults->driver_init.object["command"]);
+                     EXPECT_EQ(init[0]["args"], defaults->driver_init.object["args"]);
+                     EXPECT_EQ(init[1]["args"], defaults->gridd.object["args"]);
+                     EXPECT_EQ(init[1]["startupProbe"], defaults->gridd.object["startupProbe"]);
+                   }});
+  cases.push_back({"second configured runtime class and second resource prefix",
+                   [](json& pod) {
+                     pod["spec"]["runtimeClassName"] = "kata-qemu";
+                     VgpuLimit(Web(pod), "example.com/mdev-a");
+                   },
+                   PodOutcome::kMutated,
+                   "runtimeClassNames: [kata, kata-qemu]\n"
+                   "resourcePrefixes: [tencent.com/vgpu-, example.com/mdev-]\n"});
+  cases.push_back({"namespace taken from metadata when the request names none",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["metadata"]["namespace"] = "kube-system";
+                   },
+                   PodOutcome::kExcludedNamespace, "", ""});
+  return cases;
+}
+
+}  // namespace kvgpu::webhook::testing

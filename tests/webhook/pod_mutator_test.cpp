@@ -1,0 +1,193 @@
+// Table-driven over every pod shape in pod_cases.cpp: the decision, the patch applied by an
+// independent JSON Patch implementation, the invariants of the patched pod, and idempotence.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/webhook/pod_cases.h"
+#include "webhook/admission.h"
+#include "webhook/config.h"
+#include "webhook/json_patch.h"
+
+namespace kvgpu::webhook {
+namespace {
+
+using nlohmann::json;
+using testing::PodCase;
+
+std::shared_ptr<const Config> ConfigFor(const PodCase& c) {
+  auto config = ParseConfig(c.config_yaml);
+  EXPECT_TRUE(config.ok()) << config.error();
+  return config.ok() ? config.value() : DefaultConfig();
+}
+
+bool AsksForVgpu(const json& container, const Config& config) {
+  for (const char* kind : {"limits", "requests"}) {
+    const json& list = container.value("resources", json::object()).value(kind, json::object());
+    if (!list.is_object()) continue;
+    for (const auto& [name, quantity] : list.items())
+      for (const auto& prefix : config.resource_prefixes)
+        if (name.starts_with(prefix) && quantity != "0" && quantity != 0) return true;
+  }
+  return false;
+}
+
+// What the API server's validation would reject, and what this project promises on top.
+void ExpectValidInjectedPod(const json& before, const json& pod, const Config& config) {
+  std::set<std::string> container_names, volume_names;
+  for (const auto& v : pod["spec"]["volumes"]) {
+    EXPECT_TRUE(volume_names.insert(v["name"].get<std::string>()).second) << v["name"];
+  }
+  for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
+    if (!pod["spec"].contains(list)) continue;
+    for (const auto& c : pod["spec"][list]) {
+      EXPECT_TRUE(container_names.insert(c["name"].get<std::string>()).second) << c["name"];
+      std::set<std::string> paths, env;
+      for (const auto& m : c.value("volumeMounts", json::array())) {
+        if (m.is_null()) continue;
+        EXPECT_TRUE(volume_names.contains(m["name"].get<std::string>())) << m["name"];
+        EXPECT_TRUE(paths.insert(m["mountPath"].get<std::string>()).second) << m["mountPath"];
+      }
+      const json& env_list = c.contains("env") && c["env"].is_array() ? c["env"] : json::array();
+      for (const auto& e : env_list)
+        EXPECT_TRUE(env.insert(e["name"].get<std::string>()).second) << e["name"];
+    }
+  }
+  EXPECT_EQ(pod["metadata"]["annotations"][config.marker_annotation], "true");
+
+  // Every user container is still there, in order, with everything it had.
+  for (const char* list : {"containers", "initContainers"}) {
+    const json& old_list = before["spec"].value(list, json::array());
+    if (!old_list.is_array()) continue;
+    std::vector<std::string> kept;
+    for (const auto& c : pod["spec"][list]) kept.push_back(c["name"].get<std::string>());
+    size_t at = 0;
+    for (const auto& c : old_list) {
+      while (at < kept.size() && kept[at] != c["name"]) ++at;
+      EXPECT_LT(at, kept.size()) << "user container " << c["name"] << " lost or reordered";
+    }
+  }
+
+  // Injected containers never take a vGPU; every vGPU container can reach the driver.
+  const json& init = pod["spec"]["initContainers"];
+  EXPECT_FALSE(AsksForVgpu(init[0], config));
+  const json& gridd =
+      config.sidecar_mode == SidecarMode::kNative ? init[1] : pod["spec"]["containers"].back();
+  EXPECT_FALSE(AsksForVgpu(gridd, config));
+  std::string driver_path = config.workload_mounts[0]["mountPath"];
+  for (const char* list : {"containers", "initContainers"}) {
+    for (const auto& c : pod["spec"][list]) {
+      if (!AsksForVgpu(c, config)) continue;
+      bool mounted = false;
+      for (const auto& m : c["volumeMounts"]) mounted |= m["mountPath"] == driver_path;
+      EXPECT_TRUE(mounted) << c["name"] << " has no driver mount";
+    }
+  }
+}
+
+TEST(PodMutator, EveryCaseDecidesAsExpectedAndEveryPatchApplies) {
+  json review = testing::FixtureReview();
+  for (const PodCase& c : testing::PodCases()) {
+    SCOPED_TRACE(c.description);
+    auto config = ConfigFor(c);
+    json pod = review["request"]["object"];
+    c.shape(pod);
+    auto decision = DecidePod(pod, c.namespace_name, *config);
+    ASSERT_TRUE(decision.ok()) << decision.error();
+    EXPECT_STREQ(PodOutcomeName(decision->outcome), PodOutcomeName(c.expected));
+    EXPECT_EQ(decision->allowed, c.expected != PodOutcome::kDenied);
+    if (decision->outcome != PodOutcome::kMutated) {
+      EXPECT_TRUE(decision->patch.is_null() || decision->patch.empty());
+      if (c.check) c.check(pod, decision.value());
+      continue;
+    }
+    json patched;
+    ASSERT_NO_THROW(patched = testing::ApplyPatch(pod, decision->patch)) << decision->patch.dump();
+    ExpectValidInjectedPod(pod, patched, *config);
+    if (c.check) c.check(patched, decision.value());
+
+    // Re-invocation (reinvocationPolicy: IfNeeded) and repeated admission add nothing.
+    auto again = DecidePod(patched, c.namespace_name, *config);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->outcome, PodOutcome::kAlreadyInjected);
+  }
+}
+
+TEST(PodMutator, ReviewResponseCarriesTheSamePatchBase64Encoded) {
+  json review = testing::FixtureReview();
+  for (const PodCase& c : testing::PodCases()) {
+    SCOPED_TRACE(c.description);
+    auto config = ConfigFor(c);
+    c.shape(review["request"]["object"]);
+    review["request"]["namespace"] = c.namespace_name;
+    ReviewReply reply = HandleReview(review.dump(), "application/json", *config);
+    ASSERT_EQ(reply.http_status, 200) << reply.body;
+    json response = json::parse(reply.body);
+    EXPECT_EQ(response["apiVersion"], "admission.k8s.io/v1");
+    EXPECT_EQ(response["kind"], "AdmissionReview");
+    EXPECT_EQ(response["response"]["uid"], review["request"]["uid"]);
+    EXPECT_EQ(response["response"]["allowed"], c.expected != PodOutcome::kDenied);
+    EXPECT_EQ(response["response"].contains("patch"), c.expected == PodOutcome::kMutated);
+    if (c.expected == PodOutcome::kDenied) {
+      EXPECT_EQ(response["response"]["status"]["code"], 403);
+      EXPECT_FALSE(response["response"]["status"]["message"].get<std::string>().empty());
+    }
+    if (c.expected == PodOutcome::kMutated) {
+      EXPECT_EQ(response["response"]["patchType"], "JSONPatch");
+      auto direct = DecidePod(review["request"]["object"], c.namespace_name, *config);
+      ASSERT_TRUE(direct.ok());
+      EXPECT_EQ(response["response"]["patch"], Base64Encode(direct->patch.dump()));
+    }
+    review = testing::FixtureReview();
+  }
+}
+
+TEST(PodMutator, MalformedPodFieldsAreErrorsNamingTheField) {
+  struct Bad {
+    const char* description;
+    std::function<void(json&)> shape;
+    const char* field;
+  };
+  std::vector<Bad> table = {
+      {"containers not a list", [](json& p) { p["spec"]["containers"] = "web"; },
+       "spec.containers"},
+      {"spec missing", [](json& p) { p.erase("spec"); }, "spec"},
+      {"container without name", [](json& p) { p["spec"]["containers"][0].erase("name"); },
+       "spec.containers[0]"},
+      {"limits a list",
+       [](json& p) { p["spec"]["containers"][0]["resources"]["limits"] = json::array(); },
+       "spec.containers[0].resources.limits"},
+      {"annotations a string", [](json& p) { p["metadata"]["annotations"] = "x"; }, "annotations"},
+      {"runtimeClassName a number",
+       [](json& p) {
+         p["spec"]["runtimeClassName"] = 7;
+         p["spec"]["containers"][0]["resources"]["limits"]["tencent.com/vgpu-1"] = "1";
+       },
+       "runtimeClassName"},
+      {"env a map on a vGPU container",
+       [](json& p) {
+         p["spec"]["runtimeClassName"] = "kata";
+         p["spec"]["containers"][0]["resources"]["limits"]["tencent.com/vgpu-1"] = "1";
+         p["spec"]["containers"][0]["env"] = json::object({{"A", "b"}});
+       },
+       "spec.containers[0].env"},
+      {"volumes without names",
+       [](json& p) {
+         p["spec"]["runtimeClassName"] = "kata";
+         p["spec"]["containers"][0]["resources"]["limits"]["tencent.com/vgpu-1"] = "1";
+         p["spec"]["volumes"] = json::array({json::object()});
+       },
+       "spec.volumes"},
+  };
+  for (const auto& bad : table) {
+    SCOPED_TRACE(bad.description);
+    json pod = testing::FixtureReview()["request"]["object"];
+    bad.shape(pod);
+    auto decision = DecidePod(pod, "default", *DefaultConfig());
+    ASSERT_FALSE(decision.ok());
+    EXPECT_NE(decision.error().find(bad.field), std::string::npos) << decision.error();
+  }
+}
+
+}  // namespace
+}  // namespace kvgpu::webhook
