@@ -1,0 +1,44 @@
+// Writes, for every mutated pod case, the original pod and the patch the webhook produced, so an
+// independent JSON Patch implementation and the Kubernetes OpenAPI schema can judge them
+// (validate_patches.py). Usage: webhook_dump_patches OUT_DIR
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "tests/webhook/pod_cases.h"
+#include "webhook/config.h"
+#include "webhook/pod_mutator.h"
+
+int main(int argc, char** argv) {
+  using namespace kvgpu::webhook;
+  if (argc != 2) {
+    std::cerr << "usage: webhook_dump_patches OUT_DIR\n";
+    return 2;
+  }
+  std::filesystem::create_directories(argv[1]);
+  nlohmann::json review = testing::FixtureReview();
+  int written = 0;
+  for (const auto& c : testing::PodCases()) {
+    auto config = ParseConfig(c.config_yaml);
+    if (!config.ok()) {
+      std::cerr << c.description << ": " << config.error() << "\n";
+      return 1;
+    }
+    nlohmann::json pod = review["request"]["object"];
+    c.shape(pod);
+    auto decision = DecidePod(pod, c.namespace_name, *config.value());
+    if (!decision.ok()) {
+      std::cerr << c.description << ": " << decision.error() << "\n";
+      return 1;
+    }
+    if (decision->outcome != PodOutcome::kMutated) continue;
+    nlohmann::json out = {{"description", c.description},
+                          {"pod", pod},
+                          {"patch", decision->patch},
+                          {"markerAnnotation", config.value()->marker_annotation}};
+    std::ofstream file(std::filesystem::path(argv[1]) / ("case-" + std::to_string(written++) + ".json"));
+    file << out.dump(2) << "\n";
+  }
+  std::cout << "wrote " << written << " patched pod cases to " << argv[1] << "\n";
+  return written > 0 ? 0 : 1;
+}
