@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
                           {"pod", pod},
                           {"patch", decision->patch},
                           {"markerAnnotation", config.value()->marker_annotation}};
-    std::ofstream file(std::filesystem::path(argv[1]) / ("case-" + std::to_string(written++) + ".json"));
+    std::ofstream file(std::filesystem::path(argv[1]) /
+                       ("case-" + std::to_string(written++) + ".json"));
     file << out.dump(2) << "\n";
   }
   std::cout << "wrote " << written << " patched pod cases to " << argv[1] << "\n";

@@ -1,0 +1,285 @@
+// The real server over real TLS on loopback: protocol floor, client certificates, endpoints,
+// bad input over HTTP, certificate rotation and config reload while requests keep flowing.
+#include "webhook/server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/support/webhook/test_pki.h"
+#include "tests/webhook/pod_cases.h"
+#include "tests/webhook/tls_client.h"
+
+namespace kvgpu::webhook {
+namespace {
+
+using nlohmann::json;
+using testing::ClientOptions;
+using testing::TlsConnection;
+
+std::string KataReview() {
+  json review = testing::FixtureReview();
+  review["request"]["object"]["spec"]["runtimeClassName"] = "kata";
+  review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]
+        ["tencent.com/vgpu-492"] = "1";
+  return review.dump();
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvgpu-webhook-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    options_.listen = "127.0.0.1:0";
+    options_.tls_cert_file = Path("tls.crt");
+    options_.tls_key_file = Path("tls.key");
+    options_.reload_interval = std::chrono::milliseconds(50);
+    options_.worker_threads = 16;
+    InstallServerPair(1);
+  }
+  void TearDown() override {
+    Stop();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Path(const char* name) const { return (dir_ / name).string(); }
+
+  testing::PemPair InstallServerPair(long serial) {
+    auto pair = ca_.Issue("kvgpu-webhook.kube-system.svc", serial, false);
+    testing::WriteFileAtomically(options_.tls_key_file, pair.key_pem);
+    testing::WriteFileAtomically(options_.tls_cert_file, pair.cert_pem);
+    return pair;
+  }
+
+  void Start() {
+    auto server = Server::Create(options_);
+    ASSERT_TRUE(server.ok()) << server.error();
+    server_ = std::move(server.value());
+    thread_ = std::thread([this] { server_->Run(); });
+  }
+  void Stop() {
+    if (server_) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+    server_.reset();
+  }
+  std::unique_ptr<TlsConnection> Connect(const ClientOptions& client = {}) {
+    std::string error;
+    auto conn = TlsConnection::Open(server_->port(), client, &error);
+    EXPECT_NE(conn, nullptr) << error;
+    return conn;
+  }
+
+  testing::TestCa ca_{"kvgpu-test-ca"};
+  std::filesystem::path dir_;
+  ServerOptions options_;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+};
+
+TEST_F(ServerTest, ServesMutateHealthReadyAndMetricsOverTls13And12) {
+  Start();
+  for (int version : {TLS1_3_VERSION, TLS1_2_VERSION}) {
+    SCOPED_TRACE(version);
+    auto conn = Connect({version, version, "", ""});
+    ASSERT_NE(conn, nullptr);
+    auto mutate = conn->Request("POST", "/mutate", KataReview());
+    ASSERT_TRUE(mutate.has_value());
+    EXPECT_EQ(mutate->status, 200);
+    json response = json::parse(mutate->body)["response"];
+    EXPECT_EQ(response["uid"], "662c3df2-ade6-4165-b395-770857bc17b7");
+    EXPECT_EQ(response["patchType"], "JSONPatch");
+    // Keep-alive: the same connection serves the next requests.
+    EXPECT_EQ(conn->Request("GET", "/healthz", "", "")->status, 200);
+    EXPECT_EQ(conn->Request("GET", "/readyz", "", "")->status, 200);
+    auto metrics = conn->Request("GET", "/metrics", "", "");
+    EXPECT_NE(metrics->body.find("kvgpu_webhook_requests_total{outcome=\"mutated\"}"),
+              std::string::npos);
+  }
+}
+
+TEST_F(ServerTest, RefusesTls10And11) {
+  Start();
+  for (int version : {TLS1_VERSION, TLS1_1_VERSION}) {
+    SCOPED_TRACE(version);
+    std::string error;
+    auto conn = TlsConnection::Open(server_->port(), {version, version, "", ""}, &error);
+    EXPECT_EQ(conn, nullptr);
+    EXPECT_NE(error.find("handshake failed"), std::string::npos) << error;
+  }
+}
+
+TEST_F(ServerTest, BadRequestsOverHttpGet400AndTheServerKeepsServing) {
+  Start();
+  auto conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  auto wrong_type = conn->Request("POST", "/mutate", KataReview(), "text/plain");
+  EXPECT_EQ(wrong_type->status, 400);
+  EXPECT_NE(wrong_type->body.find("Content-Type"), std::string::npos);
+  EXPECT_EQ(conn->Request("POST", "/mutate", "{nope")->status, 400);
+  EXPECT_EQ(conn->Request("GET", "/nowhere", "", "")->status, 404);
+  // httplib refuses an oversized body before the handler; the answer must still be a 400.
+  auto big = Connect();
+  auto too_big = big->Request("POST", "/mutate", std::string(4 * 1024 * 1024, ' '));
+  ASSERT_TRUE(too_big.has_value());
+  EXPECT_EQ(too_big->status, 400);
+  EXPECT_NE(too_big->body.find("3 MiB"), std::string::npos) << too_big->body;
+  EXPECT_EQ(Connect()->Request("POST", "/mutate", KataReview())->status, 200);
+}
+
+TEST_F(ServerTest, ClientCertificatesAreRequiredWhenACaIsGiven) {
+  testing::WriteFileAtomically(Path("client-ca.crt"), ca_.cert_pem());
+  options_.client_ca_file = Path("client-ca.crt");
+  Start();
+  auto good = ca_.Issue("kube-apiserver", 10, true);
+  testing::TestCa other("someone-else");
+  auto stranger = other.Issue("kube-apiserver", 11, true);
+
+  auto conn = Connect({TLS1_2_VERSION, 0, good.cert_pem, good.key_pem});
+  ASSERT_NE(conn, nullptr);
+  EXPECT_EQ(conn->Request("POST", "/mutate", KataReview())->status, 200);
+
+  struct Refused {
+    const char* description;
+    testing::PemPair pair;
+  };
+  for (const auto& refused : {Refused{"no certificate", {}}, Refused{"wrong CA", stranger}}) {
+    for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+      SCOPED_TRACE(std::string(refused.description) + " " + std::to_string(version));
+      std::string error;
+      auto bad = TlsConnection::Open(
+          server_->port(), {version, version, refused.pair.cert_pem, refused.pair.key_pem}, &error);
+      // TLS 1.3 reports the refusal after the client's handshake finished: on first use.
+      EXPECT_TRUE(bad == nullptr || !bad->Request("GET", "/healthz", "", "").has_value());
+    }
+  }
+}
+
+TEST_F(ServerTest, CertificateRotationUnderLoadDropsNothing) {
+  Start();
+  std::atomic<bool> done{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] {
+      std::unique_ptr<TlsConnection> conn;
+      int n = 0;
+      while (!done) {
+        // Half the clients reconnect often, so handshakes happen during each swap.
+        if (!conn || (i % 2 == 0 && ++n % 5 == 0)) {
+          std::string error;
+          conn = TlsConnection::Open(server_->port(), {}, &error);
+          if (!conn) {
+            ++failed;
+            continue;
+          }
+        }
+        auto reply = conn->Request("POST", "/mutate", KataReview());
+        if (reply && reply->status == 200) {
+          ++ok;
+        } else {
+          ++failed;
+          conn.reset();
+        }
+      }
+    });
+  }
+  std::string expected;
+  for (long serial = 2; serial <= 4; ++serial) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    expected = testing::Fingerprint(InstallServerPair(serial).cert_pem);
+    server_->ReloadNow();
+    auto fresh = Connect();
+    ASSERT_NE(fresh, nullptr);
+    EXPECT_EQ(testing::Fingerprint(fresh->PeerCertificatePem()), expected)
+        << "new connections get the rotated certificate";
+  }
+  // A half-written rotation (key of another pair) is refused; the last good pair stays in use.
+  testing::WriteFileAtomically(options_.tls_key_file, ca_.Issue("x", 99, false).key_pem);
+  server_->ReloadNow();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  done = true;
+  for (auto& t : clients) t.join();
+  auto after = Connect();
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(testing::Fingerprint(after->PeerCertificatePem()), expected);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(ok.load(), 20);
+}
+
+TEST_F(ServerTest, ConfigReloadTakesGoodConfigsAndKeepsTheOldOnBadOnes) {
+  options_.config_file = Path("config.yaml");
+  testing::WriteFileAtomically(options_.config_file, "sidecarMode: native\n");
+  Start();
+  EXPECT_EQ(server_->config()->sidecar_mode, SidecarMode::kNative);
+
+  testing::WriteFileAtomically(options_.config_file, "sidecarMode: classic\n");
+  server_->ReloadNow();
+  EXPECT_EQ(server_->config()->sidecar_mode, SidecarMode::kClassic);
+
+  testing::WriteFileAtomically(options_.config_file, "sidecarMode: [broken\n");
+  server_->ReloadNow();
+  EXPECT_EQ(server_->config()->sidecar_mode, SidecarMode::kClassic);
+  auto conn = Connect();
+  auto reply = conn->Request("POST", "/mutate", KataReview());
+  ASSERT_EQ(reply->status, 200);
+  EXPECT_EQ(conn->Request("GET", "/readyz", "", "")->status, 200);
+  auto metrics = conn->Request("GET", "/metrics", "", "")->body;
+  EXPECT_NE(metrics.find(R"(kvgpu_webhook_reloads_total{result="error",what="config"} 1)"),
+            std::string::npos)
+      << metrics;
+}
+
+TEST_F(ServerTest, MetricsAddressServesPrometheusOverPlainHttp) {
+  options_.metrics_addr = "127.0.0.1:0";
+  Start();
+  ASSERT_GT(server_->metrics_port(), 0);
+  Connect()->Request("POST", "/mutate", "x", "text/plain");
+  httplib::Client client("127.0.0.1", server_->metrics_port());
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(res->body.find(R"(kvgpu_webhook_requests_total{outcome="bad_request"} 1)"),
+            std::string::npos)
+      << res->body;
+}
+
+TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
+  struct Bad {
+    const char* description;
+    std::function<void(ServerOptions&)> edit;
+    const char* message_part;
+  };
+  std::vector<Bad> table = {
+      {"missing key file", [](ServerOptions& o) { o.tls_key_file = "/nonexistent.key"; },
+       "/nonexistent.key"},
+      {"key of another certificate",
+       [this](ServerOptions& o) {
+         testing::WriteFileAtomically(Path("other.key"), ca_.Issue("o", 5, false).key_pem);
+         o.tls_key_file = Path("other.key");
+       },
+       "does not belong"},
+      {"bad listen address", [](ServerOptions& o) { o.listen = "127.0.0.1"; }, "--listen"},
+      {"bad config",
+       [this](ServerOptions& o) {
+         testing::WriteFileAtomically(Path("bad.yaml"), "nonKataPods: maybe\n");
+         o.config_file = Path("bad.yaml");
+       },
+       "nonKataPods"},
+  };
+  for (const auto& bad : table) {
+    SCOPED_TRACE(bad.description);
+    ServerOptions options = options_;
+    bad.edit(options);
+    auto server = Server::Create(options);
+    ASSERT_FALSE(server.ok());
+    EXPECT_NE(server.error().find(bad.message_part), std::string::npos) << server.error();
+  }
+}
+
+}  // namespace
+}  // namespace kvgpu::webhook
