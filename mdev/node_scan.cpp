@@ -250,12 +250,15 @@ Status Node::ScanVendorVfio(Inventory& inventory) {
       vgpu.parent = name;
       vgpu.physical_gpu = parent.physical_gpu;
       vgpu.type_id = std::to_string(*type_id);
-      vgpu.type_name = TypeName(vgpu.type_id);
       vgpu.iommu_group = internal::IommuGroup(io_, pci / name);
       vgpu.vfio_device = internal::VfioDevicePath(vgpu.iommu_group);
       inventory.vgpus.push_back(std::move(vgpu));
     }
     inventory.parents.push_back(std::move(parent));
+  }
+  // Names come from any VF's creatable list, so they are looked up once every VF was read.
+  for (auto& vgpu : inventory.vgpus) {
+    if (vgpu.flavour == Flavour::kVendorVfio) vgpu.type_name = TypeName(vgpu.type_id);
   }
   return Status::Ok();
 }

@@ -172,8 +172,12 @@ TEST(NodeScan, OddSysfsContentsSkipOnlyWhatIsBrokenAndSaySo) {
       EXPECT_NE(inventory.warnings[0].find(c.warning_part), std::string::npos)
           << inventory.warnings[0];
     }
-    if (type != nullptr && c.file == "description") EXPECT_FALSE(type->nvidia.has_value());
-    if (type != nullptr && c.file == "name") EXPECT_FALSE(type->profile.has_value());
+    if (type != nullptr && c.file == "description") {
+      EXPECT_FALSE(type->nvidia.has_value());
+    }
+    if (type != nullptr && c.file == "name") {
+      EXPECT_FALSE(type->profile.has_value());
+    }
   }
 }
 
