@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Puts the kata-vgpu runtime configuration on a node: the two Kata configurations, the containerd
-# drop-in defining the kata-vgpu and kata-vgpu-vf handlers, and the `imports` entry in
-# containerd's config.toml that loads the drop-in.
+# Puts the kata-vgpu runtime configuration on a node: the two Kata configurations and the
+# containerd runtime tables for the kata-vgpu and kata-vgpu-vf handlers.
+#
+# containerd 2.x (config version 3) merges imported files into the main config, so the tables go
+# into a drop-in, /etc/containerd/conf.d/kata-vgpu.toml, named in config.toml's `imports`.
+# containerd 1.x (version 2) replaces a whole plugin section with an imported file's: a drop-in
+# would wipe the node's own CRI settings (sandbox image, CNI, cgroup driver). There the tables go
+# into config.toml itself, between "# BEGIN kata-vgpu" and "# END kata-vgpu" lines that a rerun
+# replaces.
 #
 # Idempotent: a file already holding the wanted content is left alone, so a second run changes
 # nothing and reports every step as unchanged. All checks run before the first write, so bad
@@ -92,9 +98,33 @@ done
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
 
-# The main config with our drop-in in `imports`, or nothing when it is there already.
+readonly BEGIN_MARK='# BEGIN kata-vgpu (written by the kata-config install script; rerun it instead of editing)'
+readonly END_MARK='# END kata-vgpu'
+
+# Version 2: the main config with our tables in the marked block at its end.
+plan_main_config_v2() {
+  local wanted=$staging/config.toml current=/dev/null
+  [[ -f $main_config ]] && current=$main_config
+  if sed "/^$BEGIN_MARK\$/,/^$END_MARK\$/d" "$current" |
+    grep -Eq '^[[:space:]]*\[.*\.runtimes\.("?)kata-vgpu(-vf)?("?)\]'; then
+    die "$main_config already defines a kata-vgpu runtime outside the kata-vgpu block: remove it first"
+  fi
+  {
+    if [[ -f $main_config ]]; then
+      # Our old block out, and the blank line we put before it.
+      sed "/^$BEGIN_MARK\$/,/^$END_MARK\$/d" "$main_config" | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'
+    else
+      echo "version = 2"
+    fi
+    printf '\n%s\n' "$BEGIN_MARK"
+    grep -v '^version[[:space:]]*=' "$here/containerd/kata-vgpu.config-v2.toml" | sed '/^#/d' | sed '/./,$!d'
+    echo "$END_MARK"
+  } >"$wanted"
+}
+
+# Version 3: the main config with our drop-in in `imports`, or unchanged when it is there already.
 # Only a one-line top-level `imports = [...]` is edited; anything else is left to the operator.
-plan_main_config() {
+plan_main_config_v3() {
   local wanted=$staging/config.toml
   if [[ ! -f $main_config ]]; then
     printf 'version = %s\nimports = ["%s"]\n' "$version" "$DROP_IN" >"$wanted"
@@ -119,7 +149,11 @@ plan_main_config() {
     sed "s|^\(imports[[:space:]]*=.*[^[:space:]]\)[[:space:]]*\][[:space:]]*$|\1, \"$DROP_IN\"]|" "$main_config" >"$wanted"
   fi
 }
-plan_main_config
+if [[ $version == 2 ]]; then
+  plan_main_config_v2
+else
+  plan_main_config_v3
+fi
 
 changed=0
 # place SOURCE DEST: write DEST (atomically, mode 0644) unless it already holds SOURCE's bytes.
@@ -149,7 +183,7 @@ place() {
 
 place "$here/configuration-kata-vgpu.toml" "$KATA_CONFIG_DIR/configuration-kata-vgpu.toml"
 place "$here/configuration-kata-vgpu-vf.toml" "$KATA_CONFIG_DIR/configuration-kata-vgpu-vf.toml"
-place "$here/containerd/kata-vgpu.config-v$version.toml" "$DROP_IN"
+[[ $version == 2 ]] || place "$here/containerd/kata-vgpu.config-v$version.toml" "$DROP_IN"
 place "$staging/config.toml" "$CONTAINERD_CONFIG"
 
 # Things this script does not install but the handlers need at pod start.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Behaviour of kata-config/install.sh against a node root in a temporary directory:
-idempotent, dry-run changes nothing, edits containerd's config.toml minimally, and refuses
-input it cannot handle safely without changing anything."""
+idempotent, dry-run changes nothing, edits containerd's config.toml minimally (a marked block
+for config version 2, an `imports` entry plus drop-in for version 3), and refuses input it
+cannot handle safely without changing anything. ContainerdLoadsIt runs Debian's containerd."""
 
 import os
 import pathlib
@@ -62,27 +63,63 @@ class Install(Node):
         self.assertEqual(oct((self.root / DROP_IN).stat().st_mode & 0o777), "0o644")
 
     def test_second_run_changes_nothing(self):
-        self.assertEqual(self.install("--containerd-config-version", "2").returncode, 0)
-        before = snapshot(self.root)
-        result = self.install()
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.count("unchanged"), 4, result.stdout)
-        self.assertNotIn("wrote", result.stdout)
-        self.assertEqual(snapshot(self.root), before)
-
-    def test_version_comes_from_existing_config(self):
-        self.main_config('version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n')
-        self.assertEqual(self.install().returncode, 0)
-        self.assertIn("io.containerd.grpc.v1.cri", (self.root / DROP_IN).read_text())
+        for version, files in (("2", 3), ("3", 4)):
+            with self.subTest(version=version):
+                shutil.rmtree(self.root)
+                self.root.mkdir()
+                self.assertEqual(self.install("--containerd-config-version", version).returncode, 0)
+                before = snapshot(self.root)
+                result = self.install()
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertEqual(result.stdout.count("unchanged"), files, result.stdout)
+                self.assertNotIn("wrote", result.stdout)
+                self.assertEqual(snapshot(self.root), before)
 
     def test_imports_is_inserted_before_the_first_table(self):
-        original = 'version = 2\nroot = "/var/lib/containerd"\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n'
+        original = 'version = 3\nroot = "/var/lib/containerd"\n\n[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "p"\n'
         self.main_config(original)
         self.assertEqual(self.install().returncode, 0)
         main = tomllib.loads((self.root / MAIN).read_text())
         self.assertEqual(main["imports"], ["/" + DROP_IN])
-        self.assertEqual(main["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"], "p")
+        self.assertEqual(main["plugins"]["io.containerd.cri.v1.images"]["snapshotter"], "p")
         self.assertEqual((self.root / (MAIN + ".kata-vgpu.orig")).read_text(), original)
+
+
+class ConfigVersion2(Node):
+    """containerd 1.x lets an imported file replace a whole plugin section, so for version 2 the
+    runtime tables go into config.toml itself, in a block a rerun replaces."""
+
+    ORIGINAL = 'version = 2\nroot = "/var/lib/containerd"\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n'
+
+    def test_block_is_appended_and_the_rest_kept_byte_for_byte(self):
+        self.main_config(self.ORIGINAL)
+        result = self.install()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        text = (self.root / MAIN).read_text()
+        self.assertTrue(text.startswith(self.ORIGINAL), text)
+        self.assertFalse((self.root / DROP_IN).exists())
+        cri = tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]
+        self.assertEqual(cri["sandbox_image"], "p")
+        self.assertEqual(set(cri["containerd"]["runtimes"]), {"kata-vgpu", "kata-vgpu-vf"})
+
+    def test_a_hand_edited_block_is_put_back(self):
+        self.main_config(self.ORIGINAL)
+        self.assertEqual(self.install().returncode, 0)
+        wanted = (self.root / MAIN).read_text()
+        (self.root / MAIN).write_text(wanted.replace("privileged_without_host_devices = true",
+                                                     "privileged_without_host_devices = false"))
+        result = self.install()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual((self.root / MAIN).read_text(), wanted)
+
+    def test_a_handler_defined_elsewhere_is_refused(self):
+        self.main_config(self.ORIGINAL + '\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata-vgpu]\n'
+                         '  runtime_type = "io.containerd.kata.v2"\n')
+        before = snapshot(self.root)
+        result = self.install()
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("already defines a kata-vgpu runtime outside the kata-vgpu block", result.stderr)
+        self.assertEqual(snapshot(self.root), before)
 
     def test_existing_imports_are_kept_and_extended(self):
         self.main_config('version = 3\nimports = ["/etc/containerd/other.toml"]\n')
@@ -109,7 +146,7 @@ class Refuses(Node):
         ("a version 1 config cannot import drop-ins",
          '[plugins.cri]\n  sandbox_image = "p"\n', [], "has no 'version = 2|3' line"),
         ("a multi-line imports is left to the operator",
-         'version = 2\nimports = [\n  "/a.toml",\n]\n', [], "cannot edit its multi-line 'imports'"),
+         'version = 3\nimports = [\n  "/a.toml",\n]\n', [], "cannot edit its multi-line 'imports'"),
         ("a version flag contradicting the file",
          "version = 2\n", ["--containerd-config-version", "3"], "but "),
         ("an unsupported version", "version = 4\n", [], "version 4 is not supported"),
@@ -137,6 +174,47 @@ class Refuses(Node):
                                 capture_output=True, text=True, check=False)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("not a directory", result.stderr)
+
+
+class ContainerdLoadsIt(Node):
+    """Debian 12's containerd (1.6, config version 2) reads what install.sh wrote, and the node's
+    own CRI settings survive. Version 3 needs containerd 2.x, which Debian 12 does not package;
+    the checker covers its keys."""
+
+    def test_containerd_sees_both_handlers_and_keeps_node_settings(self):
+        self.main_config('version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n')
+        self.assertEqual(self.install().returncode, 0)
+        main = self.root / MAIN
+        result = subprocess.run(["containerd", "--config", str(main), "config", "dump"],
+                                capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        cri = tomllib.loads(result.stdout)["plugins"]["io.containerd.grpc.v1.cri"]
+        self.assertEqual(cri["sandbox_image"], "p")
+        runtimes = cri["containerd"]["runtimes"]
+        for handler in ("kata-vgpu", "kata-vgpu-vf"):
+            with self.subTest(handler):
+                runtime = runtimes[handler]
+                self.assertEqual(runtime["runtime_type"], f"io.containerd.{handler}.v2")
+                self.assertTrue(runtime["privileged_without_host_devices"])
+                self.assertEqual(runtime["pod_annotations"], ["io.katacontainers.*"])
+                self.assertEqual(runtime["options"]["ConfigPath"],
+                                 f"/{KATA_DIR}/configuration-{handler}.toml")
+
+    def test_why_not_a_drop_in_for_version_2(self):
+        # containerd 1.x: the imported file's CRI section replaces the main file's whole section.
+        self.main_config('version = 2\nimports = ["DROP"]\n\n[plugins."io.containerd.grpc.v1.cri"]\n'
+                         '  sandbox_image = "p"\n')
+        drop_in = self.root / DROP_IN
+        drop_in.parent.mkdir(parents=True)
+        shutil.copy(REPO / "kata-config/containerd/kata-vgpu.config-v2.toml", drop_in)
+        main = self.root / MAIN
+        main.write_text(main.read_text().replace("DROP", str(drop_in)))
+        result = subprocess.run(["containerd", "--config", str(main), "config", "dump"],
+                                capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        cri = tomllib.loads(result.stdout)["plugins"]["io.containerd.grpc.v1.cri"]
+        self.assertIn("kata-vgpu", cri["containerd"]["runtimes"])
+        self.assertNotEqual(cri["sandbox_image"], "p")
 
 
 if __name__ == "__main__":
