@@ -286,7 +286,7 @@ copy_headers() {
     find . -name 'Makefile*' -o -name 'Kconfig*' -o -name 'Kbuild*' -o -name '*.lds' -o -name '*.pl' -o -name '*.sh' |
       grep -E '^\./(Makefile|Kbuild|Kconfig|scripts/|include/|arch/x86/|tools/objtool/)' || true
     find include arch/x86/include scripts -type f
-  ) | sort -u | (cd "$src" && xargs -r cp --parents -t "$dest")
+  ) | sed 's|^\./||' | sort -u | (cd "$src" && xargs -r cp --parents -t "$dest")
   (
     cd "$build"
     find . -path ./source -prune -o \( -path './include/*' -o -path './arch/x86/include/*' -o -path './scripts/*' \
