@@ -10,4 +10,4 @@ build=${KVGPU_BUILD_DIR:-build}
 bash scripts/install-deps.sh >&2
 cmake -S . -B "$build" -G Ninja >/dev/null
 cmake --build "$build" -j"$(nproc)" --target kvgpu-demo vgpuctl >&2
-exec "$build/sim/kvgpu-demo" "$@"
+exec "$build/demo/kvgpu-demo" "$@"
