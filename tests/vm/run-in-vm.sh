@@ -75,7 +75,7 @@ else
 fi
 
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: run scripts/install-deps.sh"
-lab=$("$here/setup-lab.sh") || die "setup-lab.sh failed"
+lab=$("$here/setup-lab.sh" --cached) || die "setup-lab.sh failed"
 
 run=$(mktemp -d "${TMPDIR:-/tmp}/kvgpu-vm.XXXXXX")
 [[ $run != *[[:space:]]* ]] || die "run directory '$run' contains blanks (set TMPDIR)"

@@ -10,7 +10,8 @@
 # Idempotent and cached under ${KVGPU_CACHE:-$HOME/.cache/kata-vgpu}:
 #   debs/<name>_<version>_<arch>.deb    as `apt-get download` names them (shared with other tools)
 #   lab/<kver>/                         the built lab; `.complete` marks a finished one
-# A second run costs a few apt-cache queries. Prints the lab directory on stdout.
+#   lab/current                         -> the lab built or used last
+# A second run costs one apt-cache query (none with --cached). Prints the lab directory.
 set -o errexit -o nounset -o pipefail
 
 # Bump when the lab's content changes so that cached labs are rebuilt.
@@ -24,7 +25,7 @@ readonly GUEST_MODULES=(virtio_pci 9pnet_virtio 9p overlay vfio vfio_iommu_type1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${KVGPU_CACHE:-$HOME/.cache/kata-vgpu}
 
-info() { echo "setup-lab: $*" >&2; }
+info() { echo "setup-lab: [${SECONDS}s] $*" >&2; }
 die() {
   echo "setup-lab: error: $*" >&2
   exit 1
@@ -32,18 +33,21 @@ die() {
 
 usage() {
   cat <<EOF
-usage: ${0##*/} [--force]
+usage: ${0##*/} [--force | --cached]
 Builds (or finds cached) the VM lab and prints its directory.
   --force   rebuild the lab even if a complete one is cached (downloads stay cached)
+  --cached  use the lab built last without asking apt which kernel is current
 Environment: KVGPU_CACHE (default \$HOME/.cache/kata-vgpu), KVGPU_VM_KVER (kernel ABI to use,
 e.g. 6.1.0-56-amd64, instead of what linux-image-amd64 depends on).
 EOF
 }
 
 force=0
+cached=0
 while [[ $# -gt 0 ]]; do
   case $1 in
   --force) force=1 ;;
+  --cached) cached=1 ;;
   -h | --help)
     usage
     exit 0
@@ -60,9 +64,10 @@ for tool in apt-get apt-cache dpkg-deb depmod modprobe cpio xz make gcc; do
   command -v "$tool" >/dev/null || die "$tool not found: run scripts/install-deps.sh"
 done
 
-# Candidate version of a package, as apt would download it.
-candidate_version() {
-  apt-cache show --no-all-versions "$1" 2>/dev/null | awk '/^Version:/ { print $2; exit }'
+# "name=version" for each package, at the version apt would download; one apt-cache call.
+candidate_specs() {
+  apt-cache show --no-all-versions "$@" 2>/dev/null |
+    awk '/^Package:/ { name = $2 } /^Version:/ { print name "=" $2 }'
 }
 
 # kver: the generic -amd64 flavour (the -cloud-amd64 kernel lacks CONFIG_VFIO_MDEV).
@@ -75,18 +80,11 @@ resolve_kernel() {
       awk '/Depends: linux-image-[0-9]/ { print $2; exit }') || true
     kver=${dep#linux-image-}
   fi
-  pkgver=""
-  if [[ -n $kver ]]; then
-    pkgver=$(candidate_version "linux-image-$kver")
-  fi
-  if [[ -z $kver || -z $pkgver ]]; then
+  if [[ -z $kver ]]; then
     # Offline with a built lab: use the newest one rather than fail.
-    local stamp newest=""
-    for stamp in "$cache"/lab/*/.complete; do
-      [[ -e $stamp && ( -z $newest || $stamp -nt $newest ) ]] && newest=$stamp
-    done
-    [[ -n $newest ]] || die "cannot resolve the kernel from apt-cache (run apt-get update)"
-    kver=$(basename "$(dirname "$newest")")
+    [[ -f $cache/lab/current/.complete ]] ||
+      die "cannot resolve the kernel from apt-cache (run apt-get update)"
+    kver=$(basename "$(readlink "$cache/lab/current")")
     info "apt-cache cannot resolve the kernel; using the cached lab $kver"
   fi
   [[ $kver == *-amd64 && $kver != *-cloud-amd64 ]] ||
@@ -128,7 +126,11 @@ download() {
 
 build_lab() {
   local lab=$1
-  local abi=${kver%-amd64} series
+  local abi=${kver%-amd64} series pkgver versions
+  versions=$(candidate_specs "linux-image-$kver" busybox-static mdevctl)
+  pkgver=$(sed -n "s/^linux-image-$kver=//p" <<<"$versions")
+  [[ -n $pkgver ]] || die "apt knows no linux-image-$kver (run apt-get update)"
+  info "building the lab for $kver ($pkgver) in $lab"
   series=$(echo "$kver" | cut -d. -f1,2)
   local specs=(
     "linux-image-$kver=$pkgver"
@@ -136,30 +138,37 @@ build_lab() {
     "linux-headers-$abi-common=$pkgver"
     "linux-kbuild-$series=$pkgver"
     "linux-source-$series=$pkgver"
-    "busybox-static=$(candidate_version busybox-static)"
-    "mdevctl=$(candidate_version mdevctl)"
+    "$(grep '^busybox-static=' <<<"$versions")"
+    "$(grep '^mdevctl=' <<<"$versions")"
   )
   local spec
-  for spec in "${specs[@]}"; do
-    [[ $spec != *= ]] || die "no candidate version for ${spec%=}"
-  done
+  [[ $versions == *busybox-static=* && $versions == *mdevctl=* ]] ||
+    die "apt knows no busybox-static or mdevctl (run apt-get update)"
   download "${specs[@]}"
 
-  rm -rf "$lab"
+  if [[ -e $lab ]]; then
+    # Deleting 0.5 GB of small files is slow on a busy disk: move it aside, delete behind us.
+    local old
+    old=$(mktemp -d "$cache/lab/.old.XXXXXX")
+    mv "$lab" "$old/"
+    rm -rf "$old" >/dev/null 2>&1 9>&- &
+  fi
   mkdir -p "$lab/root" "$lab/src" "$lab/modules"
   local root=$lab/root
+
+  # Only samples/vfio-mdev and extract-vmlinux are needed out of the 139 MB source package:
+  # stream them out instead of unpacking the tree, on the second core while the rest unpacks.
+  info "unpacking; extracting samples/vfio-mdev from linux-source-$series"
+  dpkg-deb --fsys-tarfile "$(deb_path "linux-source-$series=$pkgver")" |
+    tar -xO "./usr/src/linux-source-$series.tar.xz" | xz -dc |
+    tar -x -C "$lab/src" --strip-components=1 --wildcards \
+      "linux-source-$series/samples/vfio-mdev/*" "linux-source-$series/scripts/extract-vmlinux" &
+  local samples=$!
   for spec in "${specs[@]}"; do
     [[ $spec == linux-source-* ]] && continue
     dpkg-deb -x "$(deb_path "$spec")" "$root"
   done
-
-  # Only samples/vfio-mdev and extract-vmlinux are needed out of the 139 MB source package:
-  # stream them out instead of unpacking the tree.
-  info "extracting samples/vfio-mdev from linux-source-$series"
-  dpkg-deb --fsys-tarfile "$(deb_path "linux-source-$series=$pkgver")" |
-    tar -xO "./usr/src/linux-source-$series.tar.xz" | xz -dc |
-    tar -x -C "$lab/src" --strip-components=1 --wildcards \
-      "linux-source-$series/samples/vfio-mdev/*" "linux-source-$series/scripts/extract-vmlinux"
+  wait "$samples" || die "extracting the samples from linux-source-$series failed"
 
   # The flavour headers include the common headers by absolute path; point it at our copy.
   local hdr=$root/usr/src/linux-headers-$kver
@@ -177,6 +186,7 @@ build_lab() {
   done
   mkdir -p "$root/lib/modules/$kver/extra"
   cp "$lab"/modules/{mtty,mdpy,mbochs}.ko "$root/lib/modules/$kver/extra/"
+  info "depmod, extract-vmlinux"
   # modules.dep is not shipped in the .deb.
   depmod -b "$root" "$kver"
 
@@ -231,21 +241,25 @@ build_initramfs() {
 }
 
 main() {
-  resolve_kernel
+  # The lab run-in-vm.sh used last, without asking apt (a few seconds on a busy machine).
+  if [[ $cached -eq 1 && -z ${KVGPU_VM_KVER:-} && -f $cache/lab/current/.complete ]]; then
+    kver=$(basename "$(readlink "$cache/lab/current")")
+  else
+    resolve_kernel
+  fi
   local lab=$cache/lab/$kver
   mkdir -p "$cache/lab"
   # One builder at a time (ctest -j, several checkouts); the others wait and reuse its result.
   exec 9>"$cache/lab/.lock"
   flock 9
-  local stamp="recipe=$RECIPE pkgver=$pkgver"
-  if [[ -n $pkgver && ($force -eq 1 || $(cat "$lab/.complete" 2>/dev/null) != "$stamp") ]]; then
+  if [[ $force -eq 1 || $(cat "$lab/.complete" 2>/dev/null) != "recipe=$RECIPE" ]]; then
     local start=$SECONDS
-    info "building the lab for $kver ($pkgver) in $lab"
     build_lab "$lab"
-    echo "$stamp" >"$lab/.complete"
+    echo "recipe=$RECIPE" >"$lab/.complete"
     info "lab built in $((SECONDS - start)) s"
   fi
   build_initramfs "$lab"
+  ln -sfn "$kver" "$cache/lab/current"
   echo "$lab"
 }
 
