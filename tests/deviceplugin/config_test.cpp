@@ -1,0 +1,117 @@
+// The YAML config: every key, and clear errors for bad input.
+#include "deviceplugin/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/support/common/temp_dir.h"
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+TEST(ConfigTest, EveryKeyIsRead) {
+  auto config = ParseConfig(R"(
+resourceDomain: gpu.example.org
+namingStyle: profile
+allowedTypes: [nvidia-222, nvidia-223]
+pinning:
+  - pciAddress: "0000:3b:00.0"
+    type: nvidia-223
+  - model: T4
+    type: nvidia-222
+  - all: true
+    type: nvidia-222
+spreadAcrossGPUs: true
+cdi:
+  enabled: true
+  dir: /run/cdi
+rescanInterval: 250ms
+udevEvents: false
+logLevel: debug
+)");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->naming.domain, "gpu.example.org");
+  EXPECT_EQ(config->naming.style, NamingStyle::kProfile);
+  EXPECT_EQ(config->allowed_types, (std::vector<std::string>{"nvidia-222", "nvidia-223"}));
+  ASSERT_EQ(config->pinning.size(), 3u);
+  EXPECT_EQ(config->pinning[0], (PinRule{"0000:3b:00.0", std::nullopt, false, "nvidia-223"}));
+  EXPECT_EQ(config->pinning[1], (PinRule{std::nullopt, "T4", false, "nvidia-222"}));
+  EXPECT_EQ(config->pinning[2], (PinRule{std::nullopt, std::nullopt, true, "nvidia-222"}));
+  EXPECT_TRUE(config->spread_across_gpus);
+  EXPECT_TRUE(config->cdi_enabled);
+  EXPECT_EQ(config->cdi_dir, "/run/cdi");
+  EXPECT_EQ(config->rescan_interval, std::chrono::milliseconds(250));
+  EXPECT_FALSE(config->udev_events);
+  EXPECT_EQ(config->log_level, "debug");
+}
+
+TEST(ConfigTest, EmptyFileMeansDefaults) {
+  auto config = ParseConfig("");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->naming.domain, "tencent.com");
+  EXPECT_EQ(config->cdi_dir, "/var/run/cdi");
+  EXPECT_FALSE(config->cdi_enabled);
+  EXPECT_EQ(config->rescan_interval, std::chrono::seconds(5));
+}
+
+TEST(ConfigTest, BadInputIsRefusedWithTheKeyNamed) {
+  struct Case {
+    std::string description;
+    std::string yaml;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {"not YAML", "a: [", "not valid YAML"},
+      {"not a map", "- a\n- b\n", "YAML map"},
+      {"unknown key (typo)", "resourcedomain: x.com\n", "unknown config key resourcedomain"},
+      {"unknown nested key", "cdi: {enable: true}\n", "unknown config key cdi.enable"},
+      {"invalid domain", "resourceDomain: Tencent_com\n", "resourceDomain"},
+      {"reserved domain", "resourceDomain: kubernetes.io\n", "reserved"},
+      {"unknown naming style", "namingStyle: fancy\n", "namingStyle"},
+      {"boolean expected", "spreadAcrossGPUs: maybe\n", "spreadAcrossGPUs"},
+      {"pin with two selectors", "pinning: [{all: true, model: T4, type: nvidia-1}]\n",
+       "exactly one of"},
+      {"pin without type", "pinning: [{all: true}]\n", "pinning[0].type"},
+      {"pinned type hidden by the allow-list",
+       "allowedTypes: [nvidia-1]\npinning: [{all: true, type: nvidia-2}]\n", "allowedTypes"},
+      {"relative CDI dir", "cdi: {dir: run/cdi}\n", "absolute"},
+      {"duration without unit", "rescanInterval: 5\n", "rescanInterval"},
+      {"too short a rescan", "rescanInterval: 1ms\n", "at least"},
+      {"unknown log level", "logLevel: loud\n", "logLevel"},
+      {"list expected", "allowedTypes: nvidia-1\n", "allowedTypes"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    auto config = ParseConfig(c.yaml);
+    ASSERT_FALSE(config.ok());
+    EXPECT_NE(config.status().message().find(c.message_part), std::string::npos)
+        << config.status().message();
+  }
+}
+
+TEST(ConfigTest, FileErrorsNameTheFile) {
+  kvgpu::testing::TempDir dir;
+  auto missing = LoadConfigFile(dir.path() / "nope.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("nope.yaml"), std::string::npos);
+  std::ofstream(dir.path() / "bad.yaml") << "logLevel: loud\n";
+  auto bad = LoadConfigFile(dir.path() / "bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.yaml"), std::string::npos);
+}
+
+TEST(ConfigTest, PinsMatchByAddressThenModelThenAll) {
+  Config config;
+  config.pinning = {{std::nullopt, std::nullopt, true, "all-type"},
+                    {std::nullopt, "t4", false, "model-type"},
+                    {"0000:3B:00.0", std::nullopt, false, "address-type"}};
+  EXPECT_EQ(FindPin(config, "0000:3b:00.0", {"T4"})->type_id, "address-type");
+  EXPECT_EQ(FindPin(config, "0000:af:00.0", {"T4"})->type_id, "model-type");
+  EXPECT_EQ(FindPin(config, "0000:af:00.0", {"A100D"})->type_id, "all-type");
+  config.pinning.erase(config.pinning.begin());
+  EXPECT_EQ(FindPin(config, "0000:af:00.0", {"A100D"}), nullptr);
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,225 @@
+// Whole flows: the daemon over the kernel model, kubelet played by the fake speaking upstream's
+// v1beta1 protocol over unix sockets in a temp dir.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "deviceplugin/daemon.h"
+#include "tests/deviceplugin/sim_node.h"
+#include "tests/support/kubelet/fake_kubelet.h"
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+using namespace std::chrono_literals;
+using kvgpu::testing::FakeKubelet;
+using testing::SimNode;
+
+constexpr const char* k222 = "tencent.com/vgpu-222";
+constexpr const char* k223 = "tencent.com/vgpu-223";
+
+size_t Healthy(const std::map<std::string, std::string>& devices, const std::string& prefix = "") {
+  size_t n = 0;
+  for (const auto& [id, health] : devices) {
+    if (health == "Healthy" && id.starts_with(prefix)) ++n;
+  }
+  return n;
+}
+
+class PluginFlowTest : public ::testing::Test {
+ protected:
+  explicit PluginFlowTest(const std::string& profile = "t4x2")
+      : sim_(profile), kubelet_(sim_.dir() / "kubelet" / "device-plugins") {}
+
+  void StartKubelet() { ASSERT_TRUE(kubelet_.Start()); }
+
+  void StartDaemon(Config config = {}) {
+    DaemonOptions options;
+    options.args.sysfs_root = sim_.model().root();
+    options.args.kubelet_dir = sim_.dir() / "kubelet";
+    options.args.state_dir = sim_.dir() / "state";
+    config.udev_events = false;  // the host's events are not the model's
+    config.rescan_interval = 100ms;
+    options.config = config;
+    options.io = &sim_.model();
+    options.retry_initial = 20ms;
+    options.retry_max = 200ms;
+    daemon_ = std::make_unique<Daemon>(options);
+    Status started = daemon_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+  }
+
+  bool WaitForRegistrations(size_t count) {
+    return kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= count; });
+  }
+
+  SimNode sim_;
+  FakeKubelet kubelet_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(PluginFlowTest, StartServesEachResourceThenRegistersIt) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(WaitForRegistrations(12));
+  for (const auto& r : kubelet_.Registrations()) {
+    EXPECT_EQ(r.version(), "v1beta1");
+    EXPECT_TRUE(r.options().get_preferred_allocation_available());
+    EXPECT_EQ(r.endpoint(), "kata-vgpu-" + r.resource_name().substr(12) + ".sock");
+  }
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  EXPECT_TRUE(kubelet_.Options(k222).get_preferred_allocation_available());
+  EXPECT_FALSE(kubelet_.Options(k222).pre_start_required());
+  EXPECT_EQ(Healthy(kubelet_.Devices("tencent.com/vgpu-234")), 2u);
+}
+
+TEST_F(PluginFlowTest, AllocateCreatesTheVgpuAndPushesTheLockToOtherTypes) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 16; }));
+  const std::string gpu0 = sim_.gpu(0);
+
+  v1beta1::PreferredAllocationRequest preferred_request;
+  auto* container = preferred_request.add_container_requests();
+  for (const auto& [id, health] : kubelet_.Devices(k222)) container->add_available_deviceids(id);
+  container->set_allocation_size(1);
+  v1beta1::PreferredAllocationResponse preferred;
+  ASSERT_TRUE(kubelet_.GetPreferredAllocation(k222, preferred_request, &preferred).ok());
+  ASSERT_EQ(preferred.container_responses(0).deviceids_size(), 1);
+  std::string id = preferred.container_responses(0).deviceids(0);
+  EXPECT_EQ(id, gpu0 + "-nvidia-222-0");
+
+  v1beta1::AllocateResponse response;
+  grpc::Status status = kubelet_.Allocate(k222, {{id}}, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.container_responses_size(), 1);
+  const auto& answer = response.container_responses(0);
+  ASSERT_EQ(answer.devices_size(), 2);
+  EXPECT_EQ(answer.devices(0).host_path(), "/dev/vfio/vfio");
+  std::vector<std::string> vgpus = sim_.model().VgpuIds();
+  ASSERT_EQ(vgpus.size(), 1u);
+  EXPECT_EQ(answer.envs().at("KVGPU_VGPU_222_UUIDS"), vgpus[0]);
+  auto group = sim_.model().ReadLink(sim_.model().root() / "sys/bus/mdev/devices" / vgpus[0] /
+                                     "iommu_group");
+  ASSERT_TRUE(group.ok());
+  EXPECT_EQ(answer.devices(1).host_path(), "/dev/vfio/" + group->filename().string());
+
+  // The lock reaches kubelet: GPU 0's 223 devices vanish from the 223 list.
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 8; }));
+  EXPECT_EQ(Healthy(kubelet_.Devices(k223), gpu0), 0u);
+  EXPECT_EQ(Healthy(kubelet_.Devices(k222)), 32u);
+
+  // Unlock: the vGPU is removed (as the lifecycle will do); the 223 devices come back.
+  ASSERT_TRUE(sim_.node().Remove(vgpus[0]).ok());
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 16; }));
+}
+
+TEST_F(PluginFlowTest, KubeletRestartIsFollowedByServingAndRegisteringAgain) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(WaitForRegistrations(12));
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(kubelet_.Allocate(k222, {{sim_.gpu(1) + "-nvidia-222-5"}}, &response).ok());
+
+  auto restarted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(kubelet_.Restart());
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= 24; }, 5s))
+      << "every resource registers again within 5 s";
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }, 5s));
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted, 5s);
+  auto devices = kubelet_.Devices(k222);
+  EXPECT_EQ(devices.count(sim_.gpu(1) + "-nvidia-222-5"), 1u) << "nothing lost";
+  EXPECT_EQ(Healthy(kubelet_.Devices(k223)), 8u) << "the lock is still pushed";
+  EXPECT_EQ(sim_.model().VgpuIds().size(), 1u);
+}
+
+TEST_F(PluginFlowTest, KubeletDyingWithoutRestartThenComingBackIsFound) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(WaitForRegistrations(12));
+  kubelet_.Stop();  // kubelet.sock gone, our sockets left in place
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(kubelet_.Start());
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= 24; }, 5s));
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+}
+
+TEST_F(PluginFlowTest, KubeletMissingAtStartIsWaitedFor) {
+  StartDaemon();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(daemon_->Registered().empty());
+  StartKubelet();
+  ASSERT_TRUE(WaitForRegistrations(12));
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return daemon_->Registered().size() == 12; }));
+}
+
+TEST_F(PluginFlowTest, ParentRemovalTurnsItsDevicesUnhealthyAndBack) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  const std::string gpu0 = sim_.gpu(0);
+  ASSERT_TRUE(sim_.model().RemoveGpu(gpu0).ok());
+  ASSERT_TRUE(kubelet_.WaitUntil([&] {
+    auto devices = kubelet_.Devices(k222);
+    return devices.size() == 32 && Healthy(devices) == 16 &&
+           devices[gpu0 + "-nvidia-222-0"] == "Unhealthy";
+  }));
+  ASSERT_TRUE(sim_.model().RestoreGpu(gpu0).ok());
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+}
+
+TEST_F(PluginFlowTest, BadRequestsGetClearErrorsAndChangeNothing) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  struct Case {
+    std::string description;
+    std::vector<std::vector<std::string>> containers;
+    grpc::StatusCode code;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {"unknown ID",
+       {{"0000:3b:00.0-nvidia-222-77"}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "unknown device 0000:3b:00.0-nvidia-222-77"},
+      {"ID of another resource",
+       {{"0000:3b:00.0-nvidia-223-0"}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "belongs to tencent.com/vgpu-223"},
+      {"empty request", {}, grpc::StatusCode::INVALID_ARGUMENT, "no containers"},
+      {"container without devices", {{}}, grpc::StatusCode::INVALID_ARGUMENT, "no devices"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    v1beta1::AllocateResponse response;
+    grpc::Status status = kubelet_.Allocate(k222, c.containers, &response);
+    EXPECT_EQ(status.error_code(), c.code);
+    EXPECT_NE(status.error_message().find(c.message_part), std::string::npos)
+        << status.error_message();
+    EXPECT_TRUE(sim_.model().VgpuIds().empty());
+  }
+}
+
+TEST_F(PluginFlowTest, KernelRefusalRollsBackAndIsReported) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  sim_.model().InjectFault(sim::Op::kWrite, sim_.gpu(1) + "/mdev_supported_types/nvidia-222/create",
+                           EIO);
+  v1beta1::AllocateResponse response;
+  grpc::Status status = kubelet_.Allocate(
+      k222, {{sim_.gpu(0) + "-nvidia-222-0", sim_.gpu(1) + "-nvidia-222-0"}}, &response);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error_message().find(sim_.gpu(1) + "-nvidia-222-0"), std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(sim_.model().VgpuIds().empty());
+  std::string metrics = daemon_->metrics().Render();
+  EXPECT_NE(metrics.find("kvgpu_deviceplugin_allocation_failures_total{reason="), std::string::npos)
+      << metrics;
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,498 @@
+// The resource manager against the kernel model: what each node shape advertises, how lists
+// follow the kernel (locking, parents vanishing), preferred allocation, and Allocate's all-or-
+// nothing creation. No gRPC here.
+#include "deviceplugin/resource_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "mdev/uuid.h"
+#include "tests/deviceplugin/sim_node.h"
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+using testing::SimNode;
+
+class ScriptedHolders : public HolderOracle {
+ public:
+  HolderAnswer Check(const CreatedVgpu&) override { return answer; }
+  HolderAnswer answer;
+};
+
+size_t CountOn(const std::vector<Device>& devices, const std::string& gpu) {
+  return static_cast<size_t>(std::count_if(devices.begin(), devices.end(), [&](const Device& d) {
+    return d.physical_gpu == gpu && d.healthy;
+  }));
+}
+
+// CDI specs go to the test's own directory.
+Config InTempDir(Config config, const SimNode& sim) {
+  config.cdi_dir = sim.dir() / "cdi";
+  return config;
+}
+
+// One manager over one simulated node, with an in-memory state store.
+struct Fixture {
+  explicit Fixture(const std::string& profile, Config config = {})
+      : sim(profile), manager(sim.node(), InTempDir(config, sim), store, holders) {
+    Status started = manager.Start();
+    if (!started.ok()) throw std::runtime_error(started.ToString());
+  }
+  std::vector<Device> Devices(const std::string& resource) { return manager.Devices(resource); }
+
+  SimNode sim;
+  MemoryStateStore store;
+  ScriptedHolders holders;
+  ResourceManager manager;
+};
+
+TEST(ResourceManagerTest, EachNodeShapeAdvertisesItsTypesUnderTheirResourceNames) {
+  struct Case {
+    std::string description;
+    std::string profile;
+    NamingOptions naming;
+    size_t resources;
+    std::string resource;
+    size_t devices;
+    std::string first_id;
+  };
+  const std::vector<Case> cases = {
+      {"T4 type style: nvidia-222 is vgpu-222, 16 per GPU on two GPUs",
+       "t4x2",
+       {},
+       12,
+       "tencent.com/vgpu-222",
+       32,
+       "0000:3b:00.0-nvidia-222-0"},
+      {"T4 profile style: GRID T4-1Q is vgpu-t4-1q",
+       "t4x2",
+       {"tencent.com", NamingStyle::kProfile},
+       12,
+       "tencent.com/vgpu-t4-1q",
+       32,
+       "0000:3b:00.0-nvidia-230-0"},
+      {"configurable domain",
+       "t4x2",
+       {"gpu.example.org", NamingStyle::kType},
+       12,
+       "gpu.example.org/vgpu-234",
+       2,
+       "0000:3b:00.0-nvidia-234-0"},
+      {"mtty has no NVIDIA name: the whole type id",
+       "mtty",
+       {},
+       2,
+       "tencent.com/vgpu-mtty-2",
+       12,
+       "mtty-mtty-2-0"},
+      {"A100 SR-IOV: one device per VF parent",
+       "a100-sriov",
+       {},
+       7,
+       "tencent.com/vgpu-692",
+       20,
+       ""},
+      {"H200 vendor VFIO: the bare type id", "h200-vfio", {}, 2, "tencent.com/vgpu-1414", 16, ""},
+      {"mixed node: T4, A100 and mtty side by side",
+       "mixed",
+       {},
+       21,
+       "tencent.com/vgpu-mtty-1",
+       24,
+       "mtty-mtty-1-0"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    Config config;
+    config.naming = c.naming;
+    Fixture f(c.profile, config);
+    EXPECT_EQ(f.manager.Resources().size(), c.resources);
+    std::vector<Device> devices = f.Devices(c.resource);
+    EXPECT_EQ(devices.size(), c.devices);
+    if (!c.first_id.empty() && !devices.empty()) {
+      EXPECT_EQ(devices.front().id, c.first_id);
+    }
+    for (const Device& d : devices) {
+      EXPECT_TRUE(d.healthy) << d.id;
+      EXPECT_LE(d.id.size(), 63u) << d.id;
+    }
+  }
+}
+
+TEST(ResourceManagerTest, DeviceIdsNameTheParentTypeAndSlot) {
+  Fixture f("a100-sriov");
+  std::vector<Device> devices = f.Devices("tencent.com/vgpu-697");
+  ASSERT_FALSE(devices.empty());
+  for (const Device& d : devices) {
+    EXPECT_EQ(d.physical_gpu, "0000:41:00.0");
+    EXPECT_NE(d.key.parent, d.physical_gpu) << "on SR-IOV the parent is the VF";
+    EXPECT_EQ(d.id, d.key.parent + "-nvidia-697-0");
+  }
+}
+
+TEST(ResourceManagerTest, SameNodeStateGivesTheSameIdsAfterARestart) {
+  SimNode sim("t4x2");
+  MemoryStateStore store;
+  UnknownHolders holders;
+  std::vector<std::vector<Device>> lists;
+  {
+    ResourceManager first(sim.node(), {}, store, holders);
+    ASSERT_TRUE(first.Start().ok());
+    auto allocated = first.Allocate("tencent.com/vgpu-223",
+                                    {{"0000:3b:00.0-nvidia-223-0", "0000:3b:00.0-nvidia-223-1"}});
+    ASSERT_TRUE(allocated.ok()) << allocated.status().ToString();
+    for (const std::string& r : first.Resources()) lists.push_back(first.Devices(r));
+  }
+  ResourceManager second(sim.node(), {}, store, holders);
+  ASSERT_TRUE(second.Start().ok());
+  std::vector<std::vector<Device>> again;
+  for (const std::string& r : second.Resources()) again.push_back(second.Devices(r));
+  EXPECT_EQ(lists, again);
+  auto ours = second.Devices("tencent.com/vgpu-223");
+  EXPECT_TRUE(ours.at(0).ours && ours.at(0).vgpu_exists);
+}
+
+TEST(ResourceManagerTest, LockingHidesOtherTypesOnThatGpuAndFreeingBringsThemBack) {
+  Fixture f("t4x2");
+  const std::string gpu0 = f.sim.gpu(0), gpu1 = f.sim.gpu(1);
+  ASSERT_EQ(CountOn(f.Devices("tencent.com/vgpu-223"), gpu0), 8u);
+
+  auto allocated = f.manager.Allocate("tencent.com/vgpu-222", {{gpu0 + "-nvidia-222-0"}});
+  ASSERT_TRUE(allocated.ok()) << allocated.status().ToString();
+  EXPECT_EQ(CountOn(f.Devices("tencent.com/vgpu-223"), gpu0), 0u) << "GPU 0 is locked to 222";
+  EXPECT_EQ(CountOn(f.Devices("tencent.com/vgpu-223"), gpu1), 8u);
+  EXPECT_EQ(CountOn(f.Devices("tencent.com/vgpu-222"), gpu0), 16u)
+      << "15 free + the one created stays listed";
+
+  // The vGPU goes (its pod ended and it was removed): the kernel frees the GPU.
+  ASSERT_TRUE(f.sim.node().Remove(allocated->at(0).vgpus.at(0).vgpu_id).ok());
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  EXPECT_EQ(CountOn(f.Devices("tencent.com/vgpu-223"), gpu0), 8u);
+  EXPECT_EQ(CountOn(f.Devices("tencent.com/vgpu-222"), gpu0), 16u)
+      << "the recorded device and the freed instance must not be listed twice";
+}
+
+TEST(ResourceManagerTest, PinningAndAllowedTypesRestrictWhatIsOffered) {
+  struct Case {
+    std::string description;
+    std::vector<PinRule> pinning;
+    std::vector<std::string> allowed;
+    std::map<std::string, size_t> expected;  // resource -> devices
+  };
+  const std::string gpu0 = "0000:3b:00.0";
+  const std::vector<Case> cases = {
+      {"dynamic by default: every type on both GPUs",
+       {},
+       {},
+       {{"tencent.com/vgpu-222", 32}, {"tencent.com/vgpu-234", 2}}},
+      {"one GPU pinned by address, the other stays dynamic",
+       {{gpu0, std::nullopt, false, "nvidia-234"}},
+       {},
+       {{"tencent.com/vgpu-222", 16}, {"tencent.com/vgpu-234", 2}}},
+      {"pinned by model name",
+       {{std::nullopt, "T4", false, "nvidia-223"}},
+       {},
+       {{"tencent.com/vgpu-222", 0}, {"tencent.com/vgpu-223", 16}}},
+      {"pinned by PCI device id",
+       {{std::nullopt, "0x1eb8", false, "nvidia-231"}},
+       {},
+       {{"tencent.com/vgpu-231", 16}, {"tencent.com/vgpu-230", 0}}},
+      {"address beats all",
+       {{std::nullopt, std::nullopt, true, "nvidia-222"},
+        {gpu0, std::nullopt, false, "nvidia-234"}},
+       {},
+       {{"tencent.com/vgpu-222", 16}, {"tencent.com/vgpu-234", 1}}},
+      {"allowed types only",
+       {},
+       {"nvidia-222", "nvidia-230"},
+       {{"tencent.com/vgpu-222", 32}, {"tencent.com/vgpu-230", 32}, {"tencent.com/vgpu-223", 0}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    Config config;
+    config.pinning = c.pinning;
+    config.allowed_types = c.allowed;
+    Fixture f("t4x2", config);
+    for (const auto& [resource, count] : c.expected) {
+      EXPECT_EQ(f.Devices(resource).size(), count) << resource;
+    }
+  }
+}
+
+TEST(ResourceManagerTest, PreferredAllocationPacksSpreadsAndHonoursMustInclude) {
+  const std::string g0 = "0000:3b:00.0", g1 = "0000:af:00.0";
+  auto id = [](const std::string& gpu, int slot) {
+    return gpu + "-nvidia-223-" + std::to_string(slot);
+  };
+  struct Case {
+    std::string description;
+    bool spread;
+    PreferredRequest request;
+    std::vector<std::string> expected;
+  };
+  // GPU 1 already hosts one 223 vGPU (slot 0 taken), so it is locked to 223.
+  const std::vector<Case> cases = {
+      {"pack onto the GPU already locked to the type",
+       false,
+       {{id(g0, 0), id(g0, 1), id(g1, 1), id(g1, 2)}, {}, 2},
+       {id(g1, 1), id(g1, 2)}},
+      {"spread across GPUs, locked GPU first",
+       true,
+       {{id(g0, 0), id(g0, 1), id(g1, 1), id(g1, 2)}, {}, 2},
+       {id(g1, 1), id(g0, 0)}},
+      {"must-include comes first and counts",
+       false,
+       {{id(g0, 0), id(g0, 1), id(g1, 1), id(g1, 2)}, {id(g0, 1)}, 2},
+       {id(g0, 1), id(g1, 1)}},
+      {"spread skips the GPU a must-include device is on",
+       true,
+       {{id(g0, 0), id(g0, 1), id(g1, 1), id(g1, 2)}, {id(g1, 2)}, 2},
+       {id(g1, 2), id(g0, 0)}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    Config config;
+    config.spread_across_gpus = c.spread;
+    Fixture f("t4x2", config);
+    ASSERT_TRUE(f.manager.Allocate("tencent.com/vgpu-223", {{id(g1, 0)}}).ok());
+    auto answer = f.manager.PreferredAllocation("tencent.com/vgpu-223", {c.request});
+    ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+    EXPECT_EQ(answer->at(0), c.expected);
+  }
+}
+
+TEST(ResourceManagerTest, PreferredAllocationRefusesImpossibleRequests) {
+  Fixture f("mtty");
+  const std::string r = "tencent.com/vgpu-mtty-2";
+  struct Case {
+    std::string description;
+    PreferredRequest request;
+  };
+  const std::vector<Case> cases = {
+      {"size larger than what is available", {{"mtty-mtty-2-0"}, {}, 2}},
+      {"must-include not among the available", {{"mtty-mtty-2-0"}, {"mtty-mtty-2-1"}, 1}},
+      {"zero size", {{"mtty-mtty-2-0"}, {}, 0}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    auto answer = f.manager.PreferredAllocation(r, {c.request});
+    ASSERT_FALSE(answer.ok());
+    EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kInvalid);
+  }
+}
+
+TEST(ResourceManagerTest, AllocateAnswersVfioDevicesEnvAndCdiNames) {
+  Config config;
+  config.cdi_enabled = true;
+  Fixture f("t4x2", config);
+
+  const std::string a = "0000:3b:00.0-nvidia-222-0", b = "0000:3b:00.0-nvidia-222-1";
+  auto result = f.manager.Allocate("tencent.com/vgpu-222", {{a, b}});
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  const ContainerAllocation& c = result->at(0);
+  ASSERT_EQ(c.vgpus.size(), 2u);
+  std::vector<std::string> paths;
+  for (const DeviceNode& n : c.devices) {
+    EXPECT_EQ(n.host_path, n.container_path);
+    EXPECT_EQ(n.permissions, "rw");
+    paths.push_back(n.host_path);
+  }
+  std::vector<std::string> expected = {"/dev/vfio/vfio", c.vgpus[0].vfio_device,
+                                       c.vgpus[1].vfio_device};
+  EXPECT_EQ(paths, expected);
+  for (const AllocatedVgpu& v : c.vgpus) {
+    EXPECT_TRUE(mdev::IsValidUuid(v.vgpu_id));
+    auto group = f.sim.model().ReadLink(f.sim.model().root() / "sys/bus/mdev/devices" / v.vgpu_id /
+                                        "iommu_group");
+    ASSERT_TRUE(group.ok());
+    EXPECT_EQ("/dev/vfio/" + group->filename().string(), v.vfio_device)
+        << "the group handed out is the one the kernel shows";
+  }
+  EXPECT_EQ(c.envs.at("KVGPU_VGPU_222_DEVICE_IDS"), a + "," + b);
+  EXPECT_EQ(c.envs.at("KVGPU_VGPU_222_UUIDS"), c.vgpus[0].vgpu_id + "," + c.vgpus[1].vgpu_id);
+  EXPECT_EQ(c.envs.at("KVGPU_VGPU_222_TYPES"), "nvidia-222,nvidia-222");
+  EXPECT_EQ(c.cdi_devices,
+            (std::vector<std::string>{"tencent.com/vgpu-222=" + a, "tencent.com/vgpu-222=" + b}));
+
+  std::ifstream spec_file(f.sim.dir() / "cdi" / "kata-vgpu_tencent.com_vgpu-222.json");
+  ASSERT_TRUE(spec_file.good());
+  auto spec = nlohmann::json::parse(spec_file);
+  EXPECT_EQ(spec["kind"], "tencent.com/vgpu-222");
+  ASSERT_EQ(spec["devices"].size(), 2u);
+  EXPECT_EQ(spec["devices"][0]["name"], a);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], c.vgpus[0].vfio_device);
+
+  ASSERT_EQ(f.store.vgpus_.size(), 2u) << "both vGPUs recorded as ours";
+  EXPECT_EQ(f.store.vgpus_[0].device_id, a);
+  EXPECT_EQ(f.store.vgpus_[0].vgpu_id, c.vgpus[0].vgpu_id);
+}
+
+TEST(ResourceManagerTest, VendorVfioAllocationTurnsTheVfIntoTheVgpu) {
+  Fixture f("h200-vfio");
+  std::vector<Device> devices = f.Devices("tencent.com/vgpu-1414");
+  ASSERT_FALSE(devices.empty());
+  auto result = f.manager.Allocate("tencent.com/vgpu-1414", {{devices[0].id}});
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->at(0).vgpus.at(0).vgpu_id, devices[0].key.parent);
+  EXPECT_EQ(f.sim.model().VgpuIds(), std::vector<std::string>{devices[0].key.parent});
+}
+
+TEST(ResourceManagerTest, AFailedCreateRemovesWhatTheRequestCreatedAndNamesDeviceAndReason) {
+  Fixture f("t4x2");
+  const std::string first = "0000:3b:00.0-nvidia-222-0", second = "0000:af:00.0-nvidia-222-0";
+  f.sim.model().InjectFault(sim::Op::kWrite, "0000:af:00.0/mdev_supported_types/nvidia-222/create",
+                            ENOSPC);
+  auto result = f.manager.Allocate("tencent.com/vgpu-222", {{first}, {second}});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find(second), std::string::npos) << result.status().message();
+  EXPECT_EQ(result.status().code(), mdev::ErrorCode::kNoRoom) << result.status().ToString();
+  EXPECT_TRUE(f.sim.model().VgpuIds().empty()) << "the first container's vGPU is rolled back";
+  EXPECT_TRUE(f.store.vgpus_.empty());
+  EXPECT_EQ(f.Devices("tencent.com/vgpu-223").size(), 16u) << "both GPUs unlocked again";
+}
+
+TEST(ResourceManagerTest, AStateStoreThatCannotWriteCreatesNothing) {
+  Fixture f("mtty");
+  f.store.fail_saves = true;
+  auto result = f.manager.Allocate("tencent.com/vgpu-mtty-1", {{"mtty-mtty-1-0"}});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("cannot record"), std::string::npos);
+  EXPECT_TRUE(f.sim.model().VgpuIds().empty());
+}
+
+TEST(ResourceManagerTest, BadRequestsAreRefusedAndChangeNothing) {
+  Fixture f("t4x2");
+  struct Case {
+    std::string description;
+    std::string resource;
+    std::vector<std::vector<std::string>> containers;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {"no containers", "tencent.com/vgpu-222", {}, "no containers"},
+      {"a container with no devices", "tencent.com/vgpu-222", {{}}, "names no devices"},
+      {"unknown device",
+       "tencent.com/vgpu-222",
+       {{"0000:3b:00.0-nvidia-222-99"}},
+       "unknown device 0000:3b:00.0-nvidia-222-99"},
+      {"device of another resource",
+       "tencent.com/vgpu-222",
+       {{"0000:3b:00.0-nvidia-223-0"}},
+       "belongs to tencent.com/vgpu-223"},
+      {"the same device twice",
+       "tencent.com/vgpu-222",
+       {{"0000:3b:00.0-nvidia-222-0"}, {"0000:3b:00.0-nvidia-222-0"}},
+       "requested twice"},
+      {"valid device after an invalid one",
+       "tencent.com/vgpu-222",
+       {{"0000:3b:00.0-nvidia-222-0", "nonsense"}},
+       "unknown device nonsense"},
+      {"unknown resource", "tencent.com/vgpu-999", {{"x"}}, "unknown resource"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    auto result = f.manager.Allocate(c.resource, c.containers);
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), mdev::ErrorCode::kInvalid);
+    EXPECT_NE(result.status().message().find(c.message_part), std::string::npos)
+        << result.status().message();
+    EXPECT_TRUE(f.sim.model().VgpuIds().empty());
+    EXPECT_TRUE(f.store.vgpus_.empty());
+  }
+}
+
+TEST(ResourceManagerTest, AnIdHandedOutAgainIsRecreatedFreshOnlyWhenNoPodHoldsIt) {
+  struct Case {
+    std::string description;
+    Holding holding;
+    bool recreated;
+  };
+  const std::vector<Case> cases = {
+      {"nobody can tell: the old vGPU is kept", Holding::kUnknown, false},
+      {"a live pod holds it: refused", Holding::kHeld, false},
+      {"free: removed and made anew", Holding::kFree, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    Fixture f("mtty");
+    const std::string id = "mtty-mtty-2-0";
+    auto first = f.manager.Allocate("tencent.com/vgpu-mtty-2", {{id}});
+    ASSERT_TRUE(first.ok());
+    std::string old_uuid = first->at(0).vgpus.at(0).vgpu_id;
+    f.holders.answer = {c.holding, "default/train-1"};
+    auto again = f.manager.Allocate("tencent.com/vgpu-mtty-2", {{id}});
+    EXPECT_EQ(again.ok(), c.recreated) << (again.ok() ? "" : again.status().ToString());
+    std::vector<std::string> vgpus = f.sim.model().VgpuIds();
+    ASSERT_EQ(vgpus.size(), 1u);
+    if (c.recreated) {
+      EXPECT_NE(vgpus[0], old_uuid) << "never the same vGPU for two pods";
+      EXPECT_EQ(again->at(0).vgpus.at(0).vgpu_id, vgpus[0]);
+    } else {
+      EXPECT_EQ(vgpus[0], old_uuid);
+      EXPECT_NE(again.status().message().find(old_uuid), std::string::npos);
+    }
+  }
+}
+
+TEST(ResourceManagerTest, ParentGoneMakesItsDevicesUnhealthyAndBackHealthy) {
+  Fixture f("t4x2");
+  const std::string gpu0 = f.sim.gpu(0);
+  ASSERT_TRUE(f.manager.Allocate("tencent.com/vgpu-222", {{gpu0 + "-nvidia-222-3"}}).ok());
+  ASSERT_TRUE(f.sim.model().RemoveGpu(gpu0).ok());
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  auto devices = f.Devices("tencent.com/vgpu-222");
+  EXPECT_EQ(devices.size(), 32u) << "kubelet keeps seeing the devices, unhealthy";
+  for (const Device& d : devices) EXPECT_EQ(d.healthy, d.physical_gpu != gpu0) << d.id;
+  auto refused = f.manager.Allocate("tencent.com/vgpu-222", {{gpu0 + "-nvidia-222-0"}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("unhealthy"), std::string::npos);
+
+  ASSERT_TRUE(f.sim.model().RestoreGpu(gpu0).ok());
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  devices = f.Devices("tencent.com/vgpu-222");
+  EXPECT_EQ(devices.size(), 32u);
+  for (const Device& d : devices) EXPECT_TRUE(d.healthy) << d.id;
+  EXPECT_EQ(CountOn(f.Devices("tencent.com/vgpu-223"), gpu0), 8u) << "capacity is back";
+}
+
+TEST(ResourceManagerTest, VgpusOfOthersAreNeitherListedAsOursNorTouched) {
+  Fixture f("mtty");
+  auto foreign = f.sim.node().Create({"mtty", "mtty-2", std::nullopt});
+  ASSERT_TRUE(foreign.ok());
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  auto devices = f.Devices("tencent.com/vgpu-mtty-2");
+  EXPECT_EQ(devices.size(), 11u);
+  for (const Device& d : devices) EXPECT_FALSE(d.ours);
+  ASSERT_TRUE(f.manager.Allocate("tencent.com/vgpu-mtty-2", {{devices[0].id}}).ok());
+  auto ids = f.sim.model().VgpuIds();
+  EXPECT_NE(std::find(ids.begin(), ids.end(), foreign->id), ids.end());
+}
+
+TEST(ResourceManagerTest, StartRefusesACorruptRecordAndAnInvalidDomain) {
+  SimNode sim("mtty");
+  UnknownHolders holders;
+  {
+    kvgpu::testing::TempDir dir;
+    std::ofstream(dir.path() / "device-plugin-state.json") << "{\"version\":1,\"vgpus\":[{";
+    JsonFileStateStore store(dir.path());
+    ResourceManager manager(sim.node(), {}, store, holders);
+    Status started = manager.Start();
+    EXPECT_FALSE(started.ok());
+    EXPECT_NE(started.message().find("refusing to start"), std::string::npos);
+  }
+  {
+    MemoryStateStore store;
+    Config config;
+    config.naming.domain = "Bad_Domain";
+    ResourceManager manager(sim.node(), config, store, holders);
+    EXPECT_FALSE(manager.Start().ok());
+  }
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin

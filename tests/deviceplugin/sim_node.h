@@ -1,0 +1,38 @@
+// A node for device plugin tests: the kernel model of a built-in profile under a temp dir, and
+// the mdev library's Node over it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "mdev/node.h"
+#include "sim/kernel_model.h"
+#include "tests/support/common/temp_dir.h"
+
+namespace kvgpu::deviceplugin::testing {
+
+class SimNode {
+ public:
+  explicit SimNode(const std::string& profile_name) {
+    auto profile = sim::ProfileByName(profile_name);
+    if (!profile.ok()) throw std::runtime_error(profile.status().ToString());
+    auto model = sim::KernelModel::Create(dir_.path() / "root", *profile);
+    if (!model.ok()) throw std::runtime_error(model.status().ToString());
+    model_ = std::move(*model);
+    node_ = std::make_unique<mdev::Node>(model_->root(), *model_);
+  }
+
+  sim::KernelModel& model() { return *model_; }
+  mdev::Node& node() { return *node_; }
+  const std::filesystem::path& dir() const { return dir_.path(); }
+  std::string gpu(size_t index) const { return model_->profile().gpus.at(index).address; }
+
+ private:
+  kvgpu::testing::TempDir dir_;
+  std::unique_ptr<sim::KernelModel> model_;
+  std::unique_ptr<mdev::Node> node_;
+};
+
+}  // namespace kvgpu::deviceplugin::testing
