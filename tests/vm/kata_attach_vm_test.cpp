@@ -191,6 +191,15 @@ class Qemu {
   std::string buffer_;
 };
 
+// The scheduler state letter of a process: "S" sleeping, "D" uninterruptible, ...
+std::string ProcessState(pid_t pid) {
+  std::string status = ReadAttr(fs::path("/proc") / std::to_string(pid) / "status");
+  auto at = status.find("State:");
+  if (at == std::string::npos) return "?";
+  auto letter = status.find_first_not_of(" \t", at + 6);
+  return letter == std::string::npos ? "?" : status.substr(letter, 1);
+}
+
 class KataAttachVmTest : public LabTest {
  protected:
   void SetUp() override {
@@ -275,6 +284,11 @@ TEST_F(KataAttachVmTest, RemoveWhileQemuHoldsTheMdevBlocksUntilQemuLetsGo) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::close(result_pipe[0]);
+    // A handler (not SIG_IGN) so that a signal is delivered and interrupts the wait, as it
+    // would for a daemon being stopped.
+    struct sigaction action {};
+    action.sa_handler = [](int) {};
+    ::sigaction(SIGUSR1, &action, nullptr);
     mdev::PosixSysfsIo io;
     mdev::Node node("/", io);
     mdev::Status status = node.Remove(uuid_);
@@ -295,6 +309,17 @@ TEST_F(KataAttachVmTest, RemoveWhileQemuHoldsTheMdevBlocksUntilQemuLetsGo) {
             << (visible_while_blocked ? "present" : "gone") << "\n";
   EXPECT_FALSE(visible_while_blocked);
   EXPECT_TRUE(qemu.Realized("vgpu0")) << "QEMU lost the device before it let go";
+
+  // A signal does not free the writer: the kernel keeps waiting, uninterruptibly from then on.
+  std::string state_before = ProcessState(child);
+  ::kill(child, SIGUSR1);
+  std::this_thread::sleep_for(milliseconds(1000));
+  std::string state_after = ProcessState(child);
+  std::cout << "remove while held: writer state " << state_before << ", after a signal "
+            << state_after << "\n";
+  EXPECT_EQ(state_before, "S");
+  EXPECT_EQ(state_after, "D");
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0) << "the signal ended the blocked remove";
 
   EXPECT_EQ(qemu.Quit(seconds(30)), 0);
   ready = ::poll(&pfd, 1, 20000);
