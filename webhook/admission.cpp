@@ -55,10 +55,8 @@ ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
   if (!decision.allowed) {
     response["status"] = {{"code", 403}, {"reason", "Forbidden"}, {"message", decision.message}};
   }
-  if (decision.outcome == PodOutcome::kMutated) {
-    response["patchType"] = "JSONPatch";
-    response["patch"] = Base64Encode(decision.patch.dump());
-  }
+  bool mutated = decision.outcome == PodOutcome::kMutated;
+  if (mutated) response["patchType"] = "JSONPatch";
   if (!decision.warnings.empty()) response["warnings"] = decision.warnings;
   json review = {{"apiVersion", "admission.k8s.io/v1"},
                  {"kind", "AdmissionReview"},
@@ -67,6 +65,12 @@ ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
   reply.http_status = 200;
   reply.content_type = "application/json";
   reply.body = review.dump();
+  if (mutated) {
+    // Spliced in rather than dumped: base64 needs no escaping, and scanning the few KiB of it
+    // for characters to escape was a measurable share of a request.
+    std::string patch = Base64Encode(decision.patch.dump());
+    reply.body.insert(reply.body.size() - 2, ",\"patch\":\"" + patch + "\"");
+  }
   reply.pod_outcome = decision.outcome;
   reply.outcome = !decision.allowed                          ? ReviewOutcome::kDenied
                   : decision.outcome == PodOutcome::kMutated ? ReviewOutcome::kMutated

@@ -24,30 +24,24 @@ void PatchBuilder::Add(std::string path, nlohmann::json value) {
 std::string Base64Encode(std::string_view bytes) {
   static constexpr char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
+  std::string out((bytes.size() + 2) / 3 * 4, '=');
   auto byte = [&](size_t at) {
     return static_cast<unsigned>(static_cast<unsigned char>(bytes[at]));
   };
-  for (; i + 2 < bytes.size(); i += 3) {
-    unsigned triple = (byte(i) << 16) | (byte(i + 1) << 8) | byte(i + 2);
-    out += kAlphabet[(triple >> 18) & 63];
-    out += kAlphabet[(triple >> 12) & 63];
-    out += kAlphabet[(triple >> 6) & 63];
-    out += kAlphabet[triple & 63];
+  size_t in = 0, at = 0;
+  for (; in + 2 < bytes.size(); in += 3) {
+    unsigned triple = (byte(in) << 16) | (byte(in + 1) << 8) | byte(in + 2);
+    out[at++] = kAlphabet[(triple >> 18) & 63];
+    out[at++] = kAlphabet[(triple >> 12) & 63];
+    out[at++] = kAlphabet[(triple >> 6) & 63];
+    out[at++] = kAlphabet[triple & 63];
   }
-  if (i + 1 == bytes.size()) {
-    unsigned triple = byte(i) << 16;
-    out += kAlphabet[(triple >> 18) & 63];
-    out += kAlphabet[(triple >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == bytes.size()) {
-    unsigned triple = (byte(i) << 16) | (byte(i + 1) << 8);
-    out += kAlphabet[(triple >> 18) & 63];
-    out += kAlphabet[(triple >> 12) & 63];
-    out += kAlphabet[(triple >> 6) & 63];
-    out += '=';
+  size_t rest = bytes.size() - in;  // 0, 1 or 2 bytes left; '=' already fills the padding
+  if (rest > 0) {
+    unsigned triple = (byte(in) << 16) | (rest == 2 ? byte(in + 1) << 8 : 0u);
+    out[at++] = kAlphabet[(triple >> 18) & 63];
+    out[at++] = kAlphabet[(triple >> 12) & 63];
+    if (rest == 2) out[at] = kAlphabet[(triple >> 6) & 63];
   }
   return out;
 }

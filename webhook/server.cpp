@@ -216,6 +216,12 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   impl->http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // httplib writes headers and body separately; without this Nagle holds the body ~40 ms.
   impl->http->set_tcp_nodelay(true);
+  // httplib's default adds SO_REUSEPORT, which lets a second webhook process (a stale one, or
+  // anyone with our uid) silently take a share of the connections. One listener per port.
+  impl->http->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   impl->http->set_keep_alive_max_count(1000000);
   impl->http->set_keep_alive_timeout(options.idle_timeout.count());
   impl->http->set_read_timeout(10, 0);

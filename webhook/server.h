@@ -31,7 +31,9 @@ struct ServerOptions {
   // Each open connection holds one thread while it lives (httplib's model); the API server
   // keeps few, a benchmark many. Idle connections are closed after `idle_timeout`.
   size_t worker_threads = 96;
-  std::chrono::seconds idle_timeout{60};
+  // Short enough that a shutdown (which waits for open connections) ends within a pod's
+  // termination grace period; Go clients re-dial an idle connection the server closed.
+  std::chrono::seconds idle_timeout{10};
 };
 
 class Server {

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Benchmarks kvgpu-webhook against nginx serving a static response of the same size, both over
+# TLS with keep-alive, with wrk posting a realistic AdmissionReview. Loopback only, bounded time.
+#   bash bench/webhook/run.sh [path/to/kvgpu-webhook]
+# Env: DURATION (s, default 15), CONNECTIONS (64), WRK_THREADS (2).
+set -o errexit -o nounset -o pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+webhook=${1:-$root/build-webhook/webhook/kvgpu-webhook}
+duration=${DURATION:-15}
+connections=${CONNECTIONS:-64}
+threads=${WRK_THREADS:-2}
+python=/usr/bin/python3
+
+die() { echo "bench-webhook: $*" >&2; exit 1; }
+info() { echo "bench-webhook: $*" >&2; }
+[[ -x "$webhook" ]] || die "no webhook binary at $webhook (build with -DKVGPU_COMPONENTS=webhook)"
+for tool in wrk nginx openssl curl; do
+  command -v "$tool" >/dev/null || die "$tool missing (scripts/deps/webhook.txt)"
+done
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+  -keyout "$work/tls.key" -out "$work/tls.crt" -subj /CN=localhost \
+  -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" 2>/dev/null
+
+# The real kube-apiserver review, made a Kata pod asking for one vGPU: the common, mutating case.
+"$python" - "$root/tests/webhook/data/pod-create.json" "$work/review.json" <<'PY'
+import json, sys
+review = json.load(open(sys.argv[1]))
+spec = review["request"]["object"]["spec"]
+spec["runtimeClassName"] = "kata"
+spec["containers"][0]["resources"] = {"limits": {"tencent.com/vgpu-492": "1"}}
+json.dump(review, open(sys.argv[2], "w"), separators=(",", ":"))
+PY
+export REVIEW_FILE=$work/review.json
+
+wait_port() {
+  for _ in $(seq 50); do curl -sk "https://127.0.0.1:$1/" -o /dev/null && return 0; sleep 0.1; done
+  die "nothing listening on 127.0.0.1:$1"
+}
+
+# Prints "req/s p50 p99 non2xx" from wrk --latency output.
+run_wrk() {
+  local out
+  out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency -s "$here/post.lua" "$1")
+  echo "$out" >&2
+  local rps p50 p99 non2xx
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
+  p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  echo "$rps $p50 $p99 ${non2xx:-0}"
+}
+
+info "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$webhook" --listen 127.0.0.1:18443 --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
+  --metrics-addr 127.0.0.1:19443 2>"$work/webhook.log" &
+webhook_pid=$!
+pids+=("$webhook_pid")
+wait_port 18443
+curl -sk -X POST -H 'Content-Type: application/json' --data-binary @"$REVIEW_FILE" \
+  https://127.0.0.1:18443/mutate -o "$work/response.json"
+grep -q '"patchType":"JSONPatch"' "$work/response.json" || die "the webhook did not mutate"
+read -r w_rps w_p50 w_p99 w_bad < <(run_wrk https://127.0.0.1:18443/mutate)
+w_rss=$(awk '/VmHWM/ {print $2}' "/proc/$webhook_pid/status")
+mutations=$(curl -s http://127.0.0.1:19443/metrics | awk '/^kvgpu_webhook_mutations_total/ {print $2}')
+kill "$webhook_pid"
+
+# nginx: same certificate, same request, a fixed body of the webhook's exact response size.
+grep -q "'" "$work/response.json" && die "response contains a quote; cannot inline it for nginx"
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  server {
+    listen 127.0.0.1:18444 ssl;
+    ssl_certificate $work/tls.crt;
+    ssl_certificate_key $work/tls.key;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    keepalive_requests 1000000;
+    client_body_buffer_size 64k;
+    location = /mutate {
+      default_type application/json;
+      # The webhook's own response, inlined: nginx's static file module refuses POST.
+      return 200 '$(cat "$work/response.json")';
+    }
+  }
+}
+NGINX
+nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
+pids+=($!)
+wait_port 18444
+read -r n_rps n_p50 n_p99 n_bad < <(run_wrk https://127.0.0.1:18444/mutate)
+
+ratio=$("$python" -c "print(f'{$w_rps / $n_rps:.2f}')")
+cat <<TABLE
+| server | requests/s | p50 | p99 | non-2xx | peak RSS |
+|---|---|---|---|---|---|
+| kvgpu-webhook (POST /mutate, mutating) | $w_rps | $w_p50 | $w_p99 | $w_bad | $((w_rss / 1024)) MiB |
+| nginx static, same size ($(wc -c <"$work/response.json") B) | $n_rps | $n_p50 | $n_p99 | $n_bad | |
+
+webhook / nginx throughput ratio: $ratio; mutations counted by the webhook: $mutations
+(wrk -t$threads -c$connections -d${duration}s, TLS keep-alive, $(wc -c <"$REVIEW_FILE") B request,
+$(nproc) cores shared by server and wrk, load average before: see stderr)
+TABLE
