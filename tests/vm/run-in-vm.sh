@@ -68,10 +68,11 @@ done
 program=$1
 shift
 # The guest sees this machine's / at the same paths, so an absolute path is all it needs.
-if [[ $program == */* ]]; then
-  program=$(realpath -e "$program") || die "no such program: $1"
+given=$program
+if [[ $given == */* ]]; then
+  program=$(realpath -e "$given" 2>/dev/null) || die "no such program: $given"
 else
-  program=$(command -v "$program") || die "program not found on PATH: $program"
+  program=$(command -v "$given") || die "program not found on PATH: $given"
 fi
 
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found: run scripts/install-deps.sh"
