@@ -1,6 +1,7 @@
 // kvgpu-webhook: the mutating admission webhook that sets up vGPU pods for Kata.
 #include <malloc.h>
 #include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", options.config_file, "YAML config, reloaded on change");
   app.add_option("--metrics-addr", options.metrics_addr, "plain-HTTP Prometheus address HOST:PORT");
   CLI11_PARSE(app, argc, argv);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("kvgpu-webhook"));
 
   // Many short-lived connection threads would otherwise each grow their own malloc arena.
   mallopt(M_ARENA_MAX, 2);

@@ -64,7 +64,7 @@ run_wrk() {
 
 info "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$webhook" --listen 127.0.0.1:18443 --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
-  --metrics-addr 127.0.0.1:19443 2>"$work/webhook.log" &
+  --metrics-addr 127.0.0.1:19443 >"$work/webhook.log" 2>&1 &
 webhook_pid=$!
 pids+=("$webhook_pid")
 wait_port 18443

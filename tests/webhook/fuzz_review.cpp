@@ -3,9 +3,8 @@
 // review response echoing the uid, and every patch applies to the pod it was made for.
 #include <cstdint>
 #include <cstdlib>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "webhook/admission.h"
 #include "webhook/config.h"
