@@ -12,10 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "mdev/node.h"
@@ -59,8 +62,8 @@ class Qemu {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, "/tmp/kvgpu-qemu.log",
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&actions, 1, LogPath().c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     std::vector<char*> args;
     for (auto& arg : argv) args.push_back(arg.data());
@@ -82,6 +85,18 @@ class Qemu {
   }
   Qemu(const Qemu&) = delete;
   Qemu& operator=(const Qemu&) = delete;
+
+  // QEMU's stdout and stderr; in $KVGPU_VM_OUT, so `run-in-vm.sh --out DIR` brings it home.
+  static std::string LogPath() {
+    const char* out = std::getenv("KVGPU_VM_OUT");
+    return std::string(out != nullptr ? out : "/tmp") + "/qemu.log";
+  }
+  static std::string Log() {
+    std::ifstream in(LogPath());
+    std::stringstream content;
+    content << in.rdbuf();
+    return content.str();
+  }
 
   // Connects and negotiates capabilities; QEMU creates the socket while it starts up.
   bool Connect(seconds timeout) {
@@ -226,7 +241,7 @@ class KataAttachVmTest : public LabTest {
 TEST_F(KataAttachVmTest, ColdPlugRealizesTheMdevAsAPciDevice) {
   auto start = steady_clock::now();
   Qemu qemu({"vfio-pci,sysfsdev=" + sysfsdev_ + ",id=vgpu0"});
-  ASSERT_TRUE(qemu.Connect(seconds(60))) << "QMP never answered; see /tmp/kvgpu-qemu.log";
+  ASSERT_TRUE(qemu.Connect(seconds(60))) << "QMP never answered; QEMU said:\n" << Qemu::Log();
   EXPECT_TRUE(qemu.Realized("vgpu0"));
   ExpectMttyCard(qemu.WaitForPciDevice("vgpu0", seconds(60)));
   std::cout << "cold plug: mtty card on the bus " << MillisecondsSince(start)
@@ -241,7 +256,7 @@ TEST_F(KataAttachVmTest, ColdPlugRealizesTheMdevAsAPciDevice) {
 TEST_F(KataAttachVmTest, HotPlugThroughQmpOntoAPcieRootPort) {
   Qemu qemu({"pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1",
              "pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2"});
-  ASSERT_TRUE(qemu.Connect(seconds(60))) << "QMP never answered; see /tmp/kvgpu-qemu.log";
+  ASSERT_TRUE(qemu.Connect(seconds(60))) << "QMP never answered; QEMU said:\n" << Qemu::Log();
   for (const auto& device : qemu.PciDevices()) {
     EXPECT_NE(device.at("id").at("vendor").get<int>(), kMttyVendor) << "card there before plug";
   }
@@ -272,7 +287,7 @@ TEST_F(KataAttachVmTest, HotPlugThroughQmpOntoAPcieRootPort) {
 // the device already vanished from sysfs, and completes once QEMU lets go.
 TEST_F(KataAttachVmTest, RemoveWhileQemuHoldsTheMdevBlocksUntilQemuLetsGo) {
   Qemu qemu({"vfio-pci,sysfsdev=" + sysfsdev_ + ",id=vgpu0"});
-  ASSERT_TRUE(qemu.Connect(seconds(60)));
+  ASSERT_TRUE(qemu.Connect(seconds(60))) << "QMP never answered; QEMU said:\n" << Qemu::Log();
   ASSERT_TRUE(qemu.Realized("vgpu0"));
 
   // The removal runs in a child: a blocked sysfs write cannot be abandoned by a thread, and a
