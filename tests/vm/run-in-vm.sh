@@ -120,7 +120,10 @@ qemu=(
 start_us=${EPOCHREALTIME/./}
 set +o errexit
 timeout --kill-after=10 "$timeout" "${qemu[@]}" </dev/null 2>"$run/qemu.stderr" |
-  sed -u 's/\r$//' | tee "$run/console.log" | sed -u -E '/^KVGPU-VM-EXIT: |^\[ *[0-9.]+\] reboot: Power down$/d'
+  sed -u 's/\r$//' | tee "$run/console.log" |
+  # Hide the status line (it follows the program's last line, which may lack its newline) and
+  # the kernel's farewell.
+  sed -u -E '/^\[ *[0-9.]+\] reboot: Power down$/d; s/KVGPU-VM-EXIT: [0-9]+$//; T; /^$/d'
 statuses=("${PIPESTATUS[@]}")
 set -o errexit
 elapsed_ds=$(((${EPOCHREALTIME/./} - start_us) / 100000))
@@ -134,7 +137,7 @@ if [[ ${statuses[0]} -eq 124 || ${statuses[0]} -eq 137 ]]; then
   info "timed out after ${timeout} s: $program"
   exit 124
 fi
-rc=$(sed -n 's/^KVGPU-VM-EXIT: \([0-9]*\)$/\1/p' "$run/console.log" | tail -n 1)
+rc=$(sed -n 's/.*KVGPU-VM-EXIT: \([0-9]*\)$/\1/p' "$run/console.log" | tail -n 1)
 if [[ -z $rc ]]; then
   cat "$run/qemu.stderr" >&2
   die "the VM ended without reporting an exit status (qemu exit ${statuses[0]})"
