@@ -1,0 +1,34 @@
+# Functions that put a test program into the VM lab (docs/vm-lab.md). Any tests/<component>/
+# CMakeLists.txt may include this file; the `vm_lab` fixture (tests/vm/CMakeLists.txt) builds
+# the lab once before every test made here, whatever the order directories are added in.
+include_guard(GLOBAL)
+
+set(KVGPU_VM_TIMEOUT 300 CACHE STRING "seconds one VM test may take, boot included")
+
+# kvgpu_vm_test(name COMMAND program args...): runs the command inside the lab; passes when it
+# exits 0.
+function(kvgpu_vm_test name)
+  cmake_parse_arguments(T "" "" "COMMAND" ${ARGN})
+  set(vm_dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
+  add_test(NAME ${name}
+           COMMAND ${vm_dir}/run-in-vm.sh --timeout ${KVGPU_VM_TIMEOUT} ${T_COMMAND})
+  # run-in-vm.sh's own timeout fires first and takes QEMU down with it; CTest's kill would leave
+  # QEMU running. A TCG VM keeps both vCPUs busy: one VM at a time on a small machine.
+  math(EXPR ctest_timeout "${KVGPU_VM_TIMEOUT} + 30")
+  set_tests_properties(${name} PROPERTIES LABELS vm FIXTURES_REQUIRED vm_lab
+                       TIMEOUT ${ctest_timeout} PROCESSORS 2)
+endfunction()
+
+# kvgpu_vm_gtest(name SOURCES ... LIBS ...): a gtest binary, with tests/vm/lab_support.{h,cpp},
+# run as a whole inside the lab (one VM boot for all its cases).
+function(kvgpu_vm_gtest name)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
+  set(vm_dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
+  add_executable(${name} ${T_SOURCES} ${vm_dir}/lab_support.cpp)
+  kvgpu_warnings(${name})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(${name} PRIVATE KVGPU_VGPUCTL_PATH="$<TARGET_FILE:vgpuctl>")
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  add_dependencies(${name} vgpuctl)
+  kvgpu_vm_test(${name} COMMAND $<TARGET_FILE:${name}>)
+endfunction()
