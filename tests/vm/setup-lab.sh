@@ -108,6 +108,8 @@ download() {
   [[ ${#missing[@]} -eq 0 ]] && return 0
   info "downloading ${missing[*]}"
   mkdir -p "$cache/debs"
+  # Left by an interrupted run; no other download of ours runs (we hold the lab lock).
+  rm -rf "$cache"/debs/.download.*
   local tmp
   tmp=$(mktemp -d "$cache/debs/.download.XXXXXX")
   local apt_opts=(-q)
@@ -146,6 +148,8 @@ build_lab() {
     die "apt knows no busybox-static or mdevctl (run apt-get update)"
   download "${specs[@]}"
 
+  local stale=("$cache"/lab/.old.*)  # left by an interrupted run
+  [[ -e ${stale[0]} ]] && rm -rf "${stale[@]}" >/dev/null 2>&1 9>&- &
   if [[ -e $lab ]]; then
     # Deleting 0.5 GB of small files is slow on a busy disk: move it aside, delete behind us.
     local old
