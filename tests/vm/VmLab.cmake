@@ -3,15 +3,17 @@
 # the lab once before every test made here, whatever the order directories are added in.
 include_guard(GLOBAL)
 
+# The lab's scripts, for kvgpu_vm_test commands of any directory.
+set(KVGPU_VM_DIR ${CMAKE_CURRENT_LIST_DIR} CACHE INTERNAL "tests/vm")
+
 set(KVGPU_VM_TIMEOUT 300 CACHE STRING "seconds one VM test may take, boot included")
 
 # kvgpu_vm_test(name COMMAND program args...): runs the command inside the lab; passes when it
 # exits 0.
 function(kvgpu_vm_test name)
   cmake_parse_arguments(T "" "" "COMMAND" ${ARGN})
-  set(vm_dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
   add_test(NAME ${name}
-           COMMAND ${vm_dir}/run-in-vm.sh --timeout ${KVGPU_VM_TIMEOUT} ${T_COMMAND})
+           COMMAND ${KVGPU_VM_DIR}/run-in-vm.sh --timeout ${KVGPU_VM_TIMEOUT} ${T_COMMAND})
   # run-in-vm.sh's own timeout fires first and takes QEMU down with it; CTest's kill would leave
   # QEMU running. A TCG VM keeps both vCPUs busy: one VM at a time on a small machine.
   math(EXPR ctest_timeout "${KVGPU_VM_TIMEOUT} + 30")
@@ -23,8 +25,7 @@ endfunction()
 # run as a whole inside the lab (one VM boot for all its cases).
 function(kvgpu_vm_gtest name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
-  set(vm_dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR})
-  add_executable(${name} ${T_SOURCES} ${vm_dir}/lab_support.cpp)
+  add_executable(${name} ${T_SOURCES} ${KVGPU_VM_DIR}/lab_support.cpp)
   kvgpu_warnings(${name})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE KVGPU_VGPUCTL_PATH="$<TARGET_FILE:vgpuctl>")
