@@ -111,7 +111,11 @@ void Daemon::EnsureServers() {
     std::lock_guard lock(servers_mutex_);
     auto& server = servers_[resource];
     if (!server) {
-      server = std::make_unique<PluginServer>(resource, options_.args.DevicePluginDir(), *manager_);
+      server = std::make_unique<PluginServer>(
+          resource, options_.args.DevicePluginDir(), *manager_,
+          [this](const std::string& r, std::chrono::nanoseconds took) {
+            metrics_.OnPush(r, took);
+          });
     }
     if (!server->serving()) {
       mdev::Status served = server->Serve();

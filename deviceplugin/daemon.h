@@ -37,6 +37,8 @@ struct DaemonOptions {
   std::chrono::milliseconds retry_initial{100};
   std::chrono::milliseconds retry_max{1000};
   std::chrono::milliseconds register_timeout{2000};
+  // Also told of every ListAndWatch push and its latency (besides the metrics); for benchmarks.
+  PluginServer::PushObserver on_push;
 };
 
 class Daemon {

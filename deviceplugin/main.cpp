@@ -35,7 +35,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  Daemon daemon(DaemonOptions{parsed.args, config});
+  DaemonOptions options;
+  options.args = parsed.args;
+  options.config = config;
+  Daemon daemon(options);
   auto started = daemon.Start();
   if (!started.ok()) {
     spdlog::critical("not started: {}", started.ToString());

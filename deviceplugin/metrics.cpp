@@ -28,6 +28,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Histogram>& create_seconds;
   prometheus::Family<prometheus::Histogram>& remove_seconds;
   prometheus::Family<prometheus::Counter>& registrations;
+  prometheus::Family<prometheus::Histogram>& push_seconds;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
 };
 
@@ -58,6 +59,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
       prometheus::BuildCounter()
           .Name("kvgpu_deviceplugin_registrations_total")
           .Help("Registrations with kubelet, by resource and result")
+          .Register(reg),
+      prometheus::BuildHistogram()
+          .Name("kvgpu_deviceplugin_listandwatch_push_seconds")
+          .Help("From a change of the device lists to the new list written to kubelet's stream")
           .Register(reg),
       {}});
 }
@@ -105,6 +110,13 @@ void Metrics::OnDevices(const std::map<std::string, DeviceCounts>& per_resource)
     families_->devices.Add({{"resource", resource}, {"state", "allocated"}}).Set(counts.allocated);
     families_->devices.Add({{"resource", resource}, {"state", "unhealthy"}}).Set(counts.unhealthy);
   }
+}
+
+void Metrics::OnPush(const std::string& resource, std::chrono::nanoseconds took) {
+  static const prometheus::Histogram::BucketBoundaries kPushBuckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
+  std::lock_guard lock(families_->mutex);
+  families_->push_seconds.Add({{"resource", resource}}, kPushBuckets).Observe(Seconds(took));
 }
 
 void Metrics::OnRegistration(const std::string& resource, bool ok) {

@@ -27,6 +27,7 @@ class Metrics : public ManagerObserver {
   void OnAllocation(const std::string& resource, const Status& result) override;
   void OnDevices(const std::map<std::string, DeviceCounts>& per_resource) override;
   void OnRegistration(const std::string& resource, bool ok);
+  void OnPush(const std::string& resource, std::chrono::nanoseconds took);
 
   // Text exposition of everything, for tests.
   std::string Render() const;

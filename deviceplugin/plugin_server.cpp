@@ -44,12 +44,22 @@ grpc::Status ToGrpc(const Status& status) {
   return grpc::Status(code, status.message());
 }
 
-api::ListAndWatchResponse ToList(const std::vector<Device>& devices) {
+// What kubelet sees of a device: its ID and health.
+using WireList = std::vector<std::pair<std::string, bool>>;
+
+WireList ToWire(const std::vector<Device>& devices) {
+  WireList out;
+  out.reserve(devices.size());
+  for (const Device& d : devices) out.emplace_back(d.id, d.healthy);
+  return out;
+}
+
+api::ListAndWatchResponse ToList(const WireList& devices) {
   api::ListAndWatchResponse response;
-  for (const Device& d : devices) {
+  for (const auto& [id, healthy] : devices) {
     api::Device* out = response.add_devices();
-    out->set_id(d.id);
-    out->set_health(d.healthy ? kHealthy : kUnhealthy);
+    out->set_id(id);
+    out->set_health(healthy ? kHealthy : kUnhealthy);
   }
   return response;
 }
@@ -58,8 +68,12 @@ api::ListAndWatchResponse ToList(const std::vector<Device>& devices) {
 
 class PluginServer::Service final : public api::DevicePlugin::Service {
  public:
-  Service(const std::string& resource, ResourceManager& manager, std::shared_ptr<Signal> signal)
-      : resource_(resource), manager_(manager), signal_(std::move(signal)) {}
+  Service(const std::string& resource, ResourceManager& manager, std::shared_ptr<Signal> signal,
+          PushObserver on_push)
+      : resource_(resource),
+        manager_(manager),
+        signal_(std::move(signal)),
+        on_push_(std::move(on_push)) {}
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const api::Empty*,
                                       api::DevicePluginOptions* options) override {
@@ -71,9 +85,10 @@ class PluginServer::Service final : public api::DevicePlugin::Service {
   grpc::Status ListAndWatch(grpc::ServerContext* context, const api::Empty*,
                             grpc::ServerWriter<api::ListAndWatchResponse>* writer) override {
     spdlog::info("listandwatch opened resource={}", resource_);
-    std::optional<std::vector<Device>> sent;
+    std::optional<WireList> sent;
     uint64_t seen = 0;
     while (true) {
+      std::chrono::steady_clock::time_point notified_at;
       {
         std::unique_lock lock(signal_->mutex);
         // The timeout only bounds how long a cancelled stream lingers.
@@ -82,11 +97,13 @@ class PluginServer::Service final : public api::DevicePlugin::Service {
         });
         if (signal_->stopping) break;
         seen = signal_->generation;
+        notified_at = signal_->notified_at;
       }
       if (context->IsCancelled()) break;
-      std::vector<Device> devices = manager_.Devices(resource_);
+      WireList devices = ToWire(manager_.Devices(resource_));
       if (sent && *sent == devices) continue;
       if (!writer->Write(ToList(devices))) break;
+      if (sent && on_push_) on_push_(resource_, std::chrono::steady_clock::now() - notified_at);
       spdlog::debug("listandwatch pushed resource={} devices={}", resource_, devices.size());
       sent = std::move(devices);
     }
@@ -147,14 +164,16 @@ class PluginServer::Service final : public api::DevicePlugin::Service {
   std::string resource_;
   ResourceManager& manager_;
   std::shared_ptr<Signal> signal_;
+  PushObserver on_push_;
 };
 
 PluginServer::PluginServer(std::string resource, std::filesystem::path plugin_dir,
-                           ResourceManager& manager)
+                           ResourceManager& manager, PushObserver on_push)
     : resource_(std::move(resource)),
       plugin_dir_(std::move(plugin_dir)),
       socket_name_(SocketNameFor(resource_)),
-      manager_(manager) {}
+      manager_(manager),
+      on_push_(std::move(on_push)) {}
 
 PluginServer::~PluginServer() {
   Stop();
@@ -193,7 +212,7 @@ mdev::Status PluginServer::Serve() {
   std::filesystem::create_directories(plugin_dir_, ec);
   std::filesystem::remove(socket_path(), ec);  // a stale socket from an earlier run
   auto signal = std::make_shared<Signal>();
-  auto service = std::make_unique<Service>(resource_, manager_, signal);
+  auto service = std::make_unique<Service>(resource_, manager_, signal, on_push_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + socket_path().string(), grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());
@@ -240,6 +259,7 @@ void PluginServer::Notify() {
   if (!signal) return;
   std::lock_guard lock(signal->mutex);
   ++signal->generation;
+  signal->notified_at = std::chrono::steady_clock::now();
   signal->cv.notify_all();
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,7 +28,11 @@ inline constexpr const char* kKubeletSocketName = "kubelet.sock";
 
 class PluginServer {
  public:
-  PluginServer(std::string resource, std::filesystem::path plugin_dir, ResourceManager& manager);
+  // Told how long each push took, from the change notice (Notify) to the list written.
+  using PushObserver = std::function<void(const std::string& resource, std::chrono::nanoseconds)>;
+
+  PluginServer(std::string resource, std::filesystem::path plugin_dir, ResourceManager& manager,
+               PushObserver on_push = nullptr);
   ~PluginServer();
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
@@ -54,6 +59,7 @@ class PluginServer {
     std::mutex mutex;
     std::condition_variable cv;
     uint64_t generation = 0;
+    std::chrono::steady_clock::time_point notified_at;
     bool stopping = false;
   };
 
@@ -61,6 +67,7 @@ class PluginServer {
   std::filesystem::path plugin_dir_;
   std::string socket_name_;
   ResourceManager& manager_;
+  PushObserver on_push_;
 
   mutable std::mutex mutex_;  // guards the members below
   std::shared_ptr<Signal> signal_;

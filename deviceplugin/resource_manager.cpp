@@ -247,22 +247,7 @@ void ResourceManager::Recompute() {
     }
   }
   naming_warnings_ = std::move(naming_warnings);
-  if (observer_ != nullptr) {
-    std::map<std::string, DeviceCounts> counts;
-    for (const auto& [resource, devices] : views_) {
-      DeviceCounts& c = counts[resource];
-      for (const Device& d : devices) {
-        if (!d.healthy) {
-          ++c.unhealthy;
-        } else if (d.ours && d.vgpu_exists) {
-          ++c.allocated;
-        } else {
-          ++c.available;
-        }
-      }
-    }
-    observer_->OnDevices(counts);
-  }
+  if (observer_ != nullptr) observer_->OnDevices(CountsLocked());
 }
 
 std::vector<std::string> ResourceManager::Resources() const {
@@ -280,6 +265,10 @@ std::vector<Device> ResourceManager::Devices(const std::string& resource) const 
 
 std::map<std::string, DeviceCounts> ResourceManager::Counts() const {
   std::lock_guard lock(mutex_);
+  return CountsLocked();
+}
+
+std::map<std::string, DeviceCounts> ResourceManager::CountsLocked() const {
   std::map<std::string, DeviceCounts> counts;
   for (const auto& [resource, devices] : views_) {
     DeviceCounts& c = counts[resource];
@@ -623,28 +612,38 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     }
     if (!result.ok() && !created.empty()) RollBack(resource, created);
     if (changed && result.ok()) {
-      // Optimistic until the rescan: the created devices are ours and exist, their free slots
-      // are taken. Locking of other types shows after the rescan reads the kernel's counts.
-      for (mdev::Parent& parent : inventory_.parents) {
-        for (mdev::VgpuType& type : parent.types) {
-          for (const auto& container : answers) {
-            for (const AllocatedVgpu& v : container.vgpus) {
-              if (v.parent == parent.name && v.type_id == type.id && type.available_instances > 0) {
-                --type.available_instances;
-              }
+      // The wire lists do not change: the devices stay listed and healthy, now ours. Mark them
+      // in place (no full recompute on the request path); the rescan requested below reads the
+      // kernel's counts, including the lock of other types, and pushes what changed.
+      std::vector<Device>& devices = views_[resource];
+      for (const ContainerAllocation& container : answers) {
+        for (const AllocatedVgpu& v : container.vgpus) {
+          auto it =
+              std::lower_bound(devices.begin(), devices.end(), v.device_id,
+                               [](const Device& d, const std::string& id) { return d.id < id; });
+          if (it != devices.end() && it->id == v.device_id) {
+            it->ours = true;
+            it->vgpu_exists = true;
+          }
+          for (mdev::Parent& parent : inventory_.parents) {
+            if (parent.name != v.parent) continue;
+            for (mdev::VgpuType& type : parent.types) {
+              if (type.id == v.type_id && type.available_instances > 0) --type.available_instances;
             }
           }
         }
       }
+      if (observer_ != nullptr) observer_->OnDevices(CountsLocked());
+    } else if (changed) {
+      Recompute();  // a rollback: records and vGPUs may differ from the lists in any way
     }
-    if (changed) Recompute();
   }
   if (observer_ != nullptr) observer_->OnAllocation(resource, result);
   if (!result.ok()) {
     spdlog::warn("allocate failed resource={} reason={}", resource, result.ToString());
   }
   if (changed) {
-    AfterChange(true);
+    if (!result.ok()) AfterChange(true);
     if (requester) {
       requester();
     } else {

@@ -135,6 +135,7 @@ class ResourceManager {
   ContainerAllocation Answer(const std::string& resource, std::vector<AllocatedVgpu> vgpus) const;
   void AfterChange(bool changed);
   const mdev::Parent* FindParent(const std::string& name) const;
+  std::map<std::string, DeviceCounts> CountsLocked() const;
   bool Offered(const mdev::Parent& parent, const mdev::VgpuType& type) const;
 
   mdev::Node& node_;

@@ -7,7 +7,7 @@
 //             would) until kubelet's ListAndWatch stream has the new list.
 //   rss       resident memory of the real kvgpu-device-plugin process serving that node.
 //
-// Usage: kvgpu-bench-deviceplugin [iterations]   (default 200)
+// Usage: kvgpu-bench-deviceplugin [iterations [manager|grpc|rss|all]]   (default 200 all)
 #include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "deviceplugin/daemon.h"
@@ -35,6 +36,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kResource = "tencent.com/vgpu-222";
+constexpr const char* k223 = "tencent.com/vgpu-223";
 
 // 16 T4-like GPUs whose T4-1B type allows 32 instances (the real T4 allows 16; 32 is the size the
 // benchmark asks for), alongside the T4's other types so every GPU offers 12 resources.
@@ -144,6 +146,12 @@ void BenchGrpc(int iterations) {
   options.io = model->get();
   MemoryStateStore store;
   options.store = &store;
+  std::mutex push_mutex;
+  std::vector<double> pushes;
+  options.on_push = [&](const std::string&, std::chrono::nanoseconds took) {
+    std::lock_guard lock(push_mutex);
+    pushes.push_back(std::chrono::duration<double, std::micro>(took).count());
+  };
   Daemon daemon(options);
   if (!daemon.Start().ok()) throw std::runtime_error("daemon failed");
   if (!kubelet.WaitUntil([&] { return kubelet.Devices(kResource).size() == 512; }, 20s)) {
@@ -173,12 +181,21 @@ void BenchGrpc(int iterations) {
       overhead.push_back(std::chrono::duration<double, std::micro>(took).count() - kernel_us);
       Clear(**model, node);
       daemon.RequestRefresh();
-      std::this_thread::sleep_for(20ms);  // let the rescan finish before the next sample
+      // Wait for the rescan to show the GPU free again (its 223 devices back) before the next
+      // sample, so samples do not queue behind a rescan.
+      std::string probe = ids[0].substr(0, 12) + "-nvidia-223-0";
+      if (!kubelet.WaitUntil([&] { return kubelet.Devices(k223).count(probe) == 1; }, 10s)) {
+        throw std::runtime_error("rescan never freed the GPU");
+      }
     }
     Print("gRPC Allocate " + std::to_string(size) + " device(s), overhead", Summarize(overhead));
   }
 
-  // Push latency: a GPU goes away (or comes back) and a udev-like event asks for a rescan.
+  {
+    std::lock_guard lock(push_mutex);
+    Print("ListAndWatch push (list change -> written to kubelet)", Summarize(pushes));
+  }
+  // Whole path: a GPU goes away (or comes back) and a udev-like event asks for a rescan.
   std::vector<double> push;
   for (int i = 0; i < std::min(iterations, 100); ++i) {
     bool remove = i % 2 == 0;
@@ -197,7 +214,7 @@ void BenchGrpc(int iterations) {
     }
     push.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
   }
-  Print("ListAndWatch push after a kernel change (rescan + push)", Summarize(push));
+  Print("kernel change -> kubelet has the list (rescan + push)", Summarize(push));
 }
 
 long RssKib(pid_t pid) {
@@ -231,13 +248,22 @@ void BenchRss() {
   bool listed = kubelet.WaitUntil([&] { return kubelet.Devices(kResource).size() == 512; }, 30s);
   std::this_thread::sleep_for(3s);  // a few rescans and pushes
   long rss = RssKib(pid);
+  size_t threads = 0;
+  for ([[maybe_unused]] const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    ++threads;
+  }
+  if (std::getenv("KVGPU_BENCH_PAUSE") != nullptr) {
+    std::printf("daemon pid %d; press enter\n", pid);
+    std::getchar();
+  }
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);
   if (!listed) throw std::runtime_error("the daemon never listed the node");
-  std::printf("%-52s %8.1f MiB (%zu resources registered)\n",
+  std::printf("%-52s %8.1f MiB (%zu resources registered, %zu threads)\n",
               "kvgpu-device-plugin RSS, 16 GPUs x 32, all serving", static_cast<double>(rss) / 1024,
-              kubelet.Registrations().size());
+              kubelet.Registrations().size(), threads);
 }
 
 }  // namespace
@@ -246,10 +272,11 @@ void BenchRss() {
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   int iterations = argc > 1 ? std::atoi(argv[1]) : 200;
+  std::string only = argc > 2 ? argv[2] : "all";
   try {
-    kvgpu::deviceplugin::BenchManager(iterations);
-    kvgpu::deviceplugin::BenchGrpc(iterations);
-    kvgpu::deviceplugin::BenchRss();
+    if (only == "all" || only == "manager") kvgpu::deviceplugin::BenchManager(iterations);
+    if (only == "all" || only == "grpc") kvgpu::deviceplugin::BenchGrpc(iterations);
+    if (only == "all" || only == "rss") kvgpu::deviceplugin::BenchRss();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "benchmark failed: %s\n", e.what());
     return 1;
