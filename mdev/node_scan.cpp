@@ -1,7 +1,7 @@
 // Discovery: parents, types and existing vGPUs as sysfs shows them.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
-#include <regex>
 
 #include "mdev/node.h"
 #include "mdev/node_internal.h"
@@ -12,9 +12,24 @@ namespace kvgpu::mdev {
 
 namespace {
 
+// "dddd:bb:dd.f" in hex, the form sysfs names PCI functions by.
 bool LooksLikePciAddress(const std::string& name) {
-  static const std::regex kBdf("^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]$");
-  return std::regex_match(name, kBdf);
+  constexpr std::string_view kShape = "hhhh:hh:hh.f";
+  if (name.size() != kShape.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    switch (kShape[i]) {
+      case 'h':
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+        break;
+      case 'f':
+        if (c < '0' || c > '7') return false;
+        break;
+      default:
+        if (c != kShape[i]) return false;
+    }
+  }
+  return true;
 }
 
 std::optional<std::string> OptionalAttribute(SysfsIo& io, const fs::path& path) {
