@@ -115,6 +115,7 @@ void Daemon::EnsureServers() {
           resource, options_.args.DevicePluginDir(), *manager_,
           [this](const std::string& r, std::chrono::nanoseconds took) {
             metrics_.OnPush(r, took);
+            if (options_.on_push) options_.on_push(r, took);
           });
     }
     if (!server->serving()) {

@@ -73,6 +73,7 @@ struct Stats {
 };
 
 Stats Summarize(std::vector<double> us) {
+  if (us.empty()) throw std::runtime_error("no samples");
   std::sort(us.begin(), us.end());
   auto at = [&](double q) {
     return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1))];
@@ -179,11 +180,14 @@ void BenchGrpc(int iterations) {
       };
       double kernel_us = (sum(daemon.metrics().Render()) - sum(before)) * 1e6;
       overhead.push_back(std::chrono::duration<double, std::micro>(took).count() - kernel_us);
+      // Let the rescan after the allocation push the lock (the GPU's 223 devices vanish), then
+      // free the GPU and wait for them to come back: samples never queue behind a rescan.
+      std::string probe = ids[0].substr(0, 12) + "-nvidia-223-0";
+      if (!kubelet.WaitUntil([&] { return kubelet.Devices(k223).count(probe) == 0; }, 10s)) {
+        throw std::runtime_error("the lock was never pushed");
+      }
       Clear(**model, node);
       daemon.RequestRefresh();
-      // Wait for the rescan to show the GPU free again (its 223 devices back) before the next
-      // sample, so samples do not queue behind a rescan.
-      std::string probe = ids[0].substr(0, 12) + "-nvidia-223-0";
       if (!kubelet.WaitUntil([&] { return kubelet.Devices(k223).count(probe) == 1; }, 10s)) {
         throw std::runtime_error("rescan never freed the GPU");
       }

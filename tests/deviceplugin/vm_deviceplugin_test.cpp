@@ -86,6 +86,7 @@ TEST_F(DevicePluginVmTest, MttyAndMdpyAllocationsMakeRealMdevsWithTheGroupsHande
   ASSERT_TRUE(kubelet_.WaitUntil(
       [&] {
         return Healthy(kubelet_.Devices("tencent.com/vgpu-mtty-1")) == 24 &&
+               Healthy(kubelet_.Devices("tencent.com/vgpu-mtty-2")) == 12 &&
                Healthy(kubelet_.Devices("tencent.com/vgpu-mdpy-vga")) == 4;
       },
       10s));
