@@ -68,7 +68,7 @@ ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
   if (mutated) {
     // Spliced in rather than dumped: base64 needs no escaping, and scanning the few KiB of it
     // for characters to escape was a measurable share of a request.
-    std::string patch = Base64Encode(decision.patch.dump());
+    std::string patch = Base64Encode(decision.patch);
     reply.body.insert(reply.body.size() - 2, ",\"patch\":\"" + patch + "\"");
   }
   reply.pod_outcome = decision.outcome;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -88,23 +87,48 @@ workload:
     - {name: PATH, value: "/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 )";
 
+// std::regex is avoided here: GCC 12 warns inside it under -fsanitize=address (a false positive
+// that -Werror turns into a broken sanitizer build).
+bool IsDigits(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string_view WithoutSign(std::string_view text) {
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) text.remove_prefix(1);
+  return text;
+}
+
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool IsFloat(std::string_view text) {
+  text = WithoutSign(text);
+  auto exponent = text.find_first_of("eE");
+  if (exponent != std::string_view::npos) {
+    if (!IsDigits(WithoutSign(text.substr(exponent + 1)))) return false;
+    text = text.substr(0, exponent);
+  }
+  auto dot = text.find('.');
+  if (dot == std::string_view::npos) return IsDigits(text);
+  std::string_view whole = text.substr(0, dot), fraction = text.substr(dot + 1);
+  if (whole.empty()) return IsDigits(fraction);
+  return IsDigits(whole) && (fraction.empty() || IsDigits(fraction));
+}
+
 // YAML 1.2 core-schema typing for plain scalars; quoted scalars stay strings.
 json ScalarToJson(const YAML::Node& node) {
   const std::string& text = node.Scalar();
   if (node.Tag() == "!") return text;
-  static const std::regex kInt(R"([-+]?[0-9]+)");
-  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
   if (text == "true" || text == "True" || text == "TRUE") return true;
   if (text == "false" || text == "False" || text == "FALSE") return false;
   if (text == "null" || text == "~" || text.empty()) return nullptr;
-  if (std::regex_match(text, kInt)) {
+  if (IsDigits(WithoutSign(text))) {
     try {
       return std::stoll(text);
     } catch (const std::out_of_range&) {
       return text;
     }
   }
-  if (std::regex_match(text, kFloat)) return std::stod(text);
+  if (IsFloat(text)) return std::stod(text);
   return text;
 }
 
@@ -301,9 +325,14 @@ bool BuildContainer(Checker& check, const json& in, const std::string& where,
   return true;
 }
 
+// [-._a-zA-Z][-._a-zA-Z0-9]*, the API server's rule for env var names.
 bool IsEnvName(const std::string& name) {
-  static const std::regex kEnv(R"([-._a-zA-Z][-._a-zA-Z0-9]*)");
-  return std::regex_match(name, kEnv);
+  auto allowed = [](char c, bool first) {
+    return c == '-' || c == '.' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (!first && c >= '0' && c <= '9');
+  };
+  if (name.empty() || !allowed(name[0], true)) return false;
+  return std::all_of(name.begin() + 1, name.end(), [&](char c) { return allowed(c, false); });
 }
 
 Expected<std::shared_ptr<const Config>> Build(const json& in) {
@@ -422,6 +451,15 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
     }
     config->workload_env.push_back(var);
   }
+
+  if (config->sidecar_mode == SidecarMode::kNative)
+    config->gridd.object["restartPolicy"] = "Always";
+  for (const auto& volume : config->volumes) config->volume_texts.push_back(volume.object.dump());
+  config->driver_init_text = config->driver_init.object.dump();
+  config->gridd_text = config->gridd.object.dump();
+  for (const auto& mount : config->workload_mounts)
+    config->workload_mount_texts.push_back(mount.dump());
+  for (const auto& var : config->workload_env) config->workload_env_texts.push_back(var.dump());
   return std::shared_ptr<const Config>(std::move(config));
 }
 

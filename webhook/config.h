@@ -56,6 +56,14 @@ struct Config {
   // has a mount at that path or an env var of that name: the pod author wins).
   nlohmann::json workload_mounts = nlohmann::json::array();
   nlohmann::json workload_env = nlohmann::json::array();
+
+  // The same objects as JSON text, rendered once at load: an admission without name clashes
+  // copies these instead of building and serialising JSON per request.
+  std::vector<std::string> volume_texts;  // parallel to `volumes`
+  std::string driver_init_text;
+  std::string gridd_text;  // includes restartPolicy: Always in native mode
+  std::vector<std::string> workload_mount_texts;
+  std::vector<std::string> workload_env_texts;
 };
 
 // The built-in defaults: a valid config on its own, and the base every YAML file overrides.

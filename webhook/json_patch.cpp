@@ -17,8 +17,32 @@ std::string EscapePointerToken(std::string_view token) {
   return out;
 }
 
-void PatchBuilder::Add(std::string path, nlohmann::json value) {
-  ops_.push_back({{"op", "add"}, {"path", std::move(path)}, {"value", std::move(value)}});
+void AppendJsonString(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (byte < 0x20) {
+      out += "\\u00";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+void PatchBuilder::AddJson(std::string_view path, std::string_view value_json) {
+  text_ += text_.empty() ? "[" : ",";
+  text_ += R"({"op":"add","path":)";
+  AppendJsonString(text_, path);
+  text_ += R"(,"value":)";
+  text_ += value_json;
+  text_ += '}';
 }
 
 std::string Base64Encode(std::string_view bytes) {

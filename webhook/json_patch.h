@@ -5,22 +5,30 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvgpu::webhook {
 
 // One reference token: "~" becomes "~0" and "/" becomes "~1" (in that order, as RFC 6901 says).
 std::string EscapePointerToken(std::string_view token);
 
-// Collects operations in order; later operations see the document as earlier ones left it.
+// Collects "add" operations in order, as JSON text; later operations see the document as
+// earlier ones left it. Values come either as JSON or as JSON text rendered beforehand (the
+// injected containers and volumes are rendered once per config, not once per request).
 class PatchBuilder {
  public:
-  void Add(std::string path, nlohmann::json value);
-  const nlohmann::json& operations() const { return ops_; }
-  bool empty() const { return ops_.empty(); }
+  void AddJson(std::string_view path, std::string_view value_json);
+  void Add(std::string_view path, const nlohmann::json& value) { AddJson(path, value.dump()); }
+  bool empty() const { return text_.empty(); }
+  // The RFC 6902 document: a JSON array of the operations.
+  std::string Text() const { return text_.empty() ? "[]" : text_ + "]"; }
 
  private:
-  nlohmann::json ops_ = nlohmann::json::array();
+  std::string text_;
 };
+
+// Appends `text` as a JSON string literal (quotes, backslashes and control characters escaped).
+void AppendJsonString(std::string& out, std::string_view text);
 
 std::string Base64Encode(std::string_view bytes);
 

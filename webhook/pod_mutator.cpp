@@ -120,20 +120,35 @@ Expected<std::set<std::string>> Keys(const json& list, const char* key, const st
   return out;
 }
 
-// Appends `items` to the list at `path`, creating the list when the pod has none.
+// Appends `items` (JSON texts) to the list at `path`, creating the list when the pod has none.
 void AppendAll(PatchBuilder& patch, const std::string& path, const json& existing,
-               const json& items) {
+               const std::vector<std::string>& items) {
   if (items.empty()) return;
   if (AbsentOrNull(existing)) {
-    patch.Add(path, items);
+    std::string array = "[";
+    for (const auto& item : items) array += (array.size() > 1 ? "," : "") + item;
+    patch.AddJson(path, array + "]");
     return;
   }
-  for (const auto& item : items) patch.Add(path + "/-", item);
+  for (const auto& item : items) patch.AddJson(path + "/-", item);
 }
 
 json RenameMounts(json mounts, const std::map<std::string, std::string>& volume_names) {
   for (auto& mount : mounts) mount["name"] = volume_names.at(mount["name"].get<std::string>());
   return mounts;
+}
+
+// The injected container as JSON text: the pre-rendered one unless a clash renamed it or a
+// volume it mounts.
+std::string ContainerText(const InjectedContainer& container, const std::string& text,
+                          const std::string& name, bool volumes_renamed,
+                          const std::map<std::string, std::string>& volume_names) {
+  if (name == container.name && !volumes_renamed) return text;
+  json object = container.object;
+  object["name"] = name;
+  if (object.contains("volumeMounts"))
+    object["volumeMounts"] = RenameMounts(object["volumeMounts"], volume_names);
+  return object.dump();
 }
 
 std::string Quote(const std::string& text) {
@@ -242,12 +257,19 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
   if (!volume_names_or.ok()) return Error{volume_names_or.error()};
   std::set<std::string> taken_volumes = std::move(volume_names_or.value());
   std::map<std::string, std::string> volume_name;  // config name -> name in this pod
-  json volumes = json::array();
-  for (const auto& volume : config.volumes) {
-    volume_name[volume.name] = UniqueName(volume.name, taken_volumes);
+  std::vector<std::string> volumes;
+  bool volumes_renamed = false;
+  for (size_t i = 0; i < config.volumes.size(); ++i) {
+    const auto& volume = config.volumes[i];
+    const std::string& name = volume_name[volume.name] = UniqueName(volume.name, taken_volumes);
+    if (name == volume.name) {
+      volumes.push_back(config.volume_texts[i]);
+      continue;
+    }
+    volumes_renamed = true;
     json object = volume.object;
-    object["name"] = volume_name[volume.name];
-    volumes.push_back(std::move(object));
+    object["name"] = name;
+    volumes.push_back(object.dump());
   }
 
   PatchBuilder patch;
@@ -268,7 +290,11 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
   AppendAll(patch, "/spec/volumes", *view.volumes, volumes);
 
   // Mounts and environment for each vGPU container, before any insertion shifts indexes.
-  const json workload_mounts = RenameMounts(config.workload_mounts, volume_name);
+  std::vector<std::string> mount_texts = config.workload_mount_texts;
+  if (volumes_renamed) {
+    const json renamed = RenameMounts(config.workload_mounts, volume_name);
+    for (size_t i = 0; i < renamed.size(); ++i) mount_texts[i] = renamed[i].dump();
+  }
   for (const auto& ref : vgpu_containers) {
     const std::string where =
         std::string("spec.") + ref.list + "[" + std::to_string(ref.index) + "]";
@@ -276,45 +302,42 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
     const json& mounts = Field(*ref.container, "volumeMounts");
     auto paths = Keys(mounts, "mountPath", where + ".volumeMounts");
     if (!paths.ok()) return Error{paths.error()};
-    json add_mounts = json::array();
-    for (const auto& mount : workload_mounts) {
-      if (!paths->contains(mount["mountPath"].get<std::string>())) add_mounts.push_back(mount);
+    std::vector<std::string> add_mounts;
+    for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
+      const auto& mount_path = config.workload_mounts[i]["mountPath"].get_ref<const std::string&>();
+      if (!paths->contains(mount_path)) add_mounts.push_back(mount_texts[i]);
     }
     AppendAll(patch, path + "/volumeMounts", mounts, add_mounts);
 
     const json& env = Field(*ref.container, "env");
     auto names = Keys(env, "name", where + ".env");
     if (!names.ok()) return Error{names.error()};
-    json add_env = json::array();
-    for (const auto& var : config.workload_env) {
-      if (!names->contains(var["name"].get<std::string>())) add_env.push_back(var);
+    std::vector<std::string> add_env;
+    for (size_t i = 0; i < config.workload_env.size(); ++i) {
+      if (!names->contains(config.workload_env[i]["name"].get_ref<const std::string&>()))
+        add_env.push_back(config.workload_env_texts[i]);
     }
     AppendAll(patch, path + "/env", env, add_env);
   }
 
-  json driver = config.driver_init.object;
-  driver["name"] = UniqueName(config.driver_init.name, container_names);
-  if (driver.contains("volumeMounts"))
-    driver["volumeMounts"] = RenameMounts(driver["volumeMounts"], volume_name);
-  json gridd = config.gridd.object;
-  gridd["name"] = UniqueName(config.gridd.name, container_names);
-  if (gridd.contains("volumeMounts"))
-    gridd["volumeMounts"] = RenameMounts(gridd["volumeMounts"], volume_name);
+  std::string driver = ContainerText(config.driver_init, config.driver_init_text,
+                                     UniqueName(config.driver_init.name, container_names),
+                                     volumes_renamed, volume_name);
+  std::string gridd =
+      ContainerText(config.gridd, config.gridd_text, UniqueName(config.gridd.name, container_names),
+                    volumes_renamed, volume_name);
 
   // The driver must be loaded before anything, including user init containers that use the GPU.
-  json front = json::array({driver});
-  if (config.sidecar_mode == SidecarMode::kNative) {
-    gridd["restartPolicy"] = "Always";
-    front.push_back(gridd);
-  }
+  std::vector<std::string> front{driver};
+  if (config.sidecar_mode == SidecarMode::kNative) front.push_back(gridd);
   if (AbsentOrNull(*view.init_containers)) {
-    patch.Add("/spec/initContainers", front);
+    AppendAll(patch, "/spec/initContainers", *view.init_containers, front);
   } else {
     for (size_t i = 0; i < front.size(); ++i)
-      patch.Add("/spec/initContainers/" + std::to_string(i), front[i]);
+      patch.AddJson("/spec/initContainers/" + std::to_string(i), front[i]);
   }
   if (config.sidecar_mode == SidecarMode::kClassic) {
-    patch.Add("/spec/containers/-", gridd);
+    patch.AddJson("/spec/containers/-", gridd);
     bool init_uses_vgpu = std::any_of(
         vgpu_containers.begin(), vgpu_containers.end(),
         [](const ContainerRef& ref) { return ref.list == std::string_view("initContainers"); });
@@ -330,7 +353,7 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
   }
 
   decision.outcome = PodOutcome::kMutated;
-  decision.patch = patch.operations();
+  decision.patch = patch.Text();
   return decision;
 }
 

@@ -27,7 +27,7 @@ struct PodDecision {
   PodOutcome outcome = PodOutcome::kNoVgpu;
   bool allowed = true;
   std::string message;                // why it was denied
-  nlohmann::json patch;               // JSON Patch operations (array) when mutated
+  std::string patch;                  // the JSON Patch document (text) when mutated
   std::vector<std::string> warnings;  // shown to the pod author by kubectl
 };
 

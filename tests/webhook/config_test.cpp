@@ -40,7 +40,7 @@ TEST(Config, YamlScalarsKeepTheirTypes) {
   auto config = ParseConfig(R"(
 volumes:
   - name: token
-    secret: {secretName: t, defaultMode: 0400, optional: true}
+    secret: {secretName: t, defaultMode: 256, optional: true}
   - name: kvgpu-driver
     hostPath: {path: "/opt/driver"}
   - name: kvgpu-dev
@@ -55,6 +55,7 @@ volumes:
   EXPECT_TRUE(secret["defaultMode"].is_number_integer());
   EXPECT_EQ(secret["optional"], true);
   EXPECT_TRUE(config.value()->volumes[3].object["configMap"]["name"].is_string());
+  EXPECT_EQ(config.value()->volumes[1].object["hostPath"]["path"], "/opt/driver");
 }
 
 TEST(Config, BrokenConfigsAreRefusedNamingTheProblem) {
@@ -96,6 +97,16 @@ TEST(Config, BrokenConfigsAreRefusedNamingTheProblem) {
     ASSERT_FALSE(config.ok());
     EXPECT_NE(config.error().find(bad.message_part), std::string::npos) << config.error();
   }
+}
+
+TEST(Config, ProbeNumbersMustBeWholeNumbers) {
+  for (const char* text : {"1.5", "-3", "\"5\"", "1e3"}) {
+    SCOPED_TRACE(text);
+    auto config =
+        ParseConfig(std::string("gridd: {startupProbe: {periodSeconds: ") + text + "}}\n");
+    EXPECT_FALSE(config.ok());
+  }
+  EXPECT_TRUE(ParseConfig("gridd: {startupProbe: {periodSeconds: +7}}\n").ok());
 }
 
 TEST(Config, MissingFileIsAnError) {

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     if (decision->outcome != PodOutcome::kMutated) continue;
     nlohmann::json out = {{"description", c.description},
                           {"pod", pod},
-                          {"patch", decision->patch},
+                          {"patch", nlohmann::json::parse(decision->patch)},
                           {"markerAnnotation", config.value()->marker_annotation}};
     std::ofstream file(std::filesystem::path(argv[1]) /
                        ("case-" + std::to_string(written++) + ".json"));

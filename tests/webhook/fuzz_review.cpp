@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto decision = DecidePod(pod, request["request"].value("namespace", ""), *config);
     Require(decision.ok());
     try {
-      auto patched = pod.patch(decision->patch);
+      auto patched = pod.patch(nlohmann::json::parse(decision->patch));
       auto again = DecidePod(patched, request["request"].value("namespace", ""), *config);
       Require(again.ok() && again->outcome == PodOutcome::kAlreadyInjected);
     } catch (const nlohmann::json::exception&) {

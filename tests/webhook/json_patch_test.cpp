@@ -42,13 +42,24 @@ TEST(JsonPatch, Base64MatchesRfc4648TestVectors) {
   EXPECT_EQ(Base64Encode(std::string("\xff\xfe\x00", 3)), "//4A");
 }
 
-TEST(JsonPatch, BuilderKeepsOperationOrder) {
+TEST(JsonPatch, BuilderWritesOperationsInOrderAsValidJson) {
   PatchBuilder patch;
+  EXPECT_EQ(patch.Text(), "[]");
   patch.Add("/a", 1);
-  patch.Add("/b/-", "x");
-  ASSERT_EQ(patch.operations().size(), 2u);
-  EXPECT_EQ(patch.operations()[0]["op"], "add");
-  EXPECT_EQ(patch.operations()[1]["path"], "/b/-");
+  patch.AddJson("/b/-", R"({"k":"v"})");
+  patch.Add("/metadata/annotations/" + EscapePointerToken("q\"uote\\/x"), "t");
+  auto ops = nlohmann::json::parse(patch.Text());
+  ASSERT_EQ(ops.size(), 3u);
+  EXPECT_EQ(ops[0], (nlohmann::json{{"op", "add"}, {"path", "/a"}, {"value", 1}}));
+  EXPECT_EQ(ops[1]["value"]["k"], "v");
+  EXPECT_EQ(ops[2]["path"], "/metadata/annotations/q\"uote\\~1x");
+}
+
+TEST(JsonPatch, JsonStringsEscapeQuotesBackslashesAndControls) {
+  std::string out;
+  AppendJsonString(out, std::string("a\"b\\c\n\x01", 7));
+  EXPECT_EQ(out, R"("a\"b\\c\u000a\u0001")");
+  EXPECT_EQ(nlohmann::json::parse(out), std::string("a\"b\\c\n\x01", 7));
 }
 
 }  // namespace

@@ -197,7 +197,7 @@ std::vector<PodCase> PodCases() {
          EXPECT_EQ(pod["spec"]["volumes"].size(), 4u);
          EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 2u);
          // Whole arrays are added, not appended to something absent.
-         for (const auto& op : decision.patch)
+         for (const auto& op : json::parse(decision.patch))
            EXPECT_EQ(op["path"].get<std::string>().find("/-"), std::string::npos) << op["path"];
        }});
   cases.push_back({"pod without metadata gets it (with the marker)",
@@ -323,7 +323,7 @@ std::vector<PodCase> PodCases() {
                    PodOutcome::kMutated, "markerAnnotation: example.com/in~jected\n", "default",
                    [](const json& pod, const PodDecision& decision) {
                      EXPECT_EQ(pod["metadata"]["annotations"]["example.com/in~jected"], "true");
-                     EXPECT_EQ(decision.patch[0]["path"],
+                     EXPECT_EQ(json::parse(decision.patch)[0]["path"],
                                "/metadata/annotations/example.com~1in~0jected");
                    }});
   cases.push_back({"shell metacharacters in pod fields never reach injected commands",
