@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
   if (profile_name != "t4x2") {
     shell.Run({"list"});
     Say("Done: the t4x2 profile has the guided walk-through.");
+    if (!scratch.empty()) std::filesystem::remove_all(scratch);
     return 0;
   }
 
