@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <thread>
 
 #include "webhook/server.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", options.config_file, "YAML config, reloaded on change");
   app.add_option("--metrics-addr", options.metrics_addr, "plain-HTTP Prometheus address HOST:PORT");
   CLI11_PARSE(app, argc, argv);
+  options.worker_threads = std::max(2u, std::thread::hardware_concurrency());
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvgpu-webhook"));
 
   // Many short-lived connection threads would otherwise each grow their own malloc arena.
@@ -48,7 +50,7 @@ int main(int argc, char** argv) {
     server.value()->Stop();
   });
   server.value()->Run();
-  // Run() also returns if httplib's accept loop fails; wake the waiter so it can be joined.
+  // Run() returns once stopped; wake the waiter in case it was not a signal that stopped it.
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
   return 0;

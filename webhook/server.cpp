@@ -1,6 +1,5 @@
 #include "webhook/server.h"
 
-#include <httplib.h>
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
 
@@ -11,6 +10,7 @@
 
 #include "webhook/admission.h"
 #include "webhook/file_stamp.h"
+#include "webhook/https_server.h"
 #include "webhook/metrics.h"
 #include "webhook/tls.h"
 
@@ -53,7 +53,7 @@ struct Server::Impl {
   std::unique_ptr<TlsCredentialStore> credentials;
   std::unique_ptr<ConfigHolder> config;
   Metrics metrics;
-  std::unique_ptr<httplib::SSLServer> http;
+  std::unique_ptr<HttpsServer> http;
   std::unique_ptr<prometheus::Exposer> exposer;
   int port = 0;
   int metrics_port = 0;
@@ -67,58 +67,35 @@ struct Server::Impl {
   std::condition_variable stop_cv;
   bool stopping = false;
   std::atomic<bool> ready{false};
-  std::atomic<bool> run_active{false};
 
-  void Routes();
+  HttpResponse Route(const HttpRequest& request);
   void Watch();
   void CheckFiles();
 };
 
-void Server::Impl::Routes() {
-  http->Post("/mutate", [this](const httplib::Request& req, httplib::Response& res) {
+HttpResponse Server::Impl::Route(const HttpRequest& request) {
+  HttpResponse response;
+  if (request.path == "/mutate") {
+    if (request.method != "POST") return {405, "text/plain; charset=utf-8", "use POST /mutate\n"};
     auto start = std::chrono::steady_clock::now();
     auto current = config->Get();
-    ReviewReply reply = HandleReview(req.body, req.get_header_value("Content-Type"), *current);
+    ReviewReply reply = HandleReview(request.body, request.content_type, *current);
     metrics.Observe(
         reply, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    res.status = reply.http_status;
     if (reply.outcome == ReviewOutcome::kBadRequest) spdlog::warn("{}", reply.body);
-    res.set_content(std::move(reply.body), reply.content_type.c_str());
-  });
-  http->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  http->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    return {reply.http_status, std::move(reply.content_type), std::move(reply.body)};
+  }
+  if (request.method != "GET")
+    return {405, "text/plain; charset=utf-8", "use GET " + request.path + "\n"};
+  if (request.path == "/healthz") return {200, "text/plain", "ok\n"};
+  if (request.path == "/readyz") {
     bool is_ready = ready.load();
-    res.status = is_ready ? 200 : 503;
-    res.set_content(is_ready ? "ready\n" : "not ready\n", "text/plain");
-  });
-  http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.Text(), "text/plain; version=0.0.4");
-  });
-  // httplib answers an oversized body with 413 before any handler runs; the API server and
-  // this project's contract expect 400 with a message for every malformed request.
-  http->set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (res.status == 413) {
-          res.status = 400;
-          res.set_content("bad AdmissionReview request: body exceeds the 3 MiB limit\n",
-                          "text/plain; charset=utf-8");
-        } else if (res.status == 404) {
-          res.set_content(
-              "no such endpoint " + req.path + " (POST /mutate, GET /healthz, /readyz, /metrics)\n",
-              "text/plain; charset=utf-8");
-        } else if (res.body.empty()) {
-          res.set_content("request failed with HTTP " + std::to_string(res.status) + "\n",
-                          "text/plain; charset=utf-8");
-        }
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  http->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        res.status = 500;
-        res.set_content("internal error\n", "text/plain");
-      });
+    return {is_ready ? 200 : 503, "text/plain", is_ready ? "ready\n" : "not ready\n"};
+  }
+  if (request.path == "/metrics") return {200, "text/plain; version=0.0.4", metrics.Text()};
+  return {404, "text/plain; charset=utf-8",
+          "no such endpoint " + request.path.substr(0, 200) +
+              " (POST /mutate, GET /healthz, /readyz, /metrics)\n"};
 }
 
 void Server::Impl::CheckFiles() {
@@ -206,38 +183,22 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   }
   impl->config = std::make_unique<ConfigHolder>(config);
 
-  TlsCredentialStore* store = impl->credentials.get();
-  bool verify_clients = !options.client_ca_file.empty();
-  impl->http = std::make_unique<httplib::SSLServer>([store, verify_clients](SSL_CTX& ctx) {
-    return ConfigureServerContext(ctx, store, verify_clients);
-  });
-  if (!impl->http->is_valid()) return Error{"cannot set up TLS: " + OpenSslErrors()};
-  size_t threads = options.worker_threads;
-  impl->http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // httplib writes headers and body separately; without this Nagle holds the body ~40 ms.
-  impl->http->set_tcp_nodelay(true);
-  // httplib's default adds SO_REUSEPORT, which lets a second webhook process (a stale one, or
-  // anyone with our uid) silently take a share of the connections. One listener per port.
-  impl->http->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  impl->http->set_keep_alive_max_count(1000000);
-  impl->http->set_keep_alive_timeout(options.idle_timeout.count());
-  impl->http->set_read_timeout(10, 0);
-  impl->http->set_write_timeout(10, 0);
-  impl->http->set_payload_max_length(kMaxReviewBytes);
-  impl->Routes();
-
-  std::string host = listen->host.empty() ? "0.0.0.0" : listen->host;
-  if (listen->port == 0) {
-    impl->port = impl->http->bind_to_any_port(host.c_str());
-  } else if (impl->http->bind_to_port(host.c_str(), listen->port)) {
-    impl->port = listen->port;
-  } else {
-    impl->port = -1;
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr ||
+      !ConfigureServerContext(*ctx, impl->credentials.get(), !options.client_ca_file.empty())) {
+    SSL_CTX_free(ctx);
+    return Error{"cannot set up TLS: " + OpenSslErrors()};
   }
-  if (impl->port <= 0) return Error{"cannot listen on " + options.listen};
+  HttpsServerOptions http_options;
+  http_options.worker_threads = options.worker_threads;
+  http_options.idle_timeout = options.idle_timeout;
+  http_options.max_body_bytes = kMaxReviewBytes;
+  Impl* raw = impl.get();
+  impl->http = std::make_unique<HttpsServer>(
+      ctx, [raw](const HttpRequest& request) { return raw->Route(request); }, http_options);
+  auto port = impl->http->Listen(listen->host, listen->port);
+  if (!port.ok()) return Error{"cannot listen on " + options.listen + ": " + port.error()};
+  impl->port = port.value();
 
   if (!options.metrics_addr.empty()) {
     auto metrics_at = ParseHostPort(options.metrics_addr);
@@ -277,12 +238,10 @@ void Server::Run() {
     if (impl_->stopping) return;
     impl_->watcher = std::thread([this] { impl_->Watch(); });
   }
-  impl_->run_active = true;
   impl_->ready = true;
   spdlog::info("kvgpu-webhook serving HTTPS on {} (port {})", impl_->options.listen, impl_->port);
-  impl_->http->listen_after_bind();
+  impl_->http->Run();
   impl_->ready = false;
-  impl_->run_active = false;
 }
 
 void Server::Stop() {
@@ -292,10 +251,7 @@ void Server::Stop() {
   }
   impl_->stop_cv.notify_all();
   impl_->ready = false;
-  // Run() may be between its start and httplib's accept loop; stop() is a no-op until then.
-  while (impl_->run_active && !impl_->http->is_running())
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  impl_->http->stop();
+  impl_->http->Stop();
   if (impl_->watcher.joinable() && impl_->watcher.get_id() != std::this_thread::get_id())
     impl_->watcher.join();
 }

@@ -1,7 +1,7 @@
 // The HTTPS server around HandleReview: POST /mutate, GET /healthz, /readyz, /metrics; a second
 // plain-HTTP listener for Prometheus on --metrics-addr; a watcher that reloads the TLS pair and
-// the config when their files change. Built on Debian's cpp-httplib (one thread per connection
-// from a fixed pool) with OpenSSL configured by webhook/tls.h.
+// the config when their files change. HTTPS by webhook/https_server.h with OpenSSL configured
+// by webhook/tls.h.
 #pragma once
 
 #include <chrono>
@@ -28,11 +28,8 @@ struct ServerOptions {
   std::string config_file;     // empty: built-in defaults
   std::string metrics_addr;    // empty: metrics only on the TLS port
   std::chrono::milliseconds reload_interval{1000};
-  // Each open connection holds one thread while it lives (httplib's model); the API server
-  // keeps few, a benchmark many. Idle connections are closed after `idle_timeout`.
-  size_t worker_threads = 96;
-  // Short enough that a shutdown (which waits for open connections) ends within a pod's
-  // termination grace period; Go clients re-dial an idle connection the server closed.
+  // Event-loop threads; each serves many connections. One per core is the sweet spot.
+  size_t worker_threads = 2;
   std::chrono::seconds idle_timeout{10};
 };
 

@@ -1,0 +1,450 @@
+#include "webhook/https_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+namespace kvgpu::webhook {
+namespace {
+
+constexpr size_t kMaxHeaderBytes = 64 * 1024;
+constexpr size_t kReadChunk = 16 * 1024;
+
+using Clock = std::chrono::steady_clock;
+
+const char* Reason(int status) {
+  switch (status) {
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 411:
+      return "Length Required";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
+  }
+}
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r'))
+    text.remove_suffix(1);
+  return text;
+}
+
+struct Connection {
+  int fd = -1;
+  SSL* ssl = nullptr;
+  bool handshake_done = false;
+  bool close_after_write = false;  // respond, flush, then close
+  bool peer_closed = false;
+  bool want_write = false;     // registered for EPOLLOUT
+  bool continue_sent = false;  // "100 Continue" already sent for the request in progress
+  size_t discard = 0;          // body bytes still to swallow after an early error reply
+  std::string in;
+  std::string out;
+  Clock::time_point last_activity = Clock::now();
+
+  ~Connection() {
+    if (ssl != nullptr) SSL_free(ssl);
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// What a complete request at the front of `in` looks like, or why it is not one.
+enum class Parse { kIncomplete, kRequest, kError };
+
+struct Parsed {
+  HttpRequest request;
+  size_t consumed = 0;
+  bool keep_alive = true;
+  bool expect_continue = false;
+  size_t body_length = 0;
+  size_t header_length = 0;
+  int error_status = 0;
+  std::string error;
+};
+
+Parse ParseRequest(const std::string& in, size_t max_body, Parsed& out) {
+  size_t end = in.find("\r\n\r\n");
+  if (end == std::string::npos) {
+    if (in.size() > kMaxHeaderBytes) {
+      out.error_status = 431;
+      out.error = "request headers exceed 64 KiB";
+      return Parse::kError;
+    }
+    return Parse::kIncomplete;
+  }
+  std::string_view head(in.data(), end);
+  size_t line_end = head.find("\r\n");
+  std::string_view line = head.substr(0, line_end);
+  size_t sp1 = line.find(' ');
+  size_t sp2 = line.rfind(' ');
+  if (sp1 == std::string_view::npos || sp2 == sp1 || !line.substr(sp2 + 1).starts_with("HTTP/1.")) {
+    out.error_status = 400;
+    out.error = "malformed HTTP request line";
+    return Parse::kError;
+  }
+  out.request.method = std::string(line.substr(0, sp1));
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  out.request.path = std::string(target.substr(0, target.find('?')));
+  out.keep_alive = line.substr(sp2 + 1) != "HTTP/1.0";
+
+  bool has_length = false;
+  std::string_view rest = line_end == std::string_view::npos ? "" : head.substr(line_end + 2);
+  while (!rest.empty()) {
+    size_t eol = rest.find("\r\n");
+    std::string_view header = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? "" : rest.substr(eol + 2);
+    size_t colon = header.find(':');
+    if (colon == std::string_view::npos) {
+      out.error_status = 400;
+      out.error = "malformed HTTP header line";
+      return Parse::kError;
+    }
+    std::string_view name = header.substr(0, colon);
+    std::string_view value = Trim(header.substr(colon + 1));
+    if (EqualsNoCase(name, "Content-Length")) {
+      if (value.empty() || value.size() > 12 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          (has_length && std::stoull(std::string(value)) != out.body_length)) {
+        out.error_status = 400;
+        out.error = "invalid Content-Length";
+        return Parse::kError;
+      }
+      has_length = true;
+      out.body_length = std::stoull(std::string(value));
+    } else if (EqualsNoCase(name, "Content-Type")) {
+      out.request.content_type = std::string(value);
+    } else if (EqualsNoCase(name, "Connection")) {
+      if (EqualsNoCase(value, "close")) out.keep_alive = false;
+      if (EqualsNoCase(value, "keep-alive")) out.keep_alive = true;
+    } else if (EqualsNoCase(name, "Transfer-Encoding")) {
+      out.error_status = 411;
+      out.error = "chunked request bodies are not supported; send Content-Length";
+      return Parse::kError;
+    } else if (EqualsNoCase(name, "Expect")) {
+      out.expect_continue = EqualsNoCase(value, "100-continue");
+    }
+  }
+  out.header_length = end + 4;
+  if (out.body_length > max_body) {
+    out.error_status = 400;
+    out.error = "bad AdmissionReview request: body of " + std::to_string(out.body_length) +
+                " bytes exceeds the 3 MiB limit";
+    return Parse::kError;
+  }
+  if (in.size() < out.header_length + out.body_length) return Parse::kIncomplete;
+  out.request.body = in.substr(out.header_length, out.body_length);
+  out.consumed = out.header_length + out.body_length;
+  return Parse::kRequest;
+}
+
+void AppendResponse(std::string& out, const HttpResponse& response, bool keep_alive) {
+  out += "HTTP/1.1 ";
+  out += std::to_string(response.status);
+  out += ' ';
+  out += Reason(response.status);
+  out += "\r\nContent-Type: ";
+  out += response.content_type;
+  out += "\r\nContent-Length: ";
+  out += std::to_string(response.body.size());
+  out += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
+  out += response.body;
+}
+
+}  // namespace
+
+struct HttpsServer::Worker {
+  int epoll_fd = -1;
+  std::unordered_map<int, std::unique_ptr<Connection>> connections;
+  std::thread thread;
+};
+
+HttpsServer::HttpsServer(SSL_CTX* ctx, Handler handler, HttpsServerOptions options)
+    : ctx_(ctx), handler_(std::move(handler)), options_(options) {
+  SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                             SSL_MODE_RELEASE_BUFFERS);
+  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+HttpsServer::~HttpsServer() {
+  Stop();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+  SSL_CTX_free(ctx_);
+}
+
+Expected<int> HttpsServer::Listen(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  std::string service = std::to_string(port);
+  if (int rc =
+          ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+      rc != 0)
+    return Error{"cannot resolve " + host + ": " + gai_strerror(rc)};
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, freeaddrinfo);
+  int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error{std::string("socket: ") + std::strerror(errno)};
+  int yes = 1;
+  // SO_REUSEADDR only: SO_REUSEPORT would let a second process quietly share the port.
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd, 1024) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Error{std::string("cannot listen: ") + std::strerror(err)};
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  listen_fd_ = fd;
+  if (bound.ss_family == AF_INET6)
+    return static_cast<int>(ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port));
+  return static_cast<int>(ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port));
+}
+
+void HttpsServer::Run() {
+  if (listen_fd_ < 0 || stopping_) return;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (size_t i = 0; i < std::max<size_t>(1, options_.worker_threads); ++i) {
+    auto worker = std::make_unique<Worker>();
+    worker->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    epoll_event listen_event{};
+    listen_event.events = EPOLLIN | EPOLLEXCLUSIVE;  // one worker woken per new connection
+    listen_event.data.fd = listen_fd_;
+    ::epoll_ctl(worker->epoll_fd, EPOLL_CTL_ADD, listen_fd_, &listen_event);
+    epoll_event stop_event{};
+    stop_event.events = EPOLLIN;
+    stop_event.data.fd = stop_fd_;
+    ::epoll_ctl(worker->epoll_fd, EPOLL_CTL_ADD, stop_fd_, &stop_event);
+    workers.push_back(std::move(worker));
+  }
+  running_ = true;
+  for (auto& worker : workers) worker->thread = std::thread([this, &worker] { Serve(*worker); });
+  for (auto& worker : workers) worker->thread.join();
+  for (auto& worker : workers) ::close(worker->epoll_fd);
+  running_ = false;
+}
+
+void HttpsServer::Stop() {
+  stopping_ = true;
+  uint64_t one = 1;
+  if (stop_fd_ >= 0) (void)!::write(stop_fd_, &one, sizeof(one));
+}
+
+void HttpsServer::Serve(Worker& worker) {
+  // A peer that vanished mid-write must cost a connection, not the process: with SIGPIPE blocked
+  // on this thread, the write fails with EPIPE instead.
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+  auto update_interest = [&](Connection& conn) {
+    bool want_write = !conn.out.empty() || (!conn.handshake_done && SSL_want_write(conn.ssl));
+    if (want_write == conn.want_write) return;
+    conn.want_write = want_write;
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLRDHUP | (want_write ? EPOLLOUT : 0u);
+    event.data.fd = conn.fd;
+    ::epoll_ctl(worker.epoll_fd, EPOLL_CTL_MOD, conn.fd, &event);
+  };
+  auto close_connection = [&](int fd) {
+    ::epoll_ctl(worker.epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    worker.connections.erase(fd);
+    --connections_;
+  };
+  auto accept_all = [&] {
+    while (true) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;  // EAGAIN, or a transient error: epoll reports again
+      if (connections_ >= options_.max_connections) {
+        ::close(fd);
+        continue;
+      }
+      int yes = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+      auto conn = std::make_unique<Connection>();
+      conn->fd = fd;
+      conn->ssl = SSL_new(ctx_);
+      if (conn->ssl == nullptr) continue;  // ~Connection closes fd
+      SSL_set_fd(conn->ssl, fd);
+      SSL_set_accept_state(conn->ssl);
+      epoll_event event{};
+      event.events = EPOLLIN | EPOLLRDHUP;
+      event.data.fd = fd;
+      ::epoll_ctl(worker.epoll_fd, EPOLL_CTL_ADD, fd, &event);
+      ++connections_;
+      worker.connections.emplace(fd, std::move(conn));
+    }
+  };
+
+  // Moves one connection as far as it can go without blocking; false means close it.
+  auto drive = [&](Connection& conn) -> bool {
+    conn.last_activity = Clock::now();
+    ERR_clear_error();
+    if (!conn.handshake_done) {
+      int rc = SSL_do_handshake(conn.ssl);
+      if (rc != 1) {
+        int err = SSL_get_error(conn.ssl, rc);
+        return err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE;
+      }
+      conn.handshake_done = true;
+    }
+    for (int round = 0; round < 64; ++round) {
+      // Flush first: a client that does not read its answers gets no more of them.
+      while (!conn.out.empty()) {
+        int n = SSL_write(conn.ssl, conn.out.data(), static_cast<int>(conn.out.size()));
+        if (n <= 0) {
+          int err = SSL_get_error(conn.ssl, n);
+          if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) return true;
+          return false;
+        }
+        conn.out.erase(0, static_cast<size_t>(n));
+      }
+      if (conn.close_after_write && conn.discard == 0) return false;
+      if (conn.peer_closed) return false;
+
+      char buffer[kReadChunk];
+      bool progressed = false;
+      while (true) {
+        int n = SSL_read(conn.ssl, buffer, sizeof(buffer));
+        if (n > 0) {
+          progressed = true;
+          size_t got = static_cast<size_t>(n);
+          if (conn.discard > 0) {
+            size_t skip = std::min(conn.discard, got);
+            conn.discard -= skip;
+            if (conn.discard == 0 && conn.close_after_write) return false;
+            continue;
+          }
+          conn.in.append(buffer, got);
+          if (conn.in.size() > options_.max_body_bytes + kMaxHeaderBytes) break;
+          continue;
+        }
+        int err = SSL_get_error(conn.ssl, n);
+        if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) break;
+        conn.peer_closed = true;  // close_notify, EOF or error: answer what arrived, then close
+        break;
+      }
+      if (conn.close_after_write) return conn.discard > 0 || !conn.out.empty();
+
+      bool answered = false;
+      while (!conn.close_after_write) {
+        Parsed parsed;
+        Parse result = ParseRequest(conn.in, options_.max_body_bytes, parsed);
+        if (result == Parse::kIncomplete) {
+          // `Expect: 100-continue` with the body still to come: invite it, once.
+          if (parsed.expect_continue && !conn.continue_sent) {
+            conn.out += "HTTP/1.1 100 Continue\r\n\r\n";
+            conn.continue_sent = true;
+            answered = true;
+          }
+          break;
+        }
+        if (result == Parse::kError) {
+          HttpResponse response{parsed.error_status, "text/plain; charset=utf-8",
+                                parsed.error + "\n"};
+          AppendResponse(conn.out, response, false);
+          conn.close_after_write = true;
+          // Swallow a declared body so closing does not reset the connection under the reply.
+          if (parsed.header_length > 0 &&
+              conn.in.size() < parsed.header_length + parsed.body_length)
+            conn.discard = std::min<size_t>(
+                parsed.header_length + parsed.body_length - conn.in.size(), 64 * 1024 * 1024);
+          conn.in.clear();
+          answered = true;
+          break;
+        }
+        HttpResponse response = handler_(parsed.request);
+        AppendResponse(conn.out, response, parsed.keep_alive && !stopping_);
+        conn.in.erase(0, parsed.consumed);
+        conn.continue_sent = false;
+        if (!parsed.keep_alive || stopping_) conn.close_after_write = true;
+        answered = true;
+      }
+      if (!progressed && !answered) return !conn.peer_closed;
+    }
+    return true;
+  };
+
+  std::vector<epoll_event> events(256);
+  auto last_sweep = Clock::now();
+  while (!stopping_) {
+    int n = ::epoll_wait(worker.epoll_fd, events.data(), static_cast<int>(events.size()), 1000);
+    for (int i = 0; i < n; ++i) {
+      int fd = events[static_cast<size_t>(i)].data.fd;
+      if (fd == stop_fd_) continue;
+      if (fd == listen_fd_) {
+        accept_all();
+        continue;
+      }
+      auto it = worker.connections.find(fd);
+      if (it == worker.connections.end()) continue;
+      Connection& conn = *it->second;
+      if (!drive(conn)) {
+        close_connection(fd);
+        continue;
+      }
+      update_interest(conn);
+    }
+    auto now = Clock::now();
+    if (now - last_sweep >= std::chrono::seconds(1)) {
+      last_sweep = now;
+      std::vector<int> expired;
+      for (const auto& [fd, conn] : worker.connections) {
+        bool mid_request = !conn->handshake_done || !conn->in.empty() || !conn->out.empty();
+        auto limit = mid_request ? options_.request_timeout : options_.idle_timeout;
+        if (now - conn->last_activity > limit) expired.push_back(fd);
+      }
+      for (int fd : expired) close_connection(fd);
+    }
+  }
+  // Stopping: answers already produced get a short chance to leave, then everything closes.
+  for (auto& [fd, conn] : worker.connections) {
+    if (!conn->out.empty() && conn->handshake_done)
+      (void)SSL_write(conn->ssl, conn->out.data(), static_cast<int>(conn->out.size()));
+    ::epoll_ctl(worker.epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    --connections_;
+  }
+  worker.connections.clear();
+}
+
+}  // namespace kvgpu::webhook
