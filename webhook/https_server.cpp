@@ -18,10 +18,11 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "webhook/http_parse.h"
+
 namespace kvgpu::webhook {
 namespace {
 
-constexpr size_t kMaxHeaderBytes = 64 * 1024;
 constexpr size_t kReadChunk = 16 * 1024;
 
 using Clock = std::chrono::steady_clock;
@@ -53,20 +54,6 @@ const char* Reason(int status) {
   }
 }
 
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string_view Trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r'))
-    text.remove_suffix(1);
-  return text;
-}
-
 struct Connection {
   int fd = -1;
   SSL* ssl = nullptr;
@@ -85,95 +72,6 @@ struct Connection {
     if (fd >= 0) ::close(fd);
   }
 };
-
-// What a complete request at the front of `in` looks like, or why it is not one.
-enum class Parse { kIncomplete, kRequest, kError };
-
-struct Parsed {
-  HttpRequest request;
-  size_t consumed = 0;
-  bool keep_alive = true;
-  bool expect_continue = false;
-  size_t body_length = 0;
-  size_t header_length = 0;
-  int error_status = 0;
-  std::string error;
-};
-
-Parse ParseRequest(const std::string& in, size_t max_body, Parsed& out) {
-  size_t end = in.find("\r\n\r\n");
-  if (end == std::string::npos) {
-    if (in.size() > kMaxHeaderBytes) {
-      out.error_status = 431;
-      out.error = "request headers exceed 64 KiB";
-      return Parse::kError;
-    }
-    return Parse::kIncomplete;
-  }
-  std::string_view head(in.data(), end);
-  size_t line_end = head.find("\r\n");
-  std::string_view line = head.substr(0, line_end);
-  size_t sp1 = line.find(' ');
-  size_t sp2 = line.rfind(' ');
-  if (sp1 == std::string_view::npos || sp2 == sp1 || !line.substr(sp2 + 1).starts_with("HTTP/1.")) {
-    out.error_status = 400;
-    out.error = "malformed HTTP request line";
-    return Parse::kError;
-  }
-  out.request.method = std::string(line.substr(0, sp1));
-  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  out.request.path = std::string(target.substr(0, target.find('?')));
-  out.keep_alive = line.substr(sp2 + 1) != "HTTP/1.0";
-
-  bool has_length = false;
-  std::string_view rest = line_end == std::string_view::npos ? "" : head.substr(line_end + 2);
-  while (!rest.empty()) {
-    size_t eol = rest.find("\r\n");
-    std::string_view header = rest.substr(0, eol);
-    rest = eol == std::string_view::npos ? "" : rest.substr(eol + 2);
-    size_t colon = header.find(':');
-    if (colon == std::string_view::npos) {
-      out.error_status = 400;
-      out.error = "malformed HTTP header line";
-      return Parse::kError;
-    }
-    std::string_view name = header.substr(0, colon);
-    std::string_view value = Trim(header.substr(colon + 1));
-    if (EqualsNoCase(name, "Content-Length")) {
-      if (value.empty() || value.size() > 12 ||
-          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-          (has_length && std::stoull(std::string(value)) != out.body_length)) {
-        out.error_status = 400;
-        out.error = "invalid Content-Length";
-        return Parse::kError;
-      }
-      has_length = true;
-      out.body_length = std::stoull(std::string(value));
-    } else if (EqualsNoCase(name, "Content-Type")) {
-      out.request.content_type = std::string(value);
-    } else if (EqualsNoCase(name, "Connection")) {
-      if (EqualsNoCase(value, "close")) out.keep_alive = false;
-      if (EqualsNoCase(value, "keep-alive")) out.keep_alive = true;
-    } else if (EqualsNoCase(name, "Transfer-Encoding")) {
-      out.error_status = 411;
-      out.error = "chunked request bodies are not supported; send Content-Length";
-      return Parse::kError;
-    } else if (EqualsNoCase(name, "Expect")) {
-      out.expect_continue = EqualsNoCase(value, "100-continue");
-    }
-  }
-  out.header_length = end + 4;
-  if (out.body_length > max_body) {
-    out.error_status = 400;
-    out.error = "bad AdmissionReview request: body of " + std::to_string(out.body_length) +
-                " bytes exceeds the 3 MiB limit";
-    return Parse::kError;
-  }
-  if (in.size() < out.header_length + out.body_length) return Parse::kIncomplete;
-  out.request.body = in.substr(out.header_length, out.body_length);
-  out.consumed = out.header_length + out.body_length;
-  return Parse::kRequest;
-}
 
 void AppendResponse(std::string& out, const HttpResponse& response, bool keep_alive) {
   out += "HTTP/1.1 ";
@@ -368,9 +266,9 @@ void HttpsServer::Serve(Worker& worker) {
 
       bool answered = false;
       while (!conn.close_after_write) {
-        Parsed parsed;
-        Parse result = ParseRequest(conn.in, options_.max_body_bytes, parsed);
-        if (result == Parse::kIncomplete) {
+        ParsedRequest parsed;
+        ParseResult result = ParseHttpRequest(conn.in, options_.max_body_bytes, parsed);
+        if (result == ParseResult::kIncomplete) {
           // `Expect: 100-continue` with the body still to come: invite it, once.
           if (parsed.expect_continue && !conn.continue_sent) {
             conn.out += "HTTP/1.1 100 Continue\r\n\r\n";
@@ -379,7 +277,7 @@ void HttpsServer::Serve(Worker& worker) {
           }
           break;
         }
-        if (result == Parse::kError) {
+        if (result == ParseResult::kError) {
           HttpResponse response{parsed.error_status, "text/plain; charset=utf-8",
                                 parsed.error + "\n"};
           AppendResponse(conn.out, response, false);

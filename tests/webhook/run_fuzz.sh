@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the webhook with clang + libFuzzer + ASan/UBSan in its own build dir and runs the
-# AdmissionReview fuzzer for a bounded time (default 60 s). CI: bash tests/webhook/run_fuzz.sh
+# AdmissionReview and HTTP framing fuzzers for a bounded time each (default 60 s). CI: bash tests/webhook/run_fuzz.sh
 set -o errexit -o nounset -o pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -13,5 +13,5 @@ command -v clang++ >/dev/null || die "clang++ not found (scripts/deps/webhook.tx
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DKVGPU_COMPONENTS=webhook \
   -DKVGPU_BUILD_FUZZ=ON -DKVGPU_SANITIZE=address,undefined -DKVGPU_FUZZ_SECONDS="$seconds" >/dev/null
-nice cmake --build "$build" -j2 --target webhook_fuzz_review
+nice cmake --build "$build" -j2 --target webhook_fuzz_review webhook_fuzz_http
 ctest --test-dir "$build" -L fuzz --output-on-failure

@@ -40,7 +40,7 @@ class ServerTest : public ::testing::Test {
     options_.tls_cert_file = Path("tls.crt");
     options_.tls_key_file = Path("tls.key");
     options_.reload_interval = std::chrono::milliseconds(50);
-    options_.worker_threads = 16;
+    options_.worker_threads = 2;
     InstallServerPair(1);
   }
   void TearDown() override {
@@ -246,6 +246,84 @@ TEST_F(ServerTest, MetricsAddressServesPrometheusOverPlainHttp) {
   EXPECT_NE(res->body.find(R"(kvgpu_webhook_requests_total{outcome="bad_request"} 1)"),
             std::string::npos)
       << res->body;
+}
+
+TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  Start();
+  auto conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  std::string review = KataReview();
+  std::string post = "POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(review.size()) + "\r\n\r\n" + review;
+  ASSERT_TRUE(conn->Send(post + "GET /healthz HTTP/1.1\r\n\r\n" + post));
+  auto first = conn->Receive();
+  auto second = conn->Receive();
+  auto third = conn->Receive();
+  ASSERT_TRUE(first && second && third);
+  EXPECT_EQ(first->status, 200);
+  EXPECT_NE(first->body.find("JSONPatch"), std::string::npos);
+  EXPECT_EQ(second->body, "ok\n");
+  EXPECT_EQ(third->body, first->body);
+}
+
+TEST_F(ServerTest, ExpectContinueInvitesTheBody) {
+  Start();
+  auto conn = Connect();
+  std::string review = KataReview();
+  ASSERT_TRUE(
+      conn->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
+                 "Expect: 100-continue\r\nContent-Length: " +
+                 std::to_string(review.size()) + "\r\n\r\n"));
+  auto interim = conn->Receive();
+  ASSERT_TRUE(interim.has_value());
+  EXPECT_EQ(interim->status, 100);
+  ASSERT_TRUE(conn->Send(review));
+  auto reply = conn->Receive();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, 200);
+}
+
+TEST_F(ServerTest, ProtocolErrorsGetTheirStatusAndCloseOnlyThatConnection) {
+  Start();
+  auto chunked = Connect();
+  ASSERT_TRUE(
+      chunked->Send("POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"));
+  auto reply = chunked->Receive();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, 411);
+  EXPECT_FALSE(chunked->Request("GET", "/healthz", "", "").has_value()) << "closed after the error";
+  auto garbage = Connect();
+  ASSERT_TRUE(garbage->Send("\x01\x02 nonsense\r\n\r\n"));
+  EXPECT_EQ(garbage->Receive()->status, 400);
+  EXPECT_EQ(Connect()->Request("GET", "/mutate", "", "")->status, 405);
+  EXPECT_EQ(Connect()->Request("GET", "/healthz", "", "")->status, 200);
+}
+
+TEST_F(ServerTest, ServesManyMoreConnectionsThanThreads) {
+  Start();
+  std::vector<std::unique_ptr<TlsConnection>> conns;
+  for (int i = 0; i < 200; ++i) {
+    conns.push_back(Connect());
+    ASSERT_NE(conns.back(), nullptr);
+  }
+  for (auto& conn : conns) {
+    auto reply = conn->Request("GET", "/healthz", "", "");
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->status, 200);
+  }
+}
+
+TEST_F(ServerTest, IdleConnectionsAreClosedAfterTheTimeout) {
+  options_.idle_timeout = std::chrono::seconds(1);
+  Start();
+  auto idle = Connect();
+  auto busy = Connect();
+  EXPECT_EQ(idle->Request("GET", "/healthz", "", "")->status, 200);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(busy->Request("GET", "/healthz", "", "")->status, 200) << "active: kept open";
+  }
+  EXPECT_FALSE(idle->Request("GET", "/healthz", "", "").has_value());
 }
 
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {

@@ -79,12 +79,21 @@ std::optional<HttpResult> TlsConnection::Request(const std::string& method, cons
   std::string request = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   if (!content_type.empty()) request += "Content-Type: " + content_type + "\r\n";
   request += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (!Send(request)) return std::nullopt;
+  return Receive();
+}
+
+bool TlsConnection::Send(const std::string& bytes) {
   size_t sent = 0;
-  while (sent < request.size()) {
-    int n = SSL_write(ssl_, request.data() + sent, static_cast<int>(request.size() - sent));
-    if (n <= 0) return std::nullopt;
+  while (sent < bytes.size()) {
+    int n = SSL_write(ssl_, bytes.data() + sent, static_cast<int>(bytes.size() - sent));
+    if (n <= 0) return false;
     sent += static_cast<size_t>(n);
   }
+  return true;
+}
+
+std::optional<HttpResult> TlsConnection::Receive() {
   auto fill = [this]() {
     char chunk[16384];
     int n = SSL_read(ssl_, chunk, sizeof(chunk));

@@ -31,6 +31,9 @@ class TlsConnection {
   std::optional<HttpResult> Request(const std::string& method, const std::string& path,
                                     const std::string& body,
                                     const std::string& content_type = "application/json");
+  // The two halves of Request, for pipelining and raw protocol tests.
+  bool Send(const std::string& bytes);
+  std::optional<HttpResult> Receive();
   std::string PeerCertificatePem() const;
   std::string Protocol() const { return SSL_get_version(ssl_); }
 
