@@ -396,4 +396,17 @@ std::vector<std::string> KernelModel::VgpuIds() const {
   return ids;
 }
 
+std::vector<KernelModel::VgpuInfo> KernelModel::Vgpus() const {
+  std::lock_guard lock(mutex_);
+  std::vector<VgpuInfo> out;
+  for (const auto& [id, vgpu] : vgpus_) out.push_back({id, vgpu.parent, vgpu.type, vgpu.busy});
+  return out;
+}
+
+bool KernelModel::GpuPresent(const std::string& address) const {
+  std::lock_guard lock(mutex_);
+  auto gpu = GpuByAddress(address);
+  return gpu && gpus_[*gpu].present;
+}
+
 }  // namespace kvgpu::sim

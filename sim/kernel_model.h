@@ -107,6 +107,16 @@ class KernelModel : public mdev::SysfsIo {
   Status RestoreGpu(const std::string& address);
   // Existing vGPU ids (UUIDs, or VF addresses for vendor VFIO), for assertions.
   std::vector<std::string> VgpuIds() const;
+  // Existing vGPUs with where they sit and whether they are held, for the simulator's state file.
+  struct VgpuInfo {
+    std::string id;
+    std::string parent;
+    std::string type;
+    bool busy = false;
+  };
+  std::vector<VgpuInfo> Vgpus() const;
+  // Whether the profile's GPU at `address` is plugged in (false after RemoveGpu, or if unknown).
+  bool GpuPresent(const std::string& address) const;
 
  private:
   // A file the driver reacts to when written.
