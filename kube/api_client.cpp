@@ -1,0 +1,337 @@
+#include "kube/api_client.h"
+
+#include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <charconv>
+
+namespace kvgpu::kube {
+
+namespace {
+
+struct BioDeleter {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+using BioPtr = std::unique_ptr<BIO, BioDeleter>;
+
+BioPtr MemoryBio(const std::string& pem) {
+  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// Every certificate in a PEM bundle, in a fresh store (an SSL_CTX takes ownership of one).
+X509_STORE* StoreFromPem(const std::string& pem, int* count) {
+  X509_STORE* store = X509_STORE_new();
+  BioPtr bio = MemoryBio(pem);
+  *count = 0;
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, cert);
+    X509_free(cert);
+    ++*count;
+  }
+  return store;
+}
+
+bool ParseServer(const std::string& server, bool* https, std::string* host, int* port,
+                 std::string* prefix) {
+  std::string rest;
+  if (server.rfind("https://", 0) == 0) {
+    *https = true;
+    *port = 443;
+    rest = server.substr(8);
+  } else if (server.rfind("http://", 0) == 0) {
+    *https = false;
+    *port = 80;
+    rest = server.substr(7);
+  } else {
+    return false;
+  }
+  const auto slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  *prefix = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!prefix->empty() && prefix->back() == '/') prefix->pop_back();
+  std::string port_text;
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string::npos) return false;
+    *host = authority.substr(1, close - 1);
+    if (close + 1 < authority.size()) {
+      if (authority[close + 1] != ':') return false;
+      port_text = authority.substr(close + 2);
+    }
+  } else {
+    const auto colon = authority.rfind(':');
+    *host = authority.substr(0, colon);
+    if (colon != std::string::npos) port_text = authority.substr(colon + 1);
+  }
+  if (host->empty()) return false;
+  if (!port_text.empty()) {
+    const auto [end, ec] =
+        std::from_chars(port_text.data(), port_text.data() + port_text.size(), *port);
+    if (ec != std::errc() || end != port_text.data() + port_text.size() || *port <= 0 ||
+        *port > 65535) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Error HttpError(int status, const std::string& body, const std::string& what) {
+  const std::string message =
+      what + ": HTTP " + std::to_string(status) + (body.empty() ? "" : ": " + StatusMessage(body));
+  return Error(status == 410 ? ErrorKind::kGone : ErrorKind::kHttp, message, status);
+}
+
+}  // namespace
+
+std::string StatusMessage(const std::string& body) {
+  const auto json = nlohmann::json::parse(body, nullptr, false);
+  if (json.is_object() && json.contains("message") && json["message"].is_string()) {
+    return json["message"].get<std::string>();
+  }
+  constexpr size_t kMax = 200;
+  return body.size() > kMax ? body.substr(0, kMax) + "..." : body;
+}
+
+std::string QueryEscape(std::string_view value) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xf]);
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<ApiClient>> ApiClient::Create(const Config& config, ClientOptions options) {
+  std::unique_ptr<ApiClient> client(new ApiClient(config, options));
+  if (!ParseServer(config.server, &client->https_, &client->host_, &client->port_,
+                   &client->path_prefix_)) {
+    return Error(ErrorKind::kConfig, "server \"" + config.server + "\" is not a valid URL");
+  }
+  if (!config.ca_pem.empty()) {
+    int count = 0;
+    X509_STORE_free(StoreFromPem(config.ca_pem, &count));
+    if (count == 0) return Error(ErrorKind::kConfig, "the CA bundle holds no PEM certificate");
+  }
+  if (!config.client_cert_pem.empty()) {
+    BioPtr cert_bio = MemoryBio(config.client_cert_pem);
+    X509* cert = PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr);
+    BioPtr key_bio = MemoryBio(config.client_key_pem);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
+    const bool good = cert != nullptr && key != nullptr && X509_check_private_key(cert, key) == 1;
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    if (!good) {
+      return Error(ErrorKind::kConfig,
+                   "the client certificate or key is not valid PEM, or they do not match");
+    }
+  }
+  auto token = client->token_.Get();
+  if (!token.ok()) return token.error();
+  return client;
+}
+
+ApiClient::ApiClient(const Config& config, ClientOptions options)
+    : config_(config), options_(std::move(options)), token_(config) {}
+
+ApiClient::~ApiClient() = default;
+
+void Canceller::Cancel() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+  if (hook_) hook_();
+}
+
+void Canceller::Reset() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = false;
+}
+
+bool Canceller::cancelled() const {
+  std::lock_guard lock(mutex_);
+  return cancelled_;
+}
+
+bool Canceller::Arm(std::function<void()> hook) {
+  std::lock_guard lock(mutex_);
+  if (cancelled_) return false;
+  hook_ = std::move(hook);
+  return true;
+}
+
+void Canceller::Disarm() {
+  std::lock_guard lock(mutex_);
+  hook_ = nullptr;
+}
+
+std::string ApiClient::FullPath(const std::string& path) const {
+  return path_prefix_ + path;
+}
+
+std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::milliseconds read_timeout,
+                                                        Error* error) {
+  std::shared_ptr<httplib::ClientImpl> client;
+  if (https_) {
+    std::shared_ptr<httplib::SSLClient> ssl;
+    if (!config_.client_cert_pem.empty()) {
+      BioPtr cert_bio = MemoryBio(config_.client_cert_pem);
+      X509* cert = PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr);
+      BioPtr key_bio = MemoryBio(config_.client_key_pem);
+      EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
+      ssl = std::make_shared<httplib::SSLClient>(host_, port_, cert, key);
+      X509_free(cert);
+      EVP_PKEY_free(key);
+    } else {
+      ssl = std::make_shared<httplib::SSLClient>(host_, port_);
+    }
+    if (config_.insecure_skip_tls_verify) {
+      ssl->enable_server_certificate_verification(false);
+    } else {
+      ssl->enable_server_certificate_verification(true);
+      if (!config_.ca_pem.empty()) {
+        int count = 0;
+        ssl->set_ca_cert_store(StoreFromPem(config_.ca_pem, &count));
+      }
+    }
+    client = ssl;
+  } else {
+    client = std::make_shared<httplib::ClientImpl>(host_, port_);
+  }
+  client->set_connection_timeout(options_.connect_timeout);
+  client->set_read_timeout(read_timeout);
+  client->set_write_timeout(options_.request_timeout);
+  client->set_keep_alive(false);
+
+  auto token = token_.Get();
+  if (!token.ok()) {
+    *error = token.error();
+    return nullptr;
+  }
+  httplib::Headers headers = {{"Accept", "application/json"}, {"User-Agent", options_.user_agent}};
+  if (!token->empty()) headers.emplace("Authorization", "Bearer " + token.value());
+  client->set_default_headers(std::move(headers));
+  return client;
+}
+
+namespace {
+
+// Arms `cancel` with the connection for as long as it lives.
+class ArmedRequest {
+ public:
+  ArmedRequest(Canceller* cancel, const std::shared_ptr<httplib::ClientImpl>& client)
+      : cancel_(cancel) {
+    if (cancel_ != nullptr) armed_ = cancel_->Arm([client] { client->stop(); });
+  }
+  ~ArmedRequest() {
+    if (cancel_ != nullptr && armed_) cancel_->Disarm();
+  }
+  ArmedRequest(const ArmedRequest&) = delete;
+  ArmedRequest& operator=(const ArmedRequest&) = delete;
+  bool cancelled() const { return cancel_ != nullptr && (!armed_ || cancel_->cancelled()); }
+
+ private:
+  Canceller* cancel_;
+  bool armed_ = true;
+};
+
+}  // namespace
+
+Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,
+                                       const nlohmann::json* body, const std::string& content_type,
+                                       Canceller* cancel) {
+  Error error;
+  auto client = Connect(options_.request_timeout, &error);
+  if (!client) return error;
+  const std::string full = FullPath(path);
+  const std::string what = method + " " + full;
+  ArmedRequest armed(cancel, client);
+  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  httplib::Result res = [&] {
+    if (method == "GET") return client->Get(full.c_str());
+    if (method == "POST") return client->Post(full.c_str(), body->dump(), content_type.c_str());
+    return client->Patch(full.c_str(), body->dump(), content_type.c_str());
+  }();
+  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  if (!res) {
+    return Error(ErrorKind::kTransport, what + ": " + httplib::to_string(res.error()));
+  }
+  if (res->status < 200 || res->status > 299) return HttpError(res->status, res->body, what);
+  auto json = nlohmann::json::parse(res->body, nullptr, false);
+  if (json.is_discarded()) return Error(ErrorKind::kDecode, what + ": the answer is not JSON");
+  return json;
+}
+
+Result<nlohmann::json> ApiClient::Get(const std::string& path, Canceller* cancel) {
+  return Send("GET", path, nullptr, "", cancel);
+}
+
+Result<nlohmann::json> ApiClient::Post(const std::string& path, const nlohmann::json& body) {
+  return Send("POST", path, &body, "application/json", nullptr);
+}
+
+Result<nlohmann::json> ApiClient::Patch(const std::string& path, const nlohmann::json& body,
+                                        const std::string& content_type) {
+  return Send("PATCH", path, &body, content_type, nullptr);
+}
+
+Error ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
+                        const std::function<void()>& on_open,
+                        const std::function<bool(std::string_view line)>& on_line,
+                        Canceller* cancel) {
+  Error error;
+  auto client = Connect(idle_timeout, &error);
+  if (!client) return error;
+  const std::string full = FullPath(path);
+  const std::string what = "GET " + full;
+  ArmedRequest armed(cancel, client);
+  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  int status = 0;
+  std::string pending;     // a line not yet complete
+  std::string error_body;  // the body of a non-200 answer, for the message
+  bool stopped_by_caller = false;
+  auto res = client->Get(
+      full.c_str(),
+      [&](const httplib::Response& response) {
+        status = response.status;
+        if (status == 200 && on_open) on_open();
+        return true;
+      },
+      [&](const char* data, size_t length) {
+        if (status != 200) {
+          if (error_body.size() < 4096) error_body.append(data, length);
+          return true;
+        }
+        pending.append(data, length);
+        size_t start = 0;
+        for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+          std::string_view line(pending.data() + start, nl - start);
+          if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+          if (line.empty()) continue;
+          if (!on_line(line)) {
+            stopped_by_caller = true;
+            return false;
+          }
+        }
+        pending.erase(0, start);
+        return true;
+      });
+  if (stopped_by_caller) return Error();
+  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  if (!res) {
+    if (status != 0 && status != 200) return HttpError(status, error_body, what);
+    return Error(ErrorKind::kTransport, what + ": " + httplib::to_string(res.error()));
+  }
+  if (res->status != 200) return HttpError(res->status, error_body, what);
+  // A last object without its newline still counts: the stream ended cleanly after it.
+  if (!pending.empty() && !on_line(pending)) return Error();
+  return Error();
+}
+
+}  // namespace kvgpu::kube

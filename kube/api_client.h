@@ -1,0 +1,112 @@
+// The API server over HTTPS: bearer token (re-read as it rotates) or client certificate, the
+// server checked against the configured CA. JSON in, JSON out; watches stream one JSON object
+// per line. One connection per request keeps requests independent across threads; a Canceller
+// breaks one request in flight, which is how a watch blocked in a read is stopped.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "kube/config.h"
+#include "kube/result.h"
+
+namespace httplib {
+class ClientImpl;
+}  // namespace httplib
+
+namespace kvgpu::kube {
+
+struct ClientOptions {
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds request_timeout{30000};  // per read/write for plain requests
+  std::string user_agent = "kata-vgpu";
+};
+
+// Lets one thread break another's request: Stop() of a watch blocked in a read, or of a list
+// against a server that answers slowly.
+class Canceller {
+ public:
+  // Breaks the request in flight, and every later one until Reset().
+  void Cancel();
+  void Reset();
+  bool cancelled() const;
+  // For transports: `hook` breaks the request now in flight; false when already cancelled.
+  bool Arm(std::function<void()> hook);
+  void Disarm();
+
+ private:
+  mutable std::mutex mutex_;
+  bool cancelled_ = false;
+  std::function<void()> hook_;
+};
+
+// What the watch loop and the event recorder need; tests can stand in without HTTP.
+class ApiTransport {
+ public:
+  virtual ~ApiTransport() = default;
+  // GET/POST/PATCH a JSON document. A non-2xx answer is an Error carrying the status and the
+  // message of the API's Status object; 410 is ErrorKind::kGone.
+  virtual Result<nlohmann::json> Get(const std::string& path, Canceller* cancel = nullptr) = 0;
+  virtual Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) = 0;
+  // `content_type` is the patch flavour: application/merge-patch+json,
+  // application/strategic-merge-patch+json or application/json-patch+json.
+  virtual Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
+                                       const std::string& content_type) = 0;
+  // GETs `path`; `on_open` runs once the server accepted (200), then `on_line` gets each
+  // non-empty line of the body as it arrives, until the server ends the body (ok), `on_line`
+  // returns false (ok), the stream breaks or stays silent longer than `idle_timeout`
+  // (kTransport), or `cancel` fires (kCancelled).
+  virtual Error Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
+                       const std::function<void()>& on_open,
+                       const std::function<bool(std::string_view line)>& on_line,
+                       Canceller* cancel) = 0;
+};
+
+class ApiClient : public ApiTransport {
+ public:
+  // Checks what can be checked before the first request (URL, PEM blocks, token readable).
+  static Result<std::unique_ptr<ApiClient>> Create(const Config& config,
+                                                   ClientOptions options = {});
+  ~ApiClient() override;
+
+  Result<nlohmann::json> Get(const std::string& path, Canceller* cancel = nullptr) override;
+  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
+  Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
+                               const std::string& content_type) override;
+  Error Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
+               const std::function<void()>& on_open,
+               const std::function<bool(std::string_view line)>& on_line,
+               Canceller* cancel) override;
+
+ private:
+  ApiClient(const Config& config, ClientOptions options);
+
+  // A fresh connection with the current token; nullptr (with `error`) when none can be made.
+  std::shared_ptr<httplib::ClientImpl> Connect(std::chrono::milliseconds read_timeout,
+                                               Error* error);
+  Result<nlohmann::json> Send(const std::string& method, const std::string& path,
+                              const nlohmann::json* body, const std::string& content_type,
+                              Canceller* cancel);
+  std::string FullPath(const std::string& path) const;
+
+  Config config_;
+  ClientOptions options_;
+  TokenSource token_;
+  bool https_ = true;
+  std::string host_;
+  int port_ = 443;
+  std::string path_prefix_;
+};
+
+// "The pod X/Y (uid)" and friends use this to turn an API Status body into a message.
+std::string StatusMessage(const std::string& body);
+
+// Percent-encodes a query parameter value (RFC 3986 unreserved characters pass).
+std::string QueryEscape(std::string_view value);
+
+}  // namespace kvgpu::kube

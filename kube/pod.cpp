@@ -1,0 +1,72 @@
+#include "kube/pod.h"
+
+namespace kvgpu::kube {
+
+namespace {
+
+std::string StringAt(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return "";
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return "";
+  return it->get<std::string>();
+}
+
+std::map<std::string, std::string> Quantities(const nlohmann::json& resources, const char* key) {
+  std::map<std::string, std::string> out;
+  if (!resources.is_object() || !resources.contains(key) || !resources[key].is_object()) {
+    return out;
+  }
+  for (const auto& [name, value] : resources[key].items()) {
+    // Quantities are strings on the wire, but clients sometimes write bare numbers.
+    out[name] = value.is_string() ? value.get<std::string>() : value.dump();
+  }
+  return out;
+}
+
+void AddContainers(const nlohmann::json& spec, const char* key, bool init, PodInfo* pod) {
+  if (!spec.is_object() || !spec.contains(key) || !spec[key].is_array()) return;
+  for (const auto& c : spec[key]) {
+    ContainerInfo container;
+    container.name = StringAt(c, "name");
+    container.init = init;
+    if (c.is_object() && c.contains("resources")) {
+      container.requests = Quantities(c["resources"], "requests");
+      container.limits = Quantities(c["resources"], "limits");
+    }
+    pod->containers.push_back(std::move(container));
+  }
+}
+
+}  // namespace
+
+bool PodInfo::Requests(const std::string& resource) const {
+  for (const auto& c : containers) {
+    if (c.requests.count(resource) != 0 || c.limits.count(resource) != 0) return true;
+  }
+  return false;
+}
+
+Result<PodInfo> ParsePod(const nlohmann::json& pod) {
+  if (!pod.is_object() || !pod.contains("metadata") || !pod["metadata"].is_object()) {
+    return Error(ErrorKind::kDecode, "pod has no metadata");
+  }
+  const auto& meta = pod["metadata"];
+  PodInfo info;
+  info.uid = StringAt(meta, "uid");
+  info.namespace_name = StringAt(meta, "namespace");
+  info.name = StringAt(meta, "name");
+  if (info.uid.empty() || info.namespace_name.empty() || info.name.empty()) {
+    return Error(ErrorKind::kDecode, "pod lacks metadata.uid, .namespace or .name");
+  }
+  info.resource_version = StringAt(meta, "resourceVersion");
+  info.deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
+  const nlohmann::json empty = nlohmann::json::object();
+  const auto& spec = pod.contains("spec") ? pod["spec"] : empty;
+  info.node_name = StringAt(spec, "nodeName");
+  info.phase = pod.contains("status") ? StringAt(pod["status"], "phase") : "";
+  AddContainers(spec, "initContainers", true, &info);
+  AddContainers(spec, "containers", false, &info);
+  return info;
+}
+
+}  // namespace kvgpu::kube

@@ -1,0 +1,243 @@
+// The HTTPS client against the fake API server: who it trusts, how it authenticates, what its
+// errors say, and that a blocked stream can be broken.
+#include "kube/api_client.h"
+
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <fstream>
+#include <future>
+
+#include "kube/events.h"
+#include "tests/support/apiserver/fake_apiserver.h"
+#include "tests/support/common/temp_dir.h"
+
+namespace kvgpu::kube {
+namespace {
+
+using kvgpu::testing::FakeApiServer;
+using kvgpu::testing::MakePod;
+using kvgpu::testing::TempDir;
+using kvgpu::testing::TestAuthority;
+
+std::string Base64(const std::string& data) {
+  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(data.data()),
+                                static_cast<int>(data.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+class ApiClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server_.Start()); }
+
+  Config GoodConfig() const {
+    Config config;
+    config.server = server_.url();
+    config.ca_pem = server_.ca_pem();
+    config.token = FakeApiServer::kToken;
+    return config;
+  }
+
+  std::unique_ptr<ApiClient> Client(const Config& config, ClientOptions options = {}) {
+    auto client = ApiClient::Create(config, options);
+    EXPECT_TRUE(client.ok()) << client.error().ToString();
+    return client.ok() ? std::move(client.value()) : nullptr;
+  }
+
+  FakeApiServer server_;
+};
+
+TEST_F(ApiClientTest, ListsPodsWithTokenAndCa) {
+  server_.AddPod(MakePod("ml", "a", "node-a"));
+  auto client = Client(GoodConfig());
+  auto list = client->Get("/api/v1/pods");
+  ASSERT_TRUE(list.ok()) << list.error().ToString();
+  EXPECT_EQ(list.value()["items"].size(), 1u);
+  EXPECT_FALSE(list.value()["metadata"]["resourceVersion"].get<std::string>().empty());
+}
+
+TEST_F(ApiClientTest, RefusalsAreTypedErrors) {
+  TestAuthority stranger("some-other-ca");
+  struct Case {
+    std::string description;
+    std::function<void(Config&)> change;
+    ErrorKind kind;
+    int status;
+    std::string in_message;
+  };
+  const std::vector<Case> cases = {
+      {"no token", [](Config& c) { c.token.clear(); }, ErrorKind::kHttp, 401, "Unauthorized"},
+      {"wrong token", [](Config& c) { c.token = "nope"; }, ErrorKind::kHttp, 401, "Unauthorized"},
+      {"server signed by another CA", [&](Config& c) { c.ca_pem = stranger.cert_pem(); },
+       ErrorKind::kTransport, 0, "GET /api/v1/pods"},
+      {"nothing listening", [](Config& c) { c.server = "https://127.0.0.1:1"; },
+       ErrorKind::kTransport, 0, "Connection"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.description);
+    Config config = GoodConfig();
+    c.change(config);
+    auto client = Client(config);
+    ASSERT_NE(client, nullptr);
+    auto list = client->Get("/api/v1/pods");
+    ASSERT_FALSE(list.ok());
+    EXPECT_EQ(list.error().kind(), c.kind) << list.error().ToString();
+    EXPECT_EQ(list.error().http_status(), c.status);
+    EXPECT_NE(list.error().message().find(c.in_message), std::string::npos)
+        << list.error().message();
+  }
+}
+
+TEST_F(ApiClientTest, InsecureSkipTrustsAnyServer) {
+  TestAuthority stranger("some-other-ca");
+  Config config = GoodConfig();
+  config.ca_pem = stranger.cert_pem();
+  config.insecure_skip_tls_verify = true;
+  auto client = Client(config);
+  EXPECT_TRUE(client->Get("/api/v1/pods").ok());
+}
+
+TEST_F(ApiClientTest, BadConfigIsRefusedBeforeAnyRequest) {
+  struct Case {
+    std::string description;
+    std::function<void(Config&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"not a URL", [](Config& c) { c.server = "127.0.0.1:6443"; }},
+      {"bad port", [](Config& c) { c.server = "https://127.0.0.1:99999"; }},
+      {"CA without a certificate", [](Config& c) { c.ca_pem = "not pem"; }},
+      {"client cert without a valid key",
+       [](Config& c) {
+         c.client_cert_pem = "x";
+         c.client_key_pem = "y";
+       }},
+      {"token file missing", [](Config& c) { c.token_file = "/no/such/token"; }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.description);
+    Config config = GoodConfig();
+    c.change(config);
+    auto client = ApiClient::Create(config);
+    ASSERT_FALSE(client.ok());
+    EXPECT_EQ(client.error().kind(), ErrorKind::kConfig);
+  }
+}
+
+TEST_F(ApiClientTest, RotatedTokenFileIsUsedOnTheNextRequest) {
+  TempDir dir;
+  const auto token_path = dir.path() / "token";
+  std::ofstream(token_path) << "old-token";
+  server_.SetTokens({"old-token"});
+  Config config = GoodConfig();
+  config.token.clear();
+  config.token_file = token_path;
+  auto client = Client(config);
+  ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  std::ofstream(dir.path() / "next") << "new-token-rotated";
+  std::filesystem::rename(dir.path() / "next", token_path);
+  server_.SetTokens({"new-token-rotated"});
+  auto after = client->Get("/api/v1/pods");
+  EXPECT_TRUE(after.ok()) << after.error().ToString();
+}
+
+TEST_F(ApiClientTest, KubeconfigWithInlineCaReachesTheServer) {
+  TempDir dir;
+  const std::string text =
+      "apiVersion: v1\nkind: Config\ncurrent-context: t\nclusters:\n- name: c\n"
+      "  cluster:\n    server: " +
+      server_.url() + "\n    certificate-authority-data: " + Base64(server_.ca_pem()) +
+      "\ncontexts:\n- name: t\n  context: {cluster: c, user: u}\nusers:\n"
+      "- name: u\n  user: {token: " +
+      FakeApiServer::kToken + "}\n";
+  std::ofstream(dir.path() / "kubeconfig") << text;
+  auto config = LoadKubeconfig(dir.path() / "kubeconfig");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  auto client = Client(config.value());
+  EXPECT_TRUE(client->Get("/api/v1/pods").ok());
+}
+
+TEST_F(ApiClientTest, EventsArePostedAboutThePod) {
+  auto client = Client(GoodConfig());
+  ApiEventRecorder recorder(*client, "kata-vgpu-device-plugin", "node-a");
+  const Error error = recorder.Record({"ml", "train", "uid-1"}, EventType::kNormal, "VgpuCreated",
+                                      "vGPU nvidia-492 created on 0000:3b:00.0");
+  ASSERT_TRUE(error.ok()) << error.ToString();
+  const auto events = server_.events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["involvedObject"]["uid"], "uid-1");
+  EXPECT_EQ(events[0]["reason"], "VgpuCreated");
+  EXPECT_EQ(events[0]["metadata"]["namespace"], "ml");
+}
+
+TEST_F(ApiClientTest, MergePatchChangesThePod) {
+  server_.AddPod(MakePod("ml", "a", "node-a"));
+  auto client = Client(GoodConfig());
+  auto patched = client->Patch("/api/v1/namespaces/ml/pods/a",
+                               {{"metadata", {{"annotations", {{"kata-vgpu/uuid", "x"}}}}}},
+                               "application/merge-patch+json");
+  ASSERT_TRUE(patched.ok()) << patched.error().ToString();
+  EXPECT_EQ(patched.value()["metadata"]["annotations"]["kata-vgpu/uuid"], "x");
+  auto missing = client->Patch("/api/v1/namespaces/ml/pods/nope", nlohmann::json::object(),
+                               "application/merge-patch+json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().http_status(), 404);
+  EXPECT_NE(missing.error().message().find("not found"), std::string::npos);
+}
+
+TEST_F(ApiClientTest, SlowServerTimesOut) {
+  server_.SetResponseDelay(std::chrono::milliseconds(1500));
+  ClientOptions options;
+  options.request_timeout = std::chrono::milliseconds(200);
+  auto client = Client(GoodConfig(), options);
+  auto list = client->Get("/api/v1/pods");
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.error().kind(), ErrorKind::kTransport) << list.error().ToString();
+  server_.SetResponseDelay(std::chrono::milliseconds(0));
+}
+
+TEST_F(ApiClientTest, CancelBreaksAnOpenStream) {
+  auto client = Client(GoodConfig());
+  Canceller cancel;
+  std::promise<void> opened;
+  auto done = std::async(std::launch::async, [&] {
+    return client->Stream(
+        "/api/v1/pods?watch=1", std::chrono::seconds(30), [&] { opened.set_value(); },
+        [](std::string_view) { return true; }, &cancel);
+  });
+  ASSERT_EQ(opened.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  const auto start = std::chrono::steady_clock::now();
+  cancel.Cancel();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  EXPECT_EQ(done.get().kind(), ErrorKind::kCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST_F(ApiClientTest, StreamDeliversLinesAndReportsACut) {
+  server_.AddPod(MakePod("ml", "a", "node-a"));
+  auto client = Client(GoodConfig());
+  std::vector<std::string> lines;
+  std::promise<void> got_one;
+  auto done = std::async(std::launch::async, [&] {
+    return client->Stream(
+        "/api/v1/pods?watch=1", std::chrono::seconds(30), nullptr,
+        [&](std::string_view line) {
+          lines.emplace_back(line);
+          if (lines.size() == 1) got_one.set_value();
+          return true;
+        },
+        nullptr);
+  });
+  ASSERT_EQ(got_one.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  server_.DropWatches();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  const Error error = done.get();
+  EXPECT_EQ(error.kind(), ErrorKind::kTransport) << error.ToString();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["type"], "ADDED");
+}
+
+}  // namespace
+}  // namespace kvgpu::kube

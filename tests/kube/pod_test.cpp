@@ -1,0 +1,123 @@
+// Decoding pods, building Events and the reconnect backoff: the pure parts of the client.
+#include "kube/pod.h"
+
+#include <gtest/gtest.h>
+
+#include "kube/events.h"
+#include "kube/pod_watcher.h"
+
+namespace kvgpu::kube {
+namespace {
+
+TEST(ParsePodTest, KeepsWhatLifecycleDecisionsNeed) {
+  const auto json = nlohmann::json::parse(R"({
+    "metadata": {"uid": "u1", "namespace": "ml", "name": "train", "resourceVersion": "42",
+                 "deletionTimestamp": "2024-01-01T00:00:00Z"},
+    "spec": {"nodeName": "node-a",
+             "initContainers": [{"name": "driver", "resources": {"limits": {"cpu": "1"}}}],
+             "containers": [{"name": "main", "resources": {
+                 "limits": {"tencent.com/vgpu-492": "1"},
+                 "requests": {"tencent.com/vgpu-492": 1, "memory": "1Gi"}}},
+                            {"name": "side"}]},
+    "status": {"phase": "Running"}})");
+  auto pod = ParsePod(json);
+  ASSERT_TRUE(pod.ok()) << pod.error().ToString();
+  EXPECT_EQ(pod->uid, "u1");
+  EXPECT_EQ(pod->Key(), "ml/train");
+  EXPECT_EQ(pod->node_name, "node-a");
+  EXPECT_EQ(pod->phase, "Running");
+  EXPECT_EQ(pod->resource_version, "42");
+  EXPECT_TRUE(pod->deleting);
+  EXPECT_FALSE(pod->Finished());
+  ASSERT_EQ(pod->containers.size(), 3u);
+  EXPECT_TRUE(pod->containers[0].init);
+  EXPECT_EQ(pod->containers[1].name, "main");
+  EXPECT_EQ(pod->containers[1].limits.at("tencent.com/vgpu-492"), "1");
+  EXPECT_EQ(pod->containers[1].requests.at("tencent.com/vgpu-492"), "1")
+      << "a bare number quantity reads as its text";
+  EXPECT_TRUE(pod->Requests("tencent.com/vgpu-492"));
+  EXPECT_TRUE(pod->Requests("cpu")) << "init containers count";
+  EXPECT_FALSE(pod->Requests("nvidia.com/gpu"));
+}
+
+TEST(ParsePodTest, PhasesAndMissingParts) {
+  struct Case {
+    std::string description;
+    std::string json;
+    bool ok;
+    bool finished;
+    bool deleting;
+  };
+  const std::vector<Case> cases = {
+      {"succeeded",
+       R"({"metadata":{"uid":"u","namespace":"n","name":"p"},"status":{"phase":"Succeeded"}})",
+       true, true, false},
+      {"failed",
+       R"({"metadata":{"uid":"u","namespace":"n","name":"p"},"status":{"phase":"Failed"}})", true,
+       true, false},
+      {"pending without spec", R"({"metadata":{"uid":"u","namespace":"n","name":"p"}})", true,
+       false, false},
+      {"null deletionTimestamp",
+       R"({"metadata":{"uid":"u","namespace":"n","name":"p","deletionTimestamp":null}})", true,
+       false, false},
+      {"no uid", R"({"metadata":{"namespace":"n","name":"p"}})", false, false, false},
+      {"no metadata", R"({"spec":{}})", false, false, false},
+      {"not an object", R"([1,2])", false, false, false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.description);
+    auto pod = ParsePod(nlohmann::json::parse(c.json));
+    ASSERT_EQ(pod.ok(), c.ok);
+    if (!c.ok) {
+      EXPECT_EQ(pod.error().kind(), ErrorKind::kDecode);
+      continue;
+    }
+    EXPECT_EQ(pod->Finished(), c.finished);
+    EXPECT_EQ(pod->deleting, c.deleting);
+  }
+}
+
+TEST(BackoffTest, DoublesUpToTheCapWithJitterBelowTheBase) {
+  Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000), 0.5, 7);
+  const std::vector<int> bases = {100, 200, 400, 800, 1000, 1000, 1000};
+  for (size_t i = 0; i < bases.size(); ++i) {
+    SCOPED_TRACE(i);
+    const auto delay = backoff.Next().count();
+    EXPECT_LE(delay, bases[i]);
+    EXPECT_GE(delay, bases[i] / 2);
+  }
+  backoff.Reset();
+  EXPECT_LE(backoff.Next().count(), 100);
+}
+
+TEST(BackoffTest, JitterSpreadsDelays) {
+  Backoff a(std::chrono::milliseconds(1000), std::chrono::milliseconds(1000), 0.5, 1);
+  Backoff b(std::chrono::milliseconds(1000), std::chrono::milliseconds(1000), 0.5, 2);
+  int differing = 0;
+  for (int i = 0; i < 10; ++i) differing += a.Next() != b.Next() ? 1 : 0;
+  EXPECT_GT(differing, 5);
+}
+
+TEST(BuildEventTest, CoreV1EventAboutThePod) {
+  const auto when = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
+  const auto event =
+      BuildEvent({"ml", "train", "u1"}, EventType::kWarning, "VgpuCreateFailed",
+                 "no room on 0000:3b:00.0", "kata-vgpu-device-plugin", "node-a", when);
+  EXPECT_EQ(event["apiVersion"], "v1");
+  EXPECT_EQ(event["kind"], "Event");
+  EXPECT_EQ(event["metadata"]["namespace"], "ml");
+  EXPECT_EQ(event["metadata"]["name"].get<std::string>().rfind("train.", 0), 0u);
+  EXPECT_EQ(event["involvedObject"], nlohmann::json({{"apiVersion", "v1"},
+                                                     {"kind", "Pod"},
+                                                     {"namespace", "ml"},
+                                                     {"name", "train"},
+                                                     {"uid", "u1"}}));
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_EQ(event["reason"], "VgpuCreateFailed");
+  EXPECT_EQ(event["source"]["host"], "node-a");
+  EXPECT_EQ(event["firstTimestamp"], "2023-11-14T22:13:20Z");
+  EXPECT_EQ(event["count"], 1);
+}
+
+}  // namespace
+}  // namespace kvgpu::kube

@@ -1,0 +1,526 @@
+#include "tests/support/apiserver/fake_apiserver.h"
+
+#include <httplib.h>
+#include <openssl/pem.h>
+
+#include <charconv>
+#include <stdexcept>
+
+namespace kvgpu::testing {
+
+namespace {
+
+nlohmann::json Status(int code, const std::string& reason, const std::string& message) {
+  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+          {"status", "Failure"}, {"message", message}, {"reason", reason},
+          {"code", code}};
+}
+
+void Reply(httplib::Response& res, int code, const nlohmann::json& body) {
+  res.status = code;
+  res.set_content(body.dump(), "application/json");
+}
+
+std::string Key(const std::string& ns, const std::string& name) {
+  return ns + "/" + name;
+}
+
+std::string Key(const nlohmann::json& pod) {
+  return Key(pod["metadata"].value("namespace", ""), pod["metadata"].value("name", ""));
+}
+
+}  // namespace
+
+nlohmann::json MakePod(const std::string& ns, const std::string& name, const std::string& node,
+                       const std::map<std::string, std::string>& resources,
+                       const std::string& phase) {
+  nlohmann::json quantities = nlohmann::json::object();
+  for (const auto& [resource, quantity] : resources) quantities[resource] = quantity;
+  nlohmann::json container = {{"name", "main"}, {"image", "busybox"}};
+  if (!resources.empty()) {
+    container["resources"] = {{"limits", quantities}, {"requests", quantities}};
+  }
+  nlohmann::json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"namespace", ns}, {"name", name}}},
+      {"spec", {{"runtimeClassName", "kata"}, {"containers", nlohmann::json::array({container})}}},
+      {"status", {{"phase", phase}}}};
+  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  return pod;
+}
+
+struct FakeApiServer::Watch {
+  std::string node;
+  bool bookmarks = false;
+  std::deque<std::string> lines;
+  bool drop = false;
+  bool end = false;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+FakeApiServer::FakeApiServer()
+    : ca_("fake-apiserver-ca"), server_cert_(ca_.Issue("kube-apiserver", true)) {}
+
+FakeApiServer::~FakeApiServer() {
+  Stop();
+}
+
+bool FakeApiServer::Start() {
+  if (server_) return true;
+  BIO* cert_bio =
+      BIO_new_mem_buf(server_cert_.cert_pem.data(), static_cast<int>(server_cert_.cert_pem.size()));
+  BIO* key_bio =
+      BIO_new_mem_buf(server_cert_.key_pem.data(), static_cast<int>(server_cert_.key_pem.size()));
+  X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  auto server = std::make_unique<httplib::SSLServer>(cert, key);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  BIO_free(cert_bio);
+  BIO_free(key_bio);
+  if (!server->is_valid()) return false;
+  Route(*server);
+  if (port_ == 0) {
+    port_ = server->bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) return false;
+  } else if (!server->bind_to_port("127.0.0.1", port_)) {
+    return false;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = false;
+  }
+  server_ = std::move(server);
+  thread_ = std::thread([server = server_.get()] { server->listen_after_bind(); });
+  // httplib's stop() is a no-op until the accept loop runs; a Stop() right after Start() would
+  // otherwise leave the loop running forever.
+  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return true;
+}
+
+void FakeApiServer::Stop() {
+  if (!server_) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+  std::lock_guard lock(mutex_);
+  open_.clear();
+}
+
+void FakeApiServer::SetTokens(std::set<std::string> tokens) {
+  std::lock_guard lock(mutex_);
+  tokens_ = std::move(tokens);
+}
+
+bool FakeApiServer::Matches(const nlohmann::json& pod, const std::string& node) {
+  if (pod.is_null()) return false;
+  if (node.empty()) return true;
+  return pod["spec"].value("nodeName", "") == node;
+}
+
+std::string FakeApiServer::EventLine(const Change& change, const std::string& node) {
+  const bool was = Matches(change.old_pod, node);
+  const bool is = Matches(change.pod, node);
+  std::string type;
+  if (change.type == "ADDED") {
+    type = is ? "ADDED" : "";
+  } else if (change.type == "DELETED") {
+    type = was ? "DELETED" : "";
+  } else if (was && is) {
+    type = "MODIFIED";
+  } else if (is) {
+    type = "ADDED";  // bound to this node just now
+  } else if (was) {
+    type = "DELETED";
+  }
+  if (type.empty()) return "";
+  return nlohmann::json{{"type", type}, {"object", change.pod}}.dump() + "\n";
+}
+
+std::uint64_t FakeApiServer::Record(const std::string& type, nlohmann::json old_pod,
+                                    nlohmann::json pod) {
+  std::uint64_t version;
+  {
+    std::lock_guard lock(mutex_);
+    version = ++version_;
+    pod["metadata"]["resourceVersion"] = std::to_string(version);
+    if (type == "DELETED") {
+      pods_.erase(Key(pod));
+    } else {
+      pods_[Key(pod)] = pod;
+    }
+    Change change{version, type, std::move(old_pod), std::move(pod)};
+    for (const auto& watch : open_) {
+      std::string line = EventLine(change, watch->node);
+      if (!line.empty()) watch->lines.push_back(std::move(line));
+    }
+    history_.push_back(std::move(change));
+  }
+  Notify();
+  return version;
+}
+
+std::uint64_t FakeApiServer::AddPod(nlohmann::json pod) {
+  {
+    std::lock_guard lock(mutex_);
+    if (pods_.count(Key(pod)) != 0) throw std::logic_error("pod exists: " + Key(pod));
+  }
+  auto& meta = pod["metadata"];
+  if (!meta.contains("uid")) {
+    meta["uid"] = "uid-" + meta.value("namespace", "") + "-" + meta.value("name", "") + "-" +
+                  std::to_string(resource_version() + 1);
+  }
+  meta["creationTimestamp"] = "2024-01-01T00:00:00Z";
+  return Record("ADDED", nullptr, std::move(pod));
+}
+
+std::uint64_t FakeApiServer::UpdatePod(nlohmann::json pod) {
+  nlohmann::json old_pod;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pods_.find(Key(pod));
+    if (it == pods_.end()) throw std::logic_error("no pod " + Key(pod));
+    old_pod = it->second;
+  }
+  // Identity fields are the server's, whatever the caller sent.
+  pod["metadata"]["uid"] = old_pod["metadata"]["uid"];
+  pod["metadata"]["creationTimestamp"] = old_pod["metadata"]["creationTimestamp"];
+  return Record("MODIFIED", std::move(old_pod), std::move(pod));
+}
+
+std::uint64_t FakeApiServer::SetPhase(const std::string& ns, const std::string& name,
+                                      const std::string& phase) {
+  nlohmann::json pod;
+  {
+    std::lock_guard lock(mutex_);
+    pod = pods_.at(Key(ns, name));
+  }
+  pod["status"]["phase"] = phase;
+  return UpdatePod(std::move(pod));
+}
+
+std::uint64_t FakeApiServer::MarkDeleting(const std::string& ns, const std::string& name) {
+  nlohmann::json pod;
+  {
+    std::lock_guard lock(mutex_);
+    pod = pods_.at(Key(ns, name));
+  }
+  pod["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z";
+  pod["metadata"]["deletionGracePeriodSeconds"] = 30;
+  return UpdatePod(std::move(pod));
+}
+
+std::uint64_t FakeApiServer::DeletePod(const std::string& ns, const std::string& name) {
+  nlohmann::json pod;
+  {
+    std::lock_guard lock(mutex_);
+    pod = pods_.at(Key(ns, name));
+  }
+  nlohmann::json old_pod = pod;
+  return Record("DELETED", std::move(old_pod), std::move(pod));
+}
+
+std::uint64_t FakeApiServer::resource_version() const {
+  std::lock_guard lock(mutex_);
+  return version_;
+}
+
+void FakeApiServer::Compact() {
+  std::lock_guard lock(mutex_);
+  compacted_ = version_;
+  history_.clear();
+}
+
+void FakeApiServer::SetGoneAsHttpStatus(bool http_status) {
+  std::lock_guard lock(mutex_);
+  gone_as_http_ = http_status;
+}
+
+void FakeApiServer::SendBookmarks() {
+  {
+    std::lock_guard lock(mutex_);
+    const nlohmann::json bookmark = {
+        {"type", "BOOKMARK"},
+        {"object",
+         {{"kind", "Pod"},
+          {"apiVersion", "v1"},
+          {"metadata",
+           {{"resourceVersion", std::to_string(version_)}, {"creationTimestamp", nullptr}}},
+          {"spec", {{"containers", nullptr}}},
+          {"status", nlohmann::json::object()}}}};
+    for (const auto& watch : open_) {
+      if (watch->bookmarks) watch->lines.push_back(bookmark.dump() + "\n");
+    }
+  }
+  Notify();
+}
+
+void FakeApiServer::DropWatches() {
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& watch : open_) watch->drop = true;
+  }
+  Notify();
+}
+
+void FakeApiServer::EndWatches() {
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& watch : open_) watch->end = true;
+  }
+  Notify();
+}
+
+void FakeApiServer::SetResponseDelay(std::chrono::milliseconds delay) {
+  std::lock_guard lock(mutex_);
+  delay_ = delay;
+}
+
+void FakeApiServer::FailRequests(int status, int count) {
+  std::lock_guard lock(mutex_);
+  fail_status_ = status;
+  fail_count_ = count;
+}
+
+int FakeApiServer::lists() const {
+  std::lock_guard lock(mutex_);
+  return lists_;
+}
+
+int FakeApiServer::watches() const {
+  std::lock_guard lock(mutex_);
+  return watches_;
+}
+
+int FakeApiServer::open_watches() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(open_.size());
+}
+
+int FakeApiServer::unauthorized() const {
+  std::lock_guard lock(mutex_);
+  return unauthorized_;
+}
+
+std::vector<std::string> FakeApiServer::watch_queries() const {
+  std::lock_guard lock(mutex_);
+  return watch_queries_;
+}
+
+std::vector<nlohmann::json> FakeApiServer::events() const {
+  std::lock_guard lock(mutex_);
+  return events_;
+}
+
+bool FakeApiServer::WaitFor(const std::function<bool()>& done,
+                            std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+void FakeApiServer::Notify() {
+  changed_.notify_all();
+}
+
+void FakeApiServer::Route(httplib::Server& server) {
+  // Delay, authentication and injected failures come before any handler, as in the real
+  // server's filter chain.
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    std::chrono::milliseconds delay;
+    {
+      std::lock_guard lock(mutex_);
+      delay = delay_;
+    }
+    if (delay.count() > 0) {
+      std::unique_lock lock(mutex_);
+      changed_.wait_for(lock, delay, [this] { return stopping_; });
+    }
+    std::lock_guard lock(mutex_);
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.rfind(prefix, 0) != 0 || tokens_.count(auth.substr(prefix.size())) == 0) {
+      ++unauthorized_;
+      Reply(res, 401, Status(401, "Unauthorized", "Unauthorized"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (fail_count_ > 0) {
+      --fail_count_;
+      Reply(res, fail_status_,
+            Status(fail_status_, "InternalError", "injected failure for " + req.path));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  server.Get("/api/v1/pods", [this](const httplib::Request& req, httplib::Response& res) {
+    std::string node;
+    const std::string selector = req.get_param_value("fieldSelector");
+    if (!selector.empty()) {
+      const std::string field = "spec.nodeName=";
+      if (selector.rfind(field, 0) != 0) {
+        Reply(res, 400,
+              Status(400, "BadRequest", "field label not supported by this fake: " + selector));
+        return;
+      }
+      node = selector.substr(field.size());
+    }
+    const std::string watch = req.get_param_value("watch");
+    std::unique_lock lock(mutex_);
+    if (watch != "1" && watch != "true") {
+      ++lists_;
+      nlohmann::json items = nlohmann::json::array();
+      for (const auto& [key, pod] : pods_) {
+        if (Matches(pod, node)) items.push_back(pod);
+      }
+      Reply(res, 200,
+            {{"kind", "PodList"},
+             {"apiVersion", "v1"},
+             {"metadata", {{"resourceVersion", std::to_string(version_)}}},
+             {"items", items}});
+      return;
+    }
+    ++watches_;
+    watch_queries_.push_back(req.target.substr(req.target.find('?') + 1));
+    auto w = std::make_shared<Watch>();
+    w->node = node;
+    w->bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
+    long timeout = 1800;
+    const std::string timeout_text = req.get_param_value("timeoutSeconds");
+    if (!timeout_text.empty()) timeout = std::stol(timeout_text);
+    w->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
+    const std::string version_text = req.get_param_value("resourceVersion");
+    std::uint64_t from = 0;
+    if (!version_text.empty()) {
+      const auto [end, ec] =
+          std::from_chars(version_text.data(), version_text.data() + version_text.size(), from);
+      if (ec != std::errc() || end != version_text.data() + version_text.size()) {
+        Reply(res, 400, Status(400, "BadRequest", "invalid resourceVersion " + version_text));
+        return;
+      }
+    }
+    if (from == 0) {
+      // No version: the current state as ADDED events, then what follows.
+      for (const auto& [key, pod] : pods_) {
+        if (Matches(pod, node)) {
+          w->lines.push_back(nlohmann::json{{"type", "ADDED"}, {"object", pod}}.dump() + "\n");
+        }
+      }
+    } else if (from < compacted_) {
+      const std::string message =
+          "too old resource version: " + version_text + " (" + std::to_string(compacted_) + ")";
+      if (gone_as_http_) {
+        Reply(res, 410, Status(410, "Gone", message));
+        return;
+      }
+      w->lines.push_back(
+          nlohmann::json{{"type", "ERROR"}, {"object", Status(410, "Expired", message)}}.dump() +
+          "\n");
+      w->end = true;
+    } else {
+      for (const auto& change : history_) {
+        if (change.version <= from) continue;
+        std::string line = EventLine(change, node);
+        if (!line.empty()) w->lines.push_back(std::move(line));
+      }
+    }
+    open_.insert(w);
+    lock.unlock();
+    Notify();
+    res.set_chunked_content_provider(
+        "application/json",
+        [this, w](size_t, httplib::DataSink& sink) {
+          std::unique_lock guard(mutex_);
+          changed_.wait_for(guard, std::chrono::milliseconds(50),
+                            [&] { return !w->lines.empty() || w->drop || w->end || stopping_; });
+          if (w->drop || stopping_) return false;  // cut: no final chunk
+          while (!w->lines.empty()) {
+            const std::string line = std::move(w->lines.front());
+            w->lines.pop_front();
+            guard.unlock();
+            if (!sink.write(line.data(), line.size())) return false;
+            guard.lock();
+          }
+          if (w->end || std::chrono::steady_clock::now() >= w->deadline) {
+            guard.unlock();
+            sink.done();
+          }
+          return true;
+        },
+        [this, w](bool) {
+          {
+            std::lock_guard guard(mutex_);
+            open_.erase(w);
+          }
+          Notify();
+        });
+  });
+
+  // Merge patch of a pod (labels, annotations), as `kubectl annotate` sends it.
+  server.Patch(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+))", [this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    const std::string key = Key(req.matches[1], req.matches[2]);
+    if (req.get_header_value("Content-Type") != "application/merge-patch+json") {
+      Reply(
+          res, 415,
+          Status(415, "UnsupportedMediaType", "this fake takes application/merge-patch+json only"));
+      return;
+    }
+    const auto patch = nlohmann::json::parse(req.body, nullptr, false);
+    if (!patch.is_object()) {
+      Reply(res, 400, Status(400, "BadRequest", "the patch is not a JSON object"));
+      return;
+    }
+    nlohmann::json pod;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = pods_.find(key);
+      if (it == pods_.end()) {
+        Reply(res, 404,
+              Status(404, "NotFound", "pods \"" + std::string(req.matches[2]) + "\" not found"));
+        return;
+      }
+      pod = it->second;
+    }
+    pod.merge_patch(patch);
+    UpdatePod(pod);
+    std::lock_guard lock(mutex_);
+    Reply(res, 200, pods_.at(key));
+  });
+
+  server.Post(R"(/api/v1/namespaces/([^/]+)/events)",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                const std::string ns = req.matches[1];
+                auto event = nlohmann::json::parse(req.body, nullptr, false);
+                if (!event.is_object() || event.value("kind", "") != "Event" ||
+                    !event.contains("involvedObject")) {
+                  Reply(res, 400, Status(400, "BadRequest", "not an Event"));
+                  return;
+                }
+                if (event["metadata"].value("namespace", ns) != ns) {
+                  Reply(res, 400,
+                        Status(400, "BadRequest",
+                               "the namespace of the provided object does not match the "
+                               "namespace sent on the request"));
+                  return;
+                }
+                std::lock_guard lock(mutex_);
+                event["metadata"]["namespace"] = ns;
+                event["metadata"]["resourceVersion"] = std::to_string(++version_);
+                events_.push_back(event);
+                Reply(res, 201, event);
+                changed_.notify_all();
+              });
+}
+
+}  // namespace kvgpu::testing

@@ -1,0 +1,141 @@
+// An API server for pods, as far as a node agent can see one: HTTPS with a bearer token (401
+// without), GET /api/v1/pods with fieldSelector=spec.nodeName=<node> as a list carrying a
+// resourceVersion or, with watch=1, as a stream of watch events (chunked, one JSON object per
+// line) replayed from a resourceVersion, with BOOKMARKs when asked for and timeoutSeconds
+// honoured. POST /api/v1/namespaces/<ns>/events records Events; PATCH
+// /api/v1/namespaces/<ns>/pods/<name> takes a JSON merge patch.
+//
+// Like the real watch cache, a watch from a version older than what is kept answers 200 and
+// one ERROR event with a 410 Status ("too old resource version"); SetGoneAsHttpStatus() makes it
+// a plain HTTP 410 instead. A pod bound to the node shows up as ADDED on that node's watch.
+//
+// Scripted faults: Compact() (forget history), DropWatches() (cut streams mid-body),
+// SetResponseDelay() (slow answers), FailRequests() (5xx), Stop()/Start() (down and up on the
+// same port).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/apiserver/test_certs.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace kvgpu::testing {
+
+// A core/v1 Pod; `resources` go to the one container's limits and requests.
+nlohmann::json MakePod(const std::string& ns, const std::string& name, const std::string& node,
+                       const std::map<std::string, std::string>& resources = {},
+                       const std::string& phase = "Running");
+
+class FakeApiServer {
+ public:
+  FakeApiServer();
+  ~FakeApiServer();
+  FakeApiServer(const FakeApiServer&) = delete;
+  FakeApiServer& operator=(const FakeApiServer&) = delete;
+
+  // Serves on 127.0.0.1: a free port the first time, the same port after Stop().
+  bool Start();
+  // Goes down: no listener, every open watch cut.
+  void Stop();
+
+  int port() const { return port_; }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  const std::string& ca_pem() const { return ca_.cert_pem(); }
+  // Accepted bearer tokens; a rotation test adds the new one and removes the old.
+  void SetTokens(std::set<std::string> tokens);
+  static constexpr const char* kToken = "fake-apiserver-token";
+
+  // Pod changes; each takes the next resourceVersion and reaches the watches it matches.
+  // Returns the new resourceVersion.
+  std::uint64_t AddPod(nlohmann::json pod);
+  std::uint64_t UpdatePod(nlohmann::json pod);  // MODIFIED; matched by namespace/name
+  std::uint64_t SetPhase(const std::string& ns, const std::string& name, const std::string& phase);
+  // Graceful deletion starts: deletionTimestamp set (MODIFIED).
+  std::uint64_t MarkDeleting(const std::string& ns, const std::string& name);
+  // The object is gone (DELETED).
+  std::uint64_t DeletePod(const std::string& ns, const std::string& name);
+  std::uint64_t resource_version() const;
+
+  // Forgets history up to now: watches from any older version get 410.
+  void Compact();
+  void SetGoneAsHttpStatus(bool http_status);
+  // Sends a BOOKMARK at the current version to each watch that asked for bookmarks.
+  void SendBookmarks();
+  // Cuts every open watch without ending its body, as a dying connection does.
+  void DropWatches();
+  // Ends every open watch cleanly, as timeoutSeconds does.
+  void EndWatches();
+  // Delays every answer (list, watch headers, event POST).
+  void SetResponseDelay(std::chrono::milliseconds delay);
+  // The next `count` requests (any kind) get `status` with a Status body.
+  void FailRequests(int status, int count);
+
+  // What clients did.
+  int lists() const;
+  int watches() const;
+  int open_watches() const;
+  int unauthorized() const;
+  std::vector<std::string> watch_queries() const;  // the raw query strings, in order
+  std::vector<nlohmann::json> events() const;
+  // Waits until `done` holds, checked on each change and every 10 ms.
+  bool WaitFor(const std::function<bool()>& done,
+               std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+
+ private:
+  struct Watch;
+  struct Change {
+    std::uint64_t version;
+    std::string type;
+    nlohmann::json old_pod;  // null for ADDED
+    nlohmann::json pod;
+  };
+
+  std::uint64_t Record(const std::string& type, nlohmann::json old_pod, nlohmann::json pod);
+  void Route(httplib::Server& server);
+  void Notify();
+  static bool Matches(const nlohmann::json& pod, const std::string& node);
+  // The watch event for `change` as seen by a watch of `node`, or empty.
+  static std::string EventLine(const Change& change, const std::string& node);
+
+  TestAuthority ca_;
+  CertAndKey server_cert_;
+  int port_ = 0;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  std::set<std::string> tokens_ = {kToken};
+  std::uint64_t version_ = 1000;
+  std::uint64_t compacted_ = 0;                 // versions at or below are forgotten
+  std::map<std::string, nlohmann::json> pods_;  // by namespace/name
+  std::deque<Change> history_;
+  std::set<std::shared_ptr<Watch>> open_;
+  bool gone_as_http_ = false;
+  bool stopping_ = false;
+  std::chrono::milliseconds delay_{0};
+  int fail_status_ = 0;
+  int fail_count_ = 0;
+  int lists_ = 0;
+  int watches_ = 0;
+  int unauthorized_ = 0;
+  std::vector<std::string> watch_queries_;
+  std::vector<nlohmann::json> events_;
+};
+
+}  // namespace kvgpu::testing
