@@ -53,8 +53,8 @@ mdev::Status Daemon::Start() {
   mdev::Status watching = watcher_.Start(args.DevicePluginDir());
   if (!watching.ok()) return watching;
   manager_->SetChangeListener([this] {
-    std::lock_guard lock(servers_mutex_);
-    for (auto& [resource, server] : servers_) server->Notify();
+    std::lock_guard lock(notify_mutex_);
+    for (PluginServer* server : notify_) server->Notify();
   });
   manager_->SetRefreshRequester([this] { RequestRefresh(); });
   EnsureServers();
@@ -85,6 +85,10 @@ void Daemon::Stop() {
   if (manager_) {
     manager_->SetChangeListener(nullptr);
     manager_->SetRefreshRequester(nullptr);
+  }
+  {
+    std::lock_guard lock(notify_mutex_);
+    notify_.clear();
   }
   std::lock_guard lock(servers_mutex_);
   for (auto& [resource, server] : servers_) server->Stop();
@@ -117,6 +121,8 @@ void Daemon::EnsureServers() {
             metrics_.OnPush(r, took);
             if (options_.on_push) options_.on_push(r, took);
           });
+      std::lock_guard notify_lock(notify_mutex_);
+      notify_.push_back(server.get());
     }
     if (!server->serving()) {
       mdev::Status served = server->Serve();

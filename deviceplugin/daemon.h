@@ -76,6 +76,11 @@ class Daemon {
   std::unique_ptr<mdev::UdevMonitor> udev_;
   DirWatcher watcher_;
 
+  // The change listener only needs the servers to notify; it must never wait for servers_mutex_,
+  // which is held while a server stops (and stopping waits for in-flight calls to return).
+  std::mutex notify_mutex_;
+  std::vector<PluginServer*> notify_;
+
   mutable std::mutex servers_mutex_;
   std::map<std::string, std::unique_ptr<PluginServer>> servers_;
   std::set<std::string> unregistered_;

@@ -1,4 +1,5 @@
 // kvgpu-device-plugin: parse the command line, load the config, run the daemon until a signal.
+#include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -10,6 +11,9 @@
 
 int main(int argc, char** argv) {
   using namespace kvgpu::deviceplugin;
+  // glibc gives every thread that allocates an arena of its own; with a gRPC server (and its
+  // threads) per resource that multiplies idle heap. Two arenas serve a daemon this size.
+  mallopt(M_ARENA_MAX, 2);
   ParsedCommandLine parsed = ParseCommandLine(argc, argv, std::cout, std::cerr);
   if (parsed.exit_code) return *parsed.exit_code;
 

@@ -70,7 +70,8 @@ TEST_F(PluginFlowTest, StartServesEachResourceThenRegistersIt) {
   ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
   EXPECT_TRUE(kubelet_.Options(k222).get_preferred_allocation_available());
   EXPECT_FALSE(kubelet_.Options(k222).pre_start_required());
-  EXPECT_EQ(Healthy(kubelet_.Devices("tencent.com/vgpu-234")), 2u);
+  EXPECT_TRUE(
+      kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices("tencent.com/vgpu-234")) == 2; }));
 }
 
 TEST_F(PluginFlowTest, AllocateCreatesTheVgpuAndPushesTheLockToOtherTypes) {
@@ -130,7 +131,8 @@ TEST_F(PluginFlowTest, KubeletRestartIsFollowedByServingAndRegisteringAgain) {
   EXPECT_LT(std::chrono::steady_clock::now() - restarted, 5s);
   auto devices = kubelet_.Devices(k222);
   EXPECT_EQ(devices.count(sim_.gpu(1) + "-nvidia-222-5"), 1u) << "nothing lost";
-  EXPECT_EQ(Healthy(kubelet_.Devices(k223)), 8u) << "the lock is still pushed";
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 8; }))
+      << "the lock is still pushed";
   EXPECT_EQ(sim_.model().VgpuIds().size(), 1u);
 }
 
