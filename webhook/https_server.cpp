@@ -66,6 +66,9 @@ struct Connection {
   std::string in;
   std::string out;
   Clock::time_point last_activity = Clock::now();
+  // Start of the handshake or of the request being received: a slow client that trickles
+  // bytes keeps last_activity fresh, but not this.
+  Clock::time_point busy_since = Clock::now();
 
   ~Connection() {
     if (ssl != nullptr) SSL_free(ssl);
@@ -91,6 +94,8 @@ void AppendResponse(std::string& out, const HttpResponse& response, bool keep_al
 struct HttpsServer::Worker {
   int epoll_fd = -1;
   std::unordered_map<int, std::unique_ptr<Connection>> connections;
+  // Connections whose decrypted bytes wait inside OpenSSL: epoll cannot report those.
+  std::vector<int> pending;
   std::thread thread;
 };
 
@@ -253,6 +258,7 @@ void HttpsServer::Serve(Worker& worker) {
             if (conn.discard == 0 && conn.close_after_write) return false;
             continue;
           }
+          if (conn.in.empty()) conn.busy_since = Clock::now();
           conn.in.append(buffer, got);
           if (conn.in.size() > options_.max_body_bytes + kMaxHeaderBytes) break;
           continue;
@@ -306,9 +312,12 @@ void HttpsServer::Serve(Worker& worker) {
   std::vector<epoll_event> events(256);
   auto last_sweep = Clock::now();
   while (!stopping_) {
-    int n = ::epoll_wait(worker.epoll_fd, events.data(), static_cast<int>(events.size()), 1000);
-    for (int i = 0; i < n; ++i) {
-      int fd = events[static_cast<size_t>(i)].data.fd;
+    int n = ::epoll_wait(worker.epoll_fd, events.data(), static_cast<int>(events.size()),
+                         worker.pending.empty() ? 1000 : 0);
+    std::vector<int> ready;
+    ready.swap(worker.pending);
+    for (int i = 0; i < n; ++i) ready.push_back(events[static_cast<size_t>(i)].data.fd);
+    for (int fd : ready) {
       if (fd == stop_fd_) continue;
       if (fd == listen_fd_) {
         accept_all();
@@ -322,6 +331,9 @@ void HttpsServer::Serve(Worker& worker) {
         continue;
       }
       update_interest(conn);
+      if (SSL_has_pending(conn.ssl) == 1 && conn.out.empty() &&
+          std::find(worker.pending.begin(), worker.pending.end(), fd) == worker.pending.end())
+        worker.pending.push_back(fd);
     }
     auto now = Clock::now();
     if (now - last_sweep >= std::chrono::seconds(1)) {
@@ -329,8 +341,9 @@ void HttpsServer::Serve(Worker& worker) {
       std::vector<int> expired;
       for (const auto& [fd, conn] : worker.connections) {
         bool mid_request = !conn->handshake_done || !conn->in.empty() || !conn->out.empty();
-        auto limit = mid_request ? options_.request_timeout : options_.idle_timeout;
-        if (now - conn->last_activity > limit) expired.push_back(fd);
+        if (mid_request ? now - conn->busy_since > options_.request_timeout
+                        : now - conn->last_activity > options_.idle_timeout)
+          expired.push_back(fd);
       }
       for (int fd : expired) close_connection(fd);
     }

@@ -192,6 +192,7 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   HttpsServerOptions http_options;
   http_options.worker_threads = options.worker_threads;
   http_options.idle_timeout = options.idle_timeout;
+  http_options.request_timeout = options.request_timeout;
   http_options.max_body_bytes = kMaxReviewBytes;
   Impl* raw = impl.get();
   impl->http = std::make_unique<HttpsServer>(

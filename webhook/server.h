@@ -31,6 +31,8 @@ struct ServerOptions {
   // Event-loop threads; each serves many connections. One per core is the sweet spot.
   size_t worker_threads = 2;
   std::chrono::seconds idle_timeout{10};
+  // A handshake or request not complete this long after it began is cut off (slow clients).
+  std::chrono::seconds request_timeout{10};
 };
 
 class Server {

@@ -326,6 +326,22 @@ TEST_F(ServerTest, IdleConnectionsAreClosedAfterTheTimeout) {
   EXPECT_FALSE(idle->Request("GET", "/healthz", "", "").has_value());
 }
 
+TEST_F(ServerTest, TricklingClientsAreCutOffAfterTheRequestTimeout) {
+  options_.idle_timeout = std::chrono::seconds(1);
+  options_.request_timeout = std::chrono::seconds(2);
+  Start();
+  auto slow = Connect();
+  ASSERT_TRUE(slow->Send("POST /mutate HTTP/1.1\r\n"));
+  bool cut_off = false;
+  // One header byte every 0.5 s must not keep the request alive beyond its 2 s.
+  for (int i = 0; i < 12 && !cut_off; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    cut_off = !slow->Send("X");
+  }
+  if (!cut_off) cut_off = !slow->Receive().has_value();
+  EXPECT_TRUE(cut_off);
+}
+
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
   struct Bad {
     const char* description;
