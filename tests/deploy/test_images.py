@@ -7,7 +7,9 @@ Environment: KVGPU_DEPLOY; KVGPU_RUNTIME_BINARIES (optional, ':'-separated built
 import fnmatch
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -108,6 +110,31 @@ class BuildImages(unittest.TestCase):
                 components = re.search(r'-DKVGPU_COMPONENTS="([^"]*)"', text).group(1).split(";")
                 for component in components:
                     self.assertTrue(included(image, component + "/CMakeLists.txt"), component)
+
+    def test_build_context_configures(self):
+        """The files BuildKit would send are enough for the Dockerfile's CMake configure step."""
+        files = subprocess.run(["git", "-C", REPO, "ls-files", "--cached", "--others", "--exclude-standard"],
+                               capture_output=True, text=True)
+        if files.returncode != 0:
+            self.skipTest("not a git work tree: %s" % files.stderr.strip())
+        for image in COMPILED:
+            with self.subTest(image), tempfile.TemporaryDirectory() as tmp:
+                context = os.path.join(tmp, "src")
+                for path in files.stdout.splitlines():
+                    if included(image, path) and os.path.isfile(os.path.join(REPO, path)):
+                        os.makedirs(os.path.join(context, os.path.dirname(path)), exist_ok=True)
+                        shutil.copy2(os.path.join(REPO, path), os.path.join(context, path))
+                text = dockerfile(image)
+                step = re.search(r"cmake -S \. -B /build (.*?) \\\n\s*&& cmake --build", text, re.S).group(1)
+                defines = [d.replace('"', "") for d in re.findall(r'-D\S+', step.replace("\\\n", " "))]
+                result = subprocess.run(["cmake", "-S", context, "-B", os.path.join(tmp, "build"), *defines],
+                                        capture_output=True, text=True)
+                self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+                # The root CMakeLists skips a component whose directory is missing: the program's
+                # target must exist.
+                targets = subprocess.run(["cmake", "--build", os.path.join(tmp, "build"), "--target", "help"],
+                                         capture_output=True, text=True).stdout
+                self.assertRegex(targets, r"(?m)^(\.\.\. )?%s\b" % re.escape(COMPILED[image]))
 
     def test_runtime_packages_of_real_binaries(self):
         binaries = [b for b in os.environ.get("KVGPU_RUNTIME_BINARIES", "").split(":") if b]
