@@ -8,10 +8,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 die() { echo "install-deps: $*" >&2; exit 1; }
 
+# A line may end in `unless-command=NAME`: the package is only wanted when no NAME is on PATH
+# (some images ship kubectl from another package that conflicts with Debian's).
 wanted=()
 for list in "$here"/deps/*.txt; do
-  while read -r pkg _; do
+  while read -r pkg rest; do
     [[ -z "$pkg" || "$pkg" == \#* ]] && continue
+    if [[ "$rest" =~ unless-command=([^[:space:]]+) ]] && command -v "${BASH_REMATCH[1]}" >/dev/null; then
+      continue
+    fi
     wanted+=("$pkg")
   done <"$list"
 done
