@@ -269,12 +269,12 @@ void KernelModel::UnlayoutMdev(const Vgpu& vgpu) {
   fs::path sys = SysDir();
   fs::path parent_dir = DeviceDir(vgpu.gpu, vgpu.parent);
   // Reverse order of appearance: the bus entry goes first.
-  tree::RemoveAll(sys / "bus" / "mdev" / "devices" / vgpu.id);
-  tree::RemoveAll(parent_dir / "mdev_supported_types" / vgpu.type / "devices" / vgpu.id);
-  tree::RemoveAll(sys / "kernel" / "iommu_groups" / std::to_string(vgpu.iommu_group));
-  tree::RemoveAll(sys / "bus" / "mdev" / "drivers" / MdevDriver(spec) / vgpu.id);
+  RemoveFromTree(sys / "bus" / "mdev" / "devices" / vgpu.id);
+  RemoveFromTree(parent_dir / "mdev_supported_types" / vgpu.type / "devices" / vgpu.id);
+  RemoveFromTree(sys / "kernel" / "iommu_groups" / std::to_string(vgpu.iommu_group));
+  RemoveFromTree(sys / "bus" / "mdev" / "drivers" / MdevDriver(spec) / vgpu.id);
   attributes_.erase(parent_dir / vgpu.id / "remove");
-  tree::RemoveAll(parent_dir / vgpu.id);
+  RemoveFromTree(parent_dir / vgpu.id);
 }
 
 void KernelModel::UnlayoutGpu(size_t gpu) {
@@ -290,19 +290,19 @@ void KernelModel::UnlayoutGpu(size_t gpu) {
     it = vgpus_.erase(it);
   }
   for (const auto& parent : ParentsOf(gpu)) {
-    tree::RemoveAll(sys / "class" / "mdev_bus" / parent);
+    RemoveFromTree(sys / "class" / "mdev_bus" / parent);
   }
   if (spec.kind == GpuKind::kVirtual) {
-    tree::RemoveAll(sys / "class" / spec.address);
-    tree::RemoveAll(sys / "devices" / "virtual" / spec.address);
+    RemoveFromTree(sys / "class" / spec.address);
+    RemoveFromTree(sys / "devices" / "virtual" / spec.address);
   } else {
     std::vector<std::string> functions = state.vfs;
     functions.push_back(spec.address);
     for (const auto& function : functions) {
-      tree::RemoveAll(sys / "bus" / "pci" / "devices" / function);
-      tree::RemoveAll(sys / "bus" / "pci" / "drivers" / spec.driver / function);
-      tree::RemoveAll(sys / "kernel" / "iommu_groups" / std::to_string(state.groups[function]));
-      tree::RemoveAll(DeviceDir(gpu, function));
+      RemoveFromTree(sys / "bus" / "pci" / "devices" / function);
+      RemoveFromTree(sys / "bus" / "pci" / "drivers" / spec.driver / function);
+      RemoveFromTree(sys / "kernel" / "iommu_groups" / std::to_string(state.groups[function]));
+      RemoveFromTree(DeviceDir(gpu, function));
     }
   }
   for (auto it = attributes_.begin(); it != attributes_.end();) {
@@ -311,6 +311,11 @@ void KernelModel::UnlayoutGpu(size_t gpu) {
   state.present = false;
   state.vfs.clear();
   state.groups.clear();
+}
+
+void KernelModel::RemoveFromTree(const fs::path& path) {
+  if (removal_hook_) removal_hook_(path.lexically_relative(real_root_));
+  tree::RemoveAll(path);
 }
 
 }  // namespace kvgpu::sim

@@ -403,6 +403,11 @@ std::vector<KernelModel::VgpuInfo> KernelModel::Vgpus() const {
   return out;
 }
 
+void KernelModel::SetRemovalHook(RemovalHook hook) {
+  std::lock_guard lock(mutex_);
+  removal_hook_ = std::move(hook);
+}
+
 bool KernelModel::GpuPresent(const std::string& address) const {
   std::lock_guard lock(mutex_);
   auto gpu = GpuByAddress(address);

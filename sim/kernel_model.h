@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -115,6 +116,12 @@ class KernelModel : public mdev::SysfsIo {
     bool busy = false;
   };
   std::vector<VgpuInfo> Vgpus() const;
+  // Called, under the model's lock, with each path (relative to the root, such as
+  // "sys/bus/mdev/devices/<uuid>") just before the model deletes it and everything below it: a
+  // vGPU removed, a GPU unplugged. The FUSE simulator uses it to make the kernel forget the
+  // entries it cached. Empty: none.
+  using RemovalHook = std::function<void(const fs::path& relative)>;
+  void SetRemovalHook(RemovalHook hook);
   // Whether the profile's GPU at `address` is plugged in (false after RemoveGpu, or if unknown).
   bool GpuPresent(const std::string& address) const;
 
@@ -160,6 +167,7 @@ class KernelModel : public mdev::SysfsIo {
   Status LayoutMdev(const Vgpu& vgpu);
   void UnlayoutMdev(const Vgpu& vgpu);
   void UnlayoutGpu(size_t gpu);
+  void RemoveFromTree(const fs::path& path);  // tells removal_hook_ first
   fs::path DeviceDir(size_t gpu, const std::string& function) const;
   fs::path SysDir() const { return real_root_ / "sys"; }
   uint32_t AllocateIommuGroup();
@@ -186,6 +194,7 @@ class KernelModel : public mdev::SysfsIo {
   std::map<std::string, Vgpu> vgpus_;
   std::map<fs::path, Attribute> attributes_;  // canonical path -> what a write does
   std::vector<Fault> faults_;
+  RemovalHook removal_hook_;
 };
 
 }  // namespace kvgpu::sim

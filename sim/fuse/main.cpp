@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   app.add_option("--mount", options.mountpoint, "mount point (created when absent)");
   app.add_option("--backing", options.backing,
                  "directory for the model's tree, kept at exit (default: a temporary one)");
+  app.add_option("--cache-seconds", options.cache_seconds,
+                 "how long the kernel may cache names and attributes (0: never)")
+      ->capture_default_str();
   app.add_flag("--background", options.background, "detach once mounted");
   app.add_flag("--quiet", options.quiet, "do not log failed writes and control commands");
   app.add_flag("--debug", options.debug, "libfuse's trace of every request");

@@ -6,13 +6,16 @@
 #include <fuse3/fuse_lowlevel.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string_view>
 #include <system_error>
 #include <vector>
@@ -26,20 +29,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
+struct Context {
+  SimFs* fs;
+  double cache_seconds;
+};
+
 SimFs& Fs() {
-  return *static_cast<SimFs*>(fuse_get_context()->private_data);
+  return *static_cast<Context*>(fuse_get_context()->private_data)->fs;
 }
 
 void* Init(fuse_conn_info* /*conn*/, fuse_config* config) {
-  // The model changes the tree behind the kernel's back (a create adds directories and links,
-  // a remove takes them away): nothing the kernel caches about names or attributes would stay
-  // true, so it caches nothing and asks every time.
-  config->entry_timeout = 0;
-  config->attr_timeout = 0;
+  auto* context = static_cast<Context*>(fuse_get_context()->private_data);
+  // What the kernel may cache, and why it stays true:
+  // - names and attributes, for cache_seconds: a create only adds names (and no absence is
+  //   cached, negative_timeout 0), attribute sizes and modes never change, and every entry a
+  //   write removes is invalidated before that write returns (SimFs::SetInvalidate);
+  // - no content: the model rewrites attribute files behind the kernel's back (direct_io).
+  config->entry_timeout = context->cache_seconds;
+  config->attr_timeout = context->cache_seconds;
   config->negative_timeout = 0;
   config->direct_io = 1;
   config->kernel_cache = 0;
-  return fuse_get_context()->private_data;
+  return context;
 }
 
 int GetAttr(const char* path, struct stat* st, fuse_file_info* /*fi*/) {
@@ -176,9 +187,27 @@ bool CheckFuseDevice(const fs::path& device, std::ostream& err) {
   return false;
 }
 
+// Whether a kvgpu-sim already serves `mountpoint` (a resolved path): a second one would hide it.
+bool ServedBySimulator(const fs::path& mountpoint) {
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  for (std::string line; std::getline(mountinfo, line);) {
+    // "<id> <parent> <major:minor> <root> <mount point> <options> [tags] - <type> ..."
+    std::istringstream fields(line);
+    std::string id, parent, devices, root, point;
+    fields >> id >> parent >> devices >> root >> point;
+    if (point != mountpoint.string()) continue;
+    for (std::string field; fields >> field;) {
+      if (field == "-" && fields >> field && field == "fuse.kvgpu-sim") return true;
+    }
+  }
+  return false;
+}
+
 bool PrepareMountpoint(const fs::path& mountpoint, std::ostream& err) {
-  struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) {
+  // statfs, not stat: the kernel may answer stat from its cache for a server that died, but
+  // always asks the server for statfs, so a dead mount shows as ENOTCONN.
+  struct statvfs vfs;
+  if (::statvfs(mountpoint.c_str(), &vfs) != 0) {
     int e = errno;
     if (e == ENOTCONN) {
       err << "kvgpu-sim: " << mountpoint.string()
@@ -199,8 +228,15 @@ bool PrepareMountpoint(const fs::path& mountpoint, std::ostream& err) {
     }
     return true;
   }
-  if (!S_ISDIR(st.st_mode)) {
+  std::error_code ec;
+  if (!fs::is_directory(mountpoint, ec)) {
     err << "kvgpu-sim: mount point " << mountpoint.string() << " is not a directory\n";
+    return false;
+  }
+  fs::path resolved = fs::canonical(mountpoint, ec);
+  if (!ec && ServedBySimulator(resolved)) {
+    err << "kvgpu-sim: another kvgpu-sim already serves " << mountpoint.string()
+        << "; stop it (or `fusermount3 -u " << mountpoint.string() << "`) first\n";
     return false;
   }
   return true;
@@ -284,10 +320,15 @@ int Serve(KernelModel& model, const MountOptions& options, std::ostream& out, st
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
   fuse_operations ops = Operations();
-  std::unique_ptr<fuse, FuseDeleter> f(fuse_new(&args, &ops, sizeof ops, &simfs));
+  Context context{&simfs, options.cache_seconds};
+  std::unique_ptr<fuse, FuseDeleter> f(fuse_new(&args, &ops, sizeof ops, &context));
   if (!f) {
     err << "kvgpu-sim: libfuse refused the mount options (see its message above)\n";
     return kExitFailed;
+  }
+  if (options.cache_seconds > 0) {
+    simfs.SetInvalidate(
+        [raw = f.get()](const std::string& path) { fuse_invalidate_path(raw, path.c_str()); });
   }
   if (fuse_mount(f.get(), options.mountpoint.c_str()) != 0) {
     err << "kvgpu-sim: cannot mount at " << options.mountpoint.string()
@@ -325,6 +366,10 @@ int Serve(KernelModel& model, const MountOptions& options, std::ostream& out, st
 }  // namespace
 
 int RunSimulator(const MountOptions& options, std::ostream& out, std::ostream& err) {
+  if (!(options.cache_seconds >= 0 && options.cache_seconds <= 3600)) {
+    err << "kvgpu-sim: the cache time must be between 0 and 3600 seconds\n";
+    return kExitUsage;
+  }
   auto profile = ProfileByName(options.profile);
   if (!profile.ok()) {
     err << "kvgpu-sim: " << profile.status().message() << "\n";

@@ -37,6 +37,11 @@ std::pair<std::string_view, std::string_view> SplitFirst(std::string_view path) 
   return {path.substr(0, slash), path.substr(slash + 1)};
 }
 
+// Mount paths of the entries the model removed during the current thread's write. The model
+// calls its removal hook on the writing thread, under its lock; the kernel is told after the
+// lock is released, but before the write returns.
+thread_local std::vector<std::string> removed_paths;
+
 }  // namespace
 
 struct SimFs::OpenFile {
@@ -50,6 +55,26 @@ struct SimFs::OpenFile {
 SimFs::SimFs(KernelModel& model, Log log)
     : model_(model), log_(std::move(log)), uid_(::getuid()), gid_(::getgid()) {
   ::clock_gettime(CLOCK_REALTIME, &started_);
+  model_.SetRemovalHook([root = model_.root()](const fs::path& relative) {
+    // The whole subtree: the kernel may hold any of its entries.
+    removed_paths.push_back("/" + relative.string());
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(root / relative, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      removed_paths.push_back("/" + it->path().lexically_relative(root).string());
+    }
+  });
+}
+
+SimFs::~SimFs() {
+  model_.SetRemovalHook({});
+}
+
+void SimFs::FlushRemoved() {
+  std::vector<std::string> paths;
+  paths.swap(removed_paths);
+  if (!invalidate_) return;
+  for (const std::string& path : paths) invalidate_(path);
 }
 
 SimFs::Node SimFs::Classify(std::string_view path, fs::path* backing) const {
@@ -200,12 +225,14 @@ int SimFs::Write(uint64_t handle, std::string_view data) {
   Status status;
   if (file->node == Node::kSimControl) {
     status = ApplyControl(model_, data);
+    FlushRemoved();
     std::string command(data);
     while (!command.empty() && command.back() == '\n') command.pop_back();
     if (log_) log_("control: " + command + (status.ok() ? "" : " -> " + status.message()));
     if (!status.ok()) return Negative(status);
   } else {
     status = model_.WriteFile(file->backing, data);
+    FlushRemoved();
     if (!status.ok() && log_) log_(status.message());
   }
   if (!status.ok()) return NegativeOnOpenFile(status);

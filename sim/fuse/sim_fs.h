@@ -35,6 +35,14 @@ class SimFs {
   // and every control command; may be empty.
   using Log = std::function<void(const std::string&)>;
   explicit SimFs(KernelModel& model, Log log = {});
+  ~SimFs();
+  SimFs(const SimFs&) = delete;
+  SimFs& operator=(const SimFs&) = delete;
+
+  // Makes the kernel forget what it cached about a mount path ("/sys/bus/mdev/devices/<uuid>").
+  // Called, before the write that removed it returns, for every entry a write took away.
+  using Invalidate = std::function<void(const std::string& path)>;
+  void SetInvalidate(Invalidate invalidate) { invalidate_ = std::move(invalidate); }
 
   struct DirEntry {
     std::string name;
@@ -62,8 +70,12 @@ class SimFs {
   Node Classify(std::string_view path, std::filesystem::path* backing) const;
   void VirtualAttr(mode_t mode, struct stat* st) const;
 
+  // Hands the paths the model removed during this thread's write to invalidate_.
+  void FlushRemoved();
+
   KernelModel& model_;
   Log log_;
+  Invalidate invalidate_;
   uid_t uid_;
   gid_t gid_;
   struct timespec started_;
