@@ -18,6 +18,7 @@ enum class ErrorKind {
   kGone,       // 410: the resourceVersion asked for is compacted away; relist
   kDecode,     // the body was not what the API promises
   kCancelled,  // Stop() was called
+  kNotFound,   // the file, socket or object is not there
 };
 
 const char* ErrorKindName(ErrorKind kind);

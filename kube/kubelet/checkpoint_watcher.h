@@ -1,0 +1,63 @@
+// Follows kubelet's device-manager checkpoint with inotify. kubelet replaces the file by
+// rename, so the directory is watched, not the file. A missing, truncated or corrupt file never
+// replaces the last good view: the view keeps it, says the file is not current, and why.
+#pragma once
+
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kube/kubelet/checkpoint.h"
+
+namespace kvgpu::kubelet {
+
+struct CheckpointView {
+  std::shared_ptr<const Checkpoint> checkpoint;  // the last good read; null before the first
+  bool current = false;                          // the file on disk is what `checkpoint` shows
+  std::string problem;                           // why not current: missing, unreadable, corrupt
+  std::uint64_t generation = 0;                  // bumps on every read, good or bad
+};
+
+class CheckpointWatcher {
+ public:
+  using Callback = std::function<void(const CheckpointView& view)>;
+
+  // `kubelet_dir` is kubelet's root (/var/lib/kubelet); `retry` paces the watch setup while the
+  // device-plugins directory does not exist (kubelet not started yet, or it was removed).
+  explicit CheckpointWatcher(std::filesystem::path kubelet_dir,
+                             std::chrono::milliseconds retry = std::chrono::seconds(1));
+  ~CheckpointWatcher();
+  CheckpointWatcher(const CheckpointWatcher&) = delete;
+  CheckpointWatcher& operator=(const CheckpointWatcher&) = delete;
+
+  // Reads the file once, then follows it; `on_change` runs on the watcher's thread after every
+  // read (and once for the first).
+  void Start(Callback on_change);
+  void Stop();
+
+  CheckpointView View() const;
+  // Reads now, outside inotify's pace (e.g. right after an Allocate); returns the new view.
+  CheckpointView Reload();
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void Run();
+  CheckpointView ReadLocked();
+
+  std::filesystem::path dir_;
+  std::filesystem::path path_;
+  std::chrono::milliseconds retry_;
+  Callback on_change_;
+  std::thread thread_;
+  int stop_fd_ = -1;
+
+  mutable std::mutex mutex_;
+  CheckpointView view_;
+};
+
+}  // namespace kvgpu::kubelet

@@ -1,0 +1,125 @@
+#include "kube/kubelet/podresources.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "kubelet/podresources/v1/api.grpc.pb.h"
+
+namespace kvgpu::kubelet {
+
+namespace {
+
+// kubelet's own PodResources clients allow 16 MiB answers; a node with many pods needs it.
+constexpr int kMaxMessage = 16 * 1024 * 1024;
+
+PodResources Convert(const v1::PodResources& pod) {
+  PodResources out;
+  out.namespace_name = pod.namespace_();
+  out.name = pod.name();
+  for (const auto& container : pod.containers()) {
+    ContainerResources c;
+    c.name = container.name();
+    for (const auto& devices : container.devices()) {
+      c.devices.push_back(
+          {devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});
+    }
+    out.containers.push_back(std::move(c));
+  }
+  return out;
+}
+
+Error FromStatus(const grpc::Status& status, const std::string& what) {
+  const std::string message =
+      what + ": " + std::to_string(status.error_code()) + " " + status.error_message();
+  return Error(ErrorKind::kTransport, message);
+}
+
+}  // namespace
+
+bool PodResources::Holds(const std::string& resource, const std::string& device_id) const {
+  for (const auto& container : containers) {
+    for (const auto& devices : container.devices) {
+      if (devices.resource_name == resource &&
+          std::find(devices.device_ids.begin(), devices.device_ids.end(), device_id) !=
+              devices.device_ids.end()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+struct PodResourcesClient::Stub {
+  std::unique_ptr<v1::PodResourcesLister::Stub> stub;
+};
+
+PodResourcesClient::PodResourcesClient(std::filesystem::path socket,
+                                       std::chrono::milliseconds timeout)
+    : socket_(std::move(socket)), timeout_(timeout), stub_(std::make_unique<Stub>()) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessage);
+  // kubelet restarts re-create the socket; come back within a second, not gRPC's two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel("unix://" + std::filesystem::absolute(socket_).string(),
+                                           grpc::InsecureChannelCredentials(), args);
+  stub_->stub = v1::PodResourcesLister::NewStub(channel);
+}
+
+PodResourcesClient::~PodResourcesClient() = default;
+
+Result<std::vector<PodResources>> PodResourcesClient::List() {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout_);
+  v1::ListPodResourcesRequest request;
+  v1::ListPodResourcesResponse response;
+  const grpc::Status status = stub_->stub->List(&context, request, &response);
+  if (!status.ok()) return FromStatus(status, "PodResources List on " + socket_.string());
+  std::vector<PodResources> pods;
+  pods.reserve(static_cast<size_t>(response.pod_resources_size()));
+  for (const auto& pod : response.pod_resources()) pods.push_back(Convert(pod));
+  return pods;
+}
+
+Result<std::optional<PodResources>> PodResourcesClient::Get(const std::string& namespace_name,
+                                                            const std::string& name) {
+  if (!get_unavailable_.load()) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout_);
+    v1::GetPodResourcesRequest request;
+    request.set_pod_name(name);
+    request.set_pod_namespace(namespace_name);
+    v1::GetPodResourcesResponse response;
+    const grpc::Status status = stub_->stub->Get(&context, request, &response);
+    if (status.ok()) return std::optional<PodResources>(Convert(response.pod_resources()));
+    const std::string& message = status.error_message();
+    // kubelet answers a pod it does not know with a plain error (UNKNOWN) "... not found".
+    if (status.error_code() == grpc::StatusCode::UNKNOWN &&
+        message.find("not found") != std::string::npos) {
+      return std::optional<PodResources>();
+    }
+    const bool disabled = status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+                          (status.error_code() == grpc::StatusCode::UNKNOWN &&
+                           message.find("Get method disabled") != std::string::npos);
+    if (!disabled) return FromStatus(status, "PodResources Get on " + socket_.string());
+    spdlog::info("kubelet PodResources Get is not available ({}); using List", message);
+    get_unavailable_ = true;
+  }
+  auto pods = List();
+  if (!pods.ok()) return pods.error();
+  for (auto& pod : pods.value()) {
+    if (pod.namespace_name == namespace_name && pod.name == name) {
+      return std::optional<PodResources>(std::move(pod));
+    }
+  }
+  return std::optional<PodResources>();
+}
+
+std::filesystem::path PodResourcesSocket(const std::filesystem::path& kubelet_dir) {
+  return kubelet_dir / "pod-resources" / "kubelet.sock";
+}
+
+}  // namespace kvgpu::kubelet

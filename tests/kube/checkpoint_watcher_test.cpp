@@ -1,0 +1,139 @@
+// Following the checkpoint as kubelet rewrites it, and surviving a file that goes bad or away
+// without losing the last good view.
+#include "kube/kubelet/checkpoint_watcher.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "tests/support/common/temp_dir.h"
+#include "tests/support/podresources/checkpoint_writer.h"
+
+namespace kvgpu::kubelet {
+namespace {
+
+using kvgpu::testing::CheckpointRecord;
+using kvgpu::testing::CheckpointWriter;
+using kvgpu::testing::TempDir;
+
+const std::string kResource = "tencent.com/vgpu-492";
+
+// The views the watcher reported, for waiting on.
+class Views {
+ public:
+  CheckpointWatcher::Callback Callback() {
+    return [this](const CheckpointView& view) {
+      std::lock_guard lock(mutex_);
+      last_ = view;
+      ++count_;
+      changed_.notify_all();
+    };
+  }
+  bool WaitFor(const std::function<bool(const CheckpointView&)>& done) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return done(last_); });
+  }
+  int count() {
+    std::lock_guard lock(mutex_);
+    return count_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  CheckpointView last_;
+  int count_ = 0;
+};
+
+bool HasPod(const CheckpointView& view, const std::string& uid) {
+  if (!view.checkpoint) return false;
+  for (const auto& entry : view.checkpoint->entries) {
+    if (entry.pod_uid == uid) return true;
+  }
+  return false;
+}
+
+TEST(CheckpointWatcherTest, FollowsRewritesInBothFormats) {
+  for (auto format : {CheckpointWriter::Format::kList, CheckpointWriter::Format::kNumaMap}) {
+    SCOPED_TRACE(format == CheckpointWriter::Format::kList ? "list" : "numa map");
+    TempDir dir;
+    CheckpointWriter writer(dir.path(), format);
+    writer.Write({{"pod-1", "main", kResource, {"dev-0"}}});
+    Views views;
+    CheckpointWatcher watcher(dir.path());
+    watcher.Start(views.Callback());
+    ASSERT_TRUE(views.WaitFor([](const auto& v) { return v.current && HasPod(v, "pod-1"); }));
+    writer.Write(
+        {{"pod-1", "main", kResource, {"dev-0"}}, {"pod-2", "main", kResource, {"dev-1"}}});
+    ASSERT_TRUE(views.WaitFor([](const auto& v) { return HasPod(v, "pod-2"); }));
+    const auto view = watcher.View();
+    EXPECT_EQ(view.checkpoint->format, format == CheckpointWriter::Format::kList
+                                           ? CheckpointFormat::kList
+                                           : CheckpointFormat::kNumaMap);
+    EXPECT_EQ(view.checkpoint->EntriesWith(kResource, "dev-1").at(0)->pod_uid, "pod-2");
+    watcher.Stop();
+  }
+}
+
+TEST(CheckpointWatcherTest, DamageKeepsTheLastGoodViewAndSaysWhy) {
+  TempDir dir;
+  CheckpointWriter writer(dir.path());
+  writer.Write({{"pod-1", "main", kResource, {"dev-0"}}});
+  Views views;
+  CheckpointWatcher watcher(dir.path());
+  watcher.Start(views.Callback());
+  ASSERT_TRUE(views.WaitFor([](const auto& v) { return v.current; }));
+
+  struct Step {
+    std::string description;
+    std::function<void()> damage;
+    std::string problem;
+  };
+  const std::vector<Step> steps = {
+      {"truncated in place", [&] { writer.TruncateInPlace(20); }, "not valid JSON"},
+      {"garbage by rename", [&] { writer.WriteRaw("\x01\x02garbage"); }, "not valid JSON"},
+      {"removed", [&] { writer.Remove(); }, "does not exist"},
+  };
+  for (const auto& step : steps) {
+    SCOPED_TRACE(step.description);
+    writer.Write({{"pod-1", "main", kResource, {"dev-0"}}});
+    ASSERT_TRUE(views.WaitFor([](const auto& v) { return v.current; }));
+    step.damage();
+    ASSERT_TRUE(views.WaitFor([&](const auto& v) {
+      return !v.current && v.problem.find(step.problem) != std::string::npos;
+    }));
+    EXPECT_TRUE(HasPod(watcher.View(), "pod-1")) << "the last good view stays";
+  }
+  writer.Write({{"pod-3", "main", kResource, {"dev-2"}}});
+  ASSERT_TRUE(views.WaitFor([](const auto& v) { return v.current && HasPod(v, "pod-3"); }));
+  EXPECT_FALSE(HasPod(watcher.View(), "pod-1"));
+}
+
+TEST(CheckpointWatcherTest, DirectoryAppearingLaterIsPickedUp) {
+  TempDir dir;
+  Views views;
+  CheckpointWatcher watcher(dir.path(), std::chrono::milliseconds(20));
+  watcher.Start(views.Callback());
+  ASSERT_TRUE(views.WaitFor([](const auto& v) { return !v.current && !v.problem.empty(); }));
+  EXPECT_EQ(watcher.View().checkpoint, nullptr);
+  CheckpointWriter writer(dir.path());  // kubelet starts: the directory and the file appear
+  writer.Write({{"pod-1", "main", kResource, {"dev-0"}}});
+  EXPECT_TRUE(views.WaitFor([](const auto& v) { return v.current && HasPod(v, "pod-1"); }));
+}
+
+TEST(CheckpointWatcherTest, ReloadReadsNow) {
+  TempDir dir;
+  CheckpointWriter writer(dir.path());
+  writer.Write({});
+  CheckpointWatcher watcher(dir.path());
+  auto view = watcher.Reload();
+  EXPECT_TRUE(view.current);
+  writer.Write({{"pod-9", "main", kResource, {"dev-9"}}});
+  view = watcher.Reload();
+  EXPECT_TRUE(HasPod(view, "pod-9"));
+  EXPECT_EQ(view.generation, 2u);
+}
+
+}  // namespace
+}  // namespace kvgpu::kubelet
