@@ -26,9 +26,9 @@ class FuseSimTest : public ::testing::Test {
     if (auto why = NoFuseReason()) GTEST_SKIP() << *why;
   }
 
-  void Start(const std::string& profile) {
+  void Start(const std::string& profile, std::vector<std::string> extra = {}) {
     sim_.reset();  // a table-driven test mounts one profile after another
-    sim_ = std::make_unique<SimProcess>(profile);
+    sim_ = std::make_unique<SimProcess>(profile, std::move(extra));
     ASSERT_TRUE(sim_->WaitReady()) << sim_->Log();
   }
   const fs::path& Mount() const { return sim_->mount(); }
@@ -283,6 +283,42 @@ TEST_F(FuseSimTest, CountsChangeAsSoonAsTheWriteReturns) {
   EXPECT_FALSE(fs::exists(MdevDir(Uuid(7)))) << "no stale name in the kernel's cache";
   EXPECT_EQ(Slurp(available), "16\n");
   EXPECT_EQ(Slurp(other), "16\n");
+}
+
+// The kernel caches names and attributes (--cache-seconds); what a write or control command
+// removes must be gone for the very next stat, also when the kernel had just looked it up.
+TEST_F(FuseSimTest, RemovalsAreSeenAtOnceWhateverTheCache) {
+  for (const char* cache : {"5", "0"}) {
+    SCOPED_TRACE(std::string("--cache-seconds ") + cache);
+    ASSERT_NO_FATAL_FAILURE(Start("mixed", {"--cache-seconds", cache}));
+    ASSERT_EQ(OpenAndWrite(TypeDir("0000:41:00.4", "nvidia-692") / "create", O_WRONLY, Uuid(1))
+                  .write_errno,
+              0);
+    fs::path group_link = MdevDir(Uuid(1)) / "iommu_group";
+    ASSERT_TRUE(fs::exists(group_link));
+    fs::path group = fs::canonical(group_link);
+    const std::vector<fs::path> mdev_paths = {
+        MdevDir(Uuid(1)), MdevDir(Uuid(1)) / "remove", group_link, group,
+        TypeDir("0000:41:00.4", "nvidia-692") / "devices" / Uuid(1)};
+    for (const auto& path : mdev_paths) ASSERT_TRUE(fs::exists(path)) << path;  // now cached
+    ASSERT_EQ(OpenAndWrite(MdevDir(Uuid(1)) / "remove", O_WRONLY, "1").write_errno, 0);
+    for (const auto& path : mdev_paths) {
+      EXPECT_FALSE(fs::exists(fs::symlink_status(path))) << path;
+    }
+
+    const std::vector<fs::path> gpu_paths = {
+        Sys() / "bus/pci/devices/0000:41:00.0", Sys() / "bus/pci/devices/0000:41:02.7",
+        Sys() / "class/mdev_bus/0000:41:00.4",
+        TypeDir("0000:41:00.4", "nvidia-692") / "available_instances"};
+    for (const auto& path : gpu_paths) ASSERT_TRUE(fs::exists(path)) << path;
+    ASSERT_NO_FATAL_FAILURE(sim_->Control("unplug 0000:41:00.0"));
+    for (const auto& path : gpu_paths) {
+      EXPECT_FALSE(fs::exists(fs::symlink_status(path))) << path;
+    }
+    EXPECT_TRUE(fs::exists(TypeDir(kT4a, "nvidia-230"))) << "the T4 stays";
+    ASSERT_NO_FATAL_FAILURE(sim_->Control("restore 0000:41:00.0"));
+    for (const auto& path : gpu_paths) EXPECT_TRUE(fs::exists(path)) << path;
+  }
 }
 
 // --- plain syscalls ---
