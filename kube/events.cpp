@@ -1,6 +1,7 @@
 #include "kube/events.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <ctime>
 
@@ -61,6 +62,74 @@ Error ApiEventRecorder::Record(const PodRef& pod, EventType type, const std::str
       BuildEvent(pod, type, reason, message, component_, host_, std::chrono::system_clock::now());
   auto answer = transport_.Post("/api/v1/namespaces/" + pod.namespace_name + "/events", event);
   return answer.ok() ? Error() : answer.error();
+}
+
+AsyncEventRecorder::AsyncEventRecorder(EventRecorder& inner, std::size_t capacity)
+    : inner_(inner), capacity_(capacity == 0 ? 1 : capacity), thread_([this] { Run(); }) {}
+
+AsyncEventRecorder::~AsyncEventRecorder() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+Error AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::string& reason,
+                                 const std::string& message) {
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.size() >= capacity_) {
+      queue_.pop_front();
+      ++dropped_;
+    }
+    queue_.push_back({pod, type, reason, message});
+  }
+  wake_.notify_one();
+  return Error();
+}
+
+void AsyncEventRecorder::Flush() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [this] { return queue_.empty() && !sending_; });
+}
+
+std::size_t AsyncEventRecorder::dropped() const {
+  std::lock_guard lock(mutex_);
+  return dropped_;
+}
+
+std::size_t AsyncEventRecorder::failed() const {
+  std::lock_guard lock(mutex_);
+  return failed_;
+}
+
+void AsyncEventRecorder::Run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) {
+      // Shutting down must not wait on an API server that may be gone.
+      dropped_ += queue_.size();
+      queue_.clear();
+      idle_.notify_all();
+      return;
+    }
+    Pending event = std::move(queue_.front());
+    queue_.pop_front();
+    sending_ = true;
+    lock.unlock();
+    const Error error = inner_.Record(event.pod, event.type, event.reason, event.message);
+    if (!error.ok()) {
+      spdlog::warn("kube: event {} on pod {}/{} not recorded: {}", event.reason,
+                   event.pod.namespace_name, event.pod.name, error.ToString());
+    }
+    lock.lock();
+    if (!error.ok()) ++failed_;
+    sending_ = false;
+    idle_.notify_all();
+  }
 }
 
 }  // namespace kvgpu::kube

@@ -3,9 +3,14 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "kube/api_client.h"
 #include "kube/result.h"
@@ -46,6 +51,47 @@ class ApiEventRecorder : public EventRecorder {
   ApiTransport& transport_;
   std::string component_;
   std::string host_;
+};
+
+// Hands events to another recorder on its own thread, so a slow or absent API server never
+// holds up the caller (an Allocate). At most `capacity` events wait; beyond that the oldest is
+// dropped and counted, because the newest say most about the pod now. Failures are logged.
+class AsyncEventRecorder : public EventRecorder {
+ public:
+  AsyncEventRecorder(EventRecorder& inner, std::size_t capacity = 256);
+  // Finishes the event in hand; what still waits is dropped.
+  ~AsyncEventRecorder() override;
+  AsyncEventRecorder(const AsyncEventRecorder&) = delete;
+  AsyncEventRecorder& operator=(const AsyncEventRecorder&) = delete;
+
+  // Queues the event; always ok.
+  Error Record(const PodRef& pod, EventType type, const std::string& reason,
+               const std::string& message) override;
+  // Waits until the queue is empty and the event in hand sent (tests, shutdown).
+  void Flush();
+  std::size_t dropped() const;
+  std::size_t failed() const;
+
+ private:
+  struct Pending {
+    PodRef pod;
+    EventType type;
+    std::string reason;
+    std::string message;
+  };
+  void Run();
+
+  EventRecorder& inner_;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<Pending> queue_;
+  bool sending_ = false;
+  bool stopping_ = false;
+  std::size_t dropped_ = 0;
+  std::size_t failed_ = 0;
+  std::thread thread_;
 };
 
 }  // namespace kvgpu::kube

@@ -113,6 +113,8 @@ void CheckpointWatcher::Run() {
         std::memcpy(&event, buffer.data() + offset, sizeof event);
         const char* event_name = buffer.data() + offset + static_cast<ssize_t>(sizeof event);
         if ((event.mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) != 0) lost_dir = true;
+        // Events were lost: whatever they were, read again.
+        if ((event.mask & IN_Q_OVERFLOW) != 0) changed = true;
         if (event.len > 0 && name == event_name) {
           // A file just created is still being written; its close or rename follows.
           changed = changed || (event.mask & IN_CREATE) == 0;

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "kube/events.h"
 #include "kube/pod_watcher.h"
 
@@ -117,6 +121,77 @@ TEST(BuildEventTest, CoreV1EventAboutThePod) {
   EXPECT_EQ(event["source"]["host"], "node-a");
   EXPECT_EQ(event["firstTimestamp"], "2023-11-14T22:13:20Z");
   EXPECT_EQ(event["count"], 1);
+}
+
+}  // namespace
+}  // namespace kvgpu::kube
+
+namespace kvgpu::kube {
+namespace {
+
+// Records what it is given; can be made slow or failing.
+class SlowRecorder : public EventRecorder {
+ public:
+  Error Record(const PodRef& pod, EventType, const std::string& reason,
+               const std::string&) override {
+    std::unique_lock lock(mutex_);
+    ++entered_;
+    released_.notify_all();
+    released_.wait(lock, [this] { return open_; });
+    seen_.push_back(pod.name + ":" + reason);
+    return fail_ ? Error(ErrorKind::kTransport, "down") : Error();
+  }
+  void Open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    released_.notify_all();
+  }
+  void Fail() {
+    std::lock_guard lock(mutex_);
+    fail_ = true;
+  }
+  void WaitEntered(int count) {
+    std::unique_lock lock(mutex_);
+    released_.wait(lock, [&] { return entered_ >= count; });
+  }
+  std::vector<std::string> seen() {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_;
+  bool open_ = false;
+  bool fail_ = false;
+  int entered_ = 0;
+  std::vector<std::string> seen_;
+};
+
+TEST(AsyncEventRecorderTest, NeverBlocksTheCallerAndDropsTheOldestWhenFull) {
+  SlowRecorder inner;
+  AsyncEventRecorder recorder(inner, 2);
+  // The first event is taken at once and blocks in the inner recorder; the queue then holds two.
+  EXPECT_TRUE(recorder.Record({"ns", "a", "u"}, EventType::kNormal, "VgpuCreated", "").ok());
+  inner.WaitEntered(1);
+  for (const char* name : {"b", "c", "d"}) {
+    EXPECT_TRUE(recorder.Record({"ns", name, "u"}, EventType::kNormal, "VgpuCreated", "").ok());
+  }
+  inner.Open();
+  recorder.Flush();
+  EXPECT_EQ(inner.seen(),
+            (std::vector<std::string>{"a:VgpuCreated", "c:VgpuCreated", "d:VgpuCreated"}));
+  EXPECT_EQ(recorder.dropped(), 1u) << "the oldest waiting event gave way";
+}
+
+TEST(AsyncEventRecorderTest, FailuresAreCounted) {
+  SlowRecorder inner;
+  inner.Open();
+  inner.Fail();
+  AsyncEventRecorder recorder(inner);
+  recorder.Record({"ns", "p", "u"}, EventType::kWarning, "VgpuRemoveFailed", "EBUSY");
+  recorder.Flush();
+  EXPECT_EQ(recorder.failed(), 1u);
 }
 
 }  // namespace

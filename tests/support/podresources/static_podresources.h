@@ -1,0 +1,59 @@
+// A PodResourcesSource that answers from what the test set, for lifecycle tests without gRPC;
+// SetDown() makes every call fail as an absent kubelet socket does.
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kube/kubelet/podresources.h"
+
+namespace kvgpu::testing {
+
+class StaticPodResources : public kubelet::PodResourcesSource {
+ public:
+  void SetPods(std::vector<kubelet::PodResources> pods) {
+    std::lock_guard lock(mutex_);
+    pods_ = std::move(pods);
+  }
+  void SetDown(bool down) {
+    std::lock_guard lock(mutex_);
+    down_ = down;
+  }
+
+  kube::Result<std::vector<kubelet::PodResources>> List() override {
+    std::lock_guard lock(mutex_);
+    ++calls_;
+    if (down_) return Down();
+    return pods_;
+  }
+  kube::Result<std::optional<kubelet::PodResources>> Get(const std::string& namespace_name,
+                                                         const std::string& name) override {
+    std::lock_guard lock(mutex_);
+    ++calls_;
+    if (down_) return Down();
+    for (const auto& pod : pods_) {
+      if (pod.namespace_name == namespace_name && pod.name == name) {
+        return std::optional<kubelet::PodResources>(pod);
+      }
+    }
+    return std::optional<kubelet::PodResources>();
+  }
+  int calls() const {
+    std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  static kube::Error Down() {
+    return kube::Error(kube::ErrorKind::kTransport,
+                       "PodResources: kubelet.sock unavailable (test)");
+  }
+  mutable std::mutex mutex_;
+  std::vector<kubelet::PodResources> pods_;
+  bool down_ = false;
+  int calls_ = 0;
+};
+
+}  // namespace kvgpu::testing
