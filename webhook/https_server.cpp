@@ -125,16 +125,26 @@ Expected<int> HttpsServer::Listen(const std::string& host, int port) {
       rc != 0)
     return Error{"cannot resolve " + host + ": " + gai_strerror(rc)};
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, freeaddrinfo);
-  int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Error{std::string("socket: ") + std::strerror(errno)};
-  int yes = 1;
-  // SO_REUSEADDR only: SO_REUSEPORT would let a second process quietly share the port.
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd, 1024) != 0) {
-    int err = errno;
+  // ":8443" resolves to "::" and "0.0.0.0"; the first that binds wins ("::" is dual-stack on
+  // Linux), so a node without IPv6 still gets its IPv4 listener.
+  int fd = -1;
+  std::string failure = "no address to listen on";
+  for (addrinfo* candidate = found; candidate != nullptr; candidate = candidate->ai_next) {
+    fd = ::socket(candidate->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      failure = std::string("socket: ") + std::strerror(errno);
+      continue;
+    }
+    int yes = 1;
+    // SO_REUSEADDR only: SO_REUSEPORT would let a second process quietly share the port.
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) == 0 && ::listen(fd, 1024) == 0)
+      break;
+    failure = std::string("cannot listen: ") + std::strerror(errno);
     ::close(fd);
-    return Error{std::string("cannot listen: ") + std::strerror(err)};
+    fd = -1;
   }
+  if (fd < 0) return Error{failure};
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
