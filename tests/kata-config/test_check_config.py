@@ -128,7 +128,7 @@ class ShippedKataConfigs(Checked):
                     differing.add(f"{section}.{name}")
         self.assertEqual(differing, {
             "hypervisor.qemu.hot_plug_vfio", "hypervisor.qemu.cold_plug_vfio",
-            "hypervisor.qemu.kernel_params", "runtime.pod_resource_api_sock"})
+            "runtime.pod_resource_api_sock"})
 
 
 class ContainerdSnippet(Checked):
