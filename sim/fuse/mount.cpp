@@ -322,6 +322,7 @@ int Serve(KernelModel& model, const MountOptions& options, std::ostream& out, st
   fuse_operations ops = Operations();
   Context context{&simfs, options.cache_seconds};
   std::unique_ptr<fuse, FuseDeleter> f(fuse_new(&args, &ops, sizeof ops, &context));
+  fuse_opt_free_args(&args);  // fuse_new may have copied our arguments into its own list
   if (!f) {
     err << "kvgpu-sim: libfuse refused the mount options (see its message above)\n";
     return kExitFailed;
