@@ -364,6 +364,28 @@ int Serve(KernelModel& model, const MountOptions& options, std::ostream& out, st
   return kExitOk;
 }
 
+int Run(const MountOptions& options, NodeProfile profile, std::ostream& out, std::ostream& err) {
+  if (!PrepareMountpoint(options.mountpoint, err)) return kExitFailed;
+
+  bool own_backing = options.backing.empty();
+  fs::path backing = own_backing ? FreshBacking(err) : options.backing;
+  if (backing.empty()) return kExitFailed;
+  int rc = kExitFailed;
+  {
+    auto model = KernelModel::Create(backing, std::move(profile));
+    if (!model.ok()) {
+      err << "kvgpu-sim: " << model.status().message() << "\n";
+    } else {
+      rc = Serve(*model.value(), options, out, err);
+    }
+  }
+  if (own_backing) {
+    std::error_code ec;
+    fs::remove_all(backing, ec);
+  }
+  return rc;
+}
+
 }  // namespace
 
 int RunSimulator(const MountOptions& options, std::ostream& out, std::ostream& err) {
@@ -381,25 +403,22 @@ int RunSimulator(const MountOptions& options, std::ostream& out, std::ostream& e
     return kExitUsage;
   }
   if (!CheckFuseDevice(options.fuse_device, err)) return kExitNoFuse;
-  if (!PrepareMountpoint(options.mountpoint, err)) return kExitFailed;
-
-  bool own_backing = options.backing.empty();
-  fs::path backing = own_backing ? FreshBacking(err) : options.backing;
-  if (backing.empty()) return kExitFailed;
-  int rc = kExitFailed;
-  {
-    auto model = KernelModel::Create(backing, std::move(profile).value());
-    if (!model.ok()) {
-      err << "kvgpu-sim: " << model.status().message() << "\n";
-    } else {
-      rc = Serve(*model.value(), options, out, err);
-    }
+  // Absolute paths: --background changes to / after mounting, and the unmount, the model and
+  // the log must still find their directories.
+  MountOptions absolute = options;
+  std::error_code ec;
+  absolute.mountpoint = fs::absolute(options.mountpoint, ec).lexically_normal();
+  if (!absolute.mountpoint.has_filename() &&
+      absolute.mountpoint != absolute.mountpoint.root_path()) {
+    absolute.mountpoint = absolute.mountpoint.parent_path();  // "node/" -> "node"
   }
-  if (own_backing) {
-    std::error_code ec;
-    fs::remove_all(backing, ec);
+  if (!options.backing.empty()) absolute.backing = fs::absolute(options.backing, ec);
+  if (ec) {
+    err << "kvgpu-sim: cannot resolve " << options.mountpoint.string() << ": " << ec.message()
+        << "\n";
+    return kExitFailed;
   }
-  return rc;
+  return Run(absolute, std::move(profile).value(), out, err);
 }
 
 }  // namespace kvgpu::sim

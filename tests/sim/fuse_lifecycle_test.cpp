@@ -127,7 +127,8 @@ TEST_F(FuseLifecycleTest, StopsWhenUnmountedFromOutside) {
 }
 
 TEST_F(FuseLifecycleTest, ADeadMountIsNamedWithTheCommandThatClearsIt) {
-  SimProcess first("mtty");
+  TempRoot backing;  // a killed simulator cannot delete its own
+  SimProcess first("mtty", {"--backing", (backing.path() / "tree").string()});
   ASSERT_TRUE(first.WaitReady()) << first.Log();
   first.Stop(SIGKILL);  // no chance to unmount
   ASSERT_TRUE(IsMounted(first.mount()));
@@ -144,6 +145,23 @@ TEST_F(FuseLifecycleTest, ALiveSimulatorIsNotHiddenByASecond) {
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_NE(second.err.find("another kvgpu-sim already serves"), std::string::npos) << second.err;
   EXPECT_NE(State(first.mount()).find("profile mtty"), std::string::npos);
+}
+
+TEST_F(FuseLifecycleTest, InTheBackgroundItServesUntilUnmounted) {
+  TempRoot dir;
+  fs::path mount = fs::canonical(dir.path()) / "node";
+  // An unnormalised path with a trailing slash: the mount must still be found by its real name.
+  std::string given = (dir.path() / "x" / ".." / "node").string() + "/";
+  Output started = RunProgram({kSimPath, "--profile", "mtty", "--mount", given, "--background"});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  EXPECT_TRUE(IsMounted(mount));
+  EXPECT_NE(State(mount).find("profile mtty"), std::string::npos);
+  Output created = Vgpuctl(mount, {"create", "--parent", "mtty", "--type", "mtty-1"});
+  EXPECT_EQ(created.exit_code, 0) << created.err;
+  Output unmounted = RunProgram({"/usr/bin/fusermount3", "-u", mount.string()});
+  EXPECT_EQ(unmounted.exit_code, 0) << unmounted.err;
+  ForceUnmount(mount);  // should the daemon have failed, the test still leaves no mount
+  EXPECT_EQ(::rmdir(mount.c_str()), 0);
 }
 
 TEST_F(FuseLifecycleTest, BadArgumentsAreUsageErrors) {
