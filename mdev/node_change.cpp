@@ -108,13 +108,17 @@ Result<Vgpu> Node::CreateMdev(const CreateRequest& request) {
   }
 
   fs::path device = MdevDevicesDir() / uuid;
-  bool appeared =
-      WaitFor(options_, [&] { return io_.Exists(device) && io_.Exists(device / "iommu_group"); });
+  // The kernel adds the device before its `mdev_type` and `iommu_group` links (seen in the VM
+  // lab): wait for all three, or the read-back below races the kernel.
+  bool appeared = WaitFor(options_, [&] {
+    return io_.Exists(device) && io_.Exists(device / "mdev_type") &&
+           io_.Exists(device / "iommu_group");
+  });
   if (!appeared) {
     return Status::Error(ErrorCode::kTimeout, "created " + uuid +
-                                                  " but it did not appear with an "
+                                                  " but it did not appear with its type and "
                                                   "IOMMU group in " +
-                                                  (MdevDevicesDir()).string());
+                                                  MdevDevicesDir().string());
   }
   Parent parent;
   parent.name = request.parent;
