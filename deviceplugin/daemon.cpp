@@ -56,7 +56,11 @@ mdev::Status Daemon::Start() {
     std::lock_guard lock(notify_mutex_);
     for (PluginServer* server : notify_) server->Notify();
   });
-  manager_->SetRefreshRequester([this] { RequestRefresh(); });
+  manager_->SetRefreshRequester([this] {
+    int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
+    int64_t none = 0;
+    if (allocate_rescan_at_.compare_exchange_strong(none, due)) watcher_.Wake();
+  });
   EnsureServers();
   // watch: kernel events make rescans immediate; periodic rescans catch everything else.
   if (options_.config.udev_events) {
@@ -205,17 +209,24 @@ void Daemon::Loop() {
   while (!stop_) {
     auto now = Clock::now();
     auto until = next_rescan;
+    if (int64_t due = allocate_rescan_at_.load(); due != 0) {
+      until = std::min(until, Clock::time_point(Clock::duration(due)));
+    }
     {
       std::lock_guard lock(servers_mutex_);
       if (!unregistered_.empty()) until = std::min(until, next_retry_);
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
-    wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(1000));
+    wait = std::clamp(wait + std::chrono::milliseconds(1), std::chrono::milliseconds(0),
+                      std::chrono::milliseconds(1000));  // +1: poll's ms would round down
     std::vector<DirEvent> events = watcher_.Wait(wait);
     if (stop_) break;
     HandleDirEvents(events);
     now = Clock::now();
-    if (refresh_requested_.exchange(false) || now >= next_rescan) {
+    int64_t rescan_at = allocate_rescan_at_.load();
+    bool allocate_due = rescan_at != 0 && now >= Clock::time_point(Clock::duration(rescan_at));
+    if (allocate_due) allocate_rescan_at_ = 0;
+    if (refresh_requested_.exchange(false) || allocate_due || now >= next_rescan) {
       (void)manager_->Refresh();
       EnsureServers();
       next_rescan = Clock::now() + options_.config.rescan_interval;

@@ -37,6 +37,9 @@ struct DaemonOptions {
   std::chrono::milliseconds retry_initial{100};
   std::chrono::milliseconds retry_max{1000};
   std::chrono::milliseconds register_timeout{2000};
+  // A rescan asked for by Allocate waits this long: the reply to kubelet goes out first, and
+  // back-to-back Allocate calls share one rescan.
+  std::chrono::milliseconds allocate_rescan_delay{2};
   // Also told of every ListAndWatch push and its latency (besides the metrics); for benchmarks.
   PluginServer::PushObserver on_push;
 };
@@ -87,6 +90,8 @@ class Daemon {
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> refresh_requested_{false};
+  // steady_clock nanoseconds when the rescan an Allocate asked for is due; 0: none pending.
+  std::atomic<int64_t> allocate_rescan_at_{0};
   std::thread thread_;
   std::chrono::steady_clock::time_point next_retry_{};
   std::chrono::milliseconds backoff_{0};

@@ -11,7 +11,7 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-TEST(CdiTest, KindsAndDeviceNamesFollowTheCdiRules) {
+TEST(DevicePluginCdiTest, KindsAndDeviceNamesFollowTheCdiRules) {
   EXPECT_TRUE(ValidateCdiKind("tencent.com/vgpu-222").ok());
   EXPECT_TRUE(ValidateCdiKind("tencent.com/vgpu-mtty-2").ok());
   EXPECT_FALSE(ValidateCdiKind("tencent.com/vgpu_1.q").ok()) << "no '.' in a CDI class";
@@ -21,7 +21,7 @@ TEST(CdiTest, KindsAndDeviceNamesFollowTheCdiRules) {
   EXPECT_FALSE(IsValidCdiDeviceName("a/b"));
 }
 
-TEST(CdiTest, SpecNamesEachDeviceWithItsVfioGroupAndIsRemovedWhenEmpty) {
+TEST(DevicePluginCdiTest, SpecNamesEachDeviceWithItsVfioGroupAndIsRemovedWhenEmpty) {
   kvgpu::testing::TempDir dir;
   ASSERT_TRUE(WriteCdiSpec(dir.path(), "tencent.com/vgpu-222",
                            {{"0000:3b:00.0-nvidia-222-0", "/dev/vfio/12", "uuid-a"}})

@@ -19,7 +19,7 @@ ParsedCommandLine Parse(std::vector<const char*> args, std::string* out = nullpt
   return parsed;
 }
 
-TEST(CliTest, DefaultsAreTheDocumentedPaths) {
+TEST(DevicePluginCliTest, DefaultsAreTheDocumentedPaths) {
   ::unsetenv("NODE_NAME");
   ParsedCommandLine parsed = Parse({});
   ASSERT_FALSE(parsed.exit_code);
@@ -32,7 +32,7 @@ TEST(CliTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_EQ(parsed.args.metrics_addr, "");
 }
 
-TEST(CliTest, EveryFlagIsTaken) {
+TEST(DevicePluginCliTest, EveryFlagIsTaken) {
   ParsedCommandLine parsed =
       Parse({"--sysfs-root", "/tmp/s", "--kubelet-dir", "/tmp/k", "--state-dir", "/tmp/st",
              "--node-name", "node-1", "--config", "/etc/c.yaml", "--metrics-addr", "0.0.0.0:9402"});
@@ -45,14 +45,14 @@ TEST(CliTest, EveryFlagIsTaken) {
   EXPECT_EQ(parsed.args.metrics_addr, "0.0.0.0:9402");
 }
 
-TEST(CliTest, NodeNameDefaultsToTheEnvironment) {
+TEST(DevicePluginCliTest, NodeNameDefaultsToTheEnvironment) {
   ::setenv("NODE_NAME", "from-env", 1);
   EXPECT_EQ(Parse({}).args.node_name, "from-env");
   EXPECT_EQ(Parse({"--node-name", "flag"}).args.node_name, "flag");
   ::unsetenv("NODE_NAME");
 }
 
-TEST(CliTest, HelpDocumentsEveryFlagAndConfigKey) {
+TEST(DevicePluginCliTest, HelpDocumentsEveryFlagAndConfigKey) {
   std::string out;
   ParsedCommandLine parsed = Parse({"--help"}, &out);
   ASSERT_EQ(parsed.exit_code, 0);
@@ -65,7 +65,7 @@ TEST(CliTest, HelpDocumentsEveryFlagAndConfigKey) {
   }
 }
 
-TEST(CliTest, UsageErrorsExitNonZero) {
+TEST(DevicePluginCliTest, UsageErrorsExitNonZero) {
   struct Case {
     std::string description;
     std::vector<const char*> args;

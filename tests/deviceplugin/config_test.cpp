@@ -10,7 +10,7 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-TEST(ConfigTest, EveryKeyIsRead) {
+TEST(DevicePluginConfigTest, EveryKeyIsRead) {
   auto config = ParseConfig(R"(
 resourceDomain: gpu.example.org
 namingStyle: profile
@@ -46,7 +46,7 @@ logLevel: debug
   EXPECT_EQ(config->log_level, "debug");
 }
 
-TEST(ConfigTest, EmptyFileMeansDefaults) {
+TEST(DevicePluginConfigTest, EmptyFileMeansDefaults) {
   auto config = ParseConfig("");
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(config->naming.domain, "tencent.com");
@@ -55,7 +55,7 @@ TEST(ConfigTest, EmptyFileMeansDefaults) {
   EXPECT_EQ(config->rescan_interval, std::chrono::seconds(5));
 }
 
-TEST(ConfigTest, BadInputIsRefusedWithTheKeyNamed) {
+TEST(DevicePluginConfigTest, BadInputIsRefusedWithTheKeyNamed) {
   struct Case {
     std::string description;
     std::string yaml;
@@ -90,7 +90,7 @@ TEST(ConfigTest, BadInputIsRefusedWithTheKeyNamed) {
   }
 }
 
-TEST(ConfigTest, FileErrorsNameTheFile) {
+TEST(DevicePluginConfigTest, FileErrorsNameTheFile) {
   kvgpu::testing::TempDir dir;
   auto missing = LoadConfigFile(dir.path() / "nope.yaml");
   ASSERT_FALSE(missing.ok());
@@ -101,7 +101,7 @@ TEST(ConfigTest, FileErrorsNameTheFile) {
   EXPECT_NE(bad.status().message().find("bad.yaml"), std::string::npos);
 }
 
-TEST(ConfigTest, PinsMatchByAddressThenModelThenAll) {
+TEST(DevicePluginConfigTest, PinsMatchByAddressThenModelThenAll) {
   Config config;
   config.pinning = {{std::nullopt, std::nullopt, true, "all-type"},
                     {std::nullopt, "t4", false, "model-type"},

@@ -15,7 +15,7 @@ mdev::VgpuType Type(std::string id, std::optional<std::string> name = std::nullo
   return type;
 }
 
-TEST(NamingTest, ResourceNameFollowsTheTypeAndTheStyle) {
+TEST(ResourceNamingTest, ResourceNameFollowsTheTypeAndTheStyle) {
   struct Case {
     std::string description;
     NamingOptions options;
@@ -61,7 +61,7 @@ TEST(NamingTest, ResourceNameFollowsTheTypeAndTheStyle) {
   }
 }
 
-TEST(NamingTest, DomainsAndNamesAreCheckedAsKubeletDoes) {
+TEST(ResourceNamingTest, DomainsAndNamesAreCheckedAsKubeletDoes) {
   struct Case {
     std::string description;
     std::string name;
@@ -87,7 +87,7 @@ TEST(NamingTest, DomainsAndNamesAreCheckedAsKubeletDoes) {
   }
 }
 
-TEST(NamingTest, SocketNamesAreDerivedFromTheNamePart) {
+TEST(ResourceNamingTest, SocketNamesAreDerivedFromTheNamePart) {
   EXPECT_EQ(SocketNameFor("tencent.com/vgpu-222"), "kata-vgpu-vgpu-222.sock");
   EXPECT_EQ(ParseNamingStyle("profile").value(), NamingStyle::kProfile);
   EXPECT_FALSE(ParseNamingStyle("fancy").ok());

@@ -18,7 +18,7 @@ const DescriptorPool* Pool() {
   return DescriptorPool::generated_pool();
 }
 
-TEST(ProtoContractTest, ServicesAndMethodsAreUpstreams) {
+TEST(KubeletProtoContractTest, ServicesAndMethodsAreUpstreams) {
   const DescriptorPool* pool = Pool();
   struct Case {
     std::string service;
@@ -43,7 +43,7 @@ TEST(ProtoContractTest, ServicesAndMethodsAreUpstreams) {
   EXPECT_TRUE(pool->FindMethodByName("v1beta1.DevicePlugin.ListAndWatch")->server_streaming());
 }
 
-TEST(ProtoContractTest, FieldNumbersAreUpstreams) {
+TEST(KubeletProtoContractTest, FieldNumbersAreUpstreams) {
   const DescriptorPool* pool = Pool();
   struct Case {
     std::string message;

@@ -19,7 +19,7 @@ std::vector<CreatedVgpu> Sample() {
        "0000:41:00.0", "1414", 0, 1700000001, "default/train-0"}};
 }
 
-TEST(StateStoreTest, WhatIsSavedLoadsBackTheSame) {
+TEST(DevicePluginStateTest, WhatIsSavedLoadsBackTheSame) {
   kvgpu::testing::TempDir dir;
   JsonFileStateStore store(dir.path() / "state");
   auto empty = store.Load();
@@ -32,7 +32,7 @@ TEST(StateStoreTest, WhatIsSavedLoadsBackTheSame) {
   EXPECT_FALSE(std::filesystem::exists(store.file().string() + ".tmp"));
 }
 
-TEST(StateStoreTest, CorruptRecordsAreErrorsNamingTheProblem) {
+TEST(DevicePluginStateTest, CorruptRecordsAreErrorsNamingTheProblem) {
   struct Case {
     std::string description;
     std::string text;
@@ -54,7 +54,7 @@ TEST(StateStoreTest, CorruptRecordsAreErrorsNamingTheProblem) {
   }
 }
 
-TEST(StateStoreTest, AFailedWriteLeavesThePreviousRecord) {
+TEST(DevicePluginStateTest, AFailedWriteLeavesThePreviousRecord) {
   if (::geteuid() == 0) {
     // Root ignores directory permissions; fill the temp file's place with a directory instead.
     kvgpu::testing::TempDir dir;

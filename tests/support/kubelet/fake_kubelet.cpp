@@ -232,6 +232,16 @@ grpc::Status FakeKubelet::Allocate(const std::string& resource,
   return endpoint->stub->Allocate(&context, request, response);
 }
 
+grpc::Status FakeKubelet::GetDevicePluginOptions(const std::string& resource,
+                                                 api::DevicePluginOptions* options) {
+  std::shared_ptr<Endpoint> endpoint = FindEndpoint(resource);
+  if (!endpoint) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no plugin for " + resource);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  api::Empty empty;
+  return endpoint->stub->GetDevicePluginOptions(&context, empty, options);
+}
+
 grpc::Status FakeKubelet::GetPreferredAllocation(const std::string& resource,
                                                  const api::PreferredAllocationRequest& request,
                                                  api::PreferredAllocationResponse* response) {

@@ -61,6 +61,9 @@ class FakeKubelet {
   grpc::Status Allocate(const std::string& resource,
                         const std::vector<std::vector<std::string>>& containers,
                         v1beta1::AllocateResponse* response);
+  // A fresh GetDevicePluginOptions call (kubelet makes one per registration).
+  grpc::Status GetDevicePluginOptions(const std::string& resource,
+                                      v1beta1::DevicePluginOptions* options);
   grpc::Status GetPreferredAllocation(const std::string& resource,
                                       const v1beta1::PreferredAllocationRequest& request,
                                       v1beta1::PreferredAllocationResponse* response);
