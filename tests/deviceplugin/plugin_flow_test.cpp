@@ -147,6 +147,19 @@ TEST_F(PluginFlowTest, KubeletDyingWithoutRestartThenComingBackIsFound) {
   EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
 }
 
+TEST_F(PluginFlowTest, OurSocketRemovedIsServedAndRegisteredAgain) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(WaitForRegistrations(12));
+  std::filesystem::path socket = kubelet_.socket_path().parent_path() / "kata-vgpu-vgpu-222.sock";
+  ASSERT_TRUE(std::filesystem::exists(socket));
+  std::filesystem::remove(socket);
+  ASSERT_TRUE(WaitForRegistrations(13));
+  EXPECT_EQ(kubelet_.Registrations().back().resource_name(), k222);
+  EXPECT_TRUE(std::filesystem::exists(socket));
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+}
+
 TEST_F(PluginFlowTest, KubeletMissingAtStartIsWaitedFor) {
   StartDaemon();
   std::this_thread::sleep_for(300ms);
