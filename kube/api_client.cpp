@@ -198,6 +198,9 @@ std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::millisecond
       if (!config_.ca_pem.empty()) {
         int count = 0;
         ssl->set_ca_cert_store(StoreFromPem(config_.ca_pem, &count));
+        // Without a CA path httplib adds the system's trust store to ours, and a certificate
+        // from any public CA would pass. A directory lookup that finds nothing keeps it out.
+        ssl->set_ca_cert_path("", "/nonexistent/kata-vgpu-no-system-cas");
       }
     }
     client = ssl;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <future>
 
@@ -89,6 +90,33 @@ TEST_F(ApiClientTest, RefusalsAreTypedErrors) {
     EXPECT_NE(list.error().message().find(c.in_message), std::string::npos)
         << list.error().message();
   }
+}
+
+TEST_F(ApiClientTest, TheSystemTrustStoreIsNotConsultedWhenACaIsGiven) {
+  // Make the server's CA a "system" CA (OpenSSL's default verify file honours SSL_CERT_FILE),
+  // then configure a different CA: only the configured one may count.
+  TempDir dir;
+  const auto system_cas = dir.path() / "system-cas.pem";
+  std::ofstream(system_cas) << server_.ca_pem();
+  const char* old = std::getenv("SSL_CERT_FILE");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("SSL_CERT_FILE", system_cas.c_str(), 1);
+  TestAuthority stranger("some-other-ca");
+  Config config = GoodConfig();
+  config.ca_pem = stranger.cert_pem();
+  auto client = Client(config);
+  auto list = client->Get("/api/v1/pods");
+  Config no_ca = GoodConfig();
+  no_ca.ca_pem.clear();
+  auto system_only = Client(no_ca)->Get("/api/v1/pods");
+  if (old != nullptr) {
+    ::setenv("SSL_CERT_FILE", saved.c_str(), 1);
+  } else {
+    ::unsetenv("SSL_CERT_FILE");
+  }
+  EXPECT_FALSE(list.ok());
+  EXPECT_TRUE(system_only.ok()) << "without a CA the system store is the trust: "
+                                << system_only.error().ToString();
 }
 
 TEST_F(ApiClientTest, InsecureSkipTrustsAnyServer) {
