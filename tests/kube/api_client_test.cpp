@@ -187,6 +187,37 @@ TEST_F(ApiClientTest, KubeconfigWithInlineCaReachesTheServer) {
   EXPECT_TRUE(client->Get("/api/v1/pods").ok());
 }
 
+TEST(ApiClientCertificateTest, KubeconfigClientCertificateFilesAuthenticate) {
+  FakeApiServer server(/*client_certificates=*/true);
+  ASSERT_TRUE(server.Start());
+  server.AddPod(MakePod("ml", "a", "node-a"));
+  // Like /etc/kubernetes/kubelet.conf: certificate and key as files next to the kubeconfig.
+  TempDir dir;
+  const auto pair = server.IssueClientCertificate("system:node:node-a");
+  std::ofstream(dir.path() / "ca.crt") << server.ca_pem();
+  std::ofstream(dir.path() / "client.crt") << pair.cert_pem;
+  std::ofstream(dir.path() / "client.key") << pair.key_pem;
+  std::ofstream(dir.path() / "kubeconfig")
+      << "current-context: n\nclusters:\n- name: c\n  cluster:\n    server: " << server.url()
+      << "\n    certificate-authority: ca.crt\ncontexts:\n- name: n\n  context: {cluster: c, "
+         "user: u}\nusers:\n- name: u\n  user:\n    client-certificate: client.crt\n"
+         "    client-key: client.key\n";
+  auto config = LoadKubeconfig(dir.path() / "kubeconfig");
+  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  auto client = ApiClient::Create(config.value());
+  ASSERT_TRUE(client.ok()) << client.error().ToString();
+  auto list = client.value()->Get("/api/v1/pods");
+  ASSERT_TRUE(list.ok()) << list.error().ToString();
+  EXPECT_EQ(list.value()["items"].size(), 1u);
+
+  Config without = config.value();
+  without.client_cert_pem.clear();
+  without.client_key_pem.clear();
+  auto refused = ApiClient::Create(without).value()->Get("/api/v1/pods");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind(), ErrorKind::kTransport) << refused.error().ToString();
+}
+
 TEST_F(ApiClientTest, EventsArePostedAboutThePod) {
   auto client = Client(GoodConfig());
   ApiEventRecorder recorder(*client, "kata-vgpu-device-plugin", "node-a");

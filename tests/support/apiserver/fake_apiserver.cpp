@@ -59,8 +59,10 @@ struct FakeApiServer::Watch {
   std::chrono::steady_clock::time_point deadline;
 };
 
-FakeApiServer::FakeApiServer()
-    : ca_("fake-apiserver-ca"), server_cert_(ca_.Issue("kube-apiserver", true)) {}
+FakeApiServer::FakeApiServer(bool client_certificates)
+    : ca_("fake-apiserver-ca"),
+      server_cert_(ca_.Issue("kube-apiserver", true)),
+      client_certificates_(client_certificates) {}
 
 FakeApiServer::~FakeApiServer() {
   Stop();
@@ -74,7 +76,17 @@ bool FakeApiServer::Start() {
       BIO_new_mem_buf(server_cert_.key_pem.data(), static_cast<int>(server_cert_.key_pem.size()));
   X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
   EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
-  auto server = std::make_unique<httplib::SSLServer>(cert, key);
+  X509_STORE* client_cas = nullptr;
+  if (client_certificates_) {
+    client_cas = X509_STORE_new();
+    BIO* ca_bio = BIO_new_mem_buf(ca_.cert_pem().data(), static_cast<int>(ca_.cert_pem().size()));
+    X509* ca = PEM_read_bio_X509(ca_bio, nullptr, nullptr, nullptr);
+    X509_STORE_add_cert(client_cas, ca);
+    X509_free(ca);
+    BIO_free(ca_bio);
+  }
+  // httplib makes the handshake require a verified client certificate when given a store.
+  auto server = std::make_unique<httplib::SSLServer>(cert, key, client_cas);
   X509_free(cert);
   EVP_PKEY_free(key);
   BIO_free(cert_bio);
@@ -349,7 +361,10 @@ void FakeApiServer::Route(httplib::Server& server) {
     std::lock_guard lock(mutex_);
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) != 0 || tokens_.count(auth.substr(prefix.size())) == 0) {
+    const bool token_ok =
+        auth.rfind(prefix, 0) == 0 && tokens_.count(auth.substr(prefix.size())) != 0;
+    // In client-certificate mode the handshake already authenticated the client.
+    if (!client_certificates_ && !token_ok) {
       ++unauthorized_;
       Reply(res, 401, Status(401, "Unauthorized", "Unauthorized"));
       return httplib::Server::HandlerResponse::Handled;

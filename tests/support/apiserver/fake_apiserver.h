@@ -43,7 +43,10 @@ nlohmann::json MakePod(const std::string& ns, const std::string& name, const std
 
 class FakeApiServer {
  public:
-  FakeApiServer();
+  // With `client_certificates`, the server asks every client for a certificate signed by its CA
+  // (as kube-apiserver's --client-ca-file does) and takes a verified one as authentication;
+  // a client without one fails the TLS handshake.
+  explicit FakeApiServer(bool client_certificates = false);
   ~FakeApiServer();
   FakeApiServer(const FakeApiServer&) = delete;
   FakeApiServer& operator=(const FakeApiServer&) = delete;
@@ -56,6 +59,10 @@ class FakeApiServer {
   int port() const { return port_; }
   std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
   const std::string& ca_pem() const { return ca_.cert_pem(); }
+  // A client certificate this server accepts (client_certificates mode).
+  CertAndKey IssueClientCertificate(const std::string& user) const {
+    return ca_.Issue(user, false);
+  }
   // Accepted bearer tokens; a rotation test adds the new one and removes the old.
   void SetTokens(std::set<std::string> tokens);
   static constexpr const char* kToken = "fake-apiserver-token";
@@ -114,6 +121,7 @@ class FakeApiServer {
 
   TestAuthority ca_;
   CertAndKey server_cert_;
+  bool client_certificates_ = false;
   int port_ = 0;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
