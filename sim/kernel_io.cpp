@@ -60,23 +60,8 @@ Result<std::string> KernelModel::ReadFile(const fs::path& path) {
   if (Status s = TakeFault(Op::kRead, path); !s.ok()) return s;
   fs::path real;
   if (Status s = CheckOpenLocked(path, false, &real); !s.ok()) return s;
-  int fd = ::open(real.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "cannot open " + path.string());
-  std::string content;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno(err, "cannot read " + path.string());
-    }
-    if (n == 0) break;
-    content.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return content;
+  // The backing file holds exactly what the attribute shows: read it as the library would.
+  return mdev::PosixSysfsIo().ReadFile(real);
 }
 
 Status KernelModel::WriteFile(const fs::path& path, std::string_view data) {
