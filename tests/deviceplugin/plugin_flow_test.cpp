@@ -6,6 +6,7 @@
 
 #include "deviceplugin/daemon.h"
 #include "tests/deviceplugin/sim_node.h"
+#include "tests/support/common/temp_dir.h"
 #include "tests/support/kubelet/fake_kubelet.h"
 
 namespace kvgpu::deviceplugin {
@@ -234,6 +235,32 @@ TEST_F(PluginFlowTest, KernelRefusalRollsBackAndIsReported) {
   std::string metrics = daemon_->metrics().Render();
   EXPECT_NE(metrics.find("kvgpu_deviceplugin_allocation_failures_total{reason="), std::string::npos)
       << metrics;
+}
+
+// The fake must refuse what kubelet refuses, or the flows above would prove less.
+TEST(FakeKubeletTest, RefusesWhatKubeletRefuses) {
+  kvgpu::testing::TempDir dir;
+  FakeKubelet kubelet(dir.path() / "device-plugins");
+  struct Case {
+    std::string description;
+    std::string version;
+    std::string resource;
+  };
+  const std::vector<Case> cases = {
+      {"unsupported version", "v1alpha1", "tencent.com/vgpu-222"},
+      {"no domain", "v1beta1", "vgpu-222"},
+      {"kubernetes.io domain", "v1beta1", "kubernetes.io/vgpu-222"},
+      {"upper-case domain", "v1beta1", "Tencent.com/vgpu-222"},
+      {"name part too long", "v1beta1", "tencent.com/" + std::string(64, 'a')},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    v1beta1::RegisterRequest request;
+    request.set_version(c.version);
+    request.set_endpoint("kata-vgpu-vgpu-222.sock");
+    request.set_resource_name(c.resource);
+    EXPECT_FALSE(kubelet.HandleRegister(request).ok());
+  }
 }
 
 }  // namespace
