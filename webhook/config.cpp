@@ -16,7 +16,8 @@ using nlohmann::json;
 // The defaults, written as the YAML an admin would write, so docs/webhook.md can show the same
 // text.
 constexpr std::string_view kDefaultYaml = R"(
-runtimeClassNames: [kata]
+runtimeClassNames: [kata, kata-vgpu, kata-vgpu-vf]
+coldPlugRuntimeClassNames: [kata-vgpu-vf]
 resourcePrefixes: ["tencent.com/vgpu-"]
 excludedNamespaces: [kube-system]
 optOutAnnotation: kata-vgpu.io/inject
@@ -44,6 +45,15 @@ driverInit:
       export PATH=/usr/local/nvidia/bin:$PATH;
       modprobe -d /usr/local/nvidia nvidia;
       nvidia-modprobe -u -c=0
+  hotPlugArgs:
+    - >-
+      trap 'exit 0' TERM;
+      export PATH=/usr/local/nvidia/bin:$PATH;
+      echo 'waiting for the vGPU (PCI vendor 0x10de) to be hot-plugged';
+      until grep -qsx 0x10de /sys/bus/pci/devices/*/vendor; do sleep 1; done;
+      modprobe -d /usr/local/nvidia nvidia && nvidia-modprobe -u -c=0 || exit 1;
+      echo 'NVIDIA driver loaded';
+      while :; do sleep 3600 & wait $!; done
   privileged: true
   resources:
     requests: {cpu: 10m, memory: 32Mi}
@@ -58,10 +68,13 @@ gridd:
   command: ["/bin/sh", "-c"]
   args:
     - >-
+      trap 'exit 0' TERM;
       export PATH=/usr/local/nvidia/bin:$PATH;
       export LD_LIBRARY_PATH=/usr/local/nvidia/lib64;
+      until [ -c /dev/nvidiactl ]; do sleep 1; done;
       nvidia-gridd || exit 1;
-      while pidof nvidia-gridd >/dev/null; do sleep 10; done
+      while pidof nvidia-gridd >/dev/null; do sleep 10 & wait $!; done;
+      echo 'nvidia-gridd stopped'; exit 1
   privileged: true
   resources:
     requests: {cpu: 10m, memory: 32Mi}
@@ -79,6 +92,14 @@ gridd:
     periodSeconds: 5
     timeoutSeconds: 10
     failureThreshold: 120
+  readinessProbe:
+    command:
+      - /bin/sh
+      - -c
+      - "/usr/local/nvidia/bin/nvidia-smi -q | grep -Eq 'License Status +: +Licensed'"
+    periodSeconds: 10
+    timeoutSeconds: 10
+    failureThreshold: 3
 workload:
   volumeMounts:
     - {name: kvgpu-driver, mountPath: /usr/local/nvidia, readOnly: true}
@@ -254,21 +275,69 @@ bool BuildResources(Checker& check, const json& resources, const std::string& wh
   return true;
 }
 
+// An exec probe; null (absent, or set to null to drop a default) means none.
+bool BuildProbe(Checker& check, const json& probe, const std::string& where, json& out) {
+  out = nullptr;
+  if (probe.is_null()) return true;
+  if (!check.KnownKeys(probe, where,
+                       {"command", "periodSeconds", "timeoutSeconds", "failureThreshold",
+                        "initialDelaySeconds"}))
+    return false;
+  std::vector<std::string> command;
+  if (!check.StringList(probe.value("command", json()), where + ".command", command, false))
+    return false;
+  out = {{"exec", {{"command", command}}}};
+  for (const char* key :
+       {"periodSeconds", "timeoutSeconds", "failureThreshold", "initialDelaySeconds"}) {
+    if (!probe.contains(key)) continue;
+    const json& value = probe[key];
+    bool may_be_zero = std::string_view(key) == "initialDelaySeconds";
+    if (!value.is_number_integer() || value.get<int64_t>() < (may_be_zero ? 0 : 1) ||
+        value.get<int64_t>() > 86400)
+      return check.Fail(where + "." + key + " must be a whole number of seconds" +
+                        (may_be_zero ? " >= 0" : " >= 1"));
+    out[key] = value;
+  }
+  return true;
+}
+
+// One injected container as configured: the part common to every attach mode, and the parts
+// that differ (null when not configured).
+struct ContainerSpec {
+  InjectedContainer base;
+  json args;
+  json hot_plug_args;    // driverInit only
+  json startup_probe;    // gridd only
+  json readiness_probe;  // gridd only
+};
+
+bool BuildArgs(Checker& check, const json& in, const char* key, const std::string& where,
+               json& out) {
+  out = nullptr;
+  if (!in.contains(key)) return true;
+  std::vector<std::string> list;
+  if (!check.StringList(in[key], where + "." + key, list, true)) return false;
+  if (!list.empty()) out = list;
+  return true;
+}
+
+// `extra_keys` are the mode-specific keys this container accepts besides the common ones.
 bool BuildContainer(Checker& check, const json& in, const std::string& where,
                     const std::set<std::string>& volume_names,
-                    const std::vector<std::string>& prefixes, bool with_probe,
-                    InjectedContainer& out) {
+                    const std::vector<std::string>& prefixes, std::set<std::string> extra_keys,
+                    ContainerSpec& out) {
   std::set<std::string> keys{"name", "image",      "imagePullPolicy", "command",
                              "args", "privileged", "resources",       "volumeMounts"};
-  if (with_probe) keys.insert("startupProbe");
+  keys.merge(extra_keys);
   if (!check.KnownKeys(in, where, keys)) return false;
-  if (!check.String(in, "name", where, out.name)) return false;
-  if (!IsDnsLabel(out.name) || out.name.size() > kMaxInjectedNameLength)
-    return check.Fail(where + ".name '" + out.name + "' must be a DNS label of at most " +
+  InjectedContainer& base = out.base;
+  if (!check.String(in, "name", where, base.name)) return false;
+  if (!IsDnsLabel(base.name) || base.name.size() > kMaxInjectedNameLength)
+    return check.Fail(where + ".name '" + base.name + "' must be a DNS label of at most " +
                       std::to_string(kMaxInjectedNameLength) + " characters");
-  json& obj = out.object;
+  json& obj = base.object;
   obj = json::object();
-  obj["name"] = out.name;
+  obj["name"] = base.name;
   std::string image;
   if (!check.String(in, "image", where, image)) return false;
   obj["image"] = image;
@@ -282,10 +351,10 @@ bool BuildContainer(Checker& check, const json& in, const std::string& where,
   std::vector<std::string> list;
   if (!check.StringList(in.value("command", json()), where + ".command", list, false)) return false;
   obj["command"] = list;
-  if (in.contains("args")) {
-    if (!check.StringList(in["args"], where + ".args", list, true)) return false;
-    if (!list.empty()) obj["args"] = list;
-  }
+  if (!BuildArgs(check, in, "args", where, out.args)) return false;
+  if (keys.contains("hotPlugArgs") &&
+      !BuildArgs(check, in, "hotPlugArgs", where, out.hot_plug_args))
+    return false;
   if (in.contains("privileged")) {
     if (!in["privileged"].is_boolean()) return check.Fail(where + ".privileged must be a boolean");
     if (in["privileged"].get<bool>()) obj["securityContext"] = {{"privileged", true}};
@@ -299,30 +368,46 @@ bool BuildContainer(Checker& check, const json& in, const std::string& where,
                    volume_names, mounts))
     return false;
   if (!mounts.empty()) obj["volumeMounts"] = mounts;
-  if (with_probe && in.contains("startupProbe")) {
-    const json& probe = in["startupProbe"];
-    if (!check.KnownKeys(probe, where + ".startupProbe",
-                         {"command", "periodSeconds", "timeoutSeconds", "failureThreshold",
-                          "initialDelaySeconds"}))
-      return false;
-    if (!check.StringList(probe.value("command", json()), where + ".startupProbe.command", list,
-                          false))
-      return false;
-    json out_probe = {{"exec", {{"command", list}}}};
-    for (const char* key :
-         {"periodSeconds", "timeoutSeconds", "failureThreshold", "initialDelaySeconds"}) {
-      if (!probe.contains(key)) continue;
-      const json& value = probe[key];
-      bool may_be_zero = std::string_view(key) == "initialDelaySeconds";
-      if (!value.is_number_integer() || value.get<int64_t>() < (may_be_zero ? 0 : 1) ||
-          value.get<int64_t>() > 86400)
-        return check.Fail(where + ".startupProbe." + key + " must be a whole number of seconds" +
-                          (may_be_zero ? " >= 0" : " >= 1"));
-      out_probe[key] = value;
-    }
-    obj["startupProbe"] = out_probe;
-  }
+  if (keys.contains("startupProbe") && !BuildProbe(check, in.value("startupProbe", json()),
+                                                   where + ".startupProbe", out.startup_probe))
+    return false;
+  if (keys.contains("readinessProbe") &&
+      !BuildProbe(check, in.value("readinessProbe", json()), where + ".readinessProbe",
+                  out.readiness_probe))
+    return false;
   return true;
+}
+
+// `base` plus the given fields (null ones left out), rendered.
+InjectedContainer Compose(const InjectedContainer& base,
+                          std::initializer_list<std::pair<const char*, json>> fields) {
+  InjectedContainer out = base;
+  for (const auto& [key, value] : fields)
+    if (!value.is_null()) out.object[key] = value;
+  out.text = out.object.dump();
+  return out;
+}
+
+// The containers per attach mode. Only on cold-plug with native sidecars does gridd's startup
+// probe hold anything back (the next init containers and the workload wait for it, and the
+// vGPU is there to be licensed); everywhere else a startup probe would either block the hot-plug
+// that the probe waits for, or hold back nothing, so readiness alone reports the licence.
+void ComposeInjections(const ContainerSpec& driver, const ContainerSpec& gridd, Config& config) {
+  const bool native = config.sidecar_mode == SidecarMode::kNative;
+  const json sidecar = native ? json("Always") : json();
+  config.cold_plug.driver = Compose(driver.base, {{"args", driver.args}});
+  config.cold_plug.gridd =
+      Compose(gridd.base, {{"args", gridd.args},
+                           {"startupProbe", native ? gridd.startup_probe : json()},
+                           {"readinessProbe", gridd.readiness_probe},
+                           {"restartPolicy", sidecar}});
+  config.cold_plug.driver_is_init_container = true;
+  config.hot_plug.driver =
+      Compose(driver.base, {{"args", driver.hot_plug_args}, {"restartPolicy", sidecar}});
+  config.hot_plug.gridd = Compose(gridd.base, {{"args", gridd.args},
+                                               {"readinessProbe", gridd.readiness_probe},
+                                               {"restartPolicy", sidecar}});
+  config.hot_plug.driver_is_init_container = false;
 }
 
 // [-._a-zA-Z][-._a-zA-Z0-9]*, the API server's rule for env var names.
@@ -341,13 +426,16 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
   auto fail = [&]() -> Expected<std::shared_ptr<const Config>> {
     return Error{"invalid webhook config: " + check.failure};
   };
-  if (!check.KnownKeys(in, "the config",
-                       {"runtimeClassNames", "resourcePrefixes", "excludedNamespaces",
-                        "optOutAnnotation", "markerAnnotation", "nonKataPods", "runtimeClassToSet",
-                        "sidecarMode", "volumes", "driverInit", "gridd", "workload"}))
+  if (!check.KnownKeys(
+          in, "the config",
+          {"runtimeClassNames", "coldPlugRuntimeClassNames", "resourcePrefixes",
+           "excludedNamespaces", "optOutAnnotation", "markerAnnotation", "nonKataPods",
+           "runtimeClassToSet", "sidecarMode", "volumes", "driverInit", "gridd", "workload"}))
     return fail();
   if (!check.StringList(in.value("runtimeClassNames", json()), "runtimeClassNames",
                         config->runtime_class_names, false) ||
+      !check.StringList(in.value("coldPlugRuntimeClassNames", json()), "coldPlugRuntimeClassNames",
+                        config->cold_plug_runtime_class_names, true) ||
       !check.StringList(in.value("resourcePrefixes", json()), "resourcePrefixes",
                         config->resource_prefixes, false) ||
       !check.StringList(in.value("excludedNamespaces", json()), "excludedNamespaces",
@@ -382,6 +470,15 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
                "' must be one of runtimeClassNames");
     return fail();
   }
+  // A misspelt class here would silently make a cold-plug class hot-plug.
+  for (const auto& name : config->cold_plug_runtime_class_names) {
+    if (std::find(classes.begin(), classes.end(), name) == classes.end()) {
+      check.Fail("coldPlugRuntimeClassNames entry '" + name +
+                 "' must be one of runtimeClassNames (a config that sets runtimeClassNames "
+                 "sets coldPlugRuntimeClassNames too, [] when no class cold-plugs)");
+      return fail();
+    }
+  }
 
   std::set<std::string> volume_names;
   const json& volumes = in.value("volumes", json());
@@ -415,12 +512,13 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
   }
 
   const auto& prefixes = config->resource_prefixes;
+  ContainerSpec driver, gridd;
   if (!BuildContainer(check, in.value("driverInit", json()), "driverInit", volume_names, prefixes,
-                      false, config->driver_init) ||
-      !BuildContainer(check, in.value("gridd", json()), "gridd", volume_names, prefixes, true,
-                      config->gridd))
+                      {"hotPlugArgs"}, driver) ||
+      !BuildContainer(check, in.value("gridd", json()), "gridd", volume_names, prefixes,
+                      {"startupProbe", "readinessProbe"}, gridd))
     return fail();
-  if (config->driver_init.name == config->gridd.name) {
+  if (driver.base.name == gridd.base.name) {
     check.Fail("driverInit.name and gridd.name must differ");
     return fail();
   }
@@ -452,11 +550,8 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
     config->workload_env.push_back(var);
   }
 
-  if (config->sidecar_mode == SidecarMode::kNative)
-    config->gridd.object["restartPolicy"] = "Always";
+  ComposeInjections(driver, gridd, *config);
   for (const auto& volume : config->volumes) config->volume_texts.push_back(volume.object.dump());
-  config->driver_init_text = config->driver_init.object.dump();
-  config->gridd_text = config->gridd.object.dump();
   for (const auto& mount : config->workload_mounts)
     config->workload_mount_texts.push_back(mount.dump());
   for (const auto& var : config->workload_env) config->workload_env_texts.push_back(var.dump());
@@ -475,6 +570,12 @@ Expected<json> ParseYaml(std::string_view text, const std::string& what) {
 }
 
 }  // namespace
+
+AttachMode Config::AttachModeOf(std::string_view runtime_class) const {
+  const auto& cold = cold_plug_runtime_class_names;
+  return std::find(cold.begin(), cold.end(), runtime_class) != cold.end() ? AttachMode::kColdPlug
+                                                                          : AttachMode::kHotPlug;
+}
 
 bool IsDnsLabel(std::string_view name) {
   if (name.empty() || name.size() > 63) return false;

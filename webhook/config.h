@@ -20,18 +20,39 @@ enum class NonKataPolicy {
                      // still refused: the author chose it)
 };
 
-// How the licensing daemon runs next to the workload.
+// How the long-running injected containers (gridd; on hot-plug also the driver loader) run.
 enum class SidecarMode {
-  kNative,   // init container with restartPolicy: Always (Kubernetes >= 1.29): starts licensed
-             // before the workload and does not keep Jobs from completing
-  kClassic,  // an ordinary container, for clusters without native sidecars
+  kNative,   // init containers with restartPolicy: Always (Kubernetes >= 1.29): they do not keep
+             // Jobs from completing, and on cold-plug gridd's startup probe holds the workload
+             // until the vGPU is licensed
+  kClassic,  // ordinary containers, for clusters without native sidecars
+};
+
+// When Kata attaches the pod's VFIO devices to the VM, which decides what may wait for them.
+enum class AttachMode {
+  kHotPlug,   // hot_plug_vfio: the device arrives when the container that asks for it is
+              // created, i.e. after every init container and after native sidecars started
+  kColdPlug,  // cold_plug_vfio: every device is there when the VM boots
 };
 
 // A container the webhook adds. Stored as the JSON object that goes into the patch; `name` and
-// the volume names inside `volumeMounts` are rewritten at admission when they clash.
+// the volume names inside `volumeMounts` are rewritten at admission when they clash. `text` is
+// `object` rendered once at load: an admission without name clashes copies it instead of
+// building and serialising JSON per request.
 struct InjectedContainer {
   std::string name;
   nlohmann::json object;
+  std::string text;
+};
+
+// The two injected containers as they go into a pod of one attach mode.
+struct Injection {
+  InjectedContainer driver;  // loads the guest driver
+  InjectedContainer gridd;   // the licensing daemon
+  // Cold-plug: the driver loader is an ordinary init container that runs to completion before
+  // anything else. Hot-plug: it cannot (the device is not there yet), so it is a sidecar that
+  // waits for the device, loads the driver and stays.
+  bool driver_is_init_container = true;
 };
 
 struct InjectedVolume {
@@ -41,6 +62,9 @@ struct InjectedVolume {
 
 struct Config {
   std::vector<std::string> runtime_class_names;
+  // The subset of runtime_class_names whose Kata configuration cold-plugs VFIO devices; every
+  // other class is treated as hot-plug (whose setup also works, only later, on cold-plug).
+  std::vector<std::string> cold_plug_runtime_class_names;
   std::vector<std::string> resource_prefixes;
   std::vector<std::string> excluded_namespaces;
   std::string opt_out_annotation;  // the pod opts out when this annotation is "false"
@@ -50,20 +74,22 @@ struct Config {
   SidecarMode sidecar_mode = SidecarMode::kNative;
 
   std::vector<InjectedVolume> volumes;
-  InjectedContainer driver_init;
-  InjectedContainer gridd;
+  Injection hot_plug;
+  Injection cold_plug;
   // Added to every container that asks for a vGPU (skipped per item when the container already
   // has a mount at that path or an env var of that name: the pod author wins).
   nlohmann::json workload_mounts = nlohmann::json::array();
   nlohmann::json workload_env = nlohmann::json::array();
 
-  // The same objects as JSON text, rendered once at load: an admission without name clashes
-  // copies these instead of building and serialising JSON per request.
+  // The same objects as JSON text, rendered once at load (see InjectedContainer::text).
   std::vector<std::string> volume_texts;  // parallel to `volumes`
-  std::string driver_init_text;
-  std::string gridd_text;  // includes restartPolicy: Always in native mode
   std::vector<std::string> workload_mount_texts;
   std::vector<std::string> workload_env_texts;
+
+  AttachMode AttachModeOf(std::string_view runtime_class) const;
+  const Injection& InjectionFor(AttachMode mode) const {
+    return mode == AttachMode::kColdPlug ? cold_plug : hot_plug;
+  }
 };
 
 // The built-in defaults: a valid config on its own, and the base every YAML file overrides.

@@ -140,10 +140,10 @@ json RenameMounts(json mounts, const std::map<std::string, std::string>& volume_
 
 // The injected container as JSON text: the pre-rendered one unless a clash renamed it or a
 // volume it mounts.
-std::string ContainerText(const InjectedContainer& container, const std::string& text,
-                          const std::string& name, bool volumes_renamed,
+std::string ContainerText(const InjectedContainer& container, const std::string& name,
+                          bool volumes_renamed,
                           const std::map<std::string, std::string>& volume_names) {
-  if (name == container.name && !volumes_renamed) return text;
+  if (name == container.name && !volumes_renamed) return container.text;
   json object = container.object;
   object["name"] = name;
   if (object.contains("volumeMounts"))
@@ -320,37 +320,58 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
     AppendAll(patch, path + "/env", env, add_env);
   }
 
-  std::string driver = ContainerText(config.driver_init, config.driver_init_text,
-                                     UniqueName(config.driver_init.name, container_names),
-                                     volumes_renamed, volume_name);
+  const AttachMode mode =
+      config.AttachModeOf(set_runtime_class ? config.runtime_class_to_set : runtime);
+  const Injection& injection = config.InjectionFor(mode);
+  std::string driver =
+      ContainerText(injection.driver, UniqueName(injection.driver.name, container_names),
+                    volumes_renamed, volume_name);
   std::string gridd =
-      ContainerText(config.gridd, config.gridd_text, UniqueName(config.gridd.name, container_names),
+      ContainerText(injection.gridd, UniqueName(injection.gridd.name, container_names),
                     volumes_renamed, volume_name);
 
-  // The driver must be loaded before anything, including user init containers that use the GPU.
-  std::vector<std::string> front{driver};
-  if (config.sidecar_mode == SidecarMode::kNative) front.push_back(gridd);
+  // Init containers run in order, so the driver loader goes first; the containers that live as
+  // long as the pod go where the sidecar mode puts them.
+  const bool native = config.sidecar_mode == SidecarMode::kNative;
+  std::vector<std::string> front, back;
+  if (injection.driver_is_init_container || native) {
+    front.push_back(driver);
+  } else {
+    back.push_back(driver);
+  }
+  if (native) {
+    front.push_back(gridd);
+  } else {
+    back.push_back(gridd);
+  }
   if (AbsentOrNull(*view.init_containers)) {
     AppendAll(patch, "/spec/initContainers", *view.init_containers, front);
   } else {
     for (size_t i = 0; i < front.size(); ++i)
       patch.AddJson("/spec/initContainers/" + std::to_string(i), front[i]);
   }
-  if (config.sidecar_mode == SidecarMode::kClassic) {
-    patch.AddJson("/spec/containers/-", gridd);
-    bool init_uses_vgpu = std::any_of(
-        vgpu_containers.begin(), vgpu_containers.end(),
-        [](const ContainerRef& ref) { return ref.list == std::string_view("initContainers"); });
-    if (init_uses_vgpu)
-      decision.warnings.push_back(
-          "kata-vgpu: classic sidecar mode: init containers run before nvidia-gridd and so "
-          "without a vGPU licence");
-    const json& restart = Field(*view.spec, "restartPolicy");
-    if (restart.is_string() && restart != "Always")
-      decision.warnings.push_back(
-          "kata-vgpu: classic sidecar mode: the nvidia-gridd container keeps running, so this "
-          "pod will not complete on its own");
+  for (const auto& container : back) patch.AddJson("/spec/containers/-", container);
+
+  bool init_uses_vgpu = std::any_of(
+      vgpu_containers.begin(), vgpu_containers.end(),
+      [](const ContainerRef& ref) { return ref.list == std::string_view("initContainers"); });
+  if (init_uses_vgpu && mode == AttachMode::kHotPlug) {
+    decision.warnings.push_back(
+        native ? "kata-vgpu: this runtime class hot-plugs the vGPU: an init container that uses "
+                 "it may start before the driver is loaded, and runs without a vGPU licence"
+               : "kata-vgpu: classic sidecar mode on a hot-plug runtime class: the driver is "
+                 "loaded by an ordinary container, so init containers that use the vGPU find no "
+                 "driver");
+  } else if (init_uses_vgpu && !native) {
+    decision.warnings.push_back(
+        "kata-vgpu: classic sidecar mode: init containers run before nvidia-gridd and so "
+        "without a vGPU licence");
   }
+  const json& restart = Field(*view.spec, "restartPolicy");
+  if (!back.empty() && restart.is_string() && restart != "Always")
+    decision.warnings.push_back(
+        "kata-vgpu: classic sidecar mode: the injected containers keep running, so this pod "
+        "will not complete on its own");
 
   decision.outcome = PodOutcome::kMutated;
   decision.patch = patch.Text();

@@ -9,14 +9,56 @@ namespace {
 
 TEST(Config, DefaultsDescribeTheDocumentedSetup) {
   auto config = DefaultConfig();
-  EXPECT_EQ(config->runtime_class_names, std::vector<std::string>{"kata"});
+  // The RuntimeClasses kata-config/runtimeclass.yaml ships, plus Kata's own default name.
+  EXPECT_EQ(config->runtime_class_names,
+            (std::vector<std::string>{"kata", "kata-vgpu", "kata-vgpu-vf"}));
+  // Only the VF class cold-plugs (kata-config/configuration-kata-vgpu-vf.toml).
+  EXPECT_EQ(config->cold_plug_runtime_class_names, std::vector<std::string>{"kata-vgpu-vf"});
+  EXPECT_EQ(config->AttachModeOf("kata-vgpu-vf"), AttachMode::kColdPlug);
+  EXPECT_EQ(config->AttachModeOf("kata-vgpu"), AttachMode::kHotPlug);
+  EXPECT_EQ(config->AttachModeOf("kata"), AttachMode::kHotPlug);
   EXPECT_EQ(config->resource_prefixes, std::vector<std::string>{"tencent.com/vgpu-"});
   EXPECT_EQ(config->non_kata_policy, NonKataPolicy::kDeny);
   EXPECT_EQ(config->sidecar_mode, SidecarMode::kNative);
   EXPECT_EQ(config->volumes.size(), 4u);
-  EXPECT_EQ(config->gridd.object["startupProbe"]["exec"]["command"][2],
-            "/usr/local/nvidia/bin/nvidia-smi -q | grep -Eq 'License Status +: +Licensed'");
-  EXPECT_EQ(config->driver_init.object["securityContext"]["privileged"], true);
+  const std::string licensed =
+      "/usr/local/nvidia/bin/nvidia-smi -q | grep -Eq 'License Status +: +Licensed'";
+  EXPECT_EQ(config->cold_plug.gridd.object["startupProbe"]["exec"]["command"][2], licensed);
+  EXPECT_EQ(config->cold_plug.gridd.object["readinessProbe"]["exec"]["command"][2], licensed);
+  EXPECT_EQ(config->hot_plug.gridd.object["readinessProbe"]["exec"]["command"][2], licensed);
+  EXPECT_FALSE(config->hot_plug.gridd.object.contains("startupProbe"));
+  EXPECT_EQ(config->cold_plug.driver.object["securityContext"]["privileged"], true);
+  EXPECT_EQ(config->hot_plug.driver.object["securityContext"]["privileged"], true);
+  EXPECT_FALSE(config->cold_plug.driver.object.contains("restartPolicy"));
+  EXPECT_EQ(config->hot_plug.driver.object["restartPolicy"], "Always");
+  for (const auto* injection : {&config->hot_plug, &config->cold_plug}) {
+    EXPECT_EQ(injection->driver.text, injection->driver.object.dump());
+    EXPECT_EQ(injection->gridd.text, injection->gridd.object.dump());
+  }
+}
+
+TEST(Config, HotPlugDriverLoaderWaitsForTheNvidiaFunctionThenStays) {
+  const std::string script = DefaultConfig()->hot_plug.driver.object["args"][0];
+  const std::string cold = DefaultConfig()->cold_plug.driver.object["args"][0];
+  auto before = [&](const char* a, const char* b) {
+    return script.find(a) != std::string::npos && script.find(a) < script.find(b);
+  };
+  EXPECT_TRUE(before("/sys/bus/pci/devices/*/vendor", "modprobe -d"));
+  EXPECT_NE(script.find("0x10de"), std::string::npos);
+  EXPECT_TRUE(before("modprobe -d", "while :; do sleep"));
+  EXPECT_EQ(cold.find("sleep"), std::string::npos) << "an init container must finish";
+}
+
+TEST(Config, ClassicModeAndDroppedProbes) {
+  auto config = ParseConfig("sidecarMode: classic\ngridd: {readinessProbe: null}\n");
+  ASSERT_TRUE(config.ok()) << config.error();
+  for (const auto* injection : {&config.value()->hot_plug, &config.value()->cold_plug}) {
+    EXPECT_FALSE(injection->driver.object.contains("restartPolicy"));
+    EXPECT_FALSE(injection->gridd.object.contains("restartPolicy"));
+    // A startup probe on an ordinary container holds nothing back; readiness was dropped.
+    EXPECT_FALSE(injection->gridd.object.contains("startupProbe"));
+    EXPECT_FALSE(injection->gridd.object.contains("readinessProbe"));
+  }
 }
 
 TEST(Config, OverridesMergeIntoNestedDefaults) {
@@ -28,11 +70,12 @@ gridd:
 excludedNamespaces: []
 )");
   ASSERT_TRUE(config.ok()) << config.error();
-  EXPECT_EQ(config.value()->driver_init.object["image"], "registry.example/loader:2");
-  EXPECT_EQ(config.value()->driver_init.object["command"],
-            DefaultConfig()->driver_init.object["command"]);
-  EXPECT_EQ(config.value()->gridd.object["startupProbe"]["periodSeconds"], 2);
-  EXPECT_EQ(config.value()->gridd.object["startupProbe"]["failureThreshold"], 120);
+  EXPECT_EQ(config.value()->cold_plug.driver.object["image"], "registry.example/loader:2");
+  EXPECT_EQ(config.value()->hot_plug.driver.object["image"], "registry.example/loader:2");
+  EXPECT_EQ(config.value()->cold_plug.driver.object["command"],
+            DefaultConfig()->cold_plug.driver.object["command"]);
+  EXPECT_EQ(config.value()->cold_plug.gridd.object["startupProbe"]["periodSeconds"], 2);
+  EXPECT_EQ(config.value()->cold_plug.gridd.object["startupProbe"]["failureThreshold"], 120);
   EXPECT_TRUE(config.value()->excluded_namespaces.empty());
 }
 
@@ -87,6 +130,14 @@ TEST(Config, BrokenConfigsAreRefusedNamingTheProblem) {
        "listed twice"},
       {"empty command", "gridd: {command: []}\n", "command"},
       {"probe period zero", "gridd: {startupProbe: {periodSeconds: 0}}\n", "periodSeconds"},
+      {"readiness probe without command", "gridd: {readinessProbe: {command: []}}\n",
+       "readinessProbe.command"},
+      {"cold-plug class not in scope", "coldPlugRuntimeClassNames: [kata-vgpu-fv]\n",
+       "coldPlugRuntimeClassNames entry 'kata-vgpu-fv'"},
+      {"hotPlugArgs belong to the driver loader", "gridd: {hotPlugArgs: [x]}\n",
+       "unknown key 'hotPlugArgs'"},
+      {"probes belong to gridd", "driverInit: {readinessProbe: {command: [x]}}\n",
+       "unknown key 'readinessProbe'"},
       {"bad pull policy", "gridd: {imagePullPolicy: Sometimes}\n", "imagePullPolicy"},
       {"env without value", "workload: {env: [{name: A}]}\n", "value"},
       {"duplicate env", "workload: {env: [{name: A, value: x}, {name: A, value: y}]}\n", "unique"},

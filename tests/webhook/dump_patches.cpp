@@ -32,10 +32,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (decision->outcome != PodOutcome::kMutated) continue;
-    nlohmann::json out = {{"description", c.description},
-                          {"pod", pod},
-                          {"patch", nlohmann::json::parse(decision->patch)},
-                          {"markerAnnotation", config.value()->marker_annotation}};
+    nlohmann::json out = {
+        {"description", c.description},
+        {"pod", pod},
+        {"patch", nlohmann::json::parse(decision->patch)},
+        {"markerAnnotation", config.value()->marker_annotation},
+        {"coldPlugRuntimeClassNames", config.value()->cold_plug_runtime_class_names}};
     std::ofstream file(std::filesystem::path(argv[1]) /
                        ("case-" + std::to_string(written++) + ".json"));
     file << out.dump(2) << "\n";

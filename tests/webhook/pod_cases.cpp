@@ -45,6 +45,155 @@ json ApplyPatch(const json& document, const json& patch) {
   return document.patch(patch);
 }
 
+namespace {
+
+// How one injected container must look in a mutated pod.
+struct InjectedShape {
+  std::string name;
+  bool init_container;  // at the front of initContainers, else at the end of containers
+  bool sidecar;         // restartPolicy: Always
+  bool startup_probe;
+  bool readiness_probe;
+  bool waits_for_hot_plug;  // its command waits for an NVIDIA PCI function to appear
+};
+
+struct AttachModeCase {
+  std::string description;
+  std::string config_yaml;
+  const char* runtime_class;  // nullptr: the pod names none
+  bool init_container_uses_vgpu;
+  std::string pod_restart_policy;
+  std::vector<InjectedShape> injected;  // in pod order
+  size_t warnings;
+};
+
+// Both attach modes under both sidecar modes, the shapes they must produce and why.
+void AddAttachModeCases(std::vector<PodCase>& cases) {
+  const InjectedShape hot_driver_sidecar{"kvgpu-driver-init", true, true, false, false, true};
+  const InjectedShape hot_gridd_sidecar{"nvidia-gridd", true, true, false, true, false};
+  const InjectedShape cold_driver_init{"kvgpu-driver-init", true, false, false, false, false};
+  const InjectedShape cold_gridd_sidecar{"nvidia-gridd", true, true, true, true, false};
+  const InjectedShape hot_driver_container{"kvgpu-driver-init", false, false, false, false, true};
+  const InjectedShape gridd_container{"nvidia-gridd", false, false, false, true, false};
+  const std::string classic = "sidecarMode: classic\n";
+  std::vector<AttachModeCase> table = {
+      {"hot-plug (kata), native: driver loader and gridd are sidecars nothing waits for; gridd "
+       "readiness reports the licence",
+       "",
+       "kata",
+       false,
+       "Always",
+       {hot_driver_sidecar, hot_gridd_sidecar},
+       0},
+      {"hot-plug (kata-vgpu), native, a user init container uses the vGPU: warned it may start "
+       "before the driver",
+       "",
+       "kata-vgpu",
+       true,
+       "Always",
+       {hot_driver_sidecar, hot_gridd_sidecar},
+       1},
+      {"cold-plug (kata-vgpu-vf), native: the driver init container runs to completion and "
+       "gridd's startup probe holds the workload until licensed",
+       "",
+       "kata-vgpu-vf",
+       false,
+       "Always",
+       {cold_driver_init, cold_gridd_sidecar},
+       0},
+      {"cold-plug, native, a Job with a vGPU init container: licensed before it, no warning",
+       "",
+       "kata-vgpu-vf",
+       true,
+       "Never",
+       {cold_driver_init, cold_gridd_sidecar},
+       0},
+      {"cold-plug, classic: driver init container, gridd an ordinary container with readiness "
+       "only",
+       classic,
+       "kata-vgpu-vf",
+       false,
+       "Always",
+       {cold_driver_init, gridd_container},
+       0},
+      {"cold-plug, classic, a Job with a vGPU init container: unlicensed init, never completes",
+       classic,
+       "kata-vgpu-vf",
+       true,
+       "Never",
+       {cold_driver_init, gridd_container},
+       2},
+      {"hot-plug, classic: driver loader and gridd are both ordinary containers",
+       classic,
+       "kata",
+       false,
+       "Always",
+       {hot_driver_container, gridd_container},
+       0},
+      {"hot-plug, classic, a Job with a vGPU init container: no driver for it, never completes",
+       classic,
+       "kata",
+       true,
+       "OnFailure",
+       {hot_driver_container, gridd_container},
+       2},
+      {"setRuntimeClass to a cold-plug class: the mode follows the class that was set",
+       "nonKataPods: setRuntimeClass\nruntimeClassToSet: kata-vgpu-vf\n",
+       nullptr,
+       false,
+       "Always",
+       {cold_driver_init, cold_gridd_sidecar},
+       1},
+      {"an admin's own cold-plug list makes plain kata cold-plug",
+       "coldPlugRuntimeClassNames: [kata]\n",
+       "kata",
+       false,
+       "Always",
+       {cold_driver_init, cold_gridd_sidecar},
+       0},
+  };
+  for (const AttachModeCase& row : table) {
+    auto edit = [row](json& pod) {
+      if (row.runtime_class != nullptr) pod["spec"]["runtimeClassName"] = row.runtime_class;
+      pod["spec"]["restartPolicy"] = row.pod_restart_policy;
+      VgpuLimit(Web(pod));
+      if (row.init_container_uses_vgpu) {
+        json setup = Container("setup");
+        VgpuLimit(setup);
+        pod["spec"]["initContainers"] = json::array({setup});
+      }
+    };
+    auto check = [row](const json& pod, const PodDecision& decision) {
+      const json& init = pod["spec"].value("initContainers", json::array());
+      const json& containers = pod["spec"]["containers"];
+      size_t at_front = 0, at_back = 0;
+      for (const auto& expected : row.injected) (expected.init_container ? at_front : at_back)++;
+      ASSERT_GE(init.size(), at_front);
+      ASSERT_GE(containers.size(), at_back);
+      size_t front = 0, back = containers.size() - at_back;
+      for (const auto& expected : row.injected) {
+        SCOPED_TRACE(expected.name);
+        const json& c = expected.init_container ? init[front++] : containers[back++];
+        EXPECT_EQ(c["name"], expected.name);
+        EXPECT_EQ(c.value("restartPolicy", ""), expected.sidecar ? "Always" : "");
+        EXPECT_EQ(c.contains("startupProbe"), expected.startup_probe);
+        EXPECT_EQ(c.contains("readinessProbe"), expected.readiness_probe);
+        EXPECT_EQ(c.dump().find("0x10de") != std::string::npos, expected.waits_for_hot_plug);
+      }
+      // User init containers follow the injected ones; the workload stays first.
+      if (row.init_container_uses_vgpu) {
+        EXPECT_EQ(init[at_front]["name"], "setup");
+      }
+      EXPECT_EQ(containers[0]["name"], "web");
+      EXPECT_EQ(decision.warnings.size(), row.warnings);
+    };
+    cases.push_back(
+        {row.description, edit, PodOutcome::kMutated, row.config_yaml, "default", check});
+  }
+}
+
+}  // namespace
+
 std::vector<PodCase> PodCases() {
   std::vector<PodCase> cases;
   cases.push_back(
@@ -60,8 +209,6 @@ std::vector<PodCase> PodCases() {
                      ASSERT_EQ(init.size(), 2u);
                      EXPECT_EQ(init[0]["name"], "kvgpu-driver-init");
                      EXPECT_EQ(init[1]["name"], "nvidia-gridd");
-                     EXPECT_EQ(init[1]["restartPolicy"], "Always");
-                     EXPECT_TRUE(init[1].contains("startupProbe"));
                      EXPECT_EQ(init[0]["securityContext"]["privileged"], true);
                      // The user's own volume and mount stay where they were.
                      EXPECT_EQ(pod["spec"]["volumes"][0]["name"], "kube-api-access-7pc2d");
@@ -301,20 +448,6 @@ std::vector<PodCase> PodCases() {
                      VgpuLimit(Web(pod), "tencent.com/vgpu-mtty-2");
                    },
                    PodOutcome::kMutated});
-  cases.push_back({"classic sidecar mode: gridd is an ordinary container, warnings for Jobs",
-                   [](json& pod) {
-                     Kata(pod);
-                     VgpuLimit(Web(pod));
-                     pod["spec"]["restartPolicy"] = "Never";
-                   },
-                   PodOutcome::kMutated, "sidecarMode: classic\n", "default",
-                   [](const json& pod, const PodDecision& decision) {
-                     ASSERT_EQ(pod["spec"]["initContainers"].size(), 1u);
-                     const json& last = pod["spec"]["containers"].back();
-                     EXPECT_EQ(last["name"], "nvidia-gridd");
-                     EXPECT_FALSE(last.contains("restartPolicy"));
-                     EXPECT_EQ(decision.warnings.size(), 1u);
-                   }});
   cases.push_back({"marker annotation key with '~' and '/' is escaped as ~0 and ~1",
                    [](json& pod) {
                      Kata(pod);
@@ -337,12 +470,10 @@ std::vector<PodCase> PodCases() {
                    },
                    PodOutcome::kMutated, "", "default",
                    [](const json& pod, const PodDecision&) {
-                     auto defaults = webhook::DefaultConfig();
+                     const auto& injected = webhook::DefaultConfig()->hot_plug;
                      const json& init = pod["spec"]["initContainers"];
-                     EXPECT_EQ(init[0]["command"], defaults->driver_init.object["command"]);
-                     EXPECT_EQ(init[0]["args"], defaults->driver_init.object["args"]);
-                     EXPECT_EQ(init[1]["args"], defaults->gridd.object["args"]);
-                     EXPECT_EQ(init[1]["startupProbe"], defaults->gridd.object["startupProbe"]);
+                     EXPECT_EQ(init[0], injected.driver.object);
+                     EXPECT_EQ(init[1], injected.gridd.object);
                    }});
   cases.push_back({"second configured runtime class and second resource prefix",
                    [](json& pod) {
@@ -350,7 +481,7 @@ std::vector<PodCase> PodCases() {
                      VgpuLimit(Web(pod), "example.com/mdev-a");
                    },
                    PodOutcome::kMutated,
-                   "runtimeClassNames: [kata, kata-qemu]\n"
+                   "runtimeClassNames: [kata, kata-qemu]\ncoldPlugRuntimeClassNames: []\n"
                    "resourcePrefixes: [tencent.com/vgpu-, example.com/mdev-]\n"});
   cases.push_back({"namespace taken from metadata when the request names none",
                    [](json& pod) {
@@ -359,6 +490,7 @@ std::vector<PodCase> PodCases() {
                      pod["metadata"]["namespace"] = "kube-system";
                    },
                    PodOutcome::kExcludedNamespace, "", ""});
+  AddAttachModeCases(cases);
   return cases;
 }
 

@@ -60,7 +60,8 @@ void ExpectValidInjectedPod(const json& before, const json& pod, const Config& c
     const json& old_list = before["spec"].value(list, json::array());
     if (!old_list.is_array()) continue;
     std::vector<std::string> kept;
-    for (const auto& c : pod["spec"][list]) kept.push_back(c["name"].get<std::string>());
+    for (const auto& c : pod["spec"].value(list, json::array()))
+      kept.push_back(c["name"].get<std::string>());
     size_t at = 0;
     for (const auto& c : old_list) {
       while (at < kept.size() && kept[at] != c["name"]) ++at;
@@ -68,15 +69,33 @@ void ExpectValidInjectedPod(const json& before, const json& pod, const Config& c
     }
   }
 
-  // Injected containers never take a vGPU; every vGPU container can reach the driver.
-  const json& init = pod["spec"]["initContainers"];
-  EXPECT_FALSE(AsksForVgpu(init[0], config));
-  const json& gridd =
-      config.sidecar_mode == SidecarMode::kNative ? init[1] : pod["spec"]["containers"].back();
-  EXPECT_FALSE(AsksForVgpu(gridd, config));
+  // Injected containers never take a vGPU. On hot-plug none of them may hold back the start of
+  // the containers whose creation attaches the vGPU: no ordinary init container (it would have
+  // to finish first) and no startup probe on a sidecar (the next containers wait for it).
+  std::set<std::string> user_names;
+  for (const char* list : {"containers", "initContainers", "ephemeralContainers"})
+    for (const auto& c : before["spec"].value(list, json::array()))
+      user_names.insert(c["name"].get<std::string>());
+  const json& runtime_class = pod["spec"]["runtimeClassName"];
+  const bool hot_plug =
+      config.AttachModeOf(runtime_class.get<std::string>()) == AttachMode::kHotPlug;
+  int injected = 0;
+  for (const char* list : {"containers", "initContainers"}) {
+    for (const auto& c : pod["spec"].value(list, json::array())) {
+      if (user_names.contains(c["name"].get<std::string>())) continue;
+      ++injected;
+      SCOPED_TRACE(c["name"].get<std::string>());
+      EXPECT_FALSE(AsksForVgpu(c, config));
+      if (hot_plug && list == std::string_view("initContainers")) {
+        EXPECT_EQ(c.value("restartPolicy", ""), "Always");
+        EXPECT_FALSE(c.contains("startupProbe"));
+      }
+    }
+  }
+  EXPECT_EQ(injected, 2);
   std::string driver_path = config.workload_mounts[0]["mountPath"];
   for (const char* list : {"containers", "initContainers"}) {
-    for (const auto& c : pod["spec"][list]) {
+    for (const auto& c : pod["spec"].value(list, json::array())) {
       if (!AsksForVgpu(c, config)) continue;
       bool mounted = false;
       for (const auto& m : c["volumeMounts"]) mounted |= m["mountPath"] == driver_path;

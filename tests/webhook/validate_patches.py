@@ -51,8 +51,36 @@ def api_server_checks(pod):
                 problems.append("%s: duplicate env %s" % (c["name"], env))
             if c.get("restartPolicy") not in (None, "Always"):
                 problems.append("%s: restartPolicy %s" % (c["name"], c["restartPolicy"]))
+            # Only init containers may set restartPolicy, and only those that are sidecars
+            # (restartPolicy: Always) may have probes.
+            if kind == "containers" and "restartPolicy" in c:
+                problems.append("%s: restartPolicy on an ordinary container" % c["name"])
+            if kind == "initContainers" and c.get("restartPolicy") != "Always":
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    if probe in c:
+                        problems.append("%s: %s on an init container that is no sidecar" % (c["name"], probe))
     if len(names) != len(set(names)):
         problems.append("duplicate container names: %s" % names)
+    return problems
+
+
+def hot_plug_checks(pod, patched):
+    """On hot-plug the vGPU is attached when the container asking for it is created, which
+    kubelet does only after every init container finished and every sidecar started (passed its
+    startup probe). An injected init container that must finish, or a sidecar with a startup
+    probe, waiting for that device deadlocks the pod."""
+    problems = []
+    users = {c["name"] for kind in ("initContainers", "containers", "ephemeralContainers")
+             for c in pod["spec"].get(kind) or []}
+    for c in patched["spec"].get("initContainers") or []:
+        if c["name"] in users:
+            continue
+        if c.get("restartPolicy") != "Always":
+            problems.append("hot-plug: injected init container %s must finish before the vGPU "
+                            "arrives" % c["name"])
+        if "startupProbe" in c:
+            problems.append("hot-plug: injected sidecar %s has a startup probe the vGPU's "
+                            "arrival waits for" % c["name"])
     return problems
 
 
@@ -83,6 +111,8 @@ def main():
             if before:
                 print("note %s: the input pod itself has %d schema violation(s)" % (name, len(before)))
             problems += api_server_checks(patched)
+            if patched["spec"].get("runtimeClassName") not in case["coldPlugRuntimeClassNames"]:
+                problems += hot_plug_checks(case["pod"], patched)
             if patched["metadata"].get("annotations", {}).get(case["markerAnnotation"]) != "true":
                 problems.append("marker annotation missing")
             if problems:
@@ -94,6 +124,12 @@ def main():
         broken = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": 7}]}}
         if validator.is_valid(broken):
             print("FAIL the schema accepted a container whose name is a number")
+            failures += 1
+        # Likewise the hot-plug check: the cold-plug layout must fail it.
+        cold = {"spec": {"initContainers": [{"name": "driver"}, {"name": "gridd", "restartPolicy": "Always",
+                                                                 "startupProbe": {}}]}}
+        if len(hot_plug_checks({"spec": {}}, cold)) != 2:
+            print("FAIL the hot-plug check accepted the cold-plug layout")
             failures += 1
         print("%d passed, %d failed" % (len(files) - failures, failures))
     return 1 if failures or not files else 0
