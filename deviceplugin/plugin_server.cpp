@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
+#include <vector>
+
 #include "deviceplugin/resource_naming.h"
 #include "kubelet/deviceplugin/v1beta1/api.grpc.pb.h"
 
@@ -66,54 +69,195 @@ api::ListAndWatchResponse ToList(const WireList& devices) {
 
 }  // namespace
 
-class PluginServer::Service final : public api::DevicePlugin::Service {
- public:
-  Service(const std::string& resource, ResourceManager& manager, std::shared_ptr<Signal> signal,
-          PushObserver on_push)
-      : resource_(resource),
-        manager_(manager),
-        signal_(std::move(signal)),
-        on_push_(std::move(on_push)) {}
+using Clock = std::chrono::steady_clock;
 
-  grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const api::Empty*,
-                                      api::DevicePluginOptions* options) override {
+// One kubelet ListAndWatch stream. gRPC holds it (self_) until OnDone; the server's Streams only
+// watch it, so a stream that ended on its own is never touched by a later change.
+// gRPC may run a reaction (OnWriteDone, OnDone) inline in whichever thread starts an operation,
+// so no lock is held while StartWrite or Finish is called; and Finish is only called with no
+// write in flight, which is what makes the calls made after unlocking safe: OnDone (and the
+// reactor's end) cannot come before them.
+class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWatchResponse> {
+ public:
+  ListAndWatchStream(std::string resource, PluginServer::PushObserver on_push)
+      : resource_(std::move(resource)), on_push_(std::move(on_push)) {}
+
+  static std::shared_ptr<ListAndWatchStream> Open(std::string resource,
+                                                  PluginServer::PushObserver on_push) {
+    auto stream = std::make_shared<ListAndWatchStream>(std::move(resource), std::move(on_push));
+    stream->self_ = stream;
+    spdlog::info("listandwatch opened resource={}", stream->resource_);
+    return stream;
+  }
+
+  // Writes `devices` unless kubelet has them already; offered during a write, they go out after it.
+  void Offer(WireList devices, Clock::time_point noticed) {
+    {
+      std::lock_guard lock(mutex_);
+      if (ending_) return;
+      if (writing_) {
+        if (!next_) next_noticed_ = noticed;  // the oldest change not yet written
+        next_ = std::move(devices);
+        return;
+      }
+      if (!PrepareLocked(std::move(devices), noticed)) return;
+    }
+    StartWrite(&message_);
+  }
+
+  // Ends the stream with OK: the plugin stops serving.
+  void End() {
+    {
+      std::lock_guard lock(mutex_);
+      ending_ = true;
+      if (writing_ || finished_) return;  // a write in flight finishes it when done
+      finished_ = true;
+    }
+    Finish(grpc::Status::OK);
+  }
+
+ private:
+  // Makes `devices` the message of the next write; false when kubelet already has them.
+  bool PrepareLocked(WireList devices, Clock::time_point noticed) {
+    if (sent_ && *sent_ == devices) return false;
+    message_ = ToList(devices);
+    sent_ = std::move(devices);
+    writing_ = true;
+    writing_noticed_ = noticed;
+    return true;
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::optional<std::chrono::nanoseconds> push;
+    size_t count = 0;
+    bool write = false;
+    bool finish = false;
+    {
+      std::lock_guard lock(mutex_);
+      writing_ = false;
+      if (ok) {
+        count = sent_->size();
+        if (written_once_) push = Clock::now() - writing_noticed_;
+        written_once_ = true;
+      } else {
+        ending_ = true;  // kubelet went away; the stream cannot carry anything more
+      }
+      if (ending_) {
+        finish = !finished_;
+        finished_ = true;
+      } else if (next_) {
+        WireList devices = std::move(*next_);
+        next_.reset();
+        write = PrepareLocked(std::move(devices), next_noticed_);
+      }
+    }
+    // The first list is the stream's opening, not a push of a change.
+    if (push && on_push_) on_push_(resource_, *push);
+    if (ok) spdlog::debug("listandwatch pushed resource={} devices={}", resource_, count);
+    if (write) StartWrite(&message_);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  void OnCancel() override { End(); }
+
+  void OnDone() override {
+    spdlog::info("listandwatch closed resource={}", resource_);
+    std::shared_ptr<ListAndWatchStream> self;  // released last: it may be the final owner
+    std::lock_guard lock(mutex_);
+    self = std::move(self_);
+  }
+
+  const std::string resource_;
+  const PluginServer::PushObserver on_push_;
+  std::mutex mutex_;  // guards the members below
+  std::shared_ptr<ListAndWatchStream> self_;
+  api::ListAndWatchResponse message_;  // of the write in flight; left alone until it is done
+  std::optional<WireList> sent_;
+  std::optional<WireList> next_;
+  Clock::time_point writing_noticed_;
+  Clock::time_point next_noticed_;
+  bool writing_ = false;
+  bool written_once_ = false;
+  bool ending_ = false;
+  bool finished_ = false;
+};
+
+// The open ListAndWatch streams of one server. Opening a stream, notifying and ending all hold one
+// lock, so lists reach every stream in the order they were read.
+class PluginServer::Streams {
+ public:
+  Streams(std::string resource, ResourceManager& manager, PushObserver on_push)
+      : resource_(std::move(resource)), manager_(manager), on_push_(std::move(on_push)) {}
+
+  ListAndWatchStream* Open() {
+    std::shared_ptr<ListAndWatchStream> stream = ListAndWatchStream::Open(resource_, on_push_);
+    std::lock_guard lock(mutex_);
+    if (ended_) {
+      stream->End();
+    } else {
+      Prune();
+      open_.push_back(stream);
+      stream->Offer(ToWire(manager_.Devices(resource_)), Clock::now());
+    }
+    return stream.get();
+  }
+
+  void Notify() {
+    Clock::time_point noticed = Clock::now();
+    std::lock_guard lock(mutex_);
+    Prune();
+    if (open_.empty()) return;
+    WireList devices = ToWire(manager_.Devices(resource_));
+    for (const auto& weak : open_) {
+      if (auto stream = weak.lock()) stream->Offer(devices, noticed);
+    }
+  }
+
+  void EndAll() {
+    std::lock_guard lock(mutex_);
+    ended_ = true;
+    for (const auto& weak : open_) {
+      if (auto stream = weak.lock()) stream->End();
+    }
+    open_.clear();
+  }
+
+ private:
+  void Prune() {
+    std::erase_if(open_, [](const auto& weak) { return weak.expired(); });
+  }
+
+  const std::string resource_;
+  ResourceManager& manager_;
+  const PushObserver on_push_;
+  std::mutex mutex_;  // guards the members below
+  bool ended_ = false;
+  std::vector<std::weak_ptr<ListAndWatchStream>> open_;
+};
+
+// Unary calls run on gRPC's callback threads and answer before returning. Allocate blocks one of
+// them for the kernel's create time; kubelet makes one Allocate call at a time.
+class PluginServer::Service final : public api::DevicePlugin::CallbackService {
+ public:
+  Service(const std::string& resource, ResourceManager& manager, std::shared_ptr<Streams> streams)
+      : resource_(resource), manager_(manager), streams_(std::move(streams)) {}
+
+  grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* context,
+                                                   const api::Empty*,
+                                                   api::DevicePluginOptions* options) override {
     options->set_pre_start_required(false);
     options->set_get_preferred_allocation_available(true);
-    return grpc::Status::OK;
+    return Answer(context, grpc::Status::OK);
   }
 
-  grpc::Status ListAndWatch(grpc::ServerContext* context, const api::Empty*,
-                            grpc::ServerWriter<api::ListAndWatchResponse>* writer) override {
-    spdlog::info("listandwatch opened resource={}", resource_);
-    std::optional<WireList> sent;
-    uint64_t seen = 0;
-    while (true) {
-      std::chrono::steady_clock::time_point notified_at;
-      {
-        std::unique_lock lock(signal_->mutex);
-        // The timeout only bounds how long a cancelled stream lingers.
-        signal_->cv.wait_for(lock, std::chrono::seconds(1), [&] {
-          return signal_->stopping || signal_->generation != seen || !sent;
-        });
-        if (signal_->stopping) break;
-        seen = signal_->generation;
-        notified_at = signal_->notified_at;
-      }
-      if (context->IsCancelled()) break;
-      WireList devices = ToWire(manager_.Devices(resource_));
-      if (sent && *sent == devices) continue;
-      if (!writer->Write(ToList(devices))) break;
-      if (sent && on_push_) on_push_(resource_, std::chrono::steady_clock::now() - notified_at);
-      spdlog::debug("listandwatch pushed resource={} devices={}", resource_, devices.size());
-      sent = std::move(devices);
-    }
-    spdlog::info("listandwatch closed resource={}", resource_);
-    return grpc::Status::OK;
+  grpc::ServerWriteReactor<api::ListAndWatchResponse>* ListAndWatch(grpc::CallbackServerContext*,
+                                                                    const api::Empty*) override {
+    return streams_->Open();
   }
 
-  grpc::Status GetPreferredAllocation(grpc::ServerContext*,
-                                      const api::PreferredAllocationRequest* request,
-                                      api::PreferredAllocationResponse* response) override {
+  grpc::ServerUnaryReactor* GetPreferredAllocation(
+      grpc::CallbackServerContext* context, const api::PreferredAllocationRequest* request,
+      api::PreferredAllocationResponse* response) override {
     std::vector<PreferredRequest> requests;
     for (const auto& c : request->container_requests()) {
       requests.push_back({{c.available_deviceids().begin(), c.available_deviceids().end()},
@@ -124,23 +268,24 @@ class PluginServer::Service final : public api::DevicePlugin::Service {
     if (!answers.ok()) {
       spdlog::warn("preferred allocation refused resource={} reason={}", resource_,
                    answers.status().message());
-      return ToGrpc(answers.status());
+      return Answer(context, ToGrpc(answers.status()));
     }
     for (const auto& ids : *answers) {
       auto* out = response->add_container_responses();
       for (const auto& id : ids) out->add_deviceids(id);
     }
-    return grpc::Status::OK;
+    return Answer(context, grpc::Status::OK);
   }
 
-  grpc::Status Allocate(grpc::ServerContext*, const api::AllocateRequest* request,
-                        api::AllocateResponse* response) override {
+  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
+                                     const api::AllocateRequest* request,
+                                     api::AllocateResponse* response) override {
     std::vector<std::vector<std::string>> containers;
     for (const auto& c : request->container_requests()) {
       containers.emplace_back(c.devices_ids().begin(), c.devices_ids().end());
     }
     auto allocations = manager_.Allocate(resource_, containers);
-    if (!allocations.ok()) return ToGrpc(allocations.status());
+    if (!allocations.ok()) return Answer(context, ToGrpc(allocations.status()));
     for (const ContainerAllocation& a : *allocations) {
       auto* out = response->add_container_responses();
       for (const auto& [key, value] : a.envs) (*out->mutable_envs())[key] = value;
@@ -152,19 +297,27 @@ class PluginServer::Service final : public api::DevicePlugin::Service {
       }
       for (const std::string& name : a.cdi_devices) out->add_cdi_devices()->set_name(name);
     }
-    return grpc::Status::OK;
+    return Answer(context, grpc::Status::OK);
   }
 
-  grpc::Status PreStartContainer(grpc::ServerContext*, const api::PreStartContainerRequest*,
-                                 api::PreStartContainerResponse*) override {
-    return grpc::Status::OK;  // not requested in the options; nothing to do before start
+  grpc::ServerUnaryReactor* PreStartContainer(grpc::CallbackServerContext* context,
+                                              const api::PreStartContainerRequest*,
+                                              api::PreStartContainerResponse*) override {
+    // Not requested in the options; nothing to do before start.
+    return Answer(context, grpc::Status::OK);
   }
 
  private:
+  static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
+                                          const grpc::Status& status) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+
   std::string resource_;
   ResourceManager& manager_;
-  std::shared_ptr<Signal> signal_;
-  PushObserver on_push_;
+  std::shared_ptr<Streams> streams_;
 };
 
 PluginServer::PluginServer(std::string resource, std::filesystem::path plugin_dir,
@@ -187,18 +340,16 @@ bool PluginServer::serving() const {
 void PluginServer::Stop() {
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<Service> service;
+  std::shared_ptr<Streams> streams;
   {
     std::lock_guard lock(mutex_);
-    if (signal_) {
-      std::lock_guard signal_lock(signal_->mutex);
-      signal_->stopping = true;
-      signal_->cv.notify_all();
-    }
     server = std::move(server_);
     service = std::move(service_);
-    signal_.reset();
+    streams = std::move(streams_);
   }
+  if (streams) streams->EndAll();
   if (server) {
+    // Calls still running after the deadline are cancelled; Wait returns once all are done.
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     server->Wait();
     std::error_code ec;
@@ -211,17 +362,11 @@ mdev::Status PluginServer::Serve() {
   std::error_code ec;
   std::filesystem::create_directories(plugin_dir_, ec);
   std::filesystem::remove(socket_path(), ec);  // a stale socket from an earlier run
-  auto signal = std::make_shared<Signal>();
-  auto service = std::make_unique<Service>(resource_, manager_, signal, on_push_);
+  auto streams = std::make_shared<Streams>(resource_, manager_, on_push_);
+  auto service = std::make_unique<Service>(resource_, manager_, streams);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + socket_path().string(), grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());
-  // A handful of calls at a time is all kubelet makes; a small pool keeps memory low.
-  grpc::ResourceQuota quota("kvgpu-" + socket_name_);
-  quota.SetMaxThreads(8);
-  builder.SetResourceQuota(quota);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     return mdev::Status::Error(ErrorCode::kIo,
@@ -238,12 +383,13 @@ mdev::Status PluginServer::Serve() {
   api::DevicePluginOptions options;
   grpc::Status answered = stub->GetDevicePluginOptions(&context, empty, &options);
   if (!answered.ok()) {
+    streams->EndAll();
     server->Shutdown();
     return mdev::Status::Error(ErrorCode::kIo, "socket " + socket_path().string() +
                                                    " does not answer: " + answered.error_message());
   }
   std::lock_guard lock(mutex_);
-  signal_ = std::move(signal);
+  streams_ = std::move(streams);
   service_ = std::move(service);
   server_ = std::move(server);
   spdlog::info("serving resource={} socket={}", resource_, socket_path().string());
@@ -251,16 +397,12 @@ mdev::Status PluginServer::Serve() {
 }
 
 void PluginServer::Notify() {
-  std::shared_ptr<Signal> signal;
+  std::shared_ptr<Streams> streams;
   {
     std::lock_guard lock(mutex_);
-    signal = signal_;
+    streams = streams_;
   }
-  if (!signal) return;
-  std::lock_guard lock(signal->mutex);
-  ++signal->generation;
-  signal->notified_at = std::chrono::steady_clock::now();
-  signal->cv.notify_all();
+  if (streams) streams->Notify();
 }
 
 mdev::Status PluginServer::Register(const std::filesystem::path& kubelet_socket,

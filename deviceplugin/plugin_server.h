@@ -1,10 +1,10 @@
 // One kubelet device plugin (v1beta1) server per resource, on its own unix socket in kubelet's
 // device-plugins directory. Translates between the wire and the ResourceManager; errors become
-// gRPC statuses only here.
+// gRPC statuses only here. The servers use gRPC's callback API: every server of the process shares
+// gRPC's own threads, and an open ListAndWatch stream holds no thread while it waits.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -45,7 +45,9 @@ class PluginServer {
   // Registers with kubelet; fails fast when kubelet is not listening.
   mdev::Status Register(const std::filesystem::path& kubelet_socket,
                         std::chrono::milliseconds timeout);
-  // Some device list may have changed: open ListAndWatch streams re-check and push.
+  // Some device list may have changed: the caller's thread reads this resource's list once and
+  // starts the write on every open ListAndWatch stream whose kubelet does not have it yet. Must
+  // not be called with the manager's lock held (the change listener is called outside it).
   void Notify();
 
   const std::string& resource() const { return resource_; }
@@ -55,13 +57,7 @@ class PluginServer {
 
  private:
   class Service;
-  struct Signal {
-    std::mutex mutex;
-    std::condition_variable cv;
-    uint64_t generation = 0;
-    std::chrono::steady_clock::time_point notified_at;
-    bool stopping = false;
-  };
+  class Streams;
 
   std::string resource_;
   std::filesystem::path plugin_dir_;
@@ -70,7 +66,7 @@ class PluginServer {
   PushObserver on_push_;
 
   mutable std::mutex mutex_;  // guards the members below
-  std::shared_ptr<Signal> signal_;
+  std::shared_ptr<Streams> streams_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
 };

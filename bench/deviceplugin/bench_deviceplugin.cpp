@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -235,13 +236,20 @@ void BenchGrpc(int iterations, std::chrono::milliseconds settle) {
   Print("kernel change -> kubelet has the list (rescan + push)", Summarize(push));
 }
 
-long RssKib(pid_t pid) {
+// Fields of /proc/<pid>/status in KiB: VmRSS is what `ps` and the target count; it is RssAnon
+// (the process's own heap, stacks, data) plus RssFile (pages of mapped files, mostly shared
+// libraries' code, which other processes using the same libraries share).
+std::map<std::string, long> MemoryKib(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::map<std::string, long> out;
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    for (const char* key : {"VmRSS", "RssAnon", "RssFile", "RssShmem"}) {
+      std::string prefix = std::string(key) + ":";
+      if (line.rfind(prefix, 0) == 0) out[key] = std::stol(line.substr(prefix.size()));
+    }
   }
-  return -1;
+  return out;
 }
 
 void BenchRss() {
@@ -265,7 +273,7 @@ void BenchRss() {
   }
   bool listed = kubelet.WaitUntil([&] { return kubelet.Devices(kResource).size() == 512; }, 30s);
   std::this_thread::sleep_for(3s);  // a few rescans and pushes
-  long rss = RssKib(pid);
+  std::map<std::string, long> memory = MemoryKib(pid);
   size_t threads = 0;
   for ([[maybe_unused]] const auto& task :
        std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
@@ -279,9 +287,12 @@ void BenchRss() {
   int status = 0;
   ::waitpid(pid, &status, 0);
   if (!listed) throw std::runtime_error("the daemon never listed the node");
+  auto mib = [&](const char* key) { return static_cast<double>(memory[key]) / 1024; };
   std::printf("%-52s %8.1f MiB (%zu resources registered, %zu threads)\n",
-              "kvgpu-device-plugin RSS, 16 GPUs x 32, all serving", static_cast<double>(rss) / 1024,
+              "kvgpu-device-plugin RSS, 16 GPUs x 32, all serving", mib("VmRSS"),
               kubelet.Registrations().size(), threads);
+  std::printf("%-52s %8.1f MiB anon + %.1f MiB file + %.1f MiB shmem\n", "  of which",
+              mib("RssAnon"), mib("RssFile"), mib("RssShmem"));
 }
 
 }  // namespace
