@@ -1,5 +1,7 @@
 #include "deviceplugin/metrics.h"
 
+#include <CivetServer.h>
+#include <civetweb.h>
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
@@ -7,6 +9,8 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <cstring>
+#include <map>
 #include <mutex>
 
 namespace kvgpu::deviceplugin {
@@ -19,6 +23,82 @@ const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
 double Seconds(std::chrono::nanoseconds took) {
   return std::chrono::duration<double>(took).count();
 }
+
+constexpr const char* kHealthPath = "/healthz";
+}  // namespace
+
+namespace detail {
+struct HealthState {
+  std::mutex mutex;
+  std::function<bool()> check;  // guarded by mutex
+};
+}  // namespace detail
+
+namespace {
+
+using detail::HealthState;
+
+// prometheus-cpp's Exposer takes no handler of ours, only civetweb's callbacks, and those are told
+// nothing but the connection: its listening port is what leads back to the Metrics serving it.
+class HealthByPort {
+ public:
+  static HealthByPort& Get() {
+    static HealthByPort instance;
+    return instance;
+  }
+  void Add(int port, std::shared_ptr<HealthState> health) {
+    std::lock_guard lock(mutex_);
+    by_port_[port] = std::move(health);
+  }
+  void Remove(int port, const HealthState* health) {
+    std::lock_guard lock(mutex_);
+    auto it = by_port_.find(port);
+    if (it != by_port_.end() && it->second.get() == health) by_port_.erase(it);
+  }
+  std::shared_ptr<HealthState> Find(int port) {
+    std::lock_guard lock(mutex_);
+    auto it = by_port_.find(port);
+    return it == by_port_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::shared_ptr<HealthState>> by_port_;
+};
+
+int Reply(mg_connection* conn, int code, const char* reason, const char* body,
+          const char* headers = "") {
+  bool head = std::strcmp(mg_get_request_info(conn)->request_method, "HEAD") == 0;
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
+            code, reason, std::strlen(body), headers, head ? "" : body);
+  return code;
+}
+
+// civetweb's begin_request: answers /healthz itself (a non-zero return), leaves the rest to the
+// Exposer (zero).
+int ServeHealth(mg_connection* conn) {
+  const mg_request_info* request = mg_get_request_info(conn);
+  if (request == nullptr || request->local_uri == nullptr ||
+      std::strcmp(request->local_uri, kHealthPath) != 0) {
+    return 0;
+  }
+  if (std::strcmp(request->request_method, "GET") != 0 &&
+      std::strcmp(request->request_method, "HEAD") != 0) {
+    return Reply(conn, 405, "Method Not Allowed", "GET or HEAD only\n", "Allow: GET, HEAD\r\n");
+  }
+  std::shared_ptr<HealthState> health = HealthByPort::Get().Find(request->server_port);
+  if (!health) return Reply(conn, 503, "Service Unavailable", "starting\n");
+  std::function<bool()> check;
+  {
+    std::lock_guard lock(health->mutex);
+    check = health->check;
+  }
+  if (check && !check()) return Reply(conn, 503, "Service Unavailable", "unhealthy\n");
+  return Reply(conn, 200, "OK", "ok\n");
+}
+
 }  // namespace
 
 struct Metrics::Families {
@@ -32,7 +112,9 @@ struct Metrics::Families {
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
 };
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      health_(std::make_shared<HealthState>()) {
   auto& reg = *registry_;
   families_.reset(new Families{
       prometheus::BuildGauge()
@@ -67,17 +149,33 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
       {}});
 }
 
-Metrics::~Metrics() = default;
+Metrics::~Metrics() {
+  std::vector<int> ports = Ports();
+  exposer_.reset();  // no request runs past this
+  for (int port : ports) HealthByPort::Get().Remove(port, health_.get());
+}
 
 mdev::Status Metrics::Serve(const std::string& host_port) {
+  CivetCallbacks callbacks;  // copied by the server
+  callbacks.begin_request = ServeHealth;
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(host_port);
+    exposer_ = std::make_unique<prometheus::Exposer>(host_port, 2, &callbacks);
   } catch (const std::exception& e) {
     return mdev::Status::Error(mdev::ErrorCode::kIo,
                                "metrics endpoint " + host_port + " not served: " + e.what());
   }
   exposer_->RegisterCollectable(registry_);
+  for (int port : Ports()) HealthByPort::Get().Add(port, health_);
   return mdev::Status::Ok();
+}
+
+void Metrics::SetHealthCheck(std::function<bool()> check) {
+  std::lock_guard lock(health_->mutex);
+  health_->check = std::move(check);
+}
+
+std::vector<int> Metrics::Ports() const {
+  return exposer_ ? exposer_->GetListeningPorts() : std::vector<int>{};
 }
 
 void Metrics::OnVgpuCreated(const std::string& resource, std::chrono::nanoseconds took, bool ok) {

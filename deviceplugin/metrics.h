@@ -1,8 +1,11 @@
-// Prometheus metrics (prometheus-cpp), served at --metrics-addr on /metrics.
+// Prometheus metrics (prometheus-cpp), served at --metrics-addr on /metrics, with GET /healthz
+// on the same address for the deployment's probes.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "deviceplugin/resource_manager.h"
 #include "mdev/status.h"
@@ -14,6 +17,10 @@ class Registry;
 
 namespace kvgpu::deviceplugin {
 
+namespace detail {
+struct HealthState;  // what /healthz asks; found by the HTTP server's callback
+}  // namespace detail
+
 class Metrics : public ManagerObserver {
  public:
   Metrics();
@@ -21,6 +28,12 @@ class Metrics : public ManagerObserver {
 
   // Starts the HTTP endpoint; a busy or malformed address is an error.
   mdev::Status Serve(const std::string& host_port);
+  // What GET /healthz answers: 200 "ok" while `check` returns true, 503 otherwise; without a
+  // check, 200 as long as the endpoint answers. Called on the HTTP server's threads, so it must be
+  // quick and thread-safe. May be set before or after Serve.
+  void SetHealthCheck(std::function<bool()> check);
+  // Ports the endpoint listens on (resolves port 0); empty when not serving.
+  std::vector<int> Ports() const;
 
   void OnVgpuCreated(const std::string& resource, std::chrono::nanoseconds took, bool ok) override;
   void OnVgpuRemoved(const std::string& resource, std::chrono::nanoseconds took, bool ok) override;
@@ -35,6 +48,7 @@ class Metrics : public ManagerObserver {
  private:
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<detail::HealthState> health_;
   std::unique_ptr<Families> families_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };

@@ -1,7 +1,12 @@
 // Whole flows: the daemon over the kernel model, kubelet played by the fake speaking upstream's
 // v1beta1 protocol over unix sockets in a temp dir.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <thread>
 
 #include "deviceplugin/daemon.h"
@@ -261,6 +266,98 @@ TEST(FakeKubeletTest, RefusesWhatKubeletRefuses) {
     request.set_resource_name(c.resource);
     EXPECT_FALSE(kubelet.HandleRegister(request).ok());
   }
+}
+
+// One HTTP/1.1 request over TCP to 127.0.0.1:port; the whole answer (the server closes).
+std::string HttpRequest(int port, const std::string& method, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "socket failed";
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
+    std::string request =
+        method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      ssize_t n = 0;
+      while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) {
+        answer.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  ::close(fd);
+  return answer;
+}
+
+// Deployment probes ask /healthz on the metrics address; it must follow the check it is given and
+// leave /metrics as it was.
+TEST(MetricsHealthTest, HealthzFollowsItsOwnCheckAndMetricsStillServe) {
+  auto metrics = std::make_unique<Metrics>();
+  metrics->OnRegistration("tencent.com/vgpu-222", true);
+  ASSERT_TRUE(metrics->Serve("127.0.0.1:0").ok());
+  ASSERT_EQ(metrics->Ports().size(), 1u);
+  int port = metrics->Ports()[0];
+  ASSERT_GT(port, 0);
+  std::atomic<bool> healthy = true;
+  struct Case {
+    std::string description;
+    std::string method;
+    std::string path;
+    int check;  // -1: no check set, 0: check says unhealthy, 1: healthy
+    std::string status_line;
+    std::string body;  // expected at the end of the answer; "" for none
+  };
+  const std::vector<Case> cases = {
+      {"no check: the endpoint answering is the health", "GET", "/healthz", -1,
+       "HTTP/1.1 200 OK\r\n", "\r\n\r\nok\n"},
+      {"check passes", "GET", "/healthz", 1, "HTTP/1.1 200 OK\r\n", "\r\n\r\nok\n"},
+      {"check fails", "GET", "/healthz", 0, "HTTP/1.1 503 Service Unavailable\r\n",
+       "\r\n\r\nunhealthy\n"},
+      {"HEAD gets the status without a body", "HEAD", "/healthz", 1, "HTTP/1.1 200 OK\r\n",
+       "\r\n\r\n"},
+      {"HEAD while failing", "HEAD", "/healthz", 0, "HTTP/1.1 503 Service Unavailable\r\n",
+       "\r\n\r\n"},
+      {"POST refused", "POST", "/healthz", 1, "HTTP/1.1 405 Method Not Allowed\r\n",
+       "\r\n\r\nGET or HEAD only\n"},
+      {"metrics untouched while unhealthy", "GET", "/metrics", 0, "HTTP/1.1 200 OK\r\n", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    if (c.check < 0) {
+      metrics->SetHealthCheck(nullptr);
+    } else {
+      healthy = c.check == 1;
+      metrics->SetHealthCheck([&healthy] { return healthy.load(); });
+    }
+    std::string answer = HttpRequest(port, c.method, c.path);
+    EXPECT_TRUE(answer.starts_with(c.status_line)) << answer;
+    if (!c.body.empty()) {
+      EXPECT_TRUE(answer.ends_with(c.body)) << answer;
+    }
+    if (c.path == "/metrics") {
+      EXPECT_NE(answer.find("kvgpu_deviceplugin_registrations_total{"), std::string::npos)
+          << answer;
+    }
+  }
+  // The check is asked on every request, not once.
+  healthy = true;
+  EXPECT_TRUE(HttpRequest(port, "GET", "/healthz").starts_with("HTTP/1.1 200 OK\r\n"));
+  healthy = false;
+  EXPECT_TRUE(HttpRequest(port, "GET", "/healthz").starts_with("HTTP/1.1 503 "));
+
+  // A second endpoint in the same process answers from its own check.
+  auto other = std::make_unique<Metrics>();
+  ASSERT_TRUE(other->Serve("127.0.0.1:0").ok());
+  other->SetHealthCheck([] { return true; });
+  EXPECT_TRUE(HttpRequest(other->Ports().at(0), "GET", "/healthz").starts_with("HTTP/1.1 200 "));
+  EXPECT_TRUE(HttpRequest(port, "GET", "/healthz").starts_with("HTTP/1.1 503 "));
+  // civetweb takes up to 2 s to stop (its poll quantum); stop both at once.
+  std::thread stop_other([&] { other.reset(); });
+  metrics.reset();
+  stop_other.join();
 }
 
 }  // namespace
