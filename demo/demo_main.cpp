@@ -1,135 +1,53 @@
-// The README's first command: a simulated NVIDIA vGPU node, walked through with vgpuctl.
-// Every step checks what it shows, so the demo fails loudly if the system misbehaves.
-#include <CLI/CLI.hpp>
-#include <cstdlib>
-#include <iostream>
-#include <nlohmann/json.hpp>
-#include <sstream>
+// kvgpu-demo, the README's first command: a simulated NVIDIA vGPU node running the real daemons,
+// narrated (demo/node_demo.h). --vgpuctl-tour shows the mdev layer alone instead.
+#include <signal.h>
+#include <unistd.h>
 
-#include "mdev/vgpuctl/vgpuctl.h"
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <thread>
+
+#include "demo/node_demo.h"
+#include "demo/vgpuctl_tour.h"
 #include "sim/kernel_model.h"
 
-namespace {
-
-using kvgpu::sim::KernelModel;
-
-struct Shell {
-  KernelModel& model;
-  std::string root;
-
-  // Runs vgpuctl as a person would type it, echoing the command and its output.
-  std::string Run(std::vector<std::string> args, int want_code = 0, bool echo_output = true) {
-    std::cout << "\n$ vgpuctl";
-    for (const auto& a : args) std::cout << ' ' << a;
-    std::cout << "\n";
-    args.insert(args.begin(), {"--sysfs-root", root});
-    std::ostringstream out, err;
-    int code = kvgpu::vgpuctl::Run(args, model, out, err);
-    if (echo_output) std::cout << out.str();
-    std::cout << err.str();
-    if (code != want_code) {
-      std::cerr << "demo: vgpuctl exited " << code << ", expected " << want_code << "\n";
-      std::exit(1);
-    }
-    return out.str();
-  }
-
-  int Available(const std::string& parent, const std::string& type) {
-    std::ostringstream out, err;
-    kvgpu::vgpuctl::Run({"--sysfs-root", root, "types", "--json"}, model, out, err);
-    const auto doc = nlohmann::json::parse(out.str());
-    for (const auto& p : doc["parents"]) {
-      if (p["name"] != parent) continue;
-      for (const auto& t : p["types"]) {
-        if (t["id"] == type) return t["available_instances"].get<int>();
-      }
-    }
-    return -1;
-  }
-};
-
-void Say(const std::string& text) {
-  std::cout << "\n# " << text << "\n";
-}
-
-void Expect(bool ok, const std::string& what) {
-  if (ok) return;
-  std::cerr << "demo: expected " << what << "\n";
-  std::exit(1);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  CLI::App app{"kvgpu-demo: a simulated NVIDIA vGPU node, driven with vgpuctl"};
+  CLI::App app{
+      "kvgpu-demo: a simulated node with two NVIDIA T4 GPUs (kvgpu-sim) running the real\n"
+      "kvgpu-device-plugin and kvgpu-webhook, with a Kata pod asking for a vGPU from admission to\n"
+      "deletion. Needs /dev/fuse and root (or fusermount3)."};
+  bool tour = false;
   std::string profile_name = "t4x2";
   std::string root;
-  app.add_option("--profile", profile_name, "simulated node profile")
+  app.add_flag("--vgpuctl-tour", tour,
+               "instead: the mdev layer alone, vgpuctl on an in-process kernel model (no FUSE)");
+  app.add_option("--profile", profile_name, "--vgpuctl-tour: simulated node profile")
       ->capture_default_str()
       ->check(CLI::IsMember(kvgpu::sim::ProfileNames()));
-  app.add_option("--root", root, "where to lay out the tree (default: a fresh temp dir)");
+  app.add_option("--root", root, "--vgpuctl-tour: where to lay out the tree (default: a temp dir)");
   CLI11_PARSE(app, argc, argv);
+  if (tour) return kvgpu::demo::RunVgpuctlTour(profile_name, root);
 
-  std::filesystem::path scratch;  // removed at the end of a successful run
-  if (root.empty()) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kvgpu-demo-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      std::cerr << "demo: cannot make a temp dir\n";
-      return 1;
-    }
-    scratch = pattern;
-    root = pattern + "/node";
-  }
-  auto profile = kvgpu::sim::ProfileByName(profile_name);
-  if (!profile.ok()) {
-    std::cerr << "demo: " << profile.status().message() << "\n";
-    return 1;
-  }
-  auto model = KernelModel::Create(root, *profile);
-  if (!model.ok()) {
-    std::cerr << "demo: " << model.status().message() << "\n";
-    return 1;
-  }
-  Shell shell{**model, root};
-  const auto& gpus = (*model)->profile().gpus;
+  // Ctrl-C, SIGTERM, a closed terminal: the signal thread tears the node down (daemons stopped,
+  // simulator unmounted, scratch removed) before the process ends. Blocked before any thread
+  // starts, so only that thread takes them; the daemons run in their own process group and so
+  // are stopped by the demo, in order, not by the terminal.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
 
-  Say("A simulated node (" + profile->summary + ") laid out like sysfs under " + root +
-      ". The same code runs on a real node with --sysfs-root /.");
-  Say("Which vGPU types can each GPU create, and how many of each?");
-  shell.Run({"types"});
-
-  if (profile_name != "t4x2") {
-    shell.Run({"list"});
-    Say("Done: the t4x2 profile has the guided walk-through.");
-    if (!scratch.empty()) std::filesystem::remove_all(scratch);
-    return 0;
-  }
-
-  const std::string gpu = gpus.at(0).address;
-  Say("kubelet allocates one T4-1Q (nvidia-230): the device plugin creates the mdev like this.");
-  std::string uuid = shell.Run({"create", "--parent", gpu, "--type", "nvidia-230"});
-  uuid.erase(uuid.find_last_not_of('\n') + 1);
-  Say("The vGPU exists, with the VFIO group Kata hands to the pod's VM:");
-  shell.Run({"list"});
-
-  Say("Time-sliced vGPU: " + gpu + " is now locked to T4-1Q. Its other types show 0 left:");
-  int same = shell.Available(gpu, "nvidia-230");
-  int other = shell.Available(gpu, "nvidia-231");
-  int other_gpu = shell.Available(gpus.at(1).address, "nvidia-231");
-  std::cout << "  " << gpu << " nvidia-230 (T4-1Q): " << same << " left\n"
-            << "  " << gpu << " nvidia-231 (T4-2Q): " << other << " left\n"
-            << "  " << gpus.at(1).address << " nvidia-231 (T4-2Q): " << other_gpu << " left\n";
-  Expect(same == 15 && other == 0 && other_gpu == 8, "15 / 0 / 8 instances left");
-
-  Say("Asking that GPU for another type fails with the kernel's reason:");
-  shell.Run({"create", "--parent", gpu, "--type", "nvidia-231"}, 1);
-
-  Say("The pod is deleted: the plugin removes the mdev and the GPU is free for any type again.");
-  shell.Run({"remove", uuid});
-  shell.Run({"list"});
-  Expect(shell.Available(gpu, "nvidia-231") == 8, "T4-2Q capacity back on " + gpu);
-  std::cout << "  " << gpu << " nvidia-231 (T4-2Q): 8 left again\n";
-  Say("Done. Run ./scripts/test.sh for the whole test suite.");
-  if (!scratch.empty()) std::filesystem::remove_all(scratch);
-  return 0;
+  kvgpu::demo::NodeDemo demo(
+      {KVGPU_SIM_PATH, KVGPU_DEVICE_PLUGIN_PATH, KVGPU_WEBHOOK_PATH, KVGPU_VGPUCTL_PATH});
+  std::thread([&demo, signals] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    std::cerr << "\ndemo: " << strsignal(signal_number) << "; stopping the node\n";
+    demo.Teardown();
+    ::_exit(128 + signal_number);
+  }).detach();
+  return demo.Run();
 }

@@ -233,6 +233,15 @@ bool FakeKubelet::WaitUntil(const std::function<bool()>& done,
   return true;
 }
 
+std::vector<std::string> FakeKubelet::ConnectedResources() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> resources;
+  for (const auto& [resource, endpoint] : endpoints_) {
+    if (endpoint->connected) resources.push_back(resource);
+  }
+  return resources;
+}
+
 grpc::Status FakeKubelet::Allocate(const std::string& resource,
                                    const std::vector<std::vector<std::string>>& containers,
                                    api::AllocateResponse* response) {

@@ -53,6 +53,8 @@ class FakeKubelet {
   // Options kubelet got from GetDevicePluginOptions after the registration.
   v1beta1::DevicePluginOptions Options(const std::string& resource) const;
   bool Connected(const std::string& resource) const;
+  // Resources with an accepted registration, whose ListAndWatch stream is open.
+  std::vector<std::string> ConnectedResources() const;
 
   // Waits until `done` holds (checked on every change and every 10 ms) or `timeout` passes.
   bool WaitUntil(const std::function<bool()>& done,

@@ -1,0 +1,64 @@
+// The demo proper: a simulated two-T4 node (kvgpu-sim), the real kvgpu-device-plugin and
+// kvgpu-webhook as child processes, and the kubelet and API server fakes playing their part,
+// narrated step by step. Each step checks what it shows; the first failed check ends the demo.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/cluster/daemons.h"
+#include "tests/support/cluster/fake_node.h"
+#include "tests/support/cluster/sim_mount.h"
+
+namespace kvgpu::demo {
+
+struct Programs {
+  std::filesystem::path sim;
+  std::filesystem::path device_plugin;
+  std::filesystem::path webhook;
+  std::filesystem::path vgpuctl;
+};
+
+class NodeDemo {
+ public:
+  explicit NodeDemo(Programs programs);
+  ~NodeDemo();
+  NodeDemo(const NodeDemo&) = delete;
+  NodeDemo& operator=(const NodeDemo&) = delete;
+
+  // 0 when every step showed what it should, 1 otherwise (the reason on stderr).
+  int Run();
+  // Stops the daemons, unmounts the simulator and removes the scratch directory; runs once,
+  // from the end of Run() or from the signal thread on Ctrl-C.
+  void Teardown();
+
+ private:
+  void Start();
+  void ShowCapacity();
+  void AdmitPod();
+  void AllocatePod();
+  void DeletePod();
+  std::string Vgpuctl(const std::string& command);
+
+  Programs programs_;
+  std::filesystem::path dir_;
+  std::unique_ptr<testing::SimMount> sim_;
+  std::unique_ptr<testing::FakeNode> node_;
+  std::unique_ptr<testing::PluginProcess> plugin_;
+  std::unique_ptr<testing::WebhookProcess> webhook_;
+  std::once_flag teardown_once_;
+  bool keep_dir_ = false;
+
+  // Carried between steps.
+  std::string resource_;
+  nlohmann::json admitted_pod_;
+  std::string device_id_;
+  std::string gpu_;
+  std::vector<testing::NodeResource> initial_;
+};
+
+}  // namespace kvgpu::demo
