@@ -10,13 +10,17 @@
 #include <fstream>
 #include <thread>
 
-#include "tests/support/webhook/test_pki.h"
+#include "tests/support/common/test_pki.h"
 #include "tests/webhook/pod_cases.h"
 #include "tests/webhook/tls_client.h"
 
 namespace kvgpu::webhook {
 namespace {
 
+using kvgpu::testing::CertAndKey;
+using kvgpu::testing::Fingerprint;
+using kvgpu::testing::TestAuthority;
+using kvgpu::testing::WriteFileAtomically;
 using nlohmann::json;
 using testing::ClientOptions;
 using testing::TlsConnection;
@@ -41,7 +45,7 @@ class ServerTest : public ::testing::Test {
     options_.tls_key_file = Path("tls.key");
     options_.reload_interval = std::chrono::milliseconds(50);
     options_.worker_threads = 2;
-    InstallServerPair(1);
+    InstallServerPair();
   }
   void TearDown() override {
     Stop();
@@ -49,10 +53,10 @@ class ServerTest : public ::testing::Test {
   }
   std::string Path(const char* name) const { return (dir_ / name).string(); }
 
-  testing::PemPair InstallServerPair(long serial) {
-    auto pair = ca_.Issue("kvgpu-webhook.kube-system.svc", serial, false);
-    testing::WriteFileAtomically(options_.tls_key_file, pair.key_pem);
-    testing::WriteFileAtomically(options_.tls_cert_file, pair.cert_pem);
+  CertAndKey InstallServerPair() {
+    auto pair = ca_.Issue("kvgpu-webhook.kube-system.svc", true);
+    WriteFileAtomically(options_.tls_key_file, pair.key_pem);
+    WriteFileAtomically(options_.tls_cert_file, pair.cert_pem);
     return pair;
   }
 
@@ -74,7 +78,7 @@ class ServerTest : public ::testing::Test {
     return conn;
   }
 
-  testing::TestCa ca_{"kvgpu-test-ca"};
+  TestAuthority ca_{"kvgpu-test-ca"};
   std::filesystem::path dir_;
   ServerOptions options_;
   std::unique_ptr<Server> server_;
@@ -132,12 +136,12 @@ TEST_F(ServerTest, BadRequestsOverHttpGet400AndTheServerKeepsServing) {
 }
 
 TEST_F(ServerTest, ClientCertificatesAreRequiredWhenACaIsGiven) {
-  testing::WriteFileAtomically(Path("client-ca.crt"), ca_.cert_pem());
+  WriteFileAtomically(Path("client-ca.crt"), ca_.cert_pem());
   options_.client_ca_file = Path("client-ca.crt");
   Start();
-  auto good = ca_.Issue("kube-apiserver", 10, true);
-  testing::TestCa other("someone-else");
-  auto stranger = other.Issue("kube-apiserver", 11, true);
+  auto good = ca_.Issue("kube-apiserver", false);
+  TestAuthority other("someone-else");
+  auto stranger = other.Issue("kube-apiserver", false);
 
   auto conn = Connect({TLS1_2_VERSION, 0, good.cert_pem, good.key_pem});
   ASSERT_NE(conn, nullptr);
@@ -145,7 +149,7 @@ TEST_F(ServerTest, ClientCertificatesAreRequiredWhenACaIsGiven) {
 
   struct Refused {
     const char* description;
-    testing::PemPair pair;
+    CertAndKey pair;
   };
   for (const auto& refused : {Refused{"no certificate", {}}, Refused{"wrong CA", stranger}}) {
     for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
@@ -189,39 +193,39 @@ TEST_F(ServerTest, CertificateRotationUnderLoadDropsNothing) {
     });
   }
   std::string expected;
-  for (long serial = 2; serial <= 4; ++serial) {
+  for (int rotation = 0; rotation < 3; ++rotation) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    expected = testing::Fingerprint(InstallServerPair(serial).cert_pem);
+    expected = Fingerprint(InstallServerPair().cert_pem);
     server_->ReloadNow();
     auto fresh = Connect();
     ASSERT_NE(fresh, nullptr);
-    EXPECT_EQ(testing::Fingerprint(fresh->PeerCertificatePem()), expected)
+    EXPECT_EQ(Fingerprint(fresh->PeerCertificatePem()), expected)
         << "new connections get the rotated certificate";
   }
   // A half-written rotation (key of another pair) is refused; the last good pair stays in use.
-  testing::WriteFileAtomically(options_.tls_key_file, ca_.Issue("x", 99, false).key_pem);
+  WriteFileAtomically(options_.tls_key_file, ca_.Issue("x", true).key_pem);
   server_->ReloadNow();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   done = true;
   for (auto& t : clients) t.join();
   auto after = Connect();
   ASSERT_NE(after, nullptr);
-  EXPECT_EQ(testing::Fingerprint(after->PeerCertificatePem()), expected);
+  EXPECT_EQ(Fingerprint(after->PeerCertificatePem()), expected);
   EXPECT_EQ(failed.load(), 0);
   EXPECT_GT(ok.load(), 20);
 }
 
 TEST_F(ServerTest, ConfigReloadTakesGoodConfigsAndKeepsTheOldOnBadOnes) {
   options_.config_file = Path("config.yaml");
-  testing::WriteFileAtomically(options_.config_file, "sidecarMode: native\n");
+  WriteFileAtomically(options_.config_file, "sidecarMode: native\n");
   Start();
   EXPECT_EQ(server_->config()->sidecar_mode, SidecarMode::kNative);
 
-  testing::WriteFileAtomically(options_.config_file, "sidecarMode: classic\n");
+  WriteFileAtomically(options_.config_file, "sidecarMode: classic\n");
   server_->ReloadNow();
   EXPECT_EQ(server_->config()->sidecar_mode, SidecarMode::kClassic);
 
-  testing::WriteFileAtomically(options_.config_file, "sidecarMode: [broken\n");
+  WriteFileAtomically(options_.config_file, "sidecarMode: [broken\n");
   server_->ReloadNow();
   EXPECT_EQ(server_->config()->sidecar_mode, SidecarMode::kClassic);
   auto conn = Connect();
@@ -353,14 +357,14 @@ TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
        "/nonexistent.key"},
       {"key of another certificate",
        [this](ServerOptions& o) {
-         testing::WriteFileAtomically(Path("other.key"), ca_.Issue("o", 5, false).key_pem);
+         WriteFileAtomically(Path("other.key"), ca_.Issue("o", true).key_pem);
          o.tls_key_file = Path("other.key");
        },
        "does not belong"},
       {"bad listen address", [](ServerOptions& o) { o.listen = "127.0.0.1"; }, "--listen"},
       {"bad config",
        [this](ServerOptions& o) {
-         testing::WriteFileAtomically(Path("bad.yaml"), "nonKataPods: maybe\n");
+         WriteFileAtomically(Path("bad.yaml"), "nonKataPods: maybe\n");
          o.config_file = Path("bad.yaml");
        },
        "nonKataPods"},

@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/apiserver/test_certs.h"
+#include "tests/support/common/test_pki.h"
 
 namespace httplib {
 class Server;

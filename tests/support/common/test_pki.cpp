@@ -1,4 +1,4 @@
-#include "tests/support/apiserver/test_certs.h"
+#include "tests/support/common/test_pki.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -6,6 +6,8 @@
 #include <openssl/x509v3.h>
 
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <stdexcept>
 
 namespace kvgpu::testing {
@@ -97,6 +99,34 @@ CertAndKey TestAuthority::Issue(const std::string& common_name, bool server) con
   X509_free(cert);
   EVP_PKEY_free(key);
   return out;
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw std::runtime_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("rename " + path);
+}
+
+std::string Fingerprint(const std::string& cert_pem) {
+  BIO* bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (cert == nullptr) return "";
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  X509_digest(cert, EVP_sha256(), digest, &size);
+  X509_free(cert);
+  std::string hex;
+  char byte[3];
+  for (unsigned int i = 0; i < size; ++i) {
+    std::snprintf(byte, sizeof(byte), "%02x", digest[i]);
+    hex += byte;
+  }
+  return hex;
 }
 
 }  // namespace kvgpu::testing
