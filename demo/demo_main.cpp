@@ -28,10 +28,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (tour) return kvgpu::demo::RunVgpuctlTour(profile_name, root);
 
-  // Ctrl-C, SIGTERM, a closed terminal: the signal thread tears the node down (daemons stopped,
-  // simulator unmounted, scratch removed) before the process ends. Blocked before any thread
-  // starts, so only that thread takes them; the daemons run in their own process group and so
-  // are stopped by the demo, in order, not by the terminal.
+  // Ctrl-C, SIGTERM, a closed terminal: the signal thread interrupts the demo, whose main thread
+  // then tears the node down (daemons stopped, simulator unmounted, scratch removed). Blocked
+  // before any thread starts, so only that thread takes them; the daemons run in their own
+  // process group, so the terminal's Ctrl-C reaches only the demo.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -46,7 +46,9 @@ int main(int argc, char** argv) {
     int signal_number = 0;
     sigwait(&signals, &signal_number);
     std::cerr << "\ndemo: " << strsignal(signal_number) << "; stopping the node\n";
-    demo.Teardown();
+    demo.Interrupt();
+    // A second signal: the user wants out now, cleanup or not.
+    sigwait(&signals, &signal_number);
     ::_exit(128 + signal_number);
   }).detach();
   return demo.Run();

@@ -1,7 +1,9 @@
 #include "demo/node_demo.h"
 
+#include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <sstream>
@@ -70,6 +72,25 @@ std::string Describe(const std::vector<NodeResource>& resources) {
   return out.str();
 }
 
+// The Allocatable section of `kubectl describe node`, with what each value was at step a).
+std::string AllocatableAgainst(const std::vector<NodeResource>& now,
+                               const std::vector<NodeResource>& before) {
+  std::ostringstream out;
+  out << "Allocatable:                  (at step a)\n";
+  for (const auto& r : now) {
+    const NodeResource* then = Find(before, r.name);
+    std::string line = "  " + r.name + ":  " + std::to_string(r.allocatable);
+    line.resize(std::max<size_t>(line.size(), 30), ' ');
+    out << line;
+    if (then != nullptr && then->allocatable != r.allocatable) {
+      out << "(" << then->allocatable << ")";
+    }
+    if (r.allocated > 0) out << "  " << r.allocated << " allocated";
+    out << "\n";
+  }
+  return out.str();
+}
+
 // A Kata pod asking for one vGPU, as its author writes it.
 nlohmann::json UserPod(const std::string& resource) {
   auto pod = nlohmann::json::parse(R"({
@@ -116,6 +137,21 @@ void NodeDemo::Teardown() {
   });
 }
 
+void NodeDemo::Interrupt() {
+  interrupted_ = true;
+  for (const auto& child : children_) {
+    const pid_t pid = child.load();
+    if (pid > 0) ::kill(pid, SIGTERM);
+  }
+}
+
+void NodeDemo::Started(size_t child, pid_t pid) {
+  if (pid <= 0) return;  // not started; kill() would take 0 and -1 as process groups
+  children_.at(child) = pid;
+  // A signal that came before the pid was known.
+  if (interrupted_ && pid > 0) ::kill(pid, SIGTERM);
+}
+
 std::string NodeDemo::Vgpuctl(const std::string& command) {
   const fs::path log = dir_ / "vgpuctl.out";
   fs::remove(log);
@@ -137,7 +173,9 @@ void NodeDemo::Start() {
   dir_ = fs::canonical(pattern);
   sim_ = std::make_unique<testing::SimMount>(programs_.sim, "t4x2", dir_);
   sim_->process().set_own_process_group(true);
-  if (auto failed = sim_->Mount()) throw CheckFailed("kvgpu-sim to mount: " + *failed);
+  auto mounted = sim_->Mount();
+  Started(0, sim_->process().pid());
+  if (mounted) throw CheckFailed("kvgpu-sim to mount: " + *mounted);
   Say("kvgpu-sim serves a sysfs tree of 2 x Tesla T4 (vGPU host driver) at " +
       sim_->mount().string() + ";\nthe daemons below use it through --sysfs-root, nothing else " +
       "changes for them.");
@@ -151,7 +189,9 @@ void NodeDemo::Start() {
   plugin_ = std::make_unique<testing::PluginProcess>(
       programs_.device_plugin, sim_->mount(), dir_ / "plugin", *node_, kPluginConfig, kLifecycle);
   plugin_->process().set_own_process_group(true);
-  if (auto failed = plugin_->Start(*node_, kResources)) {
+  auto registered = plugin_->Start(*node_, kResources);
+  Started(1, plugin_->process().pid());
+  if (auto failed = registered) {
     throw CheckFailed("kvgpu-device-plugin to register " + std::to_string(kResources) +
                       " resources: " + *failed);
   }
@@ -162,7 +202,9 @@ void NodeDemo::Start() {
 
   webhook_ = std::make_unique<testing::WebhookProcess>(programs_.webhook, dir_ / "webhook");
   webhook_->process().set_own_process_group(true);
-  if (auto failed = webhook_->Start()) throw CheckFailed("kvgpu-webhook to serve: " + *failed);
+  auto serving = webhook_->Start();
+  Started(2, webhook_->process().pid());
+  if (serving) throw CheckFailed("kvgpu-webhook to serve: " + *serving);
   Say("Started kvgpu-webhook (pid " + std::to_string(webhook_->process().pid()) +
       ") on https://127.0.0.1:" + std::to_string(webhook_->port()) +
       " with a certificate made just now.");
@@ -254,9 +296,8 @@ void NodeDemo::AllocatePod() {
       },
       5s);
   Say("\n" + gpu_ + " now serves " + std::string(kType) +
-      " only: the other types are withdrawn from it and stay on the\nother GPU "
-      "(capacity again):");
-  Indented(node_->DescribeResources());
+      " only: the plugin withdrew the other types from it, they\nremain on the other GPU:");
+  Indented(AllocatableAgainst(node_->Resources(), initial_));
   Check(withdrawn,
         "every other type halved (one GPU left for them) and " + resource_ + " 1 allocated",
         Describe(node_->Resources()));
@@ -286,7 +327,7 @@ void NodeDemo::DeletePod() {
       },
       5s);
   Say("\nEvery type is back on both GPUs:");
-  Indented(node_->DescribeResources());
+  Indented(AllocatableAgainst(node_->Resources(), initial_));
   Check(back, "the capacity of step a) again", Describe(node_->Resources()));
 }
 
@@ -308,12 +349,18 @@ int NodeDemo::Run() {
       Step("d) skipped: this kvgpu-device-plugin has no pod lifecycle yet");
     }
   } catch (const std::exception& failed) {
+    if (interrupted_) {
+      Teardown();
+      std::cerr << "demo: interrupted; the node is stopped and unmounted\n";
+      return 130;
+    }
     std::cerr << "\ndemo: FAILED: " << failed.what() << "\n";
     keep_dir_ = !dir_.empty();
     Teardown();
     return 1;
   }
   Teardown();
+  if (interrupted_) return 130;
   const auto seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   std::ostringstream took;

@@ -3,6 +3,10 @@
 // narrated step by step. Each step checks what it shows; the first failed check ends the demo.
 #pragma once
 
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -32,11 +36,14 @@ class NodeDemo {
 
   // 0 when every step showed what it should, 1 otherwise (the reason on stderr).
   int Run();
-  // Stops the daemons, unmounts the simulator and removes the scratch directory; runs once,
-  // from the end of Run() or from the signal thread on Ctrl-C.
-  void Teardown();
+  // From the signal thread (Ctrl-C): the child processes get SIGTERM, so whatever step runs
+  // fails at once, and Run() tears down and returns 130. Touches nothing Run() owns.
+  void Interrupt();
 
  private:
+  // Stops the daemons, unmounts the simulator and removes the scratch directory; runs once.
+  void Teardown();
+  void Started(size_t child, pid_t pid);
   void Start();
   void ShowCapacity();
   void AdmitPod();
@@ -52,6 +59,8 @@ class NodeDemo {
   std::unique_ptr<testing::WebhookProcess> webhook_;
   std::once_flag teardown_once_;
   bool keep_dir_ = false;
+  std::atomic<bool> interrupted_{false};
+  std::array<std::atomic<pid_t>, 3> children_{};  // sim, plugin, webhook, as they start
 
   // Carried between steps.
   std::string resource_;

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "tests/support/apiserver/test_certs.h"
+#include "tests/support/common/test_pki.h"
 #include "tests/support/cluster/admission_client.h"
 #include "tests/support/cluster/child_process.h"
 #include "tests/support/cluster/fake_node.h"
