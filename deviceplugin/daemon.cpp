@@ -31,7 +31,7 @@ mdev::Status Daemon::OpenState(StateStore*& store) {
   auto* file_store = dynamic_cast<JsonFileStateStore*>(store);
   if (file_store == nullptr) return loaded.status();
   std::filesystem::path kept = file_store->file();
-  kept += ".corrupt-" + std::to_string(UnixNow());
+  kept += ".corrupt-" + std::to_string(UnixNowMs() / 1000);
   std::error_code ec;
   std::filesystem::rename(file_store->file(), kept, ec);
   if (ec) {
@@ -52,7 +52,7 @@ mdev::Status Daemon::OpenState(StateStore*& store) {
         "treated as someone else's",
         checkpoint.error().message());
   }
-  Rebuilt rebuilt = RebuildRecords(checkpoint.ok() ? *checkpoint : empty, *inventory, UnixNow());
+  Rebuilt rebuilt = RebuildRecords(checkpoint.ok() ? *checkpoint : empty, *inventory, UnixNowMs());
   for (const std::string& note : rebuilt.notes) spdlog::warn("state rebuild: {}", note);
   spdlog::error("state rebuilt: {} vGPUs recognised as ours, {} existing vGPUs left alone",
                 rebuilt.vgpus.size(), inventory->vgpus.size() - rebuilt.vgpus.size());

@@ -44,7 +44,7 @@ struct DaemonOptions {
   kube::PodWatcher* pods = nullptr;
   kube::EventRecorder* events = nullptr;
   // See holder_tracker.h; tests shorten it.
-  std::chrono::seconds settle{5};
+  std::chrono::milliseconds settle{5000};
   // Registration retry: starts here, doubles, capped so a restarted kubelet is found within 5 s.
   std::chrono::milliseconds retry_initial{100};
   std::chrono::milliseconds retry_max{1000};

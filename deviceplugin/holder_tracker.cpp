@@ -4,14 +4,15 @@
 
 namespace kvgpu::deviceplugin {
 
-int64_t UnixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
+int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix,
-              std::chrono::seconds settle) {
+Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix_ms,
+              std::chrono::milliseconds settle, Purpose purpose) {
+  bool removal = purpose == Purpose::kRemoval;
   DeviceRef ref{vgpu.resource, vgpu.device_id};
   if (auto it = facts.kubelet_holders.find(ref); it != facts.kubelet_holders.end()) {
     return {Holding::kHeld, it->second, "kubelet lists " + it->second + " holding it"};
@@ -20,14 +21,14 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
     return {Holding::kUnknown, "",
             "kubelet's PodResources API is not answering: " + facts.kubelet_problem};
   }
-  if (now_unix - facts.kubelet_up_unix < settle.count()) {
+  if (removal && now_unix_ms - facts.kubelet_up_unix_ms < settle.count()) {
     return {Holding::kUnknown, "", "kubelet answers again only since moments ago"};
   }
-  if (now_unix - vgpu.created_unix < settle.count()) {
+  if (now_unix_ms - vgpu.created_unix_ms < settle.count()) {
     return {Holding::kHeld, vgpu.owner_pod.value_or(""),
             "allocated moments ago; kubelet records the pod after Allocate returns"};
   }
-  if (facts.api_following) {
+  if (removal && facts.api_following) {
     if (auto it = facts.checkpoint_uids.find(ref); it != facts.checkpoint_uids.end()) {
       for (const std::string& uid : it->second) {
         auto pod = facts.api_pods.find(uid);
@@ -72,7 +73,7 @@ std::map<DeviceRef, std::vector<std::string>> UidsFromCheckpoint(
 
 HolderTracker::HolderTracker(kubelet::PodResourcesSource* podresources,
                              kubelet::CheckpointWatcher* checkpoint, kube::PodWatcher* pods,
-                             std::chrono::seconds settle)
+                             std::chrono::milliseconds settle)
     : podresources_(podresources), checkpoint_(checkpoint), pods_(pods), settle_(settle) {}
 
 HolderTracker::~HolderTracker() {
@@ -104,7 +105,7 @@ HolderFacts HolderTracker::Collect() {
     std::lock_guard lock(mutex_);
     if (listed.ok()) {
       if (!kubelet_known_) {
-        kubelet_up_unix_ = UnixNow();
+        kubelet_up_unix_ms_ = UnixNowMs();
         spdlog::info("kubelet PodResources answering ({} pods)", listed->size());
       }
       kubelet_known_ = true;
@@ -121,7 +122,7 @@ HolderFacts HolderTracker::Collect() {
   std::lock_guard lock(mutex_);
   HolderFacts facts;
   facts.kubelet_known = kubelet_known_;
-  facts.kubelet_up_unix = kubelet_up_unix_;
+  facts.kubelet_up_unix_ms = kubelet_up_unix_ms_;
   facts.kubelet_problem =
       podresources_ == nullptr ? "no PodResources socket configured" : kubelet_problem_;
   facts.kubelet_holders = kubelet_holders_;
@@ -132,7 +133,7 @@ HolderFacts HolderTracker::Collect() {
 }
 
 HolderAnswer HolderTracker::Check(const CreatedVgpu& vgpu) {
-  Verdict verdict = Judge(vgpu, Collect(), UnixNow(), settle_);
+  Verdict verdict = Judge(vgpu, Collect(), UnixNowMs(), settle_, Purpose::kAllocation);
   spdlog::debug("holder check device={} verdict={} ({})", vgpu.device_id,
                 static_cast<int>(verdict.holding), verdict.why);
   return {verdict.holding, verdict.holder};

@@ -35,7 +35,7 @@ using DeviceRef = std::pair<std::string, std::string>;  // resource, device ID
 // What the sources say at one moment.
 struct HolderFacts {
   bool kubelet_known = false;                        // the last PodResources List succeeded
-  int64_t kubelet_up_unix = 0;                       // since when it has been answering
+  int64_t kubelet_up_unix_ms = 0;                    // since when it has been answering
   std::string kubelet_problem;                       // why not known
   std::map<DeviceRef, std::string> kubelet_holders;  // -> "namespace/name"
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids;  // -> pod UIDs, file order
@@ -49,8 +49,14 @@ struct Verdict {
   std::string why;     // for logs
 };
 
-Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix,
-              std::chrono::seconds settle);
+// Who asks: the reconciler, about to remove a vGPU, or Allocate, about to hand a device ID out
+// again. kubelet calls Allocate only with IDs no active pod holds in its own books (or for the pod
+// that holds them), so there its word is final and the two rules that only guard removals (kubelet
+// just back, the API's live pod) do not apply: they would hand one pod's vGPU to the next.
+enum class Purpose { kRemoval, kAllocation };
+
+Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix_ms,
+              std::chrono::milliseconds settle, Purpose purpose = Purpose::kRemoval);
 
 // Indexes kubelet's answers by device.
 std::map<DeviceRef, std::string> HoldersFromPodResources(
@@ -69,7 +75,7 @@ class HolderTracker : public HolderOracle {
  public:
   // Any source may be null: it then says nothing (no PodResources means nothing is ever free).
   HolderTracker(kubelet::PodResourcesSource* podresources, kubelet::CheckpointWatcher* checkpoint,
-                kube::PodWatcher* pods, std::chrono::seconds settle);
+                kube::PodWatcher* pods, std::chrono::milliseconds settle);
   ~HolderTracker() override;
 
   void Start(TrackerCallbacks callbacks);
@@ -93,14 +99,14 @@ class HolderTracker : public HolderOracle {
   kubelet::PodResourcesSource* podresources_;
   kubelet::CheckpointWatcher* checkpoint_;
   kube::PodWatcher* pods_;
-  std::chrono::seconds settle_;
+  std::chrono::milliseconds settle_;
   TrackerCallbacks callbacks_;
 
   // Asking kubelet is serialized: Allocate and the reconciler may ask at once.
   std::mutex kubelet_mutex_;
   mutable std::mutex mutex_;
   bool kubelet_known_ = false;
-  int64_t kubelet_up_unix_ = 0;
+  int64_t kubelet_up_unix_ms_ = 0;
   std::string kubelet_problem_ = "not asked yet";
   std::map<DeviceRef, std::string> kubelet_holders_;
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids_;
@@ -109,6 +115,6 @@ class HolderTracker : public HolderOracle {
   std::map<std::string, kube::PodInfo> api_pods_;
 };
 
-int64_t UnixNow();
+int64_t UnixNowMs();
 
 }  // namespace kvgpu::deviceplugin

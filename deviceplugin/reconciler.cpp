@@ -11,12 +11,6 @@ using mdev::ErrorCode;
 
 namespace {
 
-int64_t UnixNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string FreeKey(const CreatedVgpu& r) {
   return r.device_id + "/" + r.vgpu_id;
 }
@@ -35,12 +29,11 @@ PassPlan PlanPass(const LifecycleSnapshot& snapshot, const HolderFacts& facts,
                   const ReconcilerOptions& options) {
   PassPlan plan;
   std::set<std::string> seen;
-  int64_t now_unix = now_unix_ms / 1000;
   for (const CreatedVgpu& r : snapshot.records) {
     std::string key = FreeKey(r);
     seen.insert(key);
     if (snapshot.removing.contains(r.device_id)) continue;
-    Verdict verdict = Judge(r, facts, now_unix, options.settle);
+    Verdict verdict = Judge(r, facts, now_unix_ms, options.settle);
     switch (verdict.holding) {
       case Holding::kHeld:
         ++plan.held;
@@ -264,7 +257,7 @@ bool Reconciler::TryRemove(Removal& removal) {
   LifecycleSnapshot snapshot = manager_.Snapshot();
   const CreatedVgpu* record = FindRecord(snapshot, wanted);
   if (record == nullptr) return true;  // replaced or removed meanwhile
-  Verdict verdict = Judge(*record, facts, UnixNowMs() / 1000, options_.settle);
+  Verdict verdict = Judge(*record, facts, UnixNowMs(), options_.settle);
   if (verdict.holding != Holding::kFree) {
     spdlog::info("removal of vgpu {} called off: {}", wanted.vgpu_id, verdict.why);
     std::lock_guard lock(pass_mutex_);

@@ -26,7 +26,7 @@ namespace kvgpu::deviceplugin {
 struct ReconcilerOptions {
   std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
   std::chrono::milliseconds poll_interval{std::chrono::seconds(10)};
-  std::chrono::seconds settle{5};  // see holder_tracker.h
+  std::chrono::milliseconds settle{5000};  // see holder_tracker.h
   std::chrono::milliseconds retry_initial{500};
   std::chrono::milliseconds retry_max{std::chrono::seconds(60)};
   // After a pod ended: passes this often, for this long, until kubelet lets go of it.

@@ -42,8 +42,8 @@ std::string EnvPrefix(const std::string& resource) {
   return out + "_";
 }
 
-int64_t NowUnix() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
@@ -498,8 +498,8 @@ Result<AllocatedVgpu> ResourceManager::Realize(const Plan& plan,
   }
   // Record first: a crash between the kernel's create and our write must not leave a vGPU whose
   // origin nobody knows. A record whose vGPU never appeared is harmless (the slot is reused).
-  CreatedVgpu record{d.id,          d.resource, "",        d.key.parent, plan.physical_gpu,
-                     d.key.type_id, d.key.slot, NowUnix(), std::nullopt};
+  CreatedVgpu record{d.id,          d.resource, "",          d.key.parent, plan.physical_gpu,
+                     d.key.type_id, d.key.slot, NowUnixMs(), std::nullopt};
   mdev::CreateRequest request{d.key.parent, d.key.type_id, std::nullopt};
   if (plan.flavour == mdev::Flavour::kMdev) {
     request.uuid = mdev::NewUuid();

@@ -29,7 +29,7 @@ bool EndsWith(const std::string& text, const std::string& suffix) {
 }  // namespace
 
 Rebuilt RebuildRecords(const kubelet::Checkpoint& checkpoint, const mdev::Inventory& inventory,
-                       int64_t now_unix) {
+                       int64_t now_unix_ms) {
   Rebuilt out;
   std::set<std::string> taken;
   // A reused device ID has several entries, but only its newest vGPU can still exist (the old one
@@ -71,7 +71,7 @@ Rebuilt RebuildRecords(const kubelet::Checkpoint& checkpoint, const mdev::Invent
         record.physical_gpu = vgpu->physical_gpu;
         record.type_id = vgpu->type_id;
         record.slot = static_cast<uint32_t>(std::stoul(slot));
-        record.created_unix = now_unix;
+        record.created_unix_ms = now_unix_ms;
         taken.insert(id);
         taken.insert(vgpu_id);
         out.vgpus.push_back(std::move(record));

@@ -20,6 +20,6 @@ struct Rebuilt {
 };
 
 Rebuilt RebuildRecords(const kubelet::Checkpoint& checkpoint, const mdev::Inventory& inventory,
-                       int64_t now_unix);
+                       int64_t now_unix_ms);
 
 }  // namespace kvgpu::deviceplugin

@@ -23,7 +23,7 @@ constexpr const char* k223 = "tencent.com/vgpu-223";
 
 size_t Healthy(const std::map<std::string, std::string>& devices) {
   size_t n = 0;
-  for (const auto& [id, health] : devices) n += health == "Healthy" ? 1 : 0;
+  for (const auto& [id, health] : devices) n += health == "Healthy" ? 1u : 0u;
   return n;
 }
 
@@ -84,7 +84,8 @@ class LifecycleFlowTest : public ::testing::Test {
     options.retry_max = 200ms;
     options.pods = &pods_;
     options.events = &events_;
-    options.settle = 0s;
+    // Long enough that a pass between Allocate and kubelet's records cannot take the vGPU.
+    options.settle = 300ms;
     daemon_ = std::make_unique<Daemon>(options);
     Status started = daemon_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
@@ -156,7 +157,10 @@ TEST_F(LifecycleFlowTest, AReusedDeviceIdGetsAFreshVgpuAndALivePodKeepsItsOwn) {
   const std::string other = sim_.gpu(0) + "-nvidia-222-1";
   std::string first = RunPod("uid-1", "a", id);
   std::string kept = RunPod("uid-2", "b", other);
-  // kubelet lets go of pod a and hands its device to pod c before the API's deletion arrives.
+  // Pod a runs for a while (longer than the settle window: allocations moments old count as the
+  // same pod asking again), then kubelet lets go of it and hands its device to pod c before the
+  // API's deletion arrives.
+  std::this_thread::sleep_for(400ms);
   std::erase_if(running_, [](const kubelet::PodResources& p) { return p.name == "a"; });
   podresources_.SetPods(running_);
   std::string second = RunPod("uid-3", "c", id);
@@ -194,6 +198,31 @@ TEST_F(LifecycleFlowTest, WhileKubeletIsDownNothingIsRemoved) {
   ASSERT_TRUE(podresources_.Start());
   daemon_->reconciler().Trigger(false);
   EXPECT_TRUE(Eventually([&] { return !Exists(vgpu); }));
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+TEST(LifecycleStartTest, AKubeconfigThatDoesNotLoadStopsTheStartWithItsName) {
+  testing::SimNode sim("mtty");
+  DaemonOptions options;
+  options.args.sysfs_root = sim.model().root();
+  options.args.kubelet_dir = sim.dir() / "kubelet";
+  options.args.state_dir = sim.dir() / "state";
+  options.args.node_name = "node-1";
+  options.args.kubeconfig = sim.dir() / "missing-kubeconfig";
+  options.config.udev_events = false;
+  options.io = &sim.model();
+  Daemon daemon(options);
+  Status started = daemon.Start();
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.message().find("--kubeconfig"), std::string::npos) << started.message();
+  EXPECT_TRUE(sim.model().VgpuIds().empty());
+  EXPECT_FALSE(std::filesystem::exists(options.args.kubelet_dir / "device-plugins"))
+      << "nothing served before the configuration is known good";
 }
 
 }  // namespace

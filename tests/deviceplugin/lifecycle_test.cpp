@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 
 const std::string kResource = "tencent.com/vgpu-mtty-2";
 
-CreatedVgpu Record(const std::string& id, int64_t created_unix = 1000) {
+CreatedVgpu Record(const std::string& id, int64_t created_unix_ms = 1'000'000) {
   CreatedVgpu r;
   r.device_id = id;
   r.resource = kResource;
@@ -35,7 +35,7 @@ CreatedVgpu Record(const std::string& id, int64_t created_unix = 1000) {
   r.parent = "mtty";
   r.physical_gpu = "mtty";
   r.type_id = "mtty-2";
-  r.created_unix = created_unix;
+  r.created_unix_ms = created_unix_ms;
   return r;
 }
 
@@ -56,7 +56,7 @@ kubelet::PodResources PodHolding(const std::string& name, const std::vector<std:
 }
 
 TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
-  const int64_t now = 10000;
+  const int64_t now = 10'000'000;
   struct Case {
     std::string description;
     std::function<void(HolderFacts&)> facts;
@@ -65,7 +65,7 @@ TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
   };
   auto kubelet_up = [](HolderFacts& f) {
     f.kubelet_known = true;
-    f.kubelet_up_unix = 1;
+    f.kubelet_up_unix_ms = 1;
   };
   const std::vector<Case> cases = {
       {"kubelet lists a pod with the device: held (invariant 1)",
@@ -73,22 +73,23 @@ TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
          kubelet_up(f);
          f.kubelet_holders[{kResource, "d0"}] = "default/a";
        },
-       1000, Holding::kHeld},
+       1'000'000, Holding::kHeld},
       {"kubelet lists it though the API says the pod is deleted: held (API's word alone)",
        [&](HolderFacts& f) {
          kubelet_up(f);
          f.kubelet_holders[{kResource, "d0"}] = "default/a";
          f.api_following = true;
        },
-       1000, Holding::kHeld},
+       1'000'000, Holding::kHeld},
       {"kubelet not answering: unknown, nothing removed",
-       [&](HolderFacts& f) { f.kubelet_problem = "connection refused"; }, 1000, Holding::kUnknown},
+       [&](HolderFacts& f) { f.kubelet_problem = "connection refused"; }, 1'000'000,
+       Holding::kUnknown},
       {"kubelet answering again only since a moment: unknown",
        [&](HolderFacts& f) {
          f.kubelet_known = true;
-         f.kubelet_up_unix = now - 1;
+         f.kubelet_up_unix_ms = now - 1;
        },
-       1000, Holding::kUnknown},
+       1'000'000, Holding::kUnknown},
       {"allocated a moment ago, kubelet not yet recording the pod: held",
        [&](HolderFacts& f) { kubelet_up(f); }, now - 1, Holding::kHeld},
       {"kubelet lists nobody, the API shows the checkpoint's pod alive: held",
@@ -98,7 +99,7 @@ TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
          f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
          f.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
        },
-       1000, Holding::kHeld},
+       1'000'000, Holding::kHeld},
       {"the checkpoint's pod has Succeeded: free",
        [&](HolderFacts& f) {
          kubelet_up(f);
@@ -106,7 +107,7 @@ TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
          f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
          f.api_pods["uid-a"] = Pod("uid-a", "a", "Succeeded");
        },
-       1000, Holding::kFree},
+       1'000'000, Holding::kFree},
       {"the checkpoint's pod is being deleted and kubelet let go: free",
        [&](HolderFacts& f) {
          kubelet_up(f);
@@ -114,7 +115,7 @@ TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
          f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
          f.api_pods["uid-a"] = Pod("uid-a", "a", "Running", true);
        },
-       1000, Holding::kFree},
+       1'000'000, Holding::kFree},
       {"API unreachable: kubelet's word decides (free)",
        [&](HolderFacts& f) {
          kubelet_up(f);
@@ -122,13 +123,13 @@ TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
          f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
          f.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
        },
-       1000, Holding::kFree},
+       1'000'000, Holding::kFree},
       {"another resource's device of the same ID does not hold this one",
        [&](HolderFacts& f) {
          kubelet_up(f);
          f.kubelet_holders[{"tencent.com/vgpu-other", "d0"}] = "default/a";
        },
-       1000, Holding::kFree},
+       1'000'000, Holding::kFree},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.description);
@@ -137,6 +138,27 @@ TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
     Verdict verdict = Judge(Record("d0", c.created), facts, now, 5s);
     EXPECT_EQ(verdict.holding, c.want) << verdict.why;
   }
+}
+
+TEST(JudgeTest, ForAllocateKubeletsBooksAreFinalSoAnEndedPodsVgpuIsNeverHandedOn) {
+  const int64_t now = 10'000'000;
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_up_unix_ms = now - 1;  // just back: only guards removals
+  facts.api_following = true;
+  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");  // its Succeeded not yet seen
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kRemoval).holding, Holding::kUnknown);
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kFree)
+      << "kubelet hands the ID to a new pod: the old vGPU is made anew, not passed on";
+  facts.kubelet_holders[{kResource, "d0"}] = "default/a";
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kHeld)
+      << "the pod kubelet lists asks again: same vGPU";
+  EXPECT_EQ(Judge(Record("d0", now - 1), HolderFacts{true, 1, "", {}, {}, false, {}}, now, 5s,
+                  Purpose::kAllocation)
+                .holding,
+            Holding::kHeld)
+      << "init and app containers of one pod share a device allocated moments ago";
 }
 
 TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAgain) {
@@ -232,7 +254,7 @@ struct Lifecycle {
         io(sim.model()),
         node(sim.model().root(), io),
         store(shared_store != nullptr ? *shared_store : own_store),
-        tracker(&podresources, nullptr, &pods, 0s),
+        tracker(&podresources, nullptr, &pods, 0ms),
         manager(node, {}, store, tracker),
         reconciler(manager, tracker, &events, Options()) {
     Status started = manager.Start();
@@ -243,7 +265,7 @@ struct Lifecycle {
   static ReconcilerOptions Options() {
     ReconcilerOptions options;
     options.grace_period = 0ms;
-    options.settle = 0s;
+    options.settle = 0ms;
     options.retry_initial = 1ms;
     options.retry_max = 1ms;
     return options;
@@ -314,7 +336,7 @@ TEST(ReconcilerTest, AKubeletThatListsNothingYetDoesNotCostALivePodItsVgpu) {
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
   writer.Write({{"uid-1", "main", kResource, {"mtty-mtty-2-0"}}});
   kubelet::CheckpointWatcher checkpoint(kubelet_dir.path());
-  HolderTracker tracker(&f.podresources, &checkpoint, &f.pods, 0s);
+  HolderTracker tracker(&f.podresources, &checkpoint, &f.pods, 0ms);
   std::promise<void> read;
   std::atomic<bool> once{false};
   tracker.Start({nullptr, [&] {
@@ -474,7 +496,7 @@ TEST(StateRebuildTest, OnlyVgpusOurAnswersInKubeletsCheckpointNameBecomeOursAgai
   });
   auto checkpoint = kubelet::ReadCheckpoint(writer.path());
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().message();
-  Rebuilt rebuilt = RebuildRecords(*checkpoint, *inventory, 42);
+  Rebuilt rebuilt = RebuildRecords(*checkpoint, *inventory, 42'000);
   ASSERT_EQ(rebuilt.vgpus.size(), 1u);
   EXPECT_EQ(rebuilt.vgpus[0].vgpu_id, ours->id);
   EXPECT_EQ(rebuilt.vgpus[0].device_id, "mtty-mtty-2-3") << "invariant 4: the same ID as before";
