@@ -50,6 +50,10 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
   app.add_option("--config", config_file, "YAML config file, keys below (optional)");
   app.add_option("--metrics-addr", args.metrics_addr,
                  "HOST:PORT to serve Prometheus metrics on /metrics (default: none)");
+  std::string kubeconfig;
+  app.add_option("--kubeconfig", kubeconfig,
+                 "kubeconfig for the API server (pods on this node, Events); default: the "
+                 "in-cluster service account when $KUBERNETES_SERVICE_HOST is set, else none");
   app.footer(ConfigKeysHelp());
 
   try {
@@ -72,6 +76,7 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
   args.kubelet_dir = kubelet_dir;
   args.state_dir = state_dir;
   if (!config_file.empty()) args.config_file = config_file;
+  if (!kubeconfig.empty()) args.kubeconfig = kubeconfig;
   return parsed;
 }
 

@@ -15,6 +15,12 @@ struct CommandLine {
   std::string node_name;  // default: $NODE_NAME
   std::optional<std::filesystem::path> config_file;
   std::string metrics_addr;  // HOST:PORT; empty: no metrics endpoint
+  // The API server: this kubeconfig; none: in-cluster when $KUBERNETES_SERVICE_HOST is set.
+  std::optional<std::filesystem::path> kubeconfig;
+
+  std::filesystem::path PodResourcesSocket() const {
+    return kubelet_dir / "pod-resources" / "kubelet.sock";
+  }
 
   std::filesystem::path DevicePluginDir() const { return kubelet_dir / "device-plugins"; }
   std::filesystem::path KubeletSocket() const { return DevicePluginDir() / "kubelet.sock"; }

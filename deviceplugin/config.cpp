@@ -97,10 +97,53 @@ Result<PinRule> ParsePin(const YAML::Node& node, size_t index) {
   return rule;
 }
 
+Result<std::chrono::milliseconds> DurationKey(const YAML::Node& node, const std::string& key,
+                                              std::chrono::milliseconds minimum) {
+  Result<std::string> v = Scalar(node, key);
+  if (!v.ok()) return v.status();
+  Result<std::chrono::milliseconds> d = ParseDuration(*v);
+  if (!d.ok()) return Invalid("config key " + key + ": " + d.status().message());
+  if (*d < minimum) {
+    return Invalid("config key " + key + ": must be at least " + std::to_string(minimum.count()) +
+                   "ms");
+  }
+  return d;
+}
+
+Status ApplyLifecycle(const YAML::Node& node, LifecycleConfig& lifecycle) {
+  if (!node.IsMap()) return Invalid("config key lifecycle: expected a map");
+  Status keys = CheckKeys(node, "lifecycle.",
+                          {"gracePeriod", "pollInterval", "retryMax", "watchPods", "events"});
+  if (!keys.ok()) return keys;
+  struct DurationField {
+    const char* key;
+    std::chrono::milliseconds* value;
+    std::chrono::milliseconds minimum;
+  };
+  for (const DurationField& field :
+       {DurationField{"gracePeriod", &lifecycle.grace_period, std::chrono::milliseconds(0)},
+        DurationField{"pollInterval", &lifecycle.poll_interval, std::chrono::milliseconds(100)},
+        DurationField{"retryMax", &lifecycle.retry_max, std::chrono::milliseconds(100)}}) {
+    if (!node[field.key]) continue;
+    auto d = DurationKey(node[field.key], std::string("lifecycle.") + field.key, field.minimum);
+    if (!d.ok()) return d.status();
+    *field.value = *d;
+  }
+  for (auto [key, value] :
+       {std::pair{"watchPods", &lifecycle.watch_pods}, std::pair{"events", &lifecycle.events}}) {
+    if (!node[key]) continue;
+    Result<bool> v = Bool(node[key], std::string("lifecycle.") + key);
+    if (!v.ok()) return v.status();
+    *value = *v;
+  }
+  return Status::Ok();
+}
+
 Status Apply(const YAML::Node& root, Config& config) {
-  Status keys = CheckKeys(root, "",
-                          {"resourceDomain", "namingStyle", "allowedTypes", "pinning",
-                           "spreadAcrossGPUs", "cdi", "rescanInterval", "udevEvents", "logLevel"});
+  Status keys =
+      CheckKeys(root, "",
+                {"resourceDomain", "namingStyle", "allowedTypes", "pinning", "spreadAcrossGPUs",
+                 "cdi", "rescanInterval", "udevEvents", "logLevel", "lifecycle"});
   if (!keys.ok()) return keys;
   if (root["resourceDomain"]) {
     Result<std::string> v = Scalar(root["resourceDomain"], "resourceDomain");
@@ -152,12 +195,13 @@ Status Apply(const YAML::Node& root, Config& config) {
     }
   }
   if (root["rescanInterval"]) {
-    Result<std::string> v = Scalar(root["rescanInterval"], "rescanInterval");
-    if (!v.ok()) return v.status();
-    Result<std::chrono::milliseconds> d = ParseDuration(*v);
-    if (!d.ok()) return Invalid("config key rescanInterval: " + d.status().message());
-    if (d->count() < 10) return Invalid("config key rescanInterval: must be at least 10ms");
+    auto d = DurationKey(root["rescanInterval"], "rescanInterval", std::chrono::milliseconds(10));
+    if (!d.ok()) return d.status();
     config.rescan_interval = *d;
+  }
+  if (root["lifecycle"]) {
+    Status lifecycle = ApplyLifecycle(root["lifecycle"], config.lifecycle);
+    if (!lifecycle.ok()) return lifecycle;
   }
   if (root["udevEvents"]) {
     Result<bool> v = Bool(root["udevEvents"], "udevEvents");
@@ -274,6 +318,13 @@ const char* ConfigKeysHelp() {
   rescanInterval: 5s            sysfs rescan period for health and capacity (ms, s, m)
   udevEvents: true              rescan at once on kernel device events (mdev, pci)
   logLevel: info                trace, debug, info, warn, error, critical, off
+  lifecycle:                    removing vGPUs whose pod is gone
+    gracePeriod: 30s            how long a vGPU stays after no live pod holds it (0s allowed)
+    pollInterval: 10s           how often kubelet's PodResources API is asked (min 100ms)
+    retryMax: 60s               longest wait between retries of a removal the kernel refused
+    watchPods: true             follow this node's pods at the API server (--kubeconfig or
+                                in-cluster); false: kubelet's word alone
+    events: true                post Events (VgpuCreated, VgpuRemoved, VgpuRemoveFailed) on pods
 )";
 }
 

@@ -24,6 +24,17 @@ struct PinRule {
   bool operator==(const PinRule&) const = default;
 };
 
+// When vGPUs go (reconciler.h).
+struct LifecycleConfig {
+  std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(10)};
+  std::chrono::milliseconds retry_max{std::chrono::seconds(60)};
+  bool watch_pods = true;  // follow the API server's pods on this node
+  bool events = true;      // post Events on the pods
+
+  bool operator==(const LifecycleConfig&) const = default;
+};
+
 struct Config {
   NamingOptions naming;
   std::vector<std::string> allowed_types;  // empty: every type the node shows
@@ -34,6 +45,7 @@ struct Config {
   std::chrono::milliseconds rescan_interval{5000};
   bool udev_events = true;
   std::string log_level = "info";
+  LifecycleConfig lifecycle;
 };
 
 // Parses YAML text. Unknown keys, wrong types and contradictions are errors naming the key; the

@@ -2,10 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
+#include "deviceplugin/state_rebuild.h"
+
 namespace kvgpu::deviceplugin {
 
 using Clock = std::chrono::steady_clock;
 using mdev::ErrorCode;
+using mdev::Result;
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 
@@ -13,14 +18,119 @@ Daemon::~Daemon() {
   Stop();
 }
 
-mdev::Status Daemon::Start() {
-  const CommandLine& args = options_.args;
-  // open state
-  StateStore* store = options_.store;
+mdev::Status Daemon::OpenState(StateStore*& store) {
+  store = options_.store;
   if (store == nullptr) {
-    own_store_ = std::make_unique<JsonFileStateStore>(args.state_dir);
+    own_store_ = std::make_unique<JsonFileStateStore>(options_.args.state_dir);
     store = own_store_.get();
   }
+  Result<std::vector<CreatedVgpu>> loaded = store->Load();
+  if (loaded.ok() || loaded.status().code() != ErrorCode::kInvalid) return mdev::Status::Ok();
+  // Corrupt, not unreadable: keep the file for a post-mortem, then learn from the checkpoint
+  // which vGPUs are ours. Unreadable (permissions, I/O) stops the start instead: Start fails.
+  auto* file_store = dynamic_cast<JsonFileStateStore*>(store);
+  if (file_store == nullptr) return loaded.status();
+  std::filesystem::path kept = file_store->file();
+  kept += ".corrupt-" + std::to_string(UnixNowMs() / 1000);
+  std::error_code ec;
+  std::filesystem::rename(file_store->file(), kept, ec);
+  if (ec) {
+    return mdev::Status::Error(ErrorCode::kIo, "state file corrupt (" + loaded.status().message() +
+                                                   ") and cannot be moved aside: " + ec.message());
+  }
+  spdlog::error(
+      "STATE FILE CORRUPT: {}; moved to {}; rebuilding from kubelet's checkpoint and "
+      "sysfs. vGPUs no answer of ours names are left alone.",
+      loaded.status().message(), kept.string());
+  Result<mdev::Inventory> inventory = node_->Scan();
+  if (!inventory.ok()) return inventory.status();
+  auto checkpoint = kubelet::ReadCheckpoint(kubelet::CheckpointPath(options_.args.kubelet_dir));
+  kubelet::Checkpoint empty;
+  if (!checkpoint.ok()) {
+    spdlog::error(
+        "kubelet checkpoint unusable for the rebuild: {}; every existing vGPU is "
+        "treated as someone else's",
+        checkpoint.error().message());
+  }
+  Rebuilt rebuilt = RebuildRecords(checkpoint.ok() ? *checkpoint : empty, *inventory, UnixNowMs());
+  for (const std::string& note : rebuilt.notes) spdlog::warn("state rebuild: {}", note);
+  spdlog::error("state rebuilt: {} vGPUs recognised as ours, {} existing vGPUs left alone",
+                rebuilt.vgpus.size(), inventory->vgpus.size() - rebuilt.vgpus.size());
+  return store->Save(rebuilt.vgpus);
+}
+
+mdev::Status Daemon::OpenPodSources() {
+  const CommandLine& args = options_.args;
+  const LifecycleConfig& lifecycle = options_.config.lifecycle;
+  if (options_.podresources == nullptr) {
+    own_podresources_ = std::make_unique<kubelet::PodResourcesClient>(args.PodResourcesSocket());
+  }
+  checkpoint_ = std::make_unique<kubelet::CheckpointWatcher>(args.kubelet_dir);
+  kube::PodWatcher* pods = options_.pods;
+  kube::EventRecorder* events = options_.events;
+  if (lifecycle.watch_pods && (pods == nullptr || events == nullptr)) {
+    std::optional<kube::Config> api;
+    if (args.kubeconfig) {
+      auto loaded = kube::LoadKubeconfig(*args.kubeconfig);
+      if (!loaded.ok()) {
+        return mdev::Status::Error(
+            ErrorCode::kInvalid,
+            "--kubeconfig " + args.kubeconfig->string() + ": " + loaded.error().message());
+      }
+      api = *loaded;
+    } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
+      auto loaded = kube::LoadInCluster(kube::InClusterFromEnvironment());
+      if (!loaded.ok()) {
+        return mdev::Status::Error(ErrorCode::kInvalid,
+                                   "in-cluster config: " + loaded.error().message());
+      }
+      api = *loaded;
+    }
+    if (!api) {
+      spdlog::warn(
+          "no API server (no --kubeconfig, not in a cluster): pods are tracked through "
+          "kubelet alone and no Events are posted");
+    } else if (args.node_name.empty()) {
+      spdlog::warn("no --node-name: the API server's pods cannot be followed");
+    } else {
+      auto client = kube::ApiClient::Create(*api);
+      if (!client.ok()) {
+        return mdev::Status::Error(ErrorCode::kInvalid, "API client: " + client.error().message());
+      }
+      api_ = std::move(*client);
+      if (pods == nullptr) {
+        own_pods_ = std::make_unique<kube::ApiPodWatcher>(
+            *api_, kube::PodWatchOptions{.node_name = args.node_name});
+      }
+      if (events == nullptr && lifecycle.events) {
+        api_events_ =
+            std::make_unique<kube::ApiEventRecorder>(*api_, "kvgpu-device-plugin", args.node_name);
+      }
+    }
+  }
+  if (pods == nullptr) pods = own_pods_.get();
+  if (events == nullptr && api_events_) {
+    async_events_ = std::make_unique<kube::AsyncEventRecorder>(*api_events_);
+    events = async_events_.get();
+  }
+  if (!lifecycle.events) events = nullptr;
+  kubelet::PodResourcesSource* podresources =
+      options_.podresources != nullptr ? options_.podresources : own_podresources_.get();
+  tracker_ =
+      std::make_unique<HolderTracker>(podresources, checkpoint_.get(), pods, options_.settle);
+  ReconcilerOptions reconcile;
+  reconcile.grace_period = lifecycle.grace_period;
+  reconcile.poll_interval = lifecycle.poll_interval;
+  reconcile.retry_max = lifecycle.retry_max;
+  reconcile.settle = options_.settle;
+  lifecycle_metrics_ = std::make_unique<LifecycleMetrics>(metrics_.registry());
+  events_for_reconciler_ = events;
+  reconciler_options_ = reconcile;
+  return mdev::Status::Ok();
+}
+
+mdev::Status Daemon::Start() {
+  const CommandLine& args = options_.args;
   // discover
   mdev::SysfsIo* io = options_.io;
   if (io == nullptr) {
@@ -28,11 +138,19 @@ mdev::Status Daemon::Start() {
     io = own_io_.get();
   }
   node_ = std::make_unique<mdev::Node>(args.sysfs_root, *io);
-  HolderOracle* holders = options_.holders != nullptr ? options_.holders : &unknown_holders_;
+  // open state
+  StateStore* store = nullptr;
+  mdev::Status opened = OpenState(store);
+  if (!opened.ok()) return opened;
+  // pod sources
+  mdev::Status sources = OpenPodSources();
+  if (!sources.ok()) return sources;
   manager_ =
-      std::make_unique<ResourceManager>(*node_, options_.config, *store, *holders, &metrics_);
+      std::make_unique<ResourceManager>(*node_, options_.config, *store, *tracker_, &metrics_);
   mdev::Status started = manager_->Start();
   if (!started.ok()) return started;
+  reconciler_ = std::make_unique<Reconciler>(*manager_, *tracker_, events_for_reconciler_,
+                                             reconciler_options_, lifecycle_metrics_.get());
   for (const std::string& resource : manager_->Resources()) {
     spdlog::info("resource offered name={} devices={}", resource,
                  manager_->Devices(resource).size());
@@ -57,6 +175,7 @@ mdev::Status Daemon::Start() {
     for (PluginServer* server : notify_) server->Notify();
   });
   manager_->SetRefreshRequester([this] {
+    reconciler_->OnAllocated();
     int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
     int64_t none = 0;
     if (allocate_rescan_at_.compare_exchange_strong(none, due)) watcher_.Wake();
@@ -78,11 +197,18 @@ mdev::Status Daemon::Start() {
   }
   next_retry_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
+  // reconcile: orphans from before a restart are collected on the first pass.
+  tracker_->Start(
+      {[this] { reconciler_->Trigger(true); }, [this] { reconciler_->Trigger(false); }});
+  reconciler_->Start();
   return mdev::Status::Ok();
 }
 
 void Daemon::Stop() {
   if (stop_.exchange(true)) return;
+  if (tracker_) tracker_->Stop();
+  if (reconciler_) reconciler_->Stop();
+  if (async_events_) async_events_->Flush();
   if (udev_) udev_->Stop();
   watcher_.Wake();
   if (thread_.joinable()) thread_.join();

@@ -1,6 +1,7 @@
 // The daemon as named steps over shared state (after Falco's app actions):
-// load config -> open state -> discover -> metrics -> serve -> register -> watch.
-// Teardown (Stop) always runs the same way: stop watching, stop servers, remove sockets.
+// load config -> discover -> open state -> pod sources -> metrics -> serve -> register -> watch
+// -> reconcile. Teardown (Stop) always runs the same way: stop reconciling and watching, stop
+// servers, remove sockets.
 #pragma once
 
 #include <atomic>
@@ -13,12 +14,18 @@
 
 #include "deviceplugin/cli.h"
 #include "deviceplugin/config.h"
-#include "deviceplugin/holders.h"
+#include "deviceplugin/holder_tracker.h"
+#include "deviceplugin/lifecycle_metrics.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/plugin_server.h"
+#include "deviceplugin/reconciler.h"
 #include "deviceplugin/resource_manager.h"
 #include "deviceplugin/socket_watch.h"
 #include "deviceplugin/state_store.h"
+#include "kube/api_client.h"
+#include "kube/events.h"
+#include "kube/kubelet/checkpoint_watcher.h"
+#include "kube/pod_watcher.h"
 #include "mdev/node.h"
 #include "mdev/udev_monitor.h"
 
@@ -31,8 +38,13 @@ struct DaemonOptions {
   mdev::SysfsIo* io = nullptr;
   // The state store; nullptr: JsonFileStateStore under --state-dir.
   StateStore* store = nullptr;
-  // Who holds device IDs; nullptr: UnknownHolders (never claims an ID is free).
-  HolderOracle* holders = nullptr;
+  // Pod facts; nullptr: the real sources (kubelet under --kubelet-dir, the API server from
+  // --kubeconfig or in-cluster). Tests give in-memory ones.
+  kubelet::PodResourcesSource* podresources = nullptr;
+  kube::PodWatcher* pods = nullptr;
+  kube::EventRecorder* events = nullptr;
+  // See holder_tracker.h; tests shorten it.
+  std::chrono::milliseconds settle{5000};
   // Registration retry: starts here, doubles, capped so a restarted kubelet is found within 5 s.
   std::chrono::milliseconds retry_initial{100};
   std::chrono::milliseconds retry_max{1000};
@@ -57,6 +69,7 @@ class Daemon {
   void Stop();
 
   ResourceManager& manager() { return *manager_; }
+  Reconciler& reconciler() { return *reconciler_; }
   Metrics& metrics() { return metrics_; }
   // Resources currently registered with kubelet.
   std::set<std::string> Registered() const;
@@ -68,14 +81,27 @@ class Daemon {
   void EnsureServers();
   void HandleDirEvents(const std::vector<DirEvent>& events);
   void TryRegister();
+  mdev::Status OpenState(StateStore*& store);
+  mdev::Status OpenPodSources();
 
   DaemonOptions options_;
   std::unique_ptr<mdev::SysfsIo> own_io_;
   std::unique_ptr<StateStore> own_store_;
-  UnknownHolders unknown_holders_;
   std::unique_ptr<mdev::Node> node_;
   Metrics metrics_;
+  // Pod facts (holder_tracker.h) and what acts on them; declared in the order they must start.
+  std::unique_ptr<kubelet::PodResourcesSource> own_podresources_;
+  std::unique_ptr<kubelet::CheckpointWatcher> checkpoint_;
+  std::unique_ptr<kube::ApiClient> api_;
+  std::unique_ptr<kube::PodWatcher> own_pods_;
+  std::unique_ptr<kube::EventRecorder> api_events_;
+  std::unique_ptr<kube::AsyncEventRecorder> async_events_;
+  std::unique_ptr<HolderTracker> tracker_;
   std::unique_ptr<ResourceManager> manager_;
+  std::unique_ptr<LifecycleMetrics> lifecycle_metrics_;
+  std::unique_ptr<Reconciler> reconciler_;
+  kube::EventRecorder* events_for_reconciler_ = nullptr;
+  ReconcilerOptions reconciler_options_;
   std::unique_ptr<mdev::UdevMonitor> udev_;
   DirWatcher watcher_;
 

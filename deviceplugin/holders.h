@@ -1,8 +1,11 @@
 // Who holds a device ID now. Allocate does not say which pod it serves and there is no
 // Deallocate, so when kubelet hands out a device ID whose earlier vGPU still exists, only this
-// answer decides whether that vGPU may be destroyed and made fresh (invariant 1: never destroy a
-// vGPU a live pod uses). The lifecycle tracker (kubelet PodResources, checkpoint, API server)
-// implements it; until then nothing can know, and the answer is "unknown".
+// answer decides what happens to that vGPU (invariant 1: never destroy a vGPU a live pod uses;
+// and a vGPU is never shared between pods).
+//
+// kubelet never hands a device that an active pod holds to another pod, so an Allocate for a held
+// ID comes from that same pod: its init and app containers share the device, or kubelet asks
+// again after a restart. That pod gets its existing vGPU back.
 #pragma once
 
 #include <string>
@@ -12,9 +15,10 @@
 namespace kvgpu::deviceplugin {
 
 enum class Holding {
-  kFree,     // no live pod holds the device ID: its old vGPU may be removed and recreated
-  kHeld,     // a live pod holds it: kubelet reused the ID too early; refuse
-  kUnknown,  // nobody can tell: treated as held, the old vGPU is kept
+  kFree,     // no live pod holds the device ID: its old vGPU is removed and made anew
+  kHeld,     // a live pod holds it (or its allocation is moments old): that pod asks again,
+             // it gets the same vGPU
+  kUnknown,  // nobody can tell: refused, the old vGPU is kept untouched
 };
 
 struct HolderAnswer {
@@ -28,7 +32,7 @@ class HolderOracle {
   virtual HolderAnswer Check(const CreatedVgpu& vgpu) = 0;
 };
 
-// The default without a lifecycle tracker: never claims a device ID is free.
+// The default without pod tracking: never claims a device ID is free or held.
 class UnknownHolders : public HolderOracle {
  public:
   HolderAnswer Check(const CreatedVgpu&) override { return {}; }

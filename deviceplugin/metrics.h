@@ -44,6 +44,8 @@ class Metrics : public ManagerObserver {
 
   // Text exposition of everything, for tests.
   std::string Render() const;
+  // Where other parts of the daemon (the lifecycle) add their families.
+  prometheus::Registry& registry() { return *registry_; }
 
  private:
   struct Families;

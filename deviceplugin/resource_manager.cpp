@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "deviceplugin/cdi.h"
+#include "deviceplugin/failpoint.h"
 #include "deviceplugin/resource_naming.h"
 #include "mdev/uuid.h"
 
@@ -41,8 +42,8 @@ std::string EnvPrefix(const std::string& resource) {
   return out + "_";
 }
 
-int64_t NowUnix() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
@@ -55,6 +56,7 @@ struct ResourceManager::Plan {
   mdev::Flavour flavour = mdev::Flavour::kMdev;
   std::string physical_gpu;
   std::optional<std::string> replace_vgpu;  // our earlier vGPU, free to remove and make anew
+  std::optional<std::string> reuse_vgpu;    // our vGPU the same pod holds: handed back as it is
 };
 
 ResourceManager::ResourceManager(mdev::Node& node, Config config, StateStore& store,
@@ -423,15 +425,22 @@ Status ResourceManager::Validate(const std::string& resource,
                                                    d.key.parent + " is gone from sysfs");
       }
       const mdev::Parent* parent = FindParent(d.key.parent);
-      Plan plan{d, parent->flavour, parent->physical_gpu, std::nullopt};
+      Plan plan{d, parent->flavour, parent->physical_gpu, std::nullopt, std::nullopt};
       if (d.ours && d.vgpu_exists) {
         auto record = std::find_if(records_.begin(), records_.end(),
                                    [&](const CreatedVgpu& r) { return r.device_id == id; });
+        if (record == records_.end()) {
+          return Status::Error(ErrorCode::kBusy, "device " + id +
+                                                     " is listed as ours but "
+                                                     "has no record; rescan and retry");
+        }
         HolderAnswer answer = holders_.Check(*record);
         if (answer.holding == Holding::kHeld) {
-          return Status::Error(ErrorCode::kBusy, "device " + id + " is still held by pod " +
-                                                     answer.holder + " (vGPU " + record->vgpu_id +
-                                                     "); not handing it out twice");
+          spdlog::info("device {} asked for again while {} holds it: same vGPU {}", id,
+                       answer.holder.empty() ? "its pod" : answer.holder, record->vgpu_id);
+          plan.reuse_vgpu = record->vgpu_id;
+          container_plans.push_back(std::move(plan));
+          continue;
         }
         if (answer.holding == Holding::kUnknown) {
           return Status::Error(
@@ -457,6 +466,14 @@ Status ResourceManager::SaveRecords() {
 Result<AllocatedVgpu> ResourceManager::Realize(const Plan& plan,
                                                std::vector<std::string>& created) {
   const Device& d = plan.device;
+  if (plan.reuse_vgpu) {
+    const mdev::Vgpu* v = inventory_.FindVgpu(*plan.reuse_vgpu);
+    if (v == nullptr || !v->iommu_group) {
+      return Status::Error(ErrorCode::kGone, "device " + d.id + ": its vGPU " + *plan.reuse_vgpu +
+                                                 " is gone from sysfs or has no IOMMU group");
+    }
+    return AllocatedVgpu{d.id, v->id, d.key.type_id, d.key.parent, *v->iommu_group, v->vfio_device};
+  }
   if (plan.replace_vgpu) {
     auto start = Clock::now();
     Status removed = node_.Remove(*plan.replace_vgpu);
@@ -481,8 +498,8 @@ Result<AllocatedVgpu> ResourceManager::Realize(const Plan& plan,
   }
   // Record first: a crash between the kernel's create and our write must not leave a vGPU whose
   // origin nobody knows. A record whose vGPU never appeared is harmless (the slot is reused).
-  CreatedVgpu record{d.id,          d.resource, "",        d.key.parent, plan.physical_gpu,
-                     d.key.type_id, d.key.slot, NowUnix(), std::nullopt};
+  CreatedVgpu record{d.id,          d.resource, "",          d.key.parent, plan.physical_gpu,
+                     d.key.type_id, d.key.slot, NowUnixMs(), std::nullopt};
   mdev::CreateRequest request{d.key.parent, d.key.type_id, std::nullopt};
   if (plan.flavour == mdev::Flavour::kMdev) {
     request.uuid = mdev::NewUuid();
@@ -499,8 +516,10 @@ Result<AllocatedVgpu> ResourceManager::Realize(const Plan& plan,
         saved.code(),
         "device " + d.id + ": cannot record the vGPU before creating it: " + saved.message());
   }
+  Failpoint("allocate.after-record");
   auto start = Clock::now();
   Result<mdev::Vgpu> vgpu = node_.Create(request);
+  Failpoint("allocate.after-create");
   if (observer_ != nullptr) observer_->OnVgpuCreated(d.resource, Clock::now() - start, vgpu.ok());
   if (!vgpu.ok()) {
     records_.pop_back();
@@ -584,16 +603,17 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
   bool changed = false;
   std::function<void()> requester;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     requester = refresh_requester_;
+    result = WaitForRemovals(lock, containers);
     std::vector<std::vector<Plan>> plans;
-    result = Validate(resource, containers, plans);
+    if (result.ok()) result = Validate(resource, containers, plans);
     if (result.ok() && config_.cdi_enabled) result = ValidateCdiKind(resource);
     std::vector<std::string> created;
     for (size_t c = 0; result.ok() && c < plans.size(); ++c) {
       std::vector<AllocatedVgpu> vgpus;
       for (const Plan& plan : plans[c]) {
-        changed = true;
+        changed = changed || !plan.reuse_vgpu;
         Result<AllocatedVgpu> vgpu = Realize(plan, created);
         if (!vgpu.ok()) {
           result = vgpu.status();
@@ -651,7 +671,129 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     }
   }
   if (!result.ok()) return result;
+  Failpoint("allocate.before-reply");
   return answers;
+}
+
+Status ResourceManager::WaitForRemovals(std::unique_lock<std::mutex>& lock,
+                                        const std::vector<std::vector<std::string>>& containers) {
+  auto busy = [&]() -> const std::string* {
+    for (const auto& ids : containers) {
+      for (const std::string& id : ids) {
+        if (auto it = removing_.find(id); it != removing_.end()) return &*it;
+      }
+    }
+    return nullptr;
+  };
+  if (busy() == nullptr) return Status::Ok();
+  if (removal_done_.wait_for(lock, removal_wait_, [&] { return busy() == nullptr; })) {
+    return Status::Ok();
+  }
+  return Status::Error(ErrorCode::kBusy, "device " + *busy() +
+                                             ": its earlier vGPU is still being removed (the "
+                                             "kernel has not let go yet); try again");
+}
+
+LifecycleSnapshot ResourceManager::Snapshot() const {
+  std::lock_guard lock(mutex_);
+  LifecycleSnapshot out;
+  out.records = records_;
+  out.removing = removing_;
+  std::set<std::string> ours;
+  for (const CreatedVgpu& r : records_) ours.insert(r.vgpu_id);
+  for (const mdev::Vgpu& v : inventory_.vgpus) {
+    out.existing.insert(v.id);
+    if (!ours.contains(v.id)) out.foreign.push_back(v.id);
+  }
+  return out;
+}
+
+Status ResourceManager::SetOwners(const std::map<std::string, std::string>& owners) {
+  std::lock_guard lock(mutex_);
+  bool changed = false;
+  for (CreatedVgpu& r : records_) {
+    auto it = owners.find(r.device_id);
+    if (it == owners.end() || r.owner_pod == it->second) continue;
+    r.owner_pod = it->second;
+    changed = true;
+  }
+  return changed ? SaveRecords() : Status::Ok();
+}
+
+void ResourceManager::SetRemovalWait(std::chrono::milliseconds wait) {
+  std::lock_guard lock(mutex_);
+  removal_wait_ = wait;
+}
+
+Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::string& vgpu_id) {
+  std::string resource;
+  {
+    std::lock_guard lock(mutex_);
+    auto record = std::find_if(records_.begin(), records_.end(), [&](const CreatedVgpu& r) {
+      return r.device_id == device_id && r.vgpu_id == vgpu_id;
+    });
+    if (record == records_.end()) {
+      return Status::Error(ErrorCode::kGone, "device " + device_id + " no longer names vGPU " +
+                                                 vgpu_id + " (handed out again or removed)");
+    }
+    if (!removing_.insert(device_id).second) {
+      return Status::Error(ErrorCode::kBusy, "device " + device_id + ": a removal is in flight");
+    }
+    resource = record->resource;
+  }
+  Failpoint("remove.before-write");
+  auto start = Clock::now();
+  Status removed = node_.Remove(vgpu_id);
+  if (observer_ != nullptr) observer_->OnVgpuRemoved(resource, Clock::now() - start, removed.ok());
+  Failpoint("remove.after-write");
+  bool gone = removed.ok() || removed.code() == ErrorCode::kGone;
+  {
+    std::lock_guard lock(mutex_);
+    removing_.erase(device_id);
+    if (gone) {
+      std::erase_if(records_, [&](const CreatedVgpu& r) {
+        return r.device_id == device_id && r.vgpu_id == vgpu_id;
+      });
+      std::erase_if(inventory_.vgpus, [&](const mdev::Vgpu& v) { return v.id == vgpu_id; });
+      Status saved = SaveRecords();
+      if (!saved.ok()) {
+        spdlog::warn(
+            "vgpu {} removed but the record not yet saved; the next save or start "
+            "drops it (its vGPU is gone)",
+            vgpu_id);
+      }
+      Recompute();  // an Allocate waiting for this removal must see the device free
+    }
+  }
+  removal_done_.notify_all();
+  if (!gone) return removed;
+  spdlog::info("vgpu removed device={} vgpu={}", device_id, vgpu_id);
+  // The freed slot and the type lock on the GPU: the kernel's counts say what is possible now.
+  (void)Refresh();
+  return Status::Ok();
+}
+
+Status ResourceManager::ForgetVgpu(const std::string& device_id, const std::string& vgpu_id) {
+  bool changed = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (removing_.contains(device_id)) return Status::Error(ErrorCode::kBusy, "removal in flight");
+    if (inventory_.FindVgpu(vgpu_id) != nullptr) {
+      return Status::Error(ErrorCode::kBusy, "vGPU " + vgpu_id + " still exists");
+    }
+    changed = std::erase_if(records_, [&](const CreatedVgpu& r) {
+                return r.device_id == device_id && r.vgpu_id == vgpu_id;
+              }) > 0;
+    if (changed) {
+      Status saved = SaveRecords();
+      if (!saved.ok()) return saved;
+      Recompute();
+    }
+  }
+  if (changed)
+    spdlog::info("record dropped device={} vgpu={}: gone from sysfs", device_id, vgpu_id);
+  AfterChange(changed);
+  return Status::Ok();
 }
 
 }  // namespace kvgpu::deviceplugin

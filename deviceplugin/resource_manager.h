@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -68,6 +69,14 @@ struct ContainerAllocation {
   std::vector<std::string> cdi_devices;  // "<resource>=<deviceID>", when CDI is on
 };
 
+// What the lifecycle reads, in one consistent look.
+struct LifecycleSnapshot {
+  std::vector<CreatedVgpu> records;
+  std::set<std::string> existing;    // vGPU ids the kernel showed in the last scan
+  std::set<std::string> removing;    // device IDs whose vGPU is being removed right now
+  std::vector<std::string> foreign;  // vGPUs in sysfs this plugin did not create: never touched
+};
+
 struct PreferredRequest {
   std::vector<std::string> available;
   std::vector<std::string> must_include;
@@ -116,11 +125,24 @@ class ResourceManager {
 
   // Creates one vGPU per device ID, for every container of one kubelet Allocate call. All or
   // nothing: on any failure the vGPUs this call created are removed again, and the error names the
-  // device and the kernel's reason.
+  // device and the kernel's reason. An ID whose earlier vGPU still exists goes by holders.h.
   Result<std::vector<ContainerAllocation>> Allocate(
       const std::string& resource, const std::vector<std::vector<std::string>>& containers);
 
   const Config& config() const { return config_; }
+
+  // --- for the lifecycle (lifecycle.h) ---
+  LifecycleSnapshot Snapshot() const;
+  // Records which pod holds each device ID ("namespace/name"); saved when anything changed.
+  Status SetOwners(const std::map<std::string, std::string>& owners);
+  // Removes our vGPU `vgpu_id` recorded for `device_id` and forgets it. kGone when the record no
+  // longer names that vGPU (kubelet handed the ID out again meanwhile). The kernel's remove may
+  // block while a VM still holds the device, so this runs without the manager's lock; an Allocate
+  // of the same device ID waits for it (up to SetRemovalWait) instead of racing it.
+  Status RemoveVgpu(const std::string& device_id, const std::string& vgpu_id);
+  // Forgets a record whose vGPU the kernel no longer shows (a reboot, or someone removed it).
+  Status ForgetVgpu(const std::string& device_id, const std::string& vgpu_id);
+  void SetRemovalWait(std::chrono::milliseconds wait);
 
  private:
   struct Plan;
@@ -131,6 +153,8 @@ class ResourceManager {
   Result<AllocatedVgpu> Realize(const Plan& plan, std::vector<std::string>& created);
   void RollBack(const std::string& resource, const std::vector<std::string>& created);
   Status SaveRecords();
+  Status WaitForRemovals(std::unique_lock<std::mutex>& lock,
+                         const std::vector<std::vector<std::string>>& containers);
   Status WriteCdiSpecs(const std::string& resource);
   ContainerAllocation Answer(const std::string& resource, std::vector<AllocatedVgpu> vgpus) const;
   void AfterChange(bool changed);
@@ -153,6 +177,9 @@ class ResourceManager {
   std::vector<std::string> naming_warnings_;
   std::function<void()> listener_;
   std::function<void()> refresh_requester_;
+  std::set<std::string> removing_;  // device IDs
+  std::condition_variable removal_done_;
+  std::chrono::milliseconds removal_wait_{10000};
 };
 
 }  // namespace kvgpu::deviceplugin

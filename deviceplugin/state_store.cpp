@@ -67,9 +67,15 @@ Status WriteFileAtomically(const std::filesystem::path& path, const std::string&
 std::string EncodeState(const std::vector<CreatedVgpu>& vgpus) {
   json list = json::array();
   for (const CreatedVgpu& v : vgpus) {
-    json entry = {{"deviceID", v.device_id}, {"resource", v.resource},   {"vgpu", v.vgpu_id},
-                  {"parent", v.parent},      {"gpu", v.physical_gpu},    {"type", v.type_id},
-                  {"slot", v.slot},          {"created", v.created_unix}};
+    json entry = {{"deviceID", v.device_id},
+                  {"resource", v.resource},
+                  {"vgpu", v.vgpu_id},
+                  {"parent", v.parent},
+                  {"gpu", v.physical_gpu},
+                  {"type", v.type_id},
+                  {"slot", v.slot},
+                  {"created", v.created_unix_ms / 1000},
+                  {"createdMs", v.created_unix_ms}};
     if (v.owner_pod) entry["ownerPod"] = *v.owner_pod;
     list.push_back(std::move(entry));
   }
@@ -100,7 +106,8 @@ Result<std::vector<CreatedVgpu>> DecodeState(const std::string& text) {
       v.physical_gpu = e.at("gpu").get<std::string>();
       v.type_id = e.at("type").get<std::string>();
       v.slot = e.at("slot").get<uint32_t>();
-      v.created_unix = e.at("created").get<int64_t>();
+      v.created_unix_ms = e.contains("createdMs") ? e["createdMs"].get<int64_t>()
+                                                  : e.at("created").get<int64_t>() * 1000;
       if (e.contains("ownerPod")) v.owner_pod = e["ownerPod"].get<std::string>();
       out.push_back(std::move(v));
     } catch (const json::exception& ex) {

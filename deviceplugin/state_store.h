@@ -26,7 +26,7 @@ struct CreatedVgpu {
   std::string physical_gpu;  // the PF for a VF, else the parent
   std::string type_id;       // "nvidia-222"
   uint32_t slot = 0;
-  int64_t created_unix = 0;  // seconds
+  int64_t created_unix_ms = 0;  // milliseconds since the epoch
   // Set by the lifecycle tracker once it knows which pod holds the device ID.
   std::optional<std::string> owner_pod;
 

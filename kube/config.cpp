@@ -227,6 +227,29 @@ Result<std::string> TokenSource::Get() {
   return cached_;
 }
 
+std::string EncodeBase64(std::string_view bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    auto n = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
+             static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
+             static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
+    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(n >> shift) & 63];
+  }
+  if (size_t rest = bytes.size() - i; rest > 0) {
+    auto n = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (rest == 2) n |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += rest == 2 ? kAlphabet[(n >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
 Result<std::string> DecodeBase64(const std::string& text) {
   std::string out;
   out.reserve(text.size() * 3 / 4);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "kube/result.h"
 
@@ -63,5 +64,6 @@ class TokenSource {
 
 // Standard base64 (RFC 4648 §4), as kubeconfig *-data fields use; newlines are ignored.
 Result<std::string> DecodeBase64(const std::string& text);
+std::string EncodeBase64(std::string_view bytes);
 
 }  // namespace kvgpu::kube

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "webhook/json_patch.h"
+#include "webhook/review_parse.h"
 
 namespace kvgpu::webhook {
 namespace {
@@ -78,6 +79,8 @@ ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
   return reply;
 }
 
+ReviewReply HandleDocument(const json& review, const Config& config);
+
 ReviewReply Handle(std::string_view body, std::string_view content_type, const Config& config) {
   if (!IsJsonMediaType(content_type))
     return BadRequest("Content-Type must be application/json, not \"" +
@@ -85,10 +88,15 @@ ReviewReply Handle(std::string_view body, std::string_view content_type, const C
   if (body.size() > kMaxReviewBytes)
     return BadRequest("body of " + std::to_string(body.size()) + " bytes exceeds the 3 MiB limit");
   if (body.empty()) return BadRequest("empty body; expected an AdmissionReview JSON object");
-  if (NestsDeeperThan(body, kMaxJsonDepth))
+  PrunedReview parsed =
+      ParsePrunedReview(body, {config.opt_out_annotation, config.marker_annotation}, kMaxJsonDepth);
+  if (parsed.error == PrunedReview::Error::kTooDeep)
     return BadRequest("JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  json review = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (review.is_discarded()) return BadRequest("body is not valid JSON");
+  if (parsed.error != PrunedReview::Error::kNone) return BadRequest("body is not valid JSON");
+  return HandleDocument(parsed.document, config);
+}
+
+ReviewReply HandleDocument(const json& review, const Config& config) {
   if (!review.is_object()) return BadRequest("body must be a JSON object");
 
   const json& api_version = Member(review, "apiVersion");
@@ -143,26 +151,12 @@ const char* ReviewOutcomeName(ReviewOutcome outcome) {
   return "unknown";
 }
 
-bool NestsDeeperThan(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+ReviewReply HandleReviewDocument(const json& review, const Config& config) {
+  try {
+    return HandleDocument(review, config);
+  } catch (const std::exception& e) {
+    return BadRequest(std::string("could not process the request: ") + e.what());
   }
-  return false;
 }
 
 ReviewReply HandleReview(std::string_view body, std::string_view content_type,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -37,7 +38,8 @@ struct ReviewReply {
 ReviewReply HandleReview(std::string_view body, std::string_view content_type,
                          const Config& config);
 
-// True when `text` nests arrays/objects deeper than `max_depth` (strings are skipped correctly).
-bool NestsDeeperThan(std::string_view text, int max_depth);
+// The answer for a review already parsed whole (after the HTTP-level checks). HandleReview
+// parses only what the decision reads; tests hold the two to the same answers.
+ReviewReply HandleReviewDocument(const nlohmann::json& review, const Config& config);
 
 }  // namespace kvgpu::webhook

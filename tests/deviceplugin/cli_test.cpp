@@ -30,12 +30,15 @@ TEST(DevicePluginCliTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_EQ(parsed.args.node_name, "");
   EXPECT_FALSE(parsed.args.config_file);
   EXPECT_EQ(parsed.args.metrics_addr, "");
+  EXPECT_FALSE(parsed.args.kubeconfig);
+  EXPECT_EQ(parsed.args.PodResourcesSocket(), "/var/lib/kubelet/pod-resources/kubelet.sock");
 }
 
 TEST(DevicePluginCliTest, EveryFlagIsTaken) {
   ParsedCommandLine parsed =
       Parse({"--sysfs-root", "/tmp/s", "--kubelet-dir", "/tmp/k", "--state-dir", "/tmp/st",
-             "--node-name", "node-1", "--config", "/etc/c.yaml", "--metrics-addr", "0.0.0.0:9402"});
+             "--node-name", "node-1", "--config", "/etc/c.yaml", "--metrics-addr", "0.0.0.0:9402",
+             "--kubeconfig", "/root/.kube/config"});
   ASSERT_FALSE(parsed.exit_code);
   EXPECT_EQ(parsed.args.sysfs_root, "/tmp/s");
   EXPECT_EQ(parsed.args.DevicePluginDir(), "/tmp/k/device-plugins");
@@ -43,6 +46,7 @@ TEST(DevicePluginCliTest, EveryFlagIsTaken) {
   EXPECT_EQ(parsed.args.node_name, "node-1");
   EXPECT_EQ(parsed.args.config_file, "/etc/c.yaml");
   EXPECT_EQ(parsed.args.metrics_addr, "0.0.0.0:9402");
+  EXPECT_EQ(parsed.args.kubeconfig, "/root/.kube/config");
 }
 
 TEST(DevicePluginCliTest, NodeNameDefaultsToTheEnvironment) {
@@ -60,7 +64,9 @@ TEST(DevicePluginCliTest, HelpDocumentsEveryFlagAndConfigKey) {
                            "--config",     "--metrics-addr",   "resourceDomain", "namingStyle",
                            "allowedTypes", "pinning",          "pciAddress",     "model",
                            "all:",         "spreadAcrossGPUs", "cdi:",           "enabled",
-                           "dir:",         "rescanInterval",   "udevEvents",     "logLevel"}) {
+                           "dir:",         "rescanInterval",   "udevEvents",     "logLevel",
+                           "--kubeconfig", "lifecycle:",       "gracePeriod",    "pollInterval",
+                           "retryMax",     "watchPods",        "events:"}) {
     EXPECT_NE(out.find(word), std::string::npos) << word;
   }
 }

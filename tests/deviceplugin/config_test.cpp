@@ -29,6 +29,12 @@ cdi:
 rescanInterval: 250ms
 udevEvents: false
 logLevel: debug
+lifecycle:
+  gracePeriod: 0s
+  pollInterval: 2s
+  retryMax: 5m
+  watchPods: false
+  events: false
 )");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->naming.domain, "gpu.example.org");
@@ -44,6 +50,11 @@ logLevel: debug
   EXPECT_EQ(config->rescan_interval, std::chrono::milliseconds(250));
   EXPECT_FALSE(config->udev_events);
   EXPECT_EQ(config->log_level, "debug");
+  EXPECT_EQ(config->lifecycle.grace_period, std::chrono::milliseconds(0));
+  EXPECT_EQ(config->lifecycle.poll_interval, std::chrono::seconds(2));
+  EXPECT_EQ(config->lifecycle.retry_max, std::chrono::minutes(5));
+  EXPECT_FALSE(config->lifecycle.watch_pods);
+  EXPECT_FALSE(config->lifecycle.events);
 }
 
 TEST(DevicePluginConfigTest, EmptyFileMeansDefaults) {
@@ -53,6 +64,9 @@ TEST(DevicePluginConfigTest, EmptyFileMeansDefaults) {
   EXPECT_EQ(config->cdi_dir, "/var/run/cdi");
   EXPECT_FALSE(config->cdi_enabled);
   EXPECT_EQ(config->rescan_interval, std::chrono::seconds(5));
+  EXPECT_EQ(config->lifecycle, LifecycleConfig{});
+  EXPECT_EQ(config->lifecycle.grace_period, std::chrono::seconds(30));
+  EXPECT_TRUE(config->lifecycle.watch_pods);
 }
 
 TEST(DevicePluginConfigTest, BadInputIsRefusedWithTheKeyNamed) {
@@ -80,6 +94,11 @@ TEST(DevicePluginConfigTest, BadInputIsRefusedWithTheKeyNamed) {
       {"too short a rescan", "rescanInterval: 1ms\n", "at least"},
       {"unknown log level", "logLevel: loud\n", "logLevel"},
       {"list expected", "allowedTypes: nvidia-1\n", "allowedTypes"},
+      {"lifecycle not a map", "lifecycle: 30s\n", "lifecycle: expected a map"},
+      {"unknown lifecycle key", "lifecycle: {grace: 1s}\n", "unknown config key lifecycle.grace"},
+      {"negative-looking grace", "lifecycle: {gracePeriod: -1s}\n", "lifecycle.gracePeriod"},
+      {"too fast a poll", "lifecycle: {pollInterval: 5ms}\n", "lifecycle.pollInterval"},
+      {"boolean expected in lifecycle", "lifecycle: {events: often}\n", "lifecycle.events"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.description);

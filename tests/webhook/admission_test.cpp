@@ -130,11 +130,5 @@ TEST(Admission, TheRealFixtureIsAllowedWithoutPatch) {
   EXPECT_FALSE(response["response"].contains("patchType"));
 }
 
-TEST(Admission, DepthScannerIgnoresBracketsInsideStrings) {
-  EXPECT_FALSE(NestsDeeperThan(R"({"a":"[[[[[[[[[[\"[[[["})", 3));
-  EXPECT_TRUE(NestsDeeperThan(R"({"a":[[[{}]]]})", 3));
-  EXPECT_FALSE(NestsDeeperThan(R"({"a":[[{}]]})", 4));
-}
-
 }  // namespace
 }  // namespace kvgpu::webhook

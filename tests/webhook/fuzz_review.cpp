@@ -1,6 +1,8 @@
 // libFuzzer target for the whole AdmissionReview path (bytes in, HTTP reply out). Besides
 // crashes and sanitizer reports it checks the contract: only 200 or 400, every 200 is a valid
-// review response echoing the uid, and every patch applies to the pod it was made for.
+// review response echoing the uid, and every patch applies to the pod it was made for; and the
+// pruned parser against nlohmann::json: JSON for one exactly when JSON for the other, and the
+// same answer as from the whole document.
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -8,6 +10,7 @@
 
 #include "webhook/admission.h"
 #include "webhook/config.h"
+#include "webhook/review_parse.h"
 
 namespace {
 
@@ -23,6 +26,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view body(reinterpret_cast<const char*>(data), size);
   ReviewReply reply = HandleReview(body, "application/json", *config);
   Require(reply.http_status == 200 || reply.http_status == 400);
+
+  PrunedReview pruned = ParsePrunedReview(
+      body, {config->opt_out_annotation, config->marker_annotation}, kMaxJsonDepth);
+  if (pruned.error != PrunedReview::Error::kTooDeep)
+    Require((pruned.error == PrunedReview::Error::kNone) == nlohmann::json::accept(body));
+  if (pruned.error == PrunedReview::Error::kNone && !body.empty()) {
+    // Nesting is bounded here, so the whole document is safe to build.
+    ReviewReply full = HandleReviewDocument(nlohmann::json::parse(body), *config);
+    Require(full.http_status == reply.http_status && full.body == reply.body);
+  }
   if (reply.http_status == 400) return 0;
 
   auto response = nlohmann::json::parse(reply.body, nullptr, false);

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kube/config.h"
+
 namespace kvgpu::testing {
 
 CheckpointWriter::CheckpointWriter(std::filesystem::path kubelet_dir, Format format)
@@ -23,12 +25,13 @@ std::string CheckpointWriter::Render(
     } else {
       ids = {{std::to_string(r.numa_node), r.device_ids}};
     }
-    // A real AllocResp is a ContainerAllocateResponse; an empty one encodes to nothing.
+    // AllocResp is a serialized ContainerAllocateResponse, base64 as Go encodes []byte; an
+    // empty one encodes to nothing.
     entries.push_back({{"PodUID", r.pod_uid},
                        {"ContainerName", r.container_name},
                        {"ResourceName", r.resource_name},
                        {"DeviceIDs", ids},
-                       {"AllocResp", ""}});
+                       {"AllocResp", kube::EncodeBase64(r.alloc_resp)}});
   }
   nlohmann::json devices = nlohmann::json::object();
   for (const auto& [resource, ids] : registered) devices[resource] = ids;

@@ -16,6 +16,7 @@ struct CheckpointRecord {
   std::string resource_name;
   std::vector<std::string> device_ids;
   std::int64_t numa_node = -1;  // the map format's key; -1 is "no topology"
+  std::string alloc_resp{};     // the plugin's ContainerAllocateResponse, serialized
 };
 
 class CheckpointWriter {

@@ -1,0 +1,206 @@
+#include "deviceplugin/holder_tracker.h"
+
+#include <spdlog/spdlog.h>
+
+namespace kvgpu::deviceplugin {
+
+int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix_ms,
+              std::chrono::milliseconds settle, Purpose purpose) {
+  bool removal = purpose == Purpose::kRemoval;
+  DeviceRef ref{vgpu.resource, vgpu.device_id};
+  if (auto it = facts.kubelet_holders.find(ref); it != facts.kubelet_holders.end()) {
+    return {Holding::kHeld, it->second, "kubelet lists " + it->second + " holding it"};
+  }
+  if (!facts.kubelet_known) {
+    return {Holding::kUnknown, "",
+            "kubelet's PodResources API is not answering: " + facts.kubelet_problem};
+  }
+  if (removal && now_unix_ms - facts.kubelet_up_unix_ms < settle.count()) {
+    return {Holding::kUnknown, "", "kubelet answers again only since moments ago"};
+  }
+  if (now_unix_ms - vgpu.created_unix_ms < settle.count()) {
+    return {Holding::kHeld, vgpu.owner_pod.value_or(""),
+            "allocated moments ago; kubelet records the pod after Allocate returns"};
+  }
+  if (removal && facts.api_following) {
+    if (auto it = facts.checkpoint_uids.find(ref); it != facts.checkpoint_uids.end()) {
+      for (const std::string& uid : it->second) {
+        auto pod = facts.api_pods.find(uid);
+        if (pod == facts.api_pods.end() || pod->second.Finished() || pod->second.deleting) continue;
+        return {Holding::kHeld, pod->second.Key(),
+                "the API server shows " + pod->second.Key() +
+                    " alive and kubelet's checkpoint gave it the device"};
+      }
+    }
+  }
+  return {Holding::kFree, "", "no live pod holds it"};
+}
+
+std::map<DeviceRef, std::string> HoldersFromPodResources(
+    const std::vector<kubelet::PodResources>& pods) {
+  std::map<DeviceRef, std::string> out;
+  for (const kubelet::PodResources& pod : pods) {
+    for (const kubelet::ContainerResources& container : pod.containers) {
+      for (const kubelet::ContainerDevices& devices : container.devices) {
+        for (const std::string& id : devices.device_ids) {
+          out.try_emplace({devices.resource_name, id}, pod.namespace_name + "/" + pod.name);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::map<DeviceRef, std::vector<std::string>> UidsFromCheckpoint(
+    const kubelet::Checkpoint& checkpoint) {
+  std::map<DeviceRef, std::vector<std::string>> out;
+  for (const kubelet::CheckpointEntry& entry : checkpoint.entries) {
+    for (const std::string& id : entry.DeviceIds()) {
+      std::vector<std::string>& uids = out[{entry.resource_name, id}];
+      if (std::find(uids.begin(), uids.end(), entry.pod_uid) == uids.end()) {
+        uids.push_back(entry.pod_uid);
+      }
+    }
+  }
+  return out;
+}
+
+HolderTracker::HolderTracker(kubelet::PodResourcesSource* podresources,
+                             kubelet::CheckpointWatcher* checkpoint, kube::PodWatcher* pods,
+                             std::chrono::milliseconds settle)
+    : podresources_(podresources), checkpoint_(checkpoint), pods_(pods), settle_(settle) {}
+
+HolderTracker::~HolderTracker() {
+  Stop();
+}
+
+void HolderTracker::Start(TrackerCallbacks callbacks) {
+  callbacks_ = std::move(callbacks);
+  if (checkpoint_ != nullptr) {
+    checkpoint_->Start([this](const kubelet::CheckpointView& view) { OnCheckpoint(view); });
+  }
+  if (pods_ != nullptr) {
+    pods_->Start(
+        {[this](const std::vector<kube::PodInfo>& pods) { OnSynced(pods); },
+         [this](kube::PodEventType type, const kube::PodInfo& pod) { OnEvent(type, pod); },
+         [this](bool following, const std::string& reason) { OnConnection(following, reason); }});
+  }
+}
+
+void HolderTracker::Stop() {
+  if (pods_ != nullptr) pods_->Stop();
+  if (checkpoint_ != nullptr) checkpoint_->Stop();
+}
+
+HolderFacts HolderTracker::Collect() {
+  if (podresources_ != nullptr) {
+    std::lock_guard kubelet_lock(kubelet_mutex_);
+    auto listed = podresources_->List();
+    std::lock_guard lock(mutex_);
+    if (listed.ok()) {
+      if (!kubelet_known_) {
+        kubelet_up_unix_ms_ = UnixNowMs();
+        spdlog::info("kubelet PodResources answering ({} pods)", listed->size());
+      }
+      kubelet_known_ = true;
+      kubelet_holders_ = HoldersFromPodResources(*listed);
+    } else {
+      if (kubelet_known_ || kubelet_problem_ != listed.error().message()) {
+        spdlog::warn("kubelet PodResources not answering: {}; no vGPU is removed meanwhile",
+                     listed.error().message());
+      }
+      kubelet_known_ = false;
+      kubelet_problem_ = listed.error().message();
+    }
+  }
+  std::lock_guard lock(mutex_);
+  HolderFacts facts;
+  facts.kubelet_known = kubelet_known_;
+  facts.kubelet_up_unix_ms = kubelet_up_unix_ms_;
+  facts.kubelet_problem =
+      podresources_ == nullptr ? "no PodResources socket configured" : kubelet_problem_;
+  facts.kubelet_holders = kubelet_holders_;
+  facts.checkpoint_uids = checkpoint_uids_;
+  facts.api_following = api_following_;
+  facts.api_pods = api_pods_;
+  return facts;
+}
+
+HolderAnswer HolderTracker::Check(const CreatedVgpu& vgpu) {
+  Verdict verdict = Judge(vgpu, Collect(), UnixNowMs(), settle_, Purpose::kAllocation);
+  spdlog::debug("holder check device={} verdict={} ({})", vgpu.device_id,
+                static_cast<int>(verdict.holding), verdict.why);
+  return {verdict.holding, verdict.holder};
+}
+
+std::string HolderTracker::UidOf(const std::string& pod_key) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [uid, pod] : api_pods_) {
+    if (pod.Key() == pod_key) return uid;
+  }
+  return "";
+}
+
+bool HolderTracker::api_following() const {
+  std::lock_guard lock(mutex_);
+  return api_following_;
+}
+
+void HolderTracker::OnSynced(const std::vector<kube::PodInfo>& pods) {
+  {
+    std::lock_guard lock(mutex_);
+    api_pods_.clear();
+    for (const kube::PodInfo& pod : pods) api_pods_[pod.uid] = pod;
+  }
+  if (callbacks_.pod_gone) callbacks_.pod_gone();
+}
+
+void HolderTracker::OnEvent(kube::PodEventType type, const kube::PodInfo& pod) {
+  bool gone = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (type == kube::PodEventType::kDeleted) {
+      api_pods_.erase(pod.uid);
+      gone = true;
+    } else {
+      auto& known = api_pods_[pod.uid];
+      gone = (pod.Finished() && !known.Finished()) || (pod.deleting && !known.deleting);
+      known = pod;
+    }
+  }
+  if (gone && callbacks_.pod_gone) callbacks_.pod_gone();
+}
+
+void HolderTracker::OnConnection(bool following, const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (api_following_ == following) return;
+    api_following_ = following;
+  }
+  if (following) {
+    spdlog::info("API server: following pods again ({})", reason);
+  } else {
+    spdlog::warn("API server: not following pods ({}); deciding from kubelet alone", reason);
+  }
+}
+
+void HolderTracker::OnCheckpoint(const kubelet::CheckpointView& view) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!view.current && view.problem != checkpoint_problem_) {
+      spdlog::warn("kubelet checkpoint {}: {}; keeping the last good view",
+                   checkpoint_ ? checkpoint_->path().string() : "", view.problem);
+    }
+    checkpoint_problem_ = view.current ? "" : view.problem;
+    if (view.checkpoint) checkpoint_uids_ = UidsFromCheckpoint(*view.checkpoint);
+  }
+  if (callbacks_.checkpoint_changed) callbacks_.checkpoint_changed();
+}
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,229 @@
+// The lifecycle inside the whole daemon: kubelet's device plugin calls, its PodResources API
+// (gRPC over a unix socket) and checkpoint file played by the fakes, the API server's pods by an
+// in-memory watcher. Pods come and go; the vGPUs follow them (invariants 1, 2 and 4).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "deviceplugin/daemon.h"
+#include "tests/deviceplugin/sim_node.h"
+#include "tests/support/apiserver/in_memory_kube.h"
+#include "tests/support/kubelet/fake_kubelet.h"
+#include "tests/support/podresources/checkpoint_writer.h"
+#include "tests/support/podresources/fake_podresources.h"
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::SimNode;
+
+constexpr const char* k222 = "tencent.com/vgpu-222";
+constexpr const char* k223 = "tencent.com/vgpu-223";
+
+size_t Healthy(const std::map<std::string, std::string>& devices) {
+  size_t n = 0;
+  for (const auto& [id, health] : devices) n += health == "Healthy" ? 1u : 0u;
+  return n;
+}
+
+kube::PodInfo Pod(const std::string& uid, const std::string& name, bool deleting = false) {
+  kube::PodInfo pod;
+  pod.uid = uid;
+  pod.namespace_name = "default";
+  pod.name = name;
+  pod.node_name = "node-1";
+  pod.phase = "Running";
+  pod.deleting = deleting;
+  return pod;
+}
+
+template <typename Predicate>
+bool Eventually(Predicate done, std::chrono::milliseconds timeout = 5s) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+class LifecycleFlowTest : public ::testing::Test {
+ protected:
+  LifecycleFlowTest()
+      : sim_("t4x2"),
+        kubelet_(sim_.dir() / "kubelet" / "device-plugins"),
+        podresources_(sim_.dir() / "kubelet" / "pod-resources" / "kubelet.sock"),
+        checkpoint_(sim_.dir() / "kubelet") {}
+
+  void SetUp() override {
+    std::filesystem::create_directories(sim_.dir() / "kubelet" / "pod-resources");
+    ASSERT_TRUE(kubelet_.Start());
+    ASSERT_TRUE(podresources_.Start());
+    StartDaemon();
+    pods_.Sync({});
+  }
+  void TearDown() override {
+    if (daemon_) daemon_->Stop();
+  }
+
+  void StartDaemon() {
+    DaemonOptions options;
+    options.args.sysfs_root = sim_.model().root();
+    options.args.kubelet_dir = sim_.dir() / "kubelet";
+    options.args.state_dir = sim_.dir() / "state";
+    options.args.node_name = "node-1";
+    Config config;
+    config.udev_events = false;
+    config.rescan_interval = 100ms;
+    config.lifecycle.grace_period = 0ms;
+    config.lifecycle.poll_interval = 10s;  // only triggers may act fast
+    options.config = config;
+    options.io = &sim_.model();
+    options.retry_initial = 20ms;
+    options.retry_max = 200ms;
+    options.pods = &pods_;
+    options.events = &events_;
+    // Long enough that a pass between Allocate and kubelet's records cannot take the vGPU.
+    options.settle = 300ms;
+    daemon_ = std::make_unique<Daemon>(options);
+    Status started = daemon_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  }
+
+  // What kubelet does to run a pod: Allocate, then record it in PodResources and the
+  // checkpoint; the API server has the pod Running.
+  std::string RunPod(const std::string& uid, const std::string& name, const std::string& id) {
+    v1beta1::AllocateResponse response;
+    grpc::Status status = kubelet_.Allocate(k222, {{id}}, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (!status.ok()) return "";
+    std::string vgpu = response.container_responses(0).envs().at("KVGPU_VGPU_222_UUIDS");
+    running_.push_back({"default", name, {{"main", {{k222, {id}}}}}});
+    podresources_.SetPods(running_);
+    checkpoint_entries_.push_back(
+        {uid, "main", k222, {id}, -1, response.container_responses(0).SerializeAsString()});
+    checkpoint_.Write(checkpoint_entries_);
+    pods_.Emit(kube::PodEventType::kAdded, Pod(uid, name));
+    return vgpu;
+  }
+  // What kubelet and the API server do when a pod is deleted: kubelet stops it and lets go,
+  // then the API object goes. The checkpoint keeps its entry, as kubelet's does.
+  void DeletePod(const std::string& uid, const std::string& name) {
+    std::erase_if(running_, [&](const kubelet::PodResources& p) { return p.name == name; });
+    podresources_.SetPods(running_);
+    pods_.Emit(kube::PodEventType::kDeleted, Pod(uid, name, true));
+  }
+  bool Exists(const std::string& vgpu) {
+    auto ids = sim_.model().VgpuIds();
+    return std::find(ids.begin(), ids.end(), vgpu) != ids.end();
+  }
+  bool HasEvent(const std::string& reason) {
+    auto reasons = events_.reasons();
+    return std::find(reasons.begin(), reasons.end(), reason) != reasons.end();
+  }
+
+  SimNode sim_;
+  kvgpu::testing::FakeKubelet kubelet_;
+  kvgpu::testing::FakePodResources podresources_;
+  kvgpu::testing::CheckpointWriter checkpoint_;
+  kvgpu::testing::InMemoryPodWatcher pods_;
+  kvgpu::testing::RecordingEventRecorder events_;
+  std::vector<kubelet::PodResources> running_;
+  std::vector<kvgpu::testing::CheckpointRecord> checkpoint_entries_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(LifecycleFlowTest, APodsVgpuIsRemovedWithinASecondOfItsDeletionAndCapacityComesBack) {
+  const std::string id = sim_.gpu(0) + "-nvidia-222-0";
+  std::string vgpu = RunPod("uid-1", "train", id);
+  ASSERT_TRUE(Exists(vgpu));
+  ASSERT_TRUE(Eventually([&] { return HasEvent("VgpuCreated"); }))
+      << "the owner is learned soon after Allocate";
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 8; }));
+
+  auto deleted = std::chrono::steady_clock::now();
+  DeletePod("uid-1", "train");
+  ASSERT_TRUE(Eventually([&] { return !Exists(vgpu); }));
+  EXPECT_LT(std::chrono::steady_clock::now() - deleted, 1s);
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 16; }))
+      << "GPU 0 takes other types again";
+  EXPECT_TRUE(Eventually([&] { return HasEvent("VgpuRemoved"); }));
+}
+
+TEST_F(LifecycleFlowTest, AReusedDeviceIdGetsAFreshVgpuAndALivePodKeepsItsOwn) {
+  const std::string id = sim_.gpu(0) + "-nvidia-222-0";
+  const std::string other = sim_.gpu(0) + "-nvidia-222-1";
+  std::string first = RunPod("uid-1", "a", id);
+  std::string kept = RunPod("uid-2", "b", other);
+  // Pod a runs for a while (longer than the settle window: allocations moments old count as the
+  // same pod asking again), then kubelet lets go of it and hands its device to pod c before the
+  // API's deletion arrives.
+  std::this_thread::sleep_for(400ms);
+  std::erase_if(running_, [](const kubelet::PodResources& p) { return p.name == "a"; });
+  podresources_.SetPods(running_);
+  std::string second = RunPod("uid-3", "c", id);
+  EXPECT_NE(second, first) << "never one vGPU for two pods";
+  EXPECT_FALSE(Exists(first));
+  EXPECT_TRUE(Exists(second));
+  EXPECT_TRUE(Exists(kept)) << "invariant 1";
+  EXPECT_EQ(sim_.model().VgpuIds().size(), 2u);
+}
+
+TEST_F(LifecycleFlowTest, APluginRestartKeepsLivePodsVgpusAndCollectsThoseOfPodsGoneMeanwhile) {
+  std::string live = RunPod("uid-1", "live", sim_.gpu(0) + "-nvidia-222-0");
+  std::string gone = RunPod("uid-2", "gone", sim_.gpu(0) + "-nvidia-222-1");
+  ASSERT_TRUE(Eventually([&] { return events_.reasons().size() >= 2; }));
+  daemon_->Stop();
+  daemon_.reset();
+  DeletePod("uid-2", "gone");  // while no plugin runs
+
+  StartDaemon();
+  pods_.Sync({Pod("uid-1", "live")});
+  ASSERT_TRUE(Eventually([&] { return !Exists(gone); })) << "invariant 2 across restarts";
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(Exists(live)) << "invariant 1 across restarts";
+  auto devices = kubelet_.Devices(k222);
+  EXPECT_EQ(devices.count(sim_.gpu(0) + "-nvidia-222-0"), 1u) << "invariant 4: same ID";
+}
+
+TEST_F(LifecycleFlowTest, WhileKubeletIsDownNothingIsRemoved) {
+  std::string vgpu = RunPod("uid-1", "train", sim_.gpu(1) + "-nvidia-222-0");
+  ASSERT_TRUE(Eventually([&] { return HasEvent("VgpuCreated"); }));
+  podresources_.Stop();
+  DeletePod("uid-1", "train");  // the API says so, kubelet cannot confirm
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(Exists(vgpu)) << "never on the API's word alone";
+  ASSERT_TRUE(podresources_.Start());
+  daemon_->reconciler().Trigger(false);
+  EXPECT_TRUE(Eventually([&] { return !Exists(vgpu); }));
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+TEST(LifecycleStartTest, AKubeconfigThatDoesNotLoadStopsTheStartWithItsName) {
+  testing::SimNode sim("mtty");
+  DaemonOptions options;
+  options.args.sysfs_root = sim.model().root();
+  options.args.kubelet_dir = sim.dir() / "kubelet";
+  options.args.state_dir = sim.dir() / "state";
+  options.args.node_name = "node-1";
+  options.args.kubeconfig = sim.dir() / "missing-kubeconfig";
+  options.config.udev_events = false;
+  options.io = &sim.model();
+  Daemon daemon(options);
+  Status started = daemon.Start();
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.message().find("--kubeconfig"), std::string::npos) << started.message();
+  EXPECT_TRUE(sim.model().VgpuIds().empty());
+  EXPECT_FALSE(std::filesystem::exists(options.args.kubelet_dir / "device-plugins"))
+      << "nothing served before the configuration is known good";
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin

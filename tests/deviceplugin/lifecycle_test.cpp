@@ -1,0 +1,509 @@
+// The lifecycle: who holds each vGPU (Judge), when a vGPU of ours goes (PlanPass, the grace
+// period) and the reconciler against the kernel model with kubelet and the API server stood in
+// for. Each test names the invariant it defends (ARCHITECTURE.md: 1 never destroy a vGPU a live
+// pod uses, 2 never leak one, 3 never touch another's, 4 IDs keep their meaning).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <thread>
+
+#include "deviceplugin/holder_tracker.h"
+#include "deviceplugin/reconciler.h"
+#include "deviceplugin/resource_manager.h"
+#include "deviceplugin/state_rebuild.h"
+#include "kubelet/deviceplugin/v1beta1/api.pb.h"
+#include "tests/deviceplugin/sim_node.h"
+#include "tests/support/apiserver/in_memory_kube.h"
+#include "tests/support/podresources/checkpoint_writer.h"
+#include "tests/support/podresources/static_podresources.h"
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+using testing::SimNode;
+using namespace std::chrono_literals;
+
+const std::string kResource = "tencent.com/vgpu-mtty-2";
+
+CreatedVgpu Record(const std::string& id, int64_t created_unix_ms = 1'000'000) {
+  CreatedVgpu r;
+  r.device_id = id;
+  r.resource = kResource;
+  r.vgpu_id = "uuid-" + id;
+  r.parent = "mtty";
+  r.physical_gpu = "mtty";
+  r.type_id = "mtty-2";
+  r.created_unix_ms = created_unix_ms;
+  return r;
+}
+
+kube::PodInfo Pod(const std::string& uid, const std::string& name, const std::string& phase,
+                  bool deleting = false) {
+  kube::PodInfo pod;
+  pod.uid = uid;
+  pod.namespace_name = "default";
+  pod.name = name;
+  pod.node_name = "node-1";
+  pod.phase = phase;
+  pod.deleting = deleting;
+  return pod;
+}
+
+kubelet::PodResources PodHolding(const std::string& name, const std::vector<std::string>& ids) {
+  return {"default", name, {{"main", {{kResource, ids}}}}};
+}
+
+TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
+  const int64_t now = 10'000'000;
+  struct Case {
+    std::string description;
+    std::function<void(HolderFacts&)> facts;
+    int64_t created;
+    Holding want;
+  };
+  auto kubelet_up = [](HolderFacts& f) {
+    f.kubelet_known = true;
+    f.kubelet_up_unix_ms = 1;
+  };
+  const std::vector<Case> cases = {
+      {"kubelet lists a pod with the device: held (invariant 1)",
+       [&](HolderFacts& f) {
+         kubelet_up(f);
+         f.kubelet_holders[{kResource, "d0"}] = "default/a";
+       },
+       1'000'000, Holding::kHeld},
+      {"kubelet lists it though the API says the pod is deleted: held (API's word alone)",
+       [&](HolderFacts& f) {
+         kubelet_up(f);
+         f.kubelet_holders[{kResource, "d0"}] = "default/a";
+         f.api_following = true;
+       },
+       1'000'000, Holding::kHeld},
+      {"kubelet not answering: unknown, nothing removed",
+       [&](HolderFacts& f) { f.kubelet_problem = "connection refused"; }, 1'000'000,
+       Holding::kUnknown},
+      {"kubelet answering again only since a moment: unknown",
+       [&](HolderFacts& f) {
+         f.kubelet_known = true;
+         f.kubelet_up_unix_ms = now - 1;
+       },
+       1'000'000, Holding::kUnknown},
+      {"allocated a moment ago, kubelet not yet recording the pod: held",
+       [&](HolderFacts& f) { kubelet_up(f); }, now - 1, Holding::kHeld},
+      {"kubelet lists nobody, the API shows the checkpoint's pod alive: held",
+       [&](HolderFacts& f) {
+         kubelet_up(f);
+         f.api_following = true;
+         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+         f.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
+       },
+       1'000'000, Holding::kHeld},
+      {"the checkpoint's pod has Succeeded: free",
+       [&](HolderFacts& f) {
+         kubelet_up(f);
+         f.api_following = true;
+         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+         f.api_pods["uid-a"] = Pod("uid-a", "a", "Succeeded");
+       },
+       1'000'000, Holding::kFree},
+      {"the checkpoint's pod is being deleted and kubelet let go: free",
+       [&](HolderFacts& f) {
+         kubelet_up(f);
+         f.api_following = true;
+         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+         f.api_pods["uid-a"] = Pod("uid-a", "a", "Running", true);
+       },
+       1'000'000, Holding::kFree},
+      {"API unreachable: kubelet's word decides (free)",
+       [&](HolderFacts& f) {
+         kubelet_up(f);
+         f.api_following = false;
+         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+         f.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
+       },
+       1'000'000, Holding::kFree},
+      {"another resource's device of the same ID does not hold this one",
+       [&](HolderFacts& f) {
+         kubelet_up(f);
+         f.kubelet_holders[{"tencent.com/vgpu-other", "d0"}] = "default/a";
+       },
+       1'000'000, Holding::kFree},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.description);
+    HolderFacts facts;
+    c.facts(facts);
+    Verdict verdict = Judge(Record("d0", c.created), facts, now, 5s);
+    EXPECT_EQ(verdict.holding, c.want) << verdict.why;
+  }
+}
+
+TEST(JudgeTest, ForAllocateKubeletsBooksAreFinalSoAnEndedPodsVgpuIsNeverHandedOn) {
+  const int64_t now = 10'000'000;
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_up_unix_ms = now - 1;  // just back: only guards removals
+  facts.api_following = true;
+  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");  // its Succeeded not yet seen
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kRemoval).holding, Holding::kUnknown);
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kFree)
+      << "kubelet hands the ID to a new pod: the old vGPU is made anew, not passed on";
+  facts.kubelet_holders[{kResource, "d0"}] = "default/a";
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kHeld)
+      << "the pod kubelet lists asks again: same vGPU";
+  EXPECT_EQ(Judge(Record("d0", now - 1), HolderFacts{true, 1, "", {}, {}, false, {}}, now, 5s,
+                  Purpose::kAllocation)
+                .holding,
+            Holding::kHeld)
+      << "init and app containers of one pod share a device allocated moments ago";
+}
+
+TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAgain) {
+  LifecycleSnapshot snapshot;
+  snapshot.records = {Record("d0")};
+  snapshot.existing = {"uuid-d0"};
+  HolderFacts free_facts;
+  free_facts.kubelet_known = true;
+  HolderFacts held_facts = free_facts;
+  held_facts.kubelet_holders[{kResource, "d0"}] = "default/a";
+  ReconcilerOptions options;
+  options.grace_period = 30s;
+  std::map<std::string, int64_t> free_since;
+  const int64_t t0 = 100'000'000;
+
+  PassPlan plan = PlanPass(snapshot, free_facts, free_since, t0, options);
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_EQ(plan.waiting, 1u);
+  plan = PlanPass(snapshot, free_facts, free_since, t0 + 29'999, options);
+  EXPECT_TRUE(plan.remove.empty()) << "still within the grace period";
+  plan = PlanPass(snapshot, held_facts, free_since, t0 + 30'000, options);
+  EXPECT_TRUE(plan.remove.empty());
+  EXPECT_EQ(plan.owners.at("d0"), "default/a") << "the owner is learned";
+  plan = PlanPass(snapshot, free_facts, free_since, t0 + 31'000, options);
+  EXPECT_TRUE(plan.remove.empty()) << "held in between: the grace period starts over";
+  plan = PlanPass(snapshot, free_facts, free_since, t0 + 61'000, options);
+  ASSERT_EQ(plan.remove.size(), 1u);
+  EXPECT_EQ(plan.remove[0].vgpu_id, "uuid-d0");
+
+  snapshot.existing.clear();
+  plan = PlanPass(snapshot, free_facts, free_since, t0 + 62'000, options);
+  EXPECT_TRUE(plan.remove.empty());
+  ASSERT_EQ(plan.forget.size(), 1u) << "a vGPU the kernel no longer shows is only forgotten";
+
+  snapshot.removing = {"d0"};
+  snapshot.existing = {"uuid-d0"};
+  plan = PlanPass(snapshot, free_facts, free_since, t0 + 90'000, options);
+  EXPECT_TRUE(plan.remove.empty() && plan.forget.empty()) << "a removal in flight is left alone";
+}
+
+// A removal that blocks in the kernel until released, as the real kernel's remove blocks while
+// QEMU still holds the mdev (docs/vm-lab.md).
+class BlockingRemoveIo : public mdev::SysfsIo {
+ public:
+  explicit BlockingRemoveIo(mdev::SysfsIo& inner) : inner_(inner) {}
+  Result<std::string> ReadFile(const std::filesystem::path& p) override {
+    return inner_.ReadFile(p);
+  }
+  Status WriteFile(const std::filesystem::path& p, std::string_view data) override {
+    if (p.filename() == "remove") {
+      std::unique_lock lock(mutex_);
+      ++blocked_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return !hold_; });
+      --blocked_;
+    }
+    return inner_.WriteFile(p, data);
+  }
+  Result<std::vector<std::string>> ListDir(const std::filesystem::path& p) override {
+    return inner_.ListDir(p);
+  }
+  Result<std::filesystem::path> ReadLink(const std::filesystem::path& p) override {
+    return inner_.ReadLink(p);
+  }
+  Result<std::filesystem::path> Canonical(const std::filesystem::path& p) override {
+    return inner_.Canonical(p);
+  }
+  bool Exists(const std::filesystem::path& p) override { return inner_.Exists(p); }
+  bool IsDirectory(const std::filesystem::path& p) override { return inner_.IsDirectory(p); }
+
+  void Hold(bool hold) {
+    std::lock_guard lock(mutex_);
+    hold_ = hold;
+    changed_.notify_all();
+  }
+  void WaitUntilBlocked() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return blocked_ > 0; });
+  }
+
+ private:
+  mdev::SysfsIo& inner_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool hold_ = false;
+  int blocked_ = 0;
+};
+
+// The reconciler over the mtty kernel model; kubelet and the API server stood in for.
+struct Lifecycle {
+  explicit Lifecycle(MemoryStateStore* shared_store = nullptr)
+      : sim("mtty"),
+        io(sim.model()),
+        node(sim.model().root(), io),
+        store(shared_store != nullptr ? *shared_store : own_store),
+        tracker(&podresources, nullptr, &pods, 0ms),
+        manager(node, {}, store, tracker),
+        reconciler(manager, tracker, &events, Options()) {
+    Status started = manager.Start();
+    if (!started.ok()) throw std::runtime_error(started.ToString());
+    tracker.Start({});
+    pods.Sync({});
+  }
+  static ReconcilerOptions Options() {
+    ReconcilerOptions options;
+    options.grace_period = 0ms;
+    options.settle = 0ms;
+    options.retry_initial = 1ms;
+    options.retry_max = 1ms;
+    return options;
+  }
+  std::string Allocate(const std::string& id) {
+    auto answer = manager.Allocate(kResource, {{id}});
+    if (!answer.ok()) throw std::runtime_error(answer.status().ToString());
+    return answer->at(0).vgpus.at(0).vgpu_id;
+  }
+  bool Exists(const std::string& vgpu) {
+    auto ids = sim.model().VgpuIds();
+    return std::find(ids.begin(), ids.end(), vgpu) != ids.end();
+  }
+
+  SimNode sim;
+  BlockingRemoveIo io;
+  mdev::Node node;
+  MemoryStateStore own_store;
+  StateStore& store;
+  kvgpu::testing::StaticPodResources podresources;
+  kvgpu::testing::InMemoryPodWatcher pods;
+  kvgpu::testing::RecordingEventRecorder events;
+  HolderTracker tracker;
+  ResourceManager manager;
+  Reconciler reconciler;
+};
+
+TEST(ReconcilerTest, RemovesAVgpuOnlyOnceKubeletNoLongerListsItsPod) {
+  Lifecycle f;
+  std::string vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
+  f.pods.Emit(kube::PodEventType::kAdded, Pod("uid-1", "train", "Running"));
+
+  PassPlan plan = f.reconciler.RunPass();
+  EXPECT_EQ(plan.held, 1u);
+  EXPECT_TRUE(f.Exists(vgpu)) << "invariant 1: a live pod's vGPU stays";
+  ASSERT_EQ(f.manager.Snapshot().records.at(0).owner_pod, "default/train");
+  EXPECT_EQ(f.events.reasons(), std::vector<std::string>{"VgpuCreated"});
+  EXPECT_EQ(f.events.events().at(0).pod.uid, "uid-1");
+
+  f.pods.Emit(kube::PodEventType::kDeleted, Pod("uid-1", "train", "Running", true));
+  f.reconciler.RunPass();
+  EXPECT_TRUE(f.Exists(vgpu)) << "the API deleted it, but kubelet still lists the pod";
+
+  f.podresources.SetPods({});
+  f.reconciler.RunPass();
+  EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2: no live pod, grace 0: removed";
+  EXPECT_TRUE(f.manager.Snapshot().records.empty());
+  EXPECT_EQ(f.events.reasons(), (std::vector<std::string>{"VgpuCreated", "VgpuRemoved"}));
+  EXPECT_EQ(f.manager.Counts().at(kResource).available, 12u) << "capacity is back";
+}
+
+TEST(ReconcilerTest, NothingIsRemovedWhileKubeletDoesNotAnswer) {
+  Lifecycle f;
+  std::string vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetDown(true);
+  for (int i = 0; i < 3; ++i) f.reconciler.RunPass();
+  EXPECT_TRUE(f.Exists(vgpu)) << "invariant 1: without kubelet's word nothing is known";
+  f.podresources.SetDown(false);
+  f.reconciler.RunPass();
+  EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2: once kubelet answers, the orphan goes";
+}
+
+TEST(ReconcilerTest, AKubeletThatListsNothingYetDoesNotCostALivePodItsVgpu) {
+  Lifecycle f;
+  kvgpu::testing::TempDir kubelet_dir;
+  kvgpu::testing::CheckpointWriter writer(kubelet_dir.path());
+  std::string vgpu = f.Allocate("mtty-mtty-2-0");
+  writer.Write({{"uid-1", "main", kResource, {"mtty-mtty-2-0"}}});
+  kubelet::CheckpointWatcher checkpoint(kubelet_dir.path());
+  HolderTracker tracker(&f.podresources, &checkpoint, &f.pods, 0ms);
+  std::promise<void> read;
+  std::atomic<bool> once{false};
+  tracker.Start({nullptr, [&] {
+                   if (!once.exchange(true)) read.set_value();
+                 }});
+  read.get_future().wait();
+  f.pods.Sync({Pod("uid-1", "train", "Running")});
+  ResourceManager manager(f.node, {}, f.store, tracker);
+  ASSERT_TRUE(manager.Start().ok());
+  Reconciler reconciler(manager, tracker, &f.events, Lifecycle::Options());
+
+  f.podresources.SetPods({});  // kubelet restarted: no pods synced yet
+  reconciler.RunPass();
+  EXPECT_TRUE(f.Exists(vgpu)) << "invariant 1: the API shows the checkpoint's pod alive";
+
+  f.pods.Emit(kube::PodEventType::kDeleted, Pod("uid-1", "train", "Running", true));
+  reconciler.RunPass();
+  EXPECT_FALSE(f.Exists(vgpu)) << "kubelet and the API agree it is gone";
+  tracker.Stop();
+}
+
+TEST(ReconcilerTest, ABusyVgpuIsRetriedUntilTheVmLetsGo) {
+  Lifecycle f;
+  std::string vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
+  f.reconciler.RunPass();
+  f.podresources.SetPods({});
+  f.sim.model().SetBusy(vgpu, true);
+  f.reconciler.RunPass();
+  f.reconciler.RunPass();
+  EXPECT_TRUE(f.Exists(vgpu));
+  EXPECT_EQ(f.reconciler.pending_removals(), 1u);
+  EXPECT_EQ(f.events.reasons(), (std::vector<std::string>{"VgpuCreated", "VgpuRemoveFailed"}))
+      << "one warning, not one per retry";
+  f.sim.model().SetBusy(vgpu, false);
+  std::this_thread::sleep_for(5ms);  // past the backoff
+  f.reconciler.RunPass();
+  EXPECT_FALSE(f.Exists(vgpu));
+  EXPECT_EQ(f.reconciler.pending_removals(), 0u);
+}
+
+TEST(ReconcilerTest, VgpusThisPluginDidNotCreateAreNeverTouched) {
+  Lifecycle f;
+  auto foreign = f.sim.node().Create({"mtty", "mtty-2", std::nullopt});
+  ASSERT_TRUE(foreign.ok());
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  f.podresources.SetPods({});
+  for (int i = 0; i < 3; ++i) f.reconciler.RunPass();
+  EXPECT_TRUE(f.Exists(foreign->id)) << "invariant 3";
+  EXPECT_EQ(f.manager.Snapshot().foreign, std::vector<std::string>{foreign->id});
+}
+
+TEST(ReconcilerTest, OrphansFromBeforeARestartAreCollectedAndGoneOnesForgotten) {
+  MemoryStateStore store;
+  std::string orphan, vanished;
+  {
+    Lifecycle before(&store);
+    orphan = before.Allocate("mtty-mtty-2-0");
+    vanished = before.Allocate("mtty-mtty-2-1");
+    ASSERT_EQ(store.vgpus_.size(), 2u);
+  }
+  // A new node model stands for the restarted plugin's view: re-create the orphan there, and
+  // leave the other vGPU out, as after a reboot.
+  Lifecycle after(&store);
+  for (CreatedVgpu& r : store.vgpus_) {
+    if (r.vgpu_id == orphan) {
+      ASSERT_TRUE(after.sim.node().Create({"mtty", "mtty-2", orphan}).ok());
+    }
+  }
+  ASSERT_TRUE(after.manager.Refresh().ok());
+  after.reconciler.RunPass();
+  EXPECT_FALSE(after.Exists(orphan)) << "invariant 2 across restarts";
+  EXPECT_TRUE(after.manager.Snapshot().records.empty()) << "the vanished one is forgotten";
+}
+
+TEST(ReconcilerTest, AnIdReusedWhileItsOldVgpuIsStillBeingRemovedWaitsForTheRemoval) {
+  Lifecycle f;
+  std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({});
+  f.io.Hold(true);
+  auto removal = std::async(std::launch::async, [&] { f.reconciler.RunPass(); });
+  f.io.WaitUntilBlocked();
+  auto allocation = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-0"); });
+  EXPECT_EQ(allocation.wait_for(50ms), std::future_status::timeout)
+      << "Allocate must not race the kernel's remove of the same device's vGPU";
+  f.io.Hold(false);
+  removal.get();
+  std::string new_vgpu = allocation.get();
+  EXPECT_NE(new_vgpu, old_vgpu) << "a fresh vGPU, never the old pod's";
+  EXPECT_TRUE(f.Exists(new_vgpu));
+  EXPECT_FALSE(f.Exists(old_vgpu));
+}
+
+TEST(ReconcilerTest, EventsThatCannotBePostedDoNotStopRemovals) {
+  Lifecycle f;
+  std::string vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
+  f.events.SetFailing(true);
+  f.reconciler.RunPass();
+  f.podresources.SetPods({});
+  f.reconciler.RunPass();
+  EXPECT_FALSE(f.Exists(vgpu));
+}
+
+TEST(ReconcilerTest, RunsOnItsOwnThreadAndRemovesSoonAfterAPodEnds) {
+  Lifecycle f;
+  std::string vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
+  ReconcilerOptions options = Lifecycle::Options();
+  options.poll_interval = 1h;  // only the pod's end can wake it
+  Reconciler reconciler(f.manager, f.tracker, &f.events, options);
+  reconciler.Start();
+  std::this_thread::sleep_for(50ms);
+  f.podresources.SetPods({});
+  auto start = std::chrono::steady_clock::now();
+  reconciler.Trigger(true);
+  while (f.Exists(vgpu) && std::chrono::steady_clock::now() - start < 5s) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(f.Exists(vgpu));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  reconciler.Stop();
+}
+
+std::string AllocResp(const std::string& ids, const std::string& uuids) {
+  v1beta1::ContainerAllocateResponse response;
+  (*response.mutable_envs())["KVGPU_VGPU_MTTY_2_DEVICE_IDS"] = ids;
+  (*response.mutable_envs())["KVGPU_VGPU_MTTY_2_UUIDS"] = uuids;
+  (*response.mutable_envs())["KVGPU_VGPU_MTTY_2_TYPES"] = "mtty-2";
+  return response.SerializeAsString();
+}
+
+TEST(StateRebuildTest, OnlyVgpusOurAnswersInKubeletsCheckpointNameBecomeOursAgain) {
+  SimNode sim("mtty");
+  auto ours = sim.node().Create({"mtty", "mtty-2", std::nullopt});
+  auto foreign = sim.node().Create({"mtty", "mtty-2", std::nullopt});
+  ASSERT_TRUE(ours.ok() && foreign.ok());
+  auto inventory = sim.node().Scan();
+  ASSERT_TRUE(inventory.ok());
+
+  kvgpu::testing::TempDir kubelet_dir;
+  kvgpu::testing::CheckpointWriter writer(kubelet_dir.path());
+  writer.Write({
+      {"uid-1", "main", kResource, {"mtty-mtty-2-3"}, -1, AllocResp("mtty-mtty-2-3", ours->id)},
+      {"uid-0",
+       "main",
+       kResource,
+       {"mtty-mtty-2-5"},
+       -1,
+       AllocResp("mtty-mtty-2-5", "0b5d1e1c-4c3a-4d6e-9a53-2f1d7c9e8a11")},  // long gone
+      {"uid-2",
+       "main",
+       kResource,
+       {"mtty-mtty-2-7"},
+       -1,
+       AllocResp("mtty-mtty-2-7,mtty-mtty-2-8", ours->id)},  // malformed: lengths differ
+  });
+  auto checkpoint = kubelet::ReadCheckpoint(writer.path());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().message();
+  Rebuilt rebuilt = RebuildRecords(*checkpoint, *inventory, 42'000);
+  ASSERT_EQ(rebuilt.vgpus.size(), 1u);
+  EXPECT_EQ(rebuilt.vgpus[0].vgpu_id, ours->id);
+  EXPECT_EQ(rebuilt.vgpus[0].device_id, "mtty-mtty-2-3") << "invariant 4: the same ID as before";
+  EXPECT_EQ(rebuilt.vgpus[0].slot, 3u);
+  EXPECT_EQ(rebuilt.vgpus[0].resource, kResource);
+  EXPECT_EQ(rebuilt.notes.size(), 1u);
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,186 @@
+// The pruned review parser against nlohmann::json's full parse: the same texts are JSON, and
+// every review gets the same answer as when the whole document is parsed.
+#include "webhook/review_parse.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/webhook/pod_cases.h"
+#include "webhook/admission.h"
+#include "webhook/config.h"
+
+namespace kvgpu::webhook {
+namespace {
+
+using nlohmann::json;
+
+void ExpectSameAnswer(const std::string& body, const Config& config) {
+  ReviewReply pruned = HandleReview(body, "application/json", config);
+  json whole = json::parse(body, nullptr, false);
+  ASSERT_FALSE(whole.is_discarded());
+  ReviewReply full = HandleReviewDocument(whole, config);
+  EXPECT_EQ(pruned.http_status, full.http_status);
+  EXPECT_EQ(pruned.body, full.body);
+  EXPECT_EQ(pruned.outcome, full.outcome);
+  EXPECT_EQ(pruned.pod_outcome, full.pod_outcome);
+}
+
+TEST(ReviewParse, EveryPodCaseGetsTheAnswerOfTheWholeDocument) {
+  for (const auto& c : testing::PodCases()) {
+    SCOPED_TRACE(c.description);
+    auto config = ParseConfig(c.config_yaml);
+    ASSERT_TRUE(config.ok()) << config.error();
+    json review = testing::FixtureReview();
+    c.shape(review["request"]["object"]);
+    review["request"]["namespace"] = c.namespace_name;
+    ExpectSameAnswer(review.dump(), *config.value());
+  }
+}
+
+// Wrong types at every field the decision reads, and the documents' odd corners.
+TEST(ReviewParse, OddDocumentsGetTheAnswerOfTheWholeDocument) {
+  std::vector<std::pair<std::string, std::function<void(json&)>>> table = {
+      {"containers an object",
+       [](json& r) {
+         r["request"]["object"]["spec"]["containers"] = {{"a", 1}};
+       }},
+      {"spec an array",
+       [](json& r) {
+         r["request"]["object"]["spec"] = json::array({1, 2});
+       }},
+      {"metadata null", [](json& r) { r["request"]["object"]["metadata"] = nullptr; }},
+      {"annotations an array",
+       [](json& r) { r["request"]["object"]["metadata"]["annotations"] = json::array({"x"}); }},
+      {"marker annotation an object",
+       [](json& r) {
+         r["request"]["object"]["metadata"]["annotations"]["kata-vgpu.io/injected"] = {{"a", 1}};
+       }},
+      {"resources an array",
+       [](json& r) {
+         r["request"]["object"]["spec"]["containers"][0]["resources"] = json::array({1});
+       }},
+      {"container a string",
+       [](json& r) { r["request"]["object"]["spec"]["containers"][0] = "web"; }},
+      {"mount without mountPath",
+       [](json& r) {
+         r["request"]["object"]["spec"]["containers"][0]["volumeMounts"] = {{{"name", "x"}}};
+       }},
+      {"env items strings",
+       [](json& r) { r["request"]["object"]["spec"]["containers"][0]["env"] = {"A=b"}; }},
+      {"volumes of numbers",
+       [](json& r) {
+         r["request"]["object"]["spec"]["volumes"] = {1, 2};
+       }},
+      {"request.kind a list", [](json& r) { r["request"]["kind"] = {"Pod"}; }},
+      {"uid a number", [](json& r) { r["request"]["uid"] = 12; }},
+      {"review a list", [](json& r) { r = json::array({r}); }},
+      {"review a string", [](json& r) { r = "AdmissionReview"; }},
+  };
+  for (const auto& [description, edit] : table) {
+    SCOPED_TRACE(description);
+    json review = testing::FixtureReview();
+    review["request"]["object"]["spec"]["runtimeClassName"] = "kata";
+    review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]
+          ["tencent.com/vgpu-1"] = "1";
+    edit(review);
+    ExpectSameAnswer(review.dump(), *DefaultConfig());
+  }
+
+  // Text-level corners: escaped keys, repeated keys (the last wins), a byte order mark.
+  std::string mutating = testing::FixtureReview().dump();
+  auto at = mutating.find("\"containers\":[{");
+  ASSERT_NE(at, std::string::npos);
+  mutating.insert(at, "\"runtimeClassName\":\"kata\",");
+  at = mutating.find("\"resources\":{}");
+  ASSERT_NE(at, std::string::npos);
+  mutating.replace(at, 14, R"("resources":{"limits":{"tencent.com/vgpu-1":"1"}})");
+  for (const std::string& body :
+       {mutating, "\xEF\xBB\xBF" + mutating,
+        std::string(R"({"ap\u0069Version":"admission.k8s.io/v1",)") + mutating.substr(1),
+        std::string(R"({"apiVersion":"v0","kind":"x",)") + mutating.substr(1),
+        mutating.substr(0, mutating.size() - 1) + R"(,"kind":"Other"})"}) {
+    SCOPED_TRACE(body.substr(0, 60));
+    ExpectSameAnswer(body, *DefaultConfig());
+  }
+}
+
+// Values placed where they are skipped and where they are kept: JSON for the pruned parser
+// exactly when it is JSON for nlohmann.
+TEST(ReviewParse, AcceptsExactlyWhatAFullParseAccepts) {
+  const std::vector<std::string> values = {"0",
+                                           "-0",
+                                           "01",
+                                           "1.",
+                                           ".5",
+                                           "-",
+                                           "1e",
+                                           "1e+5",
+                                           "1E-2",
+                                           "-12.5e3",
+                                           "1e400",
+                                           "18446744073709551616",
+                                           "-9223372036854775809",
+                                           "true",
+                                           "tru",
+                                           "nul",
+                                           "null",
+                                           "falsey",
+                                           R"("plain")",
+                                           R"("\u00e9\n\t\/\"\\")",
+                                           R"("\ud83d\ude00")",
+                                           R"("\udc00")",
+                                           R"("\ud800x")",
+                                           R"("\ud800\u0041")",
+                                           R"("\x")",
+                                           R"("\u12g4")",
+                                           "\"caf\xC3\xA9\"",
+                                           "\"\xC0\x80\"",
+                                           "\"\xED\xA0\x80\"",
+                                           "\"\xF4\x90\x80\x80\"",
+                                           "\"\xF0\x9F\x98\x80\"",
+                                           "\"\xE2\x82\"",
+                                           "\"\xF5\x80\x80\x80\"",
+                                           "\"tab\there\"",
+                                           std::string("\"nul\0byte\"", 10),
+                                           "[1,]",
+                                           "[1 2]",
+                                           "{\"a\" 1}",
+                                           "{\"a\":1,}",
+                                           "{,}",
+                                           "[]",
+                                           "{}",
+                                           " [ 1 , { } ] ",
+                                           "\"unterminated",
+                                           "[[[[]]]]",
+                                           "{\"a\":[{\"b\":null}]}"};
+  for (const auto& value : values) {
+    for (const std::string& body :
+         {value, R"({"request":{"object":{"metadata":{"labels":)" + value + "}}}}",
+          R"({"request":{"uid":)" + value + "}}", R"({"kind":)" + value + "} trailing",
+          R"({"request":{"object":{"spec":{"containers":[{"resources":{"limits":)" + value +
+              "}}]}}}}"}) {
+      SCOPED_TRACE(body);
+      PrunedReview pruned = ParsePrunedReview(body, {"kata-vgpu.io/injected"}, 128);
+      EXPECT_EQ(pruned.error == PrunedReview::Error::kNone, json::accept(body));
+      if (json::accept(body)) ExpectSameAnswer(body, *DefaultConfig());
+    }
+  }
+}
+
+TEST(ReviewParse, NestingIsBoundedWhereverItIs) {
+  auto nested = [](int depth) {
+    return R"({"request":{"object":{"metadata":{"labels":)" +
+           std::string(static_cast<size_t>(depth - 4), '[') +
+           std::string(static_cast<size_t>(depth - 4), ']') + "}}}}";
+  };
+  EXPECT_EQ(ParsePrunedReview(nested(128), {}, 128).error, PrunedReview::Error::kNone);
+  EXPECT_EQ(ParsePrunedReview(nested(129), {}, 128).error, PrunedReview::Error::kTooDeep);
+  // Brackets inside strings are text, not nesting.
+  EXPECT_EQ(ParsePrunedReview(R"({"a":"[[[[[[[[[[\"[[[["})", {}, 2).error,
+            PrunedReview::Error::kNone);
+  ReviewReply reply = HandleReview(nested(200), "application/json", *DefaultConfig());
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_NE(reply.body.find("nests deeper than 128"), std::string::npos) << reply.body;
+}
+
+}  // namespace
+}  // namespace kvgpu::webhook

@@ -1,0 +1,29 @@
+// Parses an AdmissionReview into a JSON document that holds only what the admission decision
+// reads: apiVersion, kind, and of the request uid, kind, resource, subResource, operation,
+// namespace and the Pod's metadata.namespace, the opt-out and marker annotations, and from the
+// spec runtimeClassName, restartPolicy, container names, resources, mount paths and env names,
+// and volume names. managedFields, status, the last-applied annotation and the rest of the pod
+// are validated as JSON but never built, which was the largest cost of a review.
+//
+// Every field that is kept keeps its type, so the decision sees the same types (and reports the
+// same errors) as on the whole document; tests compare the two on every pod shape.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace kvgpu::webhook {
+
+struct PrunedReview {
+  enum class Error { kNone, kNotJson, kTooDeep };
+  Error error = Error::kNone;
+  nlohmann::json document;
+};
+
+// `annotation_keys`: the only metadata.annotations entries kept. `max_depth`: nesting beyond
+// this is refused (kTooDeep) while parsing.
+PrunedReview ParsePrunedReview(std::string_view body,
+                               const std::vector<std::string_view>& annotation_keys, int max_depth);
+
+}  // namespace kvgpu::webhook
