@@ -29,7 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   PrunedReview pruned = ParsePrunedReview(
       body, {config->opt_out_annotation, config->marker_annotation}, kMaxJsonDepth);
-  if (pruned.error != PrunedReview::Error::kTooDeep)
+  // nlohmann::json takes a NUL byte outside a string for the end of the input ("1\0x" is JSON
+  // to it); the pruned parser is stricter and refuses it.
+  if (pruned.error != PrunedReview::Error::kTooDeep && body.find('\0') == std::string_view::npos)
     Require((pruned.error == PrunedReview::Error::kNone) == nlohmann::json::accept(body));
   if (pruned.error == PrunedReview::Error::kNone && !body.empty()) {
     // Nesting is bounded here, so the whole document is safe to build.

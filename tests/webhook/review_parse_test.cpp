@@ -166,6 +166,15 @@ TEST(ReviewParse, AcceptsExactlyWhatAFullParseAccepts) {
   }
 }
 
+TEST(ReviewParse, ANulByteAfterTheDocumentIsNotTheEndOfIt) {
+  // nlohmann::json stops at a NUL byte outside a string and accepts what came before; the text
+  // is not JSON (RFC 8259), and the pruned parser refuses it.
+  const std::string body = testing::FixtureReview().dump() + std::string("\0trailing", 9);
+  EXPECT_TRUE(json::accept(body));
+  EXPECT_EQ(ParsePrunedReview(body, {}, 128).error, PrunedReview::Error::kNotJson);
+  EXPECT_EQ(HandleReview(body, "application/json", *DefaultConfig()).http_status, 400);
+}
+
 TEST(ReviewParse, NestingIsBoundedWhereverItIs) {
   auto nested = [](int depth) {
     return R"({"request":{"object":{"metadata":{"labels":)" +
