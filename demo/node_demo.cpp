@@ -27,13 +27,16 @@ constexpr const char* kType = "nvidia-230";
 constexpr int kPerGpu = 16;
 constexpr size_t kResources = 12;  // the T4's types
 
-// The plugin with its pod lifecycle on, removing a pod's vGPU as soon as the pod is gone.
-// TODO(e2e): lifecycle lands with the lead's commit; until then without it.
-constexpr bool kLifecycle = false;
-constexpr const char* kPluginConfig = kLifecycle ? "resourceDomain: tencent.com\n"
-                                                   "lifecycle:\n"
-                                                   "  gracePeriod: 0s\n"
-                                                 : "resourceDomain: tencent.com\n";
+// The plugin with its pod lifecycle on, removing a pod's vGPU as soon as the pod is gone. The
+// simulator sends no uevents: rescans (1 s) and the lifecycle's PodResources polls (200 ms) are
+// how the plugin sees changes it did not make itself.
+constexpr const char* kPluginConfig =
+    "resourceDomain: tencent.com\n"
+    "udevEvents: false\n"
+    "rescanInterval: 1s\n"
+    "lifecycle:\n"
+    "  gracePeriod: 0s\n"
+    "  pollInterval: 200ms\n";
 
 struct CheckFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -81,12 +84,12 @@ std::string AllocatableAgainst(const std::vector<NodeResource>& now,
     const NodeResource* then = Find(before, r.name);
     std::string line = "  " + r.name + ":  " + std::to_string(r.allocatable);
     line.resize(std::max<size_t>(line.size(), 30), ' ');
-    out << line;
     if (then != nullptr && then->allocatable != r.allocatable) {
-      out << "(" << then->allocatable << ")";
+      line += "(" + std::to_string(then->allocatable) + ")";
     }
-    if (r.allocated > 0) out << "  " << r.allocated << " allocated";
-    out << "\n";
+    if (r.allocated > 0) line += "  " + std::to_string(r.allocated) + " allocated";
+    line.erase(line.find_last_not_of(' ') + 1);
+    out << line << "\n";
   }
   return out.str();
 }
@@ -186,8 +189,8 @@ void NodeDemo::Start() {
   Say("Playing kubelet (" + (dir_ / "kubelet").string() + ") and the API server (" +
       node_->api().url() + ").");
 
-  plugin_ = std::make_unique<testing::PluginProcess>(
-      programs_.device_plugin, sim_->mount(), dir_ / "plugin", *node_, kPluginConfig, kLifecycle);
+  plugin_ = std::make_unique<testing::PluginProcess>(programs_.device_plugin, sim_->mount(),
+                                                     dir_ / "plugin", *node_, kPluginConfig);
   plugin_->process().set_own_process_group(true);
   auto registered = plugin_->Start(*node_, kResources);
   Started(1, plugin_->process().pid());
@@ -343,11 +346,7 @@ int NodeDemo::Run() {
     ShowCapacity();
     AdmitPod();
     AllocatePod();
-    if (kLifecycle) {
-      DeletePod();
-    } else {
-      Step("d) skipped: this kvgpu-device-plugin has no pod lifecycle yet");
-    }
+    DeletePod();
   } catch (const std::exception& failed) {
     if (interrupted_) {
       Teardown();

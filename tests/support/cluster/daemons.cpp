@@ -7,18 +7,13 @@ namespace kvgpu::testing {
 namespace fs = std::filesystem;
 
 PluginProcess::PluginProcess(const fs::path& binary, const fs::path& sysfs_root,
-                             const fs::path& dir, const FakeNode& node, const std::string& config,
-                             bool watch_pods)
+                             const fs::path& dir, const FakeNode& node, const std::string& config)
     : dir_(dir),
       process_({binary.string(), "--sysfs-root", sysfs_root.string(), "--kubelet-dir",
                 node.kubelet_dir().string(), "--state-dir", (dir / "state").string(), "--node-name",
-                node.node_name(), "--config", (dir / "plugin.yaml").string()},
+                node.node_name(), "--config", (dir / "plugin.yaml").string(), "--kubeconfig",
+                (dir / "kubeconfig").string()},
                dir / "plugin.log") {
-  if (watch_pods) {
-    auto argv = process_.argv();
-    argv.insert(argv.end(), {"--kubeconfig", (dir / "kubeconfig").string()});
-    process_.set_argv(std::move(argv));
-  }
   fs::create_directories(dir / "state");
   std::ofstream(dir / "plugin.yaml") << config;
   node.WriteKubeconfig(dir / "kubeconfig");

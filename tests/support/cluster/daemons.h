@@ -7,20 +7,19 @@
 #include <optional>
 #include <string>
 
-#include "tests/support/common/test_pki.h"
 #include "tests/support/cluster/admission_client.h"
 #include "tests/support/cluster/child_process.h"
 #include "tests/support/cluster/fake_node.h"
+#include "tests/support/common/test_pki.h"
 
 namespace kvgpu::testing {
 
 // kvgpu-device-plugin with its files under `dir`: plugin.yaml (`config` as given), state/,
-// kubeconfig (the node's API server, passed with --kubeconfig when `watch_pods`), plugin.log.
+// kubeconfig (the node's API server), plugin.log.
 class PluginProcess {
  public:
   PluginProcess(const std::filesystem::path& binary, const std::filesystem::path& sysfs_root,
-                const std::filesystem::path& dir, const FakeNode& node, const std::string& config,
-                bool watch_pods = true);
+                const std::filesystem::path& dir, const FakeNode& node, const std::string& config);
 
   // Spawns it and waits until `resources` resources are registered with the node's kubelet and
   // streaming; the log when they are not.

@@ -69,6 +69,8 @@ StepResult FakeNode::Start() {
     return {"PodResources cannot serve " + pod_resources_->socket().string()};
   }
   if (!kubelet_->Start()) return {"kubelet cannot serve " + kubelet_->socket_path().string()};
+  // kubelet's device manager has its checkpoint from the start, empty on a fresh node.
+  PublishKubeletState();
   return {};
 }
 
