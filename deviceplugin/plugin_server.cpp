@@ -85,7 +85,12 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
   static std::shared_ptr<ListAndWatchStream> Open(std::string resource,
                                                   PluginServer::PushObserver on_push) {
     auto stream = std::make_shared<ListAndWatchStream>(std::move(resource), std::move(on_push));
-    stream->self_ = stream;
+    {
+      // Also publishes the constructed stream to the threads gRPC runs its reactions on, in a
+      // way TSan sees (gRPC's own hand-off is in uninstrumented code): every reaction locks first.
+      std::lock_guard lock(stream->mutex_);
+      stream->self_ = stream;
+    }
     spdlog::info("listandwatch opened resource={}", stream->resource_);
     return stream;
   }
@@ -161,10 +166,12 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
   void OnCancel() override { End(); }
 
   void OnDone() override {
-    spdlog::info("listandwatch closed resource={}", resource_);
     std::shared_ptr<ListAndWatchStream> self;  // released last: it may be the final owner
-    std::lock_guard lock(mutex_);
-    self = std::move(self_);
+    {
+      std::lock_guard lock(mutex_);
+      self = std::move(self_);
+    }
+    spdlog::info("listandwatch closed resource={}", resource_);
   }
 
   const std::string resource_;
