@@ -155,7 +155,13 @@ mdev::Status Daemon::Start() {
     spdlog::info("resource offered name={} devices={}", resource,
                  manager_->Devices(resource).size());
   }
-  // metrics
+  // metrics; /healthz fails when the loop that serves, registers and rescans stops turning
+  // (it wakes at least once a second).
+  loop_heartbeat_ = Clock::now().time_since_epoch().count();
+  metrics_.SetHealthCheck([this] {
+    auto beat = Clock::time_point(Clock::duration(loop_heartbeat_.load()));
+    return !stop_ && Clock::now() - beat < std::chrono::seconds(10);
+  });
   if (!args.metrics_addr.empty()) {
     mdev::Status served = metrics_.Serve(args.metrics_addr);
     if (!served.ok()) return served;
@@ -206,6 +212,7 @@ mdev::Status Daemon::Start() {
 
 void Daemon::Stop() {
   if (stop_.exchange(true)) return;
+  metrics_.SetHealthCheck([] { return false; });
   if (tracker_) tracker_->Stop();
   if (reconciler_) reconciler_->Stop();
   if (async_events_) async_events_->Flush();
@@ -334,6 +341,7 @@ void Daemon::Loop() {
   auto next_rescan = Clock::now() + options_.config.rescan_interval;
   while (!stop_) {
     auto now = Clock::now();
+    loop_heartbeat_ = now.time_since_epoch().count();
     auto until = next_rescan;
     if (int64_t due = allocate_rescan_at_.load(); due != 0) {
       until = std::min(until, Clock::time_point(Clock::duration(due)));

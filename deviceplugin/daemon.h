@@ -116,6 +116,7 @@ class Daemon {
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> refresh_requested_{false};
+  std::atomic<int64_t> loop_heartbeat_{0};  // steady_clock ticks of the loop's last turn
   // steady_clock nanoseconds when the rescan an Allocate asked for is due; 0: none pending.
   std::atomic<int64_t> allocate_rescan_at_{0};
   std::thread thread_;

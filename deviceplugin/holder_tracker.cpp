@@ -188,6 +188,8 @@ void HolderTracker::OnConnection(bool following, const std::string& reason) {
   } else {
     spdlog::warn("API server: not following pods ({}); deciding from kubelet alone", reason);
   }
+  // What is free may have changed either way: pods the API still showed alive no longer count.
+  if (callbacks_.pod_gone) callbacks_.pod_gone();
 }
 
 void HolderTracker::OnCheckpoint(const kubelet::CheckpointView& view) {

@@ -65,7 +65,8 @@ std::map<DeviceRef, std::vector<std::string>> UidsFromCheckpoint(
     const kubelet::Checkpoint& checkpoint);
 
 struct TrackerCallbacks {
-  // A pod ended (deleted, or Succeeded/Failed) or the API relisted: worth a pass now.
+  // A pod ended (deleted, or Succeeded/Failed), the API relisted, or the API server was lost
+  // or found again: worth a pass now.
   std::function<void()> pod_gone;
   // kubelet's checkpoint changed: owners may be known now.
   std::function<void()> checkpoint_changed;

@@ -389,6 +389,9 @@ def check_device_plugin(report, name, objects):
                  and all(port_number(c, c[p]["httpGet"]["port"]) == metrics_port
                          for p in ("livenessProbe", "readinessProbe")),
                  where + " probes and port match --metrics-addr")
+    report.check(all((c.get(p) or {}).get("httpGet", {}).get("path") == "/healthz"
+                     for p in ("livenessProbe", "readinessProbe")),
+                 where + " probes ask /healthz (the daemon loop turning), not /metrics")
     terms = (spec.get("affinity", {}).get("nodeAffinity", {})
              .get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", []))
     report.check(bool(terms) or bool(spec.get("nodeSelector")), where + " runs only on selected (vGPU) nodes")

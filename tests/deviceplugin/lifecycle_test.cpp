@@ -461,6 +461,26 @@ TEST(ReconcilerTest, RunsOnItsOwnThreadAndRemovesSoonAfterAPodEnds) {
   reconciler.Stop();
 }
 
+TEST(ReconcilerTest, AFullStateDirRefusesNewVgpusButNeverStopsRemovals) {
+  MemoryStateStore store;
+  Lifecycle f(&store);
+  std::string vgpu = f.Allocate("mtty-mtty-2-0");
+  store.fail_saves = true;  // the disk fills up
+  auto refused = f.manager.Allocate(kResource, {{"mtty-mtty-2-1"}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cannot record"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(f.sim.model().VgpuIds().size(), 1u) << "nothing made that the record cannot show";
+  f.podresources.SetPods({});
+  f.reconciler.RunPass();
+  EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2 holds with a full disk";
+  EXPECT_TRUE(f.manager.Snapshot().records.empty());
+  // The file still names the removed vGPU: harmless, a restart finds it gone and forgets it.
+  store.fail_saves = false;
+  ASSERT_TRUE(f.manager.Allocate(kResource, {{"mtty-mtty-2-1"}}).ok());
+  EXPECT_EQ(store.vgpus_.size(), 1u) << "the next save catches up";
+}
+
 std::string AllocResp(const std::string& ids, const std::string& uuids) {
   v1beta1::ContainerAllocateResponse response;
   (*response.mutable_envs())["KVGPU_VGPU_MTTY_2_DEVICE_IDS"] = ids;
