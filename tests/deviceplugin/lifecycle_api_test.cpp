@@ -9,24 +9,16 @@
 #include "deviceplugin/daemon.h"
 #include "tests/deviceplugin/sim_node.h"
 #include "tests/support/cluster/fake_node.h"
+#include "tests/support/common/eventually.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
+using kvgpu::testing::Eventually;
 using testing::SimNode;
 
 constexpr const char* k222 = "tencent.com/vgpu-222";
-
-template <typename Predicate>
-bool Eventually(Predicate done, std::chrono::milliseconds timeout = 10s) {
-  auto until = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 class LifecycleApiTest : public ::testing::Test {
  protected:

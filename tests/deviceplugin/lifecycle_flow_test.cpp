@@ -8,6 +8,7 @@
 #include "deviceplugin/daemon.h"
 #include "tests/deviceplugin/sim_node.h"
 #include "tests/support/apiserver/in_memory_kube.h"
+#include "tests/support/common/eventually.h"
 #include "tests/support/kubelet/fake_kubelet.h"
 #include "tests/support/podresources/checkpoint_writer.h"
 #include "tests/support/podresources/fake_podresources.h"
@@ -16,6 +17,7 @@ namespace kvgpu::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
+using kvgpu::testing::Eventually;
 using testing::SimNode;
 
 constexpr const char* k222 = "tencent.com/vgpu-222";
@@ -36,16 +38,6 @@ kube::PodInfo Pod(const std::string& uid, const std::string& name, bool deleting
   pod.phase = "Running";
   pod.deleting = deleting;
   return pod;
-}
-
-template <typename Predicate>
-bool Eventually(Predicate done, std::chrono::milliseconds timeout = 5s) {
-  auto until = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 class LifecycleFlowTest : public ::testing::Test {
