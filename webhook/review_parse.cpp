@@ -156,19 +156,34 @@ class Parser {
     return nullptr;
   }
 
-  bool Object(const Rule* rule, json* out, int depth) {
+  // Past the opening bracket; `closed` when the container is empty (and then past it too).
+  bool Open(int depth, char close, bool& closed) {
     if (depth > max_depth_) {
       too_deep = true;
       return false;
     }
-    ++p_;  // '{'
-    if (out != nullptr) *out = json::object();
+    ++p_;
     SkipSpace();
-    if (p_ < end_ && *p_ == '}') {
-      ++p_;
-      return true;
-    }
-    while (true) {
+    closed = p_ < end_ && *p_ == close;
+    if (closed) ++p_;
+    return true;
+  }
+
+  // After a member or element: a comma (more follow) or the closing bracket (`closed`).
+  bool Separator(char close, bool& closed) {
+    SkipSpace();
+    if (p_ == end_) return false;
+    closed = *p_ == close;
+    if (!closed && *p_ != ',') return false;
+    ++p_;
+    return true;
+  }
+
+  bool Object(const Rule* rule, json* out, int depth) {
+    bool closed = false;
+    if (!Open(depth, '}', closed)) return false;
+    if (out != nullptr) *out = json::object();
+    while (!closed) {
       SkipSpace();
       if (p_ == end_ || *p_ != '"') return false;
       const char* start = p_;
@@ -189,48 +204,28 @@ class Parser {
       ++p_;
       const Rule* child = out == nullptr ? nullptr : ChildOfObject(rule, key);
       if (!Value(child, child == nullptr ? nullptr : &(*out)[key], depth)) return false;
-      SkipSpace();
-      if (p_ == end_) return false;
-      if (*p_ == '}') {
-        ++p_;
-        return true;
-      }
-      if (*p_ != ',') return false;
-      ++p_;
+      if (!Separator('}', closed)) return false;
     }
+    return true;
   }
 
   bool Array(const Rule* rule, json* out, int depth) {
-    if (depth > max_depth_) {
-      too_deep = true;
-      return false;
-    }
-    ++p_;  // '['
+    bool closed = false;
+    if (!Open(depth, ']', closed)) return false;
     if (out != nullptr) *out = json::array();
     const Rule* child = out != nullptr && rule != nullptr && rule->kind == Rule::Kind::kArray
                             ? rule->items
                             : nullptr;
-    SkipSpace();
-    if (p_ < end_ && *p_ == ']') {
-      ++p_;
-      return true;
-    }
-    while (true) {
+    while (!closed) {
       json* slot = nullptr;
       if (child != nullptr) {
         out->push_back(nullptr);
         slot = &out->back();
       }
       if (!Value(child, slot, depth)) return false;
-      SkipSpace();
-      if (p_ == end_) return false;
-      if (*p_ == ']') {
-        ++p_;
-        return true;
-      }
-      if (*p_ != ',') return false;
-      ++p_;
+      if (!Separator(']', closed)) return false;
     }
+    return true;
   }
 
   // From the opening quote to past the closing one.
