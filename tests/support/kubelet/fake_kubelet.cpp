@@ -155,17 +155,6 @@ grpc::Status FakeKubelet::HandleRegister(const api::RegisterRequest& request) {
         endpoint->stub->GetDevicePluginOptions(&context, empty, &endpoint->options);
     if (!status.ok()) return status;
   }
-  // A new registration of the same resource replaces the old connection, as in kubelet.
-  std::shared_ptr<Endpoint> old;
-  {
-    std::lock_guard lock(mutex_);
-    old = endpoints_[request.resource_name()];
-    endpoints_[request.resource_name()] = endpoint;
-  }
-  if (old) {
-    old->stream_context.TryCancel();
-    if (old->reader.joinable()) old->reader.join();
-  }
   Endpoint* raw = endpoint.get();
   raw->reader = std::thread([this, raw] {
     api::Empty empty;
@@ -183,6 +172,18 @@ grpc::Status FakeKubelet::HandleRegister(const api::RegisterRequest& request) {
     raw->connected = false;
     changed_.notify_all();
   });
+  // A new registration of the same resource replaces the old connection, as in kubelet. Only
+  // once its reader runs: a concurrent registration may replace (and join) it at once.
+  std::shared_ptr<Endpoint> old;
+  {
+    std::lock_guard lock(mutex_);
+    old = endpoints_[request.resource_name()];
+    endpoints_[request.resource_name()] = endpoint;
+  }
+  if (old) {
+    old->stream_context.TryCancel();
+    if (old->reader.joinable()) old->reader.join();
+  }
   return grpc::Status::OK;
 }
 
