@@ -22,8 +22,9 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 // The plugin waits 5 s (its settle time) after a vGPU is made and after kubelet answers again
-// before it may judge a vGPU free; then passes every 200 ms. The rest is margin for a busy CI.
-constexpr auto kRemovalBound = 12s;
+// before it may judge a vGPU free, then passes every 200 ms. A PodResources List that times out
+// (5 s; seen once on a loaded machine) restarts the settle time: 5 + 5 + 5 s, and margin.
+constexpr auto kRemovalBound = 20s;
 constexpr int kKilled = 128 + SIGKILL;
 
 std::string ReadFile(const fs::path& path) {
