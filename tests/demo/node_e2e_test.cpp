@@ -212,12 +212,16 @@ TEST_F(NodeE2eTest, PluginKilledMidScenarioKeepsLivePodsAndIdsAndCleansUpDeleted
   const size_t registrations = node_->kubelet().Registrations().size();
   ASSERT_TRUE(Ok(node_->DeletePod("team-a", "a100-b")));  // while it is down
 
-  // Every resource registered again, also the types no GPU can create right now (both GPUs are
-  // locked): kubelet must not see resources vanish because the plugin restarted.
-  auto failed = plugin_->Start(*node_, resources_);
-  EXPECT_FALSE(failed) << *failed;
-  EXPECT_GE(node_->kubelet().Registrations().size(), registrations + resources_);
-  ASSERT_TRUE(node_->kubelet().WaitUntil([&] { return node_->kubelet().Connected(kA100_4C); }));
+  // The resources of the live pods register again (every resource registering again is
+  // PluginRestartedWhileGpusAreLockedRegistersEveryResourceAgain).
+  auto failed = plugin_->Start(*node_, 1);
+  ASSERT_FALSE(failed) << *failed;
+  for (const char* resource : {kA100_4C, kT4_1Q, kMtty2}) {
+    EXPECT_TRUE(node_->kubelet().WaitUntil([&] {
+      return node_->kubelet().Connected(resource) && node_->kubelet().Updates(resource) > 0;
+    })) << resource;
+  }
+  EXPECT_GT(node_->kubelet().Registrations().size(), registrations);
 
   // Live pods' vGPUs are untouched (same ids, parents, types); the deleted pod's is gone.
   std::set<Vgpu> expected(vgpus_before.begin(), vgpus_before.end());
@@ -227,11 +231,33 @@ TEST_F(NodeE2eTest, PluginKilledMidScenarioKeepsLivePodsAndIdsAndCleansUpDeleted
   ASSERT_TRUE(WaitForVgpus(expected.size())) << sim_->State();
   const auto vgpus_after = Vgpus();
   EXPECT_EQ(std::set<Vgpu>(vgpus_after.begin(), vgpus_after.end()), expected) << sim_->State();
-  // Device IDs mean the same after the restart: every list is what it was before the kill.
-  EXPECT_TRUE(WaitFor([&] { return Listed() == listed_before; }, 5s));
+  // Device IDs mean the same after the restart: each list is what it was before the kill (the
+  // deleted pod's device is free again under the same ID).
+  for (const char* resource : {kA100_4C, kT4_1Q, kMtty2}) {
+    EXPECT_TRUE(WaitFor([&] { return Listed()[resource] == listed_before.at(resource); }, 5s))
+        << resource;
+  }
   // And the restarted plugin allocates: another A100 vGPU on a free VF.
   const auto more = Run("a100-c", {{kA100_4C, 1}});
   EXPECT_TRUE(more.ok()) << more.error;
+}
+
+TEST_F(NodeE2eTest, PluginRestartedWhileGpusAreLockedRegistersEveryResourceAgain) {
+  // Each T4 locked to one type: the other ten types have no device left on this node.
+  StartNode("t4x2", 12);
+  ASSERT_TRUE(Ok(Run("one-1q", {{kT4_1Q, 1}})));
+  ASSERT_TRUE(WaitFor([&] { return Listed()[kT4_2Q].size() == 8; }, 5s));
+  ASSERT_TRUE(Ok(Run("one-2q", {{kT4_2Q, 1}})));
+  ASSERT_TRUE(WaitFor([&] { return Listed()[kT4_4Q].empty(); }, 5s));
+  const auto listed_before = Listed();
+  ASSERT_EQ(listed_before.size(), resources_);
+
+  EXPECT_EQ(plugin_->process().Kill(), 128 + SIGKILL);
+  // Kubelet must not see resources vanish because the plugin restarted, nor lose the types that
+  // come back once a GPU is free: every resource registers again, with the same (empty) list.
+  auto failed = plugin_->Start(*node_, resources_, 5s);
+  EXPECT_FALSE(failed) << *failed;
+  EXPECT_TRUE(WaitFor([&] { return Listed() == listed_before; }, 2s));
 }
 
 TEST_F(NodeE2eTest, WebhookRestartedAnswersAgainWithTheSamePatch) {
