@@ -28,9 +28,16 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+  // stdout is a pipe under containerd and a file in tests: block-buffered unless flushed, and a
+  // log that lags by kilobytes hides what the daemon is doing when it matters.
+  spdlog::flush_on(spdlog::level::trace);
   if (parsed.args.node_name.empty()) {
     spdlog::warn("no --node-name and no $NODE_NAME; pod tracking will need one");
   }
+
+  // The API client writes through OpenSSL, whose socket writes raise SIGPIPE when the API server
+  // closes a connection mid-request; that must cost the request, not the daemon.
+  signal(SIGPIPE, SIG_IGN);
 
   // Signals are taken synchronously so that teardown runs on the main thread.
   sigset_t signals;

@@ -163,6 +163,12 @@ PassPlan Reconciler::Pass() {
     std::lock_guard lock(pass_mutex_);
     plan = PlanPass(snapshot, facts, free_since_, UnixNowMs(), options_);
   }
+  spdlog::debug(
+      "pass: {} held, {} without pod, {} to remove, {} unknown, {} foreign; kubelet {}, "
+      "API {}",
+      plan.held, plan.waiting, plan.remove.size(), plan.unknown, snapshot.foreign.size(),
+      facts.kubelet_known ? "answering" : "silent",
+      facts.api_following ? "followed" : "not followed");
   if (!plan.owners.empty()) {
     Status saved = manager_.SetOwners(plan.owners);
     if (!saved.ok()) spdlog::warn("owners not saved: {}", saved.ToString());

@@ -175,6 +175,9 @@ void ResourceManager::Recompute() {
         naming_warnings.push_back(resource.status().message());
         continue;
       }
+      // Offered, even with no instance free now (its GPU locked to another type): the resource
+      // is served and registered from the start, its list empty until the GPU frees up.
+      views.try_emplace(*resource);
       std::set<uint32_t> used;
       uint32_t missing = 0;
       for (const CreatedVgpu* r : ours) {
