@@ -48,8 +48,10 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
       ->capture_default_str();
   app.add_option("--node-name", args.node_name, "this node's name (default: $NODE_NAME)");
   app.add_option("--config", config_file, "YAML config file, keys below (optional)");
-  app.add_option("--metrics-addr", args.metrics_addr,
-                 "HOST:PORT to serve Prometheus metrics on /metrics (default: none)");
+  app.add_option(
+      "--metrics-addr", args.metrics_addr,
+      "HOST:PORT to serve Prometheus metrics on /metrics and the health check on /healthz "
+      "(default: none)");
   std::string kubeconfig;
   app.add_option("--kubeconfig", kubeconfig,
                  "kubeconfig for the API server (pods on this node, Events); default: the "
