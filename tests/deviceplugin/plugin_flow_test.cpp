@@ -83,6 +83,8 @@ TEST_F(PluginFlowTest, StartServesEachResourceThenRegistersIt) {
 TEST_F(PluginFlowTest, AllocateCreatesTheVgpuAndPushesTheLockToOtherTypes) {
   StartKubelet();
   StartDaemon();
+  // Both lists must have reached kubelet: each resource registers and streams on its own.
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
   ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 16; }));
   const std::string gpu0 = sim_.gpu(0);
 
