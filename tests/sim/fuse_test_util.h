@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/common/mounts.h"
+
 namespace kvgpu::sim::testing {
 
 namespace fs = std::filesystem;
@@ -120,14 +122,7 @@ inline Output Vgpuctl(const fs::path& root, std::vector<std::string> args) {
 }
 
 inline bool IsMounted(const fs::path& path) {
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  for (std::string line; std::getline(mountinfo, line);) {
-    std::istringstream fields(line);
-    std::string id, parent, devices, root, mountpoint;
-    fields >> id >> parent >> devices >> root >> mountpoint;
-    if (mountpoint == path.string()) return true;
-  }
-  return false;
+  return kvgpu::testing::IsMountPoint(path);
 }
 
 // Takes a mount away whatever state its server is in (alive, hung or dead).

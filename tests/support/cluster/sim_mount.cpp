@@ -29,17 +29,6 @@ std::optional<std::string> FuseUnavailableReason() {
   return std::nullopt;
 }
 
-bool IsMountPoint(const fs::path& path) {
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  for (std::string line; std::getline(mountinfo, line);) {
-    std::istringstream fields(line);
-    std::string id, parent, devices, root, mountpoint;
-    fields >> id >> parent >> devices >> root >> mountpoint;
-    if (mountpoint == path.string()) return true;
-  }
-  return false;
-}
-
 void ForceUnmount(const fs::path& path) {
   for (int i = 0; i < 5 && IsMountPoint(path); ++i) {
     if (::umount2(path.c_str(), MNT_DETACH) != 0) {

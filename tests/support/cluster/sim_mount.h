@@ -9,13 +9,13 @@
 #include <string>
 
 #include "tests/support/cluster/child_process.h"
+#include "tests/support/common/mounts.h"
 
 namespace kvgpu::testing {
 
 // Why FUSE mounts cannot be made here (no /dev/fuse, no fusermount3), or nullopt when they can.
 std::optional<std::string> FuseUnavailableReason();
 
-bool IsMountPoint(const std::filesystem::path& path);
 // Unmounts whatever serves `path` (alive, hung or dead).
 void ForceUnmount(const std::filesystem::path& path);
 
