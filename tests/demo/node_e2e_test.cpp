@@ -125,6 +125,40 @@ class NodeE2eTest : public ::testing::Test {
     return listed;
   }
 
+  // For a failure message: the resources whose device IDs differ, with both counts.
+  static std::string ListsDiffer(const std::map<std::string, std::set<std::string>>& want,
+                                 const std::map<std::string, std::set<std::string>>& got) {
+    std::set<std::string> resources;
+    for (const auto& [resource, ids] : want) resources.insert(resource);
+    for (const auto& [resource, ids] : got) resources.insert(resource);
+    std::string out;
+    for (const auto& resource : resources) {
+      auto w = want.find(resource);
+      auto g = got.find(resource);
+      if (w != want.end() && g != got.end() && w->second == g->second) continue;
+      out += resource + ": wanted " + (w == want.end() ? "-" : std::to_string(w->second.size())) +
+             " IDs, kubelet has " + (g == got.end() ? "-" : std::to_string(g->second.size())) +
+             "\n";
+    }
+    return out;
+  }
+
+  // Whether every kubelet list shows the NVIDIA GPUs that hold a vGPU locked to its type: no other
+  // type offers a device on them any more. Each resource streams on its own, so one list being
+  // up to date says nothing about the others.
+  bool ListsSettled() const {
+    const auto listed = Listed();
+    for (const Vgpu& vgpu : Vgpus()) {
+      if (!vgpu.type.starts_with("nvidia-")) continue;
+      for (const auto& [resource, ids] : listed) {
+        for (const auto& id : ids) {
+          if (id.starts_with(vgpu.parent + "-") && Parent(id, vgpu.type) == id) return false;
+        }
+      }
+    }
+    return true;
+  }
+
   // The plugin keeps a vGPU younger than its settle time (5 s) whatever kubelet says, so a
   // removal can take that long.
   bool WaitForVgpus(size_t count, std::chrono::milliseconds timeout = 10s) const {
@@ -248,7 +282,7 @@ TEST_F(NodeE2eTest, PluginRestartedWhileGpusAreLockedRegistersEveryResourceAgain
   ASSERT_TRUE(Ok(Run("one-1q", {{kT4_1Q, 1}})));
   ASSERT_TRUE(WaitFor([&] { return Listed()[kT4_2Q].size() == 8; }, 5s));
   ASSERT_TRUE(Ok(Run("one-2q", {{kT4_2Q, 1}})));
-  ASSERT_TRUE(WaitFor([&] { return Listed()[kT4_4Q].empty(); }, 5s));
+  ASSERT_TRUE(WaitFor([&] { return Listed()[kT4_4Q].empty() && ListsSettled(); }, 5s));
   const auto listed_before = Listed();
   ASSERT_EQ(listed_before.size(), resources_);
 
@@ -257,7 +291,8 @@ TEST_F(NodeE2eTest, PluginRestartedWhileGpusAreLockedRegistersEveryResourceAgain
   // come back once a GPU is free: every resource registers again, with the same (empty) list.
   auto failed = plugin_->Start(*node_, resources_, 5s);
   EXPECT_FALSE(failed) << *failed;
-  EXPECT_TRUE(WaitFor([&] { return Listed() == listed_before; }, 2s));
+  EXPECT_TRUE(WaitFor([&] { return Listed() == listed_before; }, 2s))
+      << ListsDiffer(listed_before, Listed());
 }
 
 TEST_F(NodeE2eTest, WebhookRestartedAnswersAgainWithTheSamePatch) {
@@ -292,7 +327,7 @@ TEST_F(NodeE2eTest, KubeletRestartedPluginRegistersAgainWithTheSameDevices) {
   StartNode("t4x2", 12);
   ASSERT_TRUE(Ok(Run("before", {{kT4_1Q, 1}})));
   ASSERT_TRUE(WaitForVgpus(1));
-  ASSERT_TRUE(WaitFor([&] { return Listed()[kT4_2Q].size() == 8; }, 5s));
+  ASSERT_TRUE(WaitFor([&] { return ListsSettled(); }, 5s));
   const auto listed_before = Listed();
   const auto vgpus_before = Vgpus();
   const size_t registrations = node_->kubelet().Registrations().size();
@@ -307,7 +342,8 @@ TEST_F(NodeE2eTest, KubeletRestartedPluginRegistersAgainWithTheSameDevices) {
       },
       10s))
       << node_->kubelet().Registrations().size() << " registrations";
-  EXPECT_TRUE(WaitFor([&] { return Listed() == listed_before; }, 5s));
+  EXPECT_TRUE(WaitFor([&] { return Listed() == listed_before; }, 5s))
+      << ListsDiffer(listed_before, Listed());
   EXPECT_EQ(Vgpus(), vgpus_before);  // the running pod's vGPU is untouched
 
   // The node keeps working: kubelet remembers "before" holds its device.
