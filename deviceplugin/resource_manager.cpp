@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <thread>
 #include <tuple>
 
 #include "deviceplugin/cdi.h"
@@ -605,6 +606,11 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
   std::vector<ContainerAllocation> answers;
   bool changed = false;
   std::function<void()> requester;
+  if (Status removed = RemoveEarlierVgpus(resource, containers); !removed.ok()) {
+    if (observer_ != nullptr) observer_->OnAllocation(resource, removed);
+    spdlog::warn("allocate failed resource={} reason={}", resource, removed.ToString());
+    return removed;
+  }
   {
     std::unique_lock lock(mutex_);
     requester = refresh_requester_;
@@ -676,6 +682,57 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
   if (!result.ok()) return result;
   Failpoint("allocate.before-reply");
   return answers;
+}
+
+Status ResourceManager::RemoveEarlierVgpus(
+    const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
+  // Which requested IDs still have our earlier vGPU with no pod holding it. Anything else
+  // (unknown IDs, held or unknown holders) is Validate's to answer, under the lock.
+  std::vector<std::pair<std::string, std::string>> earlier;  // device ID, vGPU
+  std::chrono::milliseconds wait;
+  {
+    std::lock_guard lock(mutex_);
+    wait = removal_wait_;
+    auto view = views_.find(resource);
+    if (view == views_.end()) return Status::Ok();
+    for (const auto& ids : containers) {
+      for (const std::string& id : ids) {
+        auto d = std::lower_bound(
+            view->second.begin(), view->second.end(), id,
+            [](const Device& device, const std::string& wanted) { return device.id < wanted; });
+        if (d == view->second.end() || d->id != id || !d->ours || !d->vgpu_exists) continue;
+        if (removing_.contains(id)) continue;  // WaitForRemovals waits for that one
+        auto record = std::find_if(records_.begin(), records_.end(),
+                                   [&](const CreatedVgpu& r) { return r.device_id == id; });
+        if (record == records_.end()) continue;
+        if (holders_.Check(*record).holding == Holding::kFree) {
+          earlier.emplace_back(id, record->vgpu_id);
+        }
+      }
+    }
+  }
+  const auto deadline = Clock::now() + wait;
+  for (const auto& [id, vgpu] : earlier) {
+    auto backoff = std::chrono::milliseconds(50);
+    for (;;) {
+      Status removed = RemoveVgpu(id, vgpu);
+      // kGone: the record moved on meanwhile (a removal finished, the vGPU vanished).
+      if (removed.ok() || removed.code() == ErrorCode::kGone) break;
+      if (removed.code() != ErrorCode::kBusy || Clock::now() + backoff > deadline) {
+        return Status::Error(removed.code(),
+                             "device " + id + ": its earlier vGPU " + vgpu +
+                                 " could not be removed for the new pod (" + removed.ToString() +
+                                 "); the last pod's VM may still hold it, try again");
+      }
+      if (backoff.count() == 50) {
+        spdlog::info("device {}: its earlier vGPU {} is still busy; waiting for the VM to let go",
+                     id, vgpu);
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    }
+  }
+  return Status::Ok();
 }
 
 Status ResourceManager::WaitForRemovals(std::unique_lock<std::mutex>& lock,

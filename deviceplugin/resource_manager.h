@@ -125,7 +125,9 @@ class ResourceManager {
 
   // Creates one vGPU per device ID, for every container of one kubelet Allocate call. All or
   // nothing: on any failure the vGPUs this call created are removed again, and the error names the
-  // device and the kernel's reason. An ID whose earlier vGPU still exists goes by holders.h.
+  // device and the kernel's reason. An ID whose earlier vGPU still exists goes by holders.h;
+  // when no pod holds it, that vGPU is removed first without the lock (the kernel's remove blocks
+  // while the last pod's VM still holds it), waiting out EBUSY for up to SetRemovalWait.
   Result<std::vector<ContainerAllocation>> Allocate(
       const std::string& resource, const std::vector<std::vector<std::string>>& containers);
 
@@ -155,6 +157,8 @@ class ResourceManager {
   Status SaveRecords();
   Status WaitForRemovals(std::unique_lock<std::mutex>& lock,
                          const std::vector<std::vector<std::string>>& containers);
+  Status RemoveEarlierVgpus(const std::string& resource,
+                            const std::vector<std::vector<std::string>>& containers);
   Status WriteCdiSpecs(const std::string& resource);
   ContainerAllocation Answer(const std::string& resource, std::vector<AllocatedVgpu> vgpus) const;
   void AfterChange(bool changed);

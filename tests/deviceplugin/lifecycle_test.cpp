@@ -430,6 +430,60 @@ TEST(ReconcilerTest, AnIdReusedWhileItsOldVgpuIsStillBeingRemovedWaitsForTheRemo
   EXPECT_FALSE(f.Exists(old_vgpu));
 }
 
+// kubelet hands a device ID on as soon as its pod has ended, while Kata may still be tearing the
+// old VM down: the new pod waits for the old vGPU to be let go instead of failing admission.
+TEST(AllocateReuseTest, AFreeIdWhoseOldVgpuIsStillBusyGetsAFreshOneOnceTheVmLetsGo) {
+  Lifecycle f;
+  std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({});  // its pod has ended
+  f.sim.model().SetBusy(old_vgpu, true);
+  auto allocation = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-0"); });
+  EXPECT_EQ(allocation.wait_for(300ms), std::future_status::timeout)
+      << "waits for the old VM instead of failing the new pod";
+  EXPECT_TRUE(f.Exists(old_vgpu));
+  f.sim.model().SetBusy(old_vgpu, false);
+  std::string new_vgpu = allocation.get();
+  EXPECT_NE(new_vgpu, old_vgpu) << "a fresh vGPU, never the old pod's";
+  EXPECT_TRUE(f.Exists(new_vgpu));
+  EXPECT_FALSE(f.Exists(old_vgpu));
+}
+
+TEST(AllocateReuseTest, AnOldVgpuThatStaysBusyFailsTheAllocateAfterTheWaitAndChangesNothing) {
+  Lifecycle f;
+  std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({});
+  f.sim.model().SetBusy(old_vgpu, true);
+  f.manager.SetRemovalWait(200ms);
+  auto answer = f.manager.Allocate(kResource, {{"mtty-mtty-2-0"}});
+  ASSERT_FALSE(answer.ok());
+  EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kBusy);
+  EXPECT_NE(answer.status().message().find("mtty-mtty-2-0"), std::string::npos)
+      << answer.status().ToString();
+  EXPECT_NE(answer.status().message().find(old_vgpu), std::string::npos)
+      << answer.status().ToString();
+  EXPECT_EQ(f.sim.model().VgpuIds(), std::vector<std::string>{old_vgpu})
+      << "the old vGPU kept, no new one made";
+  ASSERT_EQ(f.manager.Snapshot().records.size(), 1u);
+  EXPECT_EQ(f.manager.Snapshot().records[0].vgpu_id, old_vgpu) << "and still ours to remove";
+}
+
+TEST(AllocateReuseTest, TheKernelsBlockingRemoveOfAnOldVgpuDoesNotHoldUpOtherAllocations) {
+  Lifecycle f;
+  std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({});
+  f.io.Hold(true);  // the real kernel blocks the remove while QEMU holds the device
+  auto reuse = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-0"); });
+  f.io.WaitUntilBlocked();
+  auto other = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-1"); });
+  EXPECT_EQ(other.wait_for(5s), std::future_status::ready)
+      << "the manager's lock is not held across the kernel's remove";
+  f.io.Hold(false);
+  std::string new_vgpu = reuse.get();
+  EXPECT_NE(new_vgpu, old_vgpu);
+  EXPECT_FALSE(f.Exists(old_vgpu));
+  EXPECT_TRUE(f.Exists(other.get()));
+}
+
 TEST(ReconcilerTest, EventsThatCannotBePostedDoNotStopRemovals) {
   Lifecycle f;
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
