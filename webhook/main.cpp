@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "webhook/cpus.h"
 #include "webhook/server.h"
 
 int main(int argc, char** argv) {
@@ -23,8 +24,12 @@ int main(int argc, char** argv) {
                  "PEM CA bundle; when set, clients must present a certificate it signed");
   app.add_option("--config", options.config_file, "YAML config, reloaded on change");
   app.add_option("--metrics-addr", options.metrics_addr, "plain-HTTP Prometheus address HOST:PORT");
+  size_t workers = 0;
+  app.add_option("--workers", workers,
+                 "event loops serving HTTPS; 0 = one per CPU this process may run on")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  options.worker_threads = std::max(2u, std::thread::hardware_concurrency());
+  options.worker_threads = workers != 0 ? workers : kvgpu::webhook::UsableCpus();
   spdlog::set_default_logger(spdlog::stderr_color_mt("kvgpu-webhook"));
 
   // Many short-lived connection threads would otherwise each grow their own malloc arena.

@@ -2,7 +2,8 @@
 # Benchmarks kvgpu-webhook against nginx serving a static response of the same size, both over
 # TLS with keep-alive, with wrk posting a realistic AdmissionReview. Loopback only, bounded time.
 #   bash bench/webhook/run.sh [path/to/kvgpu-webhook]
-# Env: DURATION (s, default 15), CONNECTIONS (64), WRK_THREADS (2).
+# Env: DURATION (s, default 15), CONNECTIONS (64), WRK_THREADS (2), WORKERS (1: the webhook's
+# --workers and nginx's worker_processes).
 set -o errexit -o nounset -o pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -11,6 +12,8 @@ webhook=${1:-$root/build-webhook/webhook/kvgpu-webhook}
 duration=${DURATION:-15}
 connections=${CONNECTIONS:-64}
 threads=${WRK_THREADS:-2}
+# Event loops of the webhook and worker processes of nginx alike: the same footing for both.
+workers=${WORKERS:-1}
 python=/usr/bin/python3
 
 die() { echo "bench-webhook: $*" >&2; exit 1; }
@@ -63,7 +66,7 @@ run_wrk() {
 }
 
 info "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-"$webhook" --listen 127.0.0.1:18443 --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
+"$webhook" --workers "$workers" --listen 127.0.0.1:18443 --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" \
   --metrics-addr 127.0.0.1:19443 >"$work/webhook.log" 2>&1 &
 webhook_pid=$!
 pids+=("$webhook_pid")
@@ -80,7 +83,7 @@ kill "$webhook_pid"
 grep -q "'" "$work/response.json" && die "response contains a quote; cannot inline it for nginx"
 mkdir -p "$work/nginx"
 cat >"$work/nginx/nginx.conf" <<NGINX
-worker_processes 1;
+worker_processes $workers;
 daemon off;
 pid $work/nginx/nginx.pid;
 error_log $work/nginx/error.log;
@@ -116,6 +119,6 @@ cat <<TABLE
 | nginx static, same size ($(wc -c <"$work/response.json") B) | $n_rps | $n_p50 | $n_p99 | $n_bad | |
 
 webhook / nginx throughput ratio: $ratio; mutations counted by the webhook: $mutations
-(wrk -t$threads -c$connections -d${duration}s, TLS keep-alive, $(wc -c <"$REVIEW_FILE") B request,
+(wrk -t$threads -c$connections -d${duration}s, $workers event loop(s) / nginx worker(s), TLS keep-alive, $(wc -c <"$REVIEW_FILE") B request,
 $(nproc) cores shared by server and wrk, load average before: see stderr)
 TABLE
