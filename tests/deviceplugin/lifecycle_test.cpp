@@ -279,6 +279,12 @@ struct Lifecycle {
     auto ids = sim.model().VgpuIds();
     return std::find(ids.begin(), ids.end(), vgpu) != ids.end();
   }
+  // A device ID handed to a new pod got a vGPU of its own: the old pod's is gone.
+  void ExpectReplaced(const std::string& old_vgpu, const std::string& new_vgpu) {
+    EXPECT_NE(new_vgpu, old_vgpu) << "a fresh vGPU, never the old pod's";
+    EXPECT_TRUE(Exists(new_vgpu));
+    EXPECT_FALSE(Exists(old_vgpu));
+  }
 
   SimNode sim;
   BlockingRemoveIo io;
@@ -424,10 +430,7 @@ TEST(ReconcilerTest, AnIdReusedWhileItsOldVgpuIsStillBeingRemovedWaitsForTheRemo
       << "Allocate must not race the kernel's remove of the same device's vGPU";
   f.io.Hold(false);
   removal.get();
-  std::string new_vgpu = allocation.get();
-  EXPECT_NE(new_vgpu, old_vgpu) << "a fresh vGPU, never the old pod's";
-  EXPECT_TRUE(f.Exists(new_vgpu));
-  EXPECT_FALSE(f.Exists(old_vgpu));
+  f.ExpectReplaced(old_vgpu, allocation.get());
 }
 
 // kubelet hands a device ID on as soon as its pod has ended, while Kata may still be tearing the
@@ -442,10 +445,7 @@ TEST(AllocateReuseTest, AFreeIdWhoseOldVgpuIsStillBusyGetsAFreshOneOnceTheVmLets
       << "waits for the old VM instead of failing the new pod";
   EXPECT_TRUE(f.Exists(old_vgpu));
   f.sim.model().SetBusy(old_vgpu, false);
-  std::string new_vgpu = allocation.get();
-  EXPECT_NE(new_vgpu, old_vgpu) << "a fresh vGPU, never the old pod's";
-  EXPECT_TRUE(f.Exists(new_vgpu));
-  EXPECT_FALSE(f.Exists(old_vgpu));
+  f.ExpectReplaced(old_vgpu, allocation.get());
 }
 
 TEST(AllocateReuseTest, AnOldVgpuThatStaysBusyFailsTheAllocateAfterTheWaitAndChangesNothing) {
@@ -478,9 +478,7 @@ TEST(AllocateReuseTest, TheKernelsBlockingRemoveOfAnOldVgpuDoesNotHoldUpOtherAll
   EXPECT_EQ(other.wait_for(5s), std::future_status::ready)
       << "the manager's lock is not held across the kernel's remove";
   f.io.Hold(false);
-  std::string new_vgpu = reuse.get();
-  EXPECT_NE(new_vgpu, old_vgpu);
-  EXPECT_FALSE(f.Exists(old_vgpu));
+  f.ExpectReplaced(old_vgpu, reuse.get());
   EXPECT_TRUE(f.Exists(other.get()));
 }
 
