@@ -686,8 +686,9 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
 
 Status ResourceManager::RemoveEarlierVgpus(
     const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
-  // Which requested IDs still have our earlier vGPU with no pod holding it. Anything else
-  // (unknown IDs, held or unknown holders) is Validate's to answer, under the lock.
+  // Which requested IDs still have our earlier vGPU with no pod holding it. A request Validate
+  // will refuse (an unknown, unhealthy or repeated ID, a holder nobody can name) removes
+  // nothing: it is answered under the lock, with nothing changed.
   std::vector<std::pair<std::string, std::string>> earlier;  // device ID, vGPU
   std::chrono::milliseconds wait;
   {
@@ -695,19 +696,23 @@ Status ResourceManager::RemoveEarlierVgpus(
     wait = removal_wait_;
     auto view = views_.find(resource);
     if (view == views_.end()) return Status::Ok();
+    std::set<std::string> seen;
     for (const auto& ids : containers) {
       for (const std::string& id : ids) {
         auto d = std::lower_bound(
             view->second.begin(), view->second.end(), id,
             [](const Device& device, const std::string& wanted) { return device.id < wanted; });
-        if (d == view->second.end() || d->id != id || !d->ours || !d->vgpu_exists) continue;
+        if (d == view->second.end() || d->id != id || !d->healthy || !seen.insert(id).second) {
+          return Status::Ok();
+        }
+        if (!d->ours || !d->vgpu_exists) continue;
         if (removing_.contains(id)) continue;  // WaitForRemovals waits for that one
         auto record = std::find_if(records_.begin(), records_.end(),
                                    [&](const CreatedVgpu& r) { return r.device_id == id; });
-        if (record == records_.end()) continue;
-        if (holders_.Check(*record).holding == Holding::kFree) {
-          earlier.emplace_back(id, record->vgpu_id);
-        }
+        if (record == records_.end()) return Status::Ok();
+        Holding holding = holders_.Check(*record).holding;
+        if (holding == Holding::kUnknown) return Status::Ok();
+        if (holding == Holding::kFree) earlier.emplace_back(id, record->vgpu_id);
       }
     }
   }

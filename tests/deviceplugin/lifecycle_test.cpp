@@ -467,6 +467,19 @@ TEST(AllocateReuseTest, AnOldVgpuThatStaysBusyFailsTheAllocateAfterTheWaitAndCha
   EXPECT_EQ(f.manager.Snapshot().records[0].vgpu_id, old_vgpu) << "and still ours to remove";
 }
 
+TEST(AllocateReuseTest, ARequestThatIsRefusedRemovesNoOldVgpu) {
+  Lifecycle f;
+  std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
+  f.podresources.SetPods({});
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {"mtty-mtty-2-0", "no-such-device"}, {"mtty-mtty-2-0", "mtty-mtty-2-0"}}) {
+    auto answer = f.manager.Allocate(kResource, {bad});
+    ASSERT_FALSE(answer.ok());
+    EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kInvalid) << answer.status().ToString();
+    EXPECT_TRUE(f.Exists(old_vgpu)) << "bad input changes nothing: " << bad.back();
+  }
+}
+
 TEST(AllocateReuseTest, TheKernelsBlockingRemoveOfAnOldVgpuDoesNotHoldUpOtherAllocations) {
   Lifecycle f;
   std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
