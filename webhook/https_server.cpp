@@ -204,29 +204,30 @@ void HttpsServer::Serve(Worker& worker) {
     worker.connections.erase(fd);
     --connections_;
   };
-  auto accept_all = [&] {
-    while (true) {
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or a transient error: epoll reports again
-      if (connections_ >= options_.max_connections) {
-        ::close(fd);
-        continue;
-      }
-      int yes = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-      auto conn = std::make_unique<Connection>();
-      conn->fd = fd;
-      conn->ssl = SSL_new(ctx_);
-      if (conn->ssl == nullptr) continue;  // ~Connection closes fd
-      SSL_set_fd(conn->ssl, fd);
-      SSL_set_accept_state(conn->ssl);
-      epoll_event event{};
-      event.events = EPOLLIN | EPOLLRDHUP;
-      event.data.fd = fd;
-      ::epoll_ctl(worker.epoll_fd, EPOLL_CTL_ADD, fd, &event);
-      ++connections_;
-      worker.connections.emplace(fd, std::move(conn));
+  // One connection per wakeup: the listening socket stays readable while more wait, so each
+  // goes to whichever loop gets back to epoll_wait first, the least busy one. Accepting all at
+  // once let one loop take a whole burst (every connection of a client pool) and serve it alone.
+  auto accept_one = [&] {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a transient error: epoll reports again
+    if (connections_ >= options_.max_connections) {
+      ::close(fd);
+      return;
     }
+    int yes = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    auto conn = std::make_unique<Connection>();
+    conn->fd = fd;
+    conn->ssl = SSL_new(ctx_);
+    if (conn->ssl == nullptr) return;  // ~Connection closes fd
+    SSL_set_fd(conn->ssl, fd);
+    SSL_set_accept_state(conn->ssl);
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLRDHUP;
+    event.data.fd = fd;
+    ::epoll_ctl(worker.epoll_fd, EPOLL_CTL_ADD, fd, &event);
+    ++connections_;
+    worker.connections.emplace(fd, std::move(conn));
   };
 
   // Moves one connection as far as it can go without blocking; false means close it.
@@ -330,7 +331,7 @@ void HttpsServer::Serve(Worker& worker) {
     for (int fd : ready) {
       if (fd == stop_fd_) continue;
       if (fd == listen_fd_) {
-        accept_all();
+        accept_one();
         continue;
       }
       auto it = worker.connections.find(fd);
