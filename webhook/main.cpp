@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <thread>
 
 #include "webhook/cpus.h"
