@@ -269,7 +269,7 @@ TEST_F(NodeE2eTest, PluginKilledMidScenarioKeepsLivePodsAndIdsAndCleansUpDeleted
   // deleted pod's device is free again under the same ID).
   for (const char* resource : {kA100_4C, kT4_1Q, kMtty2}) {
     EXPECT_TRUE(WaitFor([&] { return Listed()[resource] == listed_before.at(resource); }, 5s))
-        << resource;
+        << ListsDiffer({{resource, listed_before.at(resource)}}, {{resource, Listed()[resource]}});
   }
   // And the restarted plugin allocates: another A100 vGPU on a free VF.
   const auto more = Run("a100-c", {{kA100_4C, 1}});
