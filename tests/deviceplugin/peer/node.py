@@ -1,0 +1,152 @@
+"""A simulated GPU node for the peer kubelet: kvgpu-sim mounted with FUSE, the real
+kvgpu-device-plugin binary pointed at it, and the peer kubelet serving its sockets."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+from kubelet_peer import Kubelet
+
+BUILD = pathlib.Path(os.environ.get("KVGPU_BUILD_DIR", "build"))
+SOURCE = pathlib.Path(os.environ.get("KVGPU_SOURCE_DIR", "."))
+SIM = BUILD / "sim" / "fuse" / "kvgpu-sim"
+PLUGIN = BUILD / "deviceplugin" / "kvgpu-device-plugin"
+PROTOS = SOURCE / "deviceplugin" / "proto" / "kubelet"
+
+DEFAULT_CONFIG = """\
+rescanInterval: 1s
+lifecycle:
+  gracePeriod: 1s
+  pollInterval: 200ms
+  watchPods: false
+  events: false
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+class Node:
+    def __init__(self, workdir: pathlib.Path, profile: str, config: str = DEFAULT_CONFIG):
+        self.dir = workdir
+        self.mount = workdir / "node"
+        self.kubelet_dir = workdir / "kubelet"
+        self.state_dir = workdir / "state"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (workdir / "plugin.yaml").write_text(config)
+        self.profile = profile
+        self.sim: subprocess.Popen | None = None
+        self.plugin: subprocess.Popen | None = None
+        self.metrics_port = free_port()
+        self.kubelet = Kubelet(self.kubelet_dir, PROTOS)
+        self.plugin_log = workdir / "plugin.log"
+
+    # --- processes -------------------------------------------------------------------------
+
+    def start(self, resources: int):
+        self.sim = subprocess.Popen(
+            [str(SIM), "--profile", self.profile, "--mount", str(self.mount), "--quiet"],
+            stdout=open(self.dir / "sim.log", "ab"),
+            stderr=subprocess.STDOUT,
+        )
+        if not wait_for(lambda: (self.mount / "sim" / "state").exists(), 10):
+            raise RuntimeError("kvgpu-sim did not mount: " + (self.dir / "sim.log").read_text())
+        self.kubelet.start()
+        self.start_plugin(resources)
+
+    def start_plugin(self, resources: int):
+        before = len(self.kubelet.registrations)
+        self.plugin = subprocess.Popen(
+            [
+                str(PLUGIN),
+                "--sysfs-root", str(self.mount),
+                "--kubelet-dir", str(self.kubelet_dir),
+                "--state-dir", str(self.state_dir),
+                "--node-name", "peer-node",
+                "--config", str(self.dir / "plugin.yaml"),
+                "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
+            ],
+            stdout=open(self.plugin_log, "ab"),
+            stderr=subprocess.STDOUT,
+        )
+        ok = self.kubelet.wait_until(
+            lambda: len(self.kubelet.registrations) >= before + resources
+            and all(e.updates > 0 for e in self.kubelet.endpoints.values()),
+            15,
+        )
+        if not ok or self.plugin.poll() is not None:
+            raise RuntimeError("the plugin did not register:\n" + self.log())
+
+    def kill_plugin(self):
+        self.plugin.send_signal(signal.SIGKILL)
+        self.plugin.wait()
+
+    def stop(self):
+        if self.plugin and self.plugin.poll() is None:
+            self.plugin.terminate()
+            try:
+                self.plugin.wait(10)
+            except subprocess.TimeoutExpired:
+                self.plugin.kill()
+        self.kubelet.stop()
+        if self.sim and self.sim.poll() is None:
+            self.sim.terminate()
+            try:
+                self.sim.wait(10)
+            except subprocess.TimeoutExpired:
+                self.sim.kill()
+        if os.path.ismount(self.mount):
+            subprocess.run(["umount", "-l", str(self.mount)], check=False)
+
+    def log(self) -> str:
+        return self.plugin_log.read_text(errors="replace") if self.plugin_log.exists() else ""
+
+    # --- what the node shows ---------------------------------------------------------------
+
+    def vgpus(self) -> dict[str, tuple[str, str]]:
+        """vGPU id -> (parent, type), from the simulator's own account."""
+        out = {}
+        for line in (self.mount / "sim" / "state").read_text().splitlines():
+            parts = line.split()
+            if parts and parts[0] == "vgpu":
+                out[parts[1]] = (parts[2], parts[3])
+        return out
+
+    def control(self, command: str):
+        (self.mount / "sim" / "control").write_text(command + "\n")
+
+    def healthy(self, timeout: float = 1.0) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=timeout
+            ) as r:
+                return r.status == 200
+        except Exception:
+            return False
+
+
+def uuids_of(allocation) -> list[str]:
+    """The vGPU ids the plugin's answer names: the env contract <prefix>UUIDS
+    (docs/device-plugin.md), comma-separated."""
+    for key, value in allocation.response.envs.items():
+        if key.endswith("_UUIDS"):
+            return [v for v in value.split(",") if v]
+    return []
