@@ -193,6 +193,8 @@ class Kubelet:
         # test that needs a particular one handed on says so here.
         self.prefer: dict[str, list[str]] = {}
         self._servers: list[grpc.Server] = []
+        # The API server the pods come from (apiserver_peer.ApiServer), when there is one.
+        self.api = None
 
     # --- serving ---------------------------------------------------------------------------
 
@@ -372,6 +374,12 @@ class Kubelet:
             if not self.synced:
                 raise AdmissionError("kubelet has not synced its pods yet")
             self.bound[pod.uid] = pod
+        if self.api is not None:
+            self.api.bind(
+                pod.uid, pod.namespace, pod.name,
+                [(c.name, c.init, c.resources) for c in pod.containers],
+            )
+        with self.lock:
             self.active[pod.uid] = pod
             self._update_allocated_devices()
         reuse: dict[str, set[str]] = {}
@@ -452,6 +460,8 @@ class Kubelet:
         with self.lock:
             self.active.pop(pod.uid, None)
             self.deleted.add(pod.uid)
+        if self.api is not None:
+            self.api.delete(pod.uid)
 
     # --- the checkpoint --------------------------------------------------------------------
 

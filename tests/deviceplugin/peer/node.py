@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.request
 
+from apiserver_peer import ApiServer
 from kubelet_peer import Kubelet
 
 BUILD = pathlib.Path(os.environ.get("KVGPU_BUILD_DIR", "build"))
@@ -19,12 +20,13 @@ SIM = BUILD / "sim" / "fuse" / "kvgpu-sim"
 PLUGIN = BUILD / "deviceplugin" / "kvgpu-device-plugin"
 PROTOS = SOURCE / "deviceplugin" / "proto" / "kubelet"
 
-DEFAULT_CONFIG = """\
+def plugin_config(watch_pods: bool) -> str:
+    return f"""\
 rescanInterval: 1s
 lifecycle:
   gracePeriod: 1s
   pollInterval: 200ms
-  watchPods: false
+  watchPods: {"true" if watch_pods else "false"}
   events: false
 """
 
@@ -45,23 +47,30 @@ def wait_for(predicate, timeout: float, step: float = 0.02) -> bool:
 
 
 class Node:
-    def __init__(self, workdir: pathlib.Path, profile: str, config: str = DEFAULT_CONFIG):
+    def __init__(self, workdir: pathlib.Path, profile: str, api: bool = True):
+        """`api`: the plugin follows this node's pods at an API server (the deployed default);
+        False: kubelet's word alone."""
         self.dir = workdir
         self.mount = workdir / "node"
         self.kubelet_dir = workdir / "kubelet"
         self.state_dir = workdir / "state"
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        (workdir / "plugin.yaml").write_text(config)
+        (workdir / "plugin.yaml").write_text(plugin_config(api))
+        self.api = ApiServer("peer-node") if api else None
         self.profile = profile
         self.sim: subprocess.Popen | None = None
         self.plugin: subprocess.Popen | None = None
         self.metrics_port = free_port()
         self.kubelet = Kubelet(self.kubelet_dir, PROTOS)
+        self.kubelet.api = self.api
         self.plugin_log = workdir / "plugin.log"
 
     # --- processes -------------------------------------------------------------------------
 
     def start(self, resources: int):
+        if self.api is not None:
+            self.api.start()
+            self.api.write_kubeconfig(self.dir / "kubeconfig")
         self.sim = subprocess.Popen(
             [str(SIM), "--profile", self.profile, "--mount", str(self.mount), "--quiet"],
             stdout=open(self.dir / "sim.log", "ab"),
@@ -83,7 +92,8 @@ class Node:
                 "--node-name", "peer-node",
                 "--config", str(self.dir / "plugin.yaml"),
                 "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
-            ],
+            ]
+            + (["--kubeconfig", str(self.dir / "kubeconfig")] if self.api else []),
             stdout=open(self.plugin_log, "ab"),
             stderr=subprocess.STDOUT,
         )
@@ -107,6 +117,8 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.plugin.kill()
         self.kubelet.stop()
+        if self.api is not None:
+            self.api.stop()
         if self.sim and self.sim.poll() is None:
             self.sim.terminate()
             try:

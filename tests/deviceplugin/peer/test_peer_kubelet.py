@@ -32,8 +32,8 @@ def make_node():
     # Unix socket paths are limited to 107 bytes: the node lives in a short temp dir.
     top = pathlib.Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
 
-    def make(profile: str, resources: int, **kwargs) -> Node:
-        node = Node(top / f"n{len(nodes)}", profile, **kwargs)
+    def make(profile: str, resources: int, api: bool = True) -> Node:
+        node = Node(top / f"n{len(nodes)}", profile, api=api)
         nodes.append(node)
         node.start(resources)
         return node
@@ -61,8 +61,12 @@ def ids_of(node: Node, pod: Pod, resource: str) -> list[str]:
     return node.kubelet.pod_devices[pod.uid]["app"][resource].device_ids
 
 
-def test_a_deleted_pods_vgpu_is_never_handed_to_the_pod_that_gets_its_device_id(make_node):
-    node = make_node("t4x2", 12)
+BOTH = pytest.mark.parametrize("api", [True, False], ids=["api", "kubelet-only"])
+
+
+@BOTH
+def test_a_deleted_pods_vgpu_is_never_handed_to_the_pod_that_gets_its_device_id(make_node, api):
+    node = make_node("t4x2", 12, api=api)
     a = one("a", T4_1Q)
     node.kubelet.admit(a)
     a_id, a_vgpu = ids_of(node, a, T4_1Q)[0], vgpus_of(node, a, T4_1Q)[0]
@@ -82,21 +86,41 @@ def test_a_deleted_pods_vgpu_is_never_handed_to_the_pod_that_gets_its_device_id(
 
 def test_init_and_app_container_of_one_pod_share_their_vgpu(make_node):
     """kubelet reuses an init container's devices for the app container and calls Allocate for
-    both: the same pod must get the same vGPU back, not a second one."""
+    both, the second before any container runs; PodResources never lists the init container. The
+    same pod must get the same vGPU back: a fresh one would remove the vGPU the init container's
+    answer already names."""
     node = make_node("t4x2", 12)
     pod = Pod("p", [Container("init", {T4_1Q: 1}, init=True), Container("app", {T4_1Q: 1})])
     node.kubelet.admit(pod)
     init = node.kubelet.pod_devices[pod.uid]["init"][T4_1Q]
     app = node.kubelet.pod_devices[pod.uid]["app"][T4_1Q]
     assert init.device_ids == app.device_ids
-    assert uuids_of(init) == uuids_of(app)
-    assert len(node.vgpus()) == 1
+    assert uuids_of(init) == uuids_of(app), node.log()
+    assert set(node.vgpus()) == set(uuids_of(app))
 
 
+def test_without_the_api_server_an_init_containers_vgpu_is_never_replaced(make_node):
+    """With kubelet's word alone the plugin cannot tell the pod's next container from a new pod
+    (the checkpoint names pod UIDs, PodResources names pods): it may refuse, but it must never
+    remove the vGPU the init container was given and hand out another."""
+    node = make_node("t4x2", 12, api=False)
+    pod = Pod("p", [Container("init", {T4_1Q: 1}, init=True), Container("app", {T4_1Q: 1})])
+    try:
+        node.kubelet.admit(pod)
+    except AdmissionError:
+        pass
+    init = node.kubelet.pod_devices[pod.uid]["init"][T4_1Q]
+    assert set(uuids_of(init)) <= set(node.vgpus()), "the init container's vGPU was removed"
+    app = node.kubelet.pod_devices[pod.uid].get("app", {}).get(T4_1Q)
+    if app is not None:
+        assert uuids_of(app) == uuids_of(init)
+
+
+@BOTH
 def test_a_restarted_kubelet_that_lists_no_pods_yet_does_not_cost_live_pods_their_vgpus(
-    make_node,
+    make_node, api
 ):
-    node = make_node("t4x2", 12)
+    node = make_node("t4x2", 12, api=api)
     a = one("a", T4_1Q)
     node.kubelet.admit(a)
     vgpu = vgpus_of(node, a, T4_1Q)[0]
@@ -291,7 +315,8 @@ def test_random_kubelet_actions_keep_the_invariants(make_node):
     log = []
     for step in range(steps):
         action = rng.choices(
-            ["admit", "reuse", "delete", "restart", "trouble", "kill"], [5, 3, 4, 1, 1, 1]
+            ["admit", "reuse", "delete", "restart", "trouble", "kill", "api"],
+            [5, 3, 4, 1, 1, 1, 1],
         )[0]
         log.append(f"{step}:{action}")
         if action in ("admit", "reuse"):
@@ -322,6 +347,10 @@ def test_random_kubelet_actions_keep_the_invariants(make_node):
             node.kubelet.pod_resources_mode = rng.choice(["down", "empty", 1.5])
             time.sleep(rng.uniform(0.2, 2))
             node.kubelet.pod_resources_mode = "normal"
+        elif action == "api":
+            node.api.down = True  # the plugin follows the node's pods no more for a while
+            time.sleep(rng.uniform(0.2, 2))
+            node.api.down = False
         elif action == "kill":
             node.kill_plugin()
             node.start_plugin(12)
