@@ -9,6 +9,6 @@ cd "$top"
 build=${KVGPU_BUILD_DIR:-build}
 
 bash scripts/install-deps.sh
-cmake -S . -B "$build" -G Ninja -DKVGPU_BUILD_TESTS=ON >/dev/null
+cmake -S . -B "$build" -G Ninja -DKVGPU_BUILD_TESTS=ON -DKVGPU_WARNINGS_AS_ERRORS=ON >/dev/null
 cmake --build "$build" -j"$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"
