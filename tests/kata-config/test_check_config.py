@@ -153,12 +153,19 @@ class ContainerdSnippet(Checked):
          "runtime_type = \"io.containerd.kata-vgpu.v2\"",
          "runtime_type = \"io.containerd.kata-vgpu.v2\"\n  runtime_engine = \"\"",
          "runtimes.kata-vgpu.runtime_engine: not a key containerd reads"),
-        ("a handler without the Kata annotations is caught",
-         "runtime_type = \"io.containerd.kata-vgpu-vf.v2\"\n  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"
-         "  privileged_without_host_devices = true\n  pod_annotations = [\"io.katacontainers.*\"]",
+        ("a handler passing Kata's annotations lets pods leave their cgroup: caught",
          "runtime_type = \"io.containerd.kata-vgpu-vf.v2\"\n  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"
          "  privileged_without_host_devices = true\n  pod_annotations = []",
-         "runtimes.kata-vgpu-vf.pod_annotations: must pass io.katacontainers.*"),
+         "runtime_type = \"io.containerd.kata-vgpu-vf.v2\"\n  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"
+         "  privileged_without_host_devices = true\n  pod_annotations = [\"io.katacontainers.*\"]",
+         "runtimes.kata-vgpu-vf.pod_annotations: 'io.katacontainers.*' lets pods set "
+         "io.katacontainers.config.runtime.sandbox_cgroup_only"),
+        ("a catch-all annotation glob is caught too",
+         "runtime_type = \"io.containerd.kata-vgpu-vf.v2\"\n  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"
+         "  privileged_without_host_devices = true\n  pod_annotations = []",
+         "runtime_type = \"io.containerd.kata-vgpu-vf.v2\"\n  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"
+         "  privileged_without_host_devices = true\n  pod_annotations = [\"*\"]",
+         "runtimes.kata-vgpu-vf.pod_annotations: '*' lets pods set"),
     ]
 
     def test_each_bad_snippet_is_rejected(self):
