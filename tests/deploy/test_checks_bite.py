@@ -73,15 +73,21 @@ CASES = [
     ("a gridd.conf key the driver does not know", "base/licensing/gridd.conf",
      "EnableUI=FALSE", "EnableUI=FALSE\nLicenceServer=x", "consistency", "gridd.conf sets only keys"),
     ("a top-level namespace", "base/kustomization.yaml",
-     "resources:\n", "namespace: kata-vgpu\nresources:\n", "kustomize-v2", "no top-level namespace"),
-    ("the word kustomize v2 rewrites", "overlays/default/kustomization.yaml",
-     "bases:", "# patches: none\nbases:", "kustomize-v2", "no 'patches:'"),
+     "resources:\n", "namespace: kata-vgpu\nresources:\n", "kustomize-current",
+     "no top-level namespace"),
+    ("a field kustomize v5 deprecates", "overlays/cert-manager/kustomization.yaml",
+     "patches:\n- path: webhook-ca-injection.yaml",
+     "patchesStrategicMerge:\n- webhook-ca-injection.yaml", "kustomize-current",
+     "no field kustomize v5 deprecates"),
+    ("a deprecation warning while rendering", "overlays/cert-manager/kustomization.yaml",
+     "patches:\n- path: webhook-ca-injection.yaml",
+     "patchesStrategicMerge:\n- webhook-ca-injection.yaml", "render", "Warning"),
 ]
 
 
 def run_check(deploy, subcommand):
     args = [sys.executable, os.path.join(HERE, "check_deploy.py"), subcommand, "--deploy", deploy]
-    if subcommand != "kustomize-v2":
+    if subcommand != "kustomize-current":
         args += ["--kubectl", KUBECTL]
     if subcommand == "schema":
         args += ["--k8s-schemas", os.path.join(DATA, "k8s-1.35-openapi-subset.json"),
