@@ -31,11 +31,10 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWeb
                   "CustomResourceDefinition"}
 NAMESPACE = "kata-vgpu"
 WORKLOAD_KINDS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
-# Kustomization fields kustomize v5 warns about on every build (`kustomize edit fix` replaces them):
-# bases -> resources, patchesStrategicMerge and patchesJson6902 -> patches, commonLabels -> labels,
-# vars -> replacements.
-KUSTOMIZE_DEPRECATED_FIELDS = {"bases", "patchesStrategicMerge", "patchesJson6902", "commonLabels",
-                               "vars"}
+# Kustomization fields kustomize v5 warns about on every build, and commonLabels, which
+# `kustomize edit fix` rewrites (see data/SOURCES.md).
+KUSTOMIZE_DEPRECATED_FIELDS = {"bases", "imageTags", "patchesStrategicMerge", "patchesJson6902",
+                               "vars", "commonLabels"}
 # Overlays that read certificates made by deploy/gen-webhook-cert.sh into <overlay>/certs.
 CERT_OVERLAYS = ("default", "development")
 
