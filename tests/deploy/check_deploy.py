@@ -10,12 +10,14 @@ touched and no real certificate is needed.
   check_deploy.py schema      --kubectl K --deploy DIR --k8s-schemas F --crd-schemas F
   check_deploy.py policy      --kubectl K --deploy DIR
   check_deploy.py consistency --kubectl K --deploy DIR --repo DIR
+  check_deploy.py monitoring  --kubectl K --deploy DIR --repo DIR
   check_deploy.py kustomize-current --deploy DIR
 Each prints one line per finding and ends with 'N passed, N failed'.
 """
 import argparse
 import contextlib
 import copy
+import glob
 import json
 import os
 import re
@@ -159,7 +161,7 @@ def strict(schema):
 
 
 class Validators:
-    def __init__(self, k8s_path, crd_path):
+    def __init__(self, k8s_path, crd_paths):
         import jsonschema
         self.jsonschema = jsonschema
         with open(k8s_path) as f:
@@ -167,8 +169,10 @@ class Validators:
         self.kinds = k8s["kinds"]
         self.root = {"components": strict(k8s["components"])}
         self.resolver = jsonschema.RefResolver.from_schema(self.root)
-        with open(crd_path) as f:
-            self.crds = {k: strict(v) for k, v in json.load(f).items()}
+        self.crds = {}
+        for crd_path in crd_paths:
+            with open(crd_path) as f:
+                self.crds.update({k: strict(v) for k, v in json.load(f).items()})
 
     def for_object(self, obj):
         ident = "%s %s" % (obj.get("apiVersion"), obj.get("kind"))
@@ -206,11 +210,71 @@ def cmd_schema(args):
                 "spec": {"secretName": "s", "issuerRef": {"name": "i"}, "dnsName": ["x"]}}
     found = " ".join(validators.errors(bad_cert))
     report.check("dnsName" in found, "the cert-manager schema refuses an unknown field", found)
+    bad_rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+                "metadata": {"name": "x"}, "spec": {"groups": [{"name": "g", "rules": [{"alert": "a"}]}]}}
+    found = " ".join(validators.errors(bad_rule))
+    report.check("expr" in found, "the Prometheus Operator schema refuses a rule without expr", found)
     with scratch_deploy(args.deploy) as deploy:
-        for name, objects in render_all(args.kubectl, deploy, report).items():
+        rendered = render_all(args.kubectl, deploy, report)
+        monitoring, error = render(args.kubectl, os.path.join(deploy, "monitoring"))
+        if report.check(monitoring is not None, "monitoring renders with kubectl kustomize", error):
+            rendered["monitoring"] = monitoring
+        for name, objects in rendered.items():
             for obj in objects:
                 errors = validators.errors(obj)
                 report.check(not errors, "%s: %s validates" % (name, key(obj)), "; ".join(errors[:5]))
+    return report.finish()
+
+
+# --- monitoring: the alerts ask for metrics the programs export ---------------------------------
+
+def exported_metrics(repo):
+    """Metric family names the C++ code registers (prometheus-cpp's `.Name("...")`)."""
+    names = set()
+    for folder in ("deviceplugin", "webhook"):
+        for path in sorted(glob.glob(os.path.join(repo, folder, "*.cpp"))):
+            with open(path) as f:
+                names.update(re.findall(r'\.Name\("(kvgpu_[a-z0-9_]+)"\)', f.read()))
+    return names
+
+
+def cmd_monitoring(args):
+    report = Report()
+    exported = exported_metrics(args.repo)
+    report.check(len(exported) > 5, "metric names found in the code", str(sorted(exported)))
+    objects, error = render(args.kubectl, os.path.join(args.deploy, "monitoring"))
+    if not report.check(objects is not None, "monitoring renders", error):
+        return report.finish()
+    alerts = []
+    for rule_set in find(objects, "PrometheusRule"):
+        for group in rule_set["spec"]["groups"]:
+            for rule in group["rules"]:
+                alerts.append(rule.get("alert", rule.get("record")))
+                for metric in re.findall(r"\bkvgpu_[a-z0-9_]+", str(rule["expr"])):
+                    # Counters and histograms are exported under suffixed series names.
+                    family = re.sub(r"_(total|bucket|sum|count)$", "", metric)
+                    report.check(metric in exported or family in exported,
+                                 "%s: %s is a metric the programs export" % (rule.get("alert"), metric))
+    for wanted in ("KataVgpuWebhookDown", "KataVgpuPluginMissing", "KataVgpuRegistrationFailing",
+                   "KataVgpuLeaked"):
+        report.check(wanted in alerts, "the rules alert on %s" % wanted)
+    monitors = {m["metadata"]["name"]: m for m in find(objects, "PodMonitor")}
+    with scratch_deploy(args.deploy) as deploy:
+        rendered = render_all(args.kubectl, deploy, report)
+    for overlay, objs in rendered.items():
+        for workload in find(objs, "DaemonSet") + find(objs, "Deployment"):
+            name = workload["metadata"]["name"]
+            ports = {p.get("name") for c in containers(pod_spec(workload)) for p in c.get("ports") or []}
+            monitor = monitors.get(name)
+            if report.check(monitor is not None, "%s: %s has a PodMonitor" % (overlay, name)):
+                selector = monitor["spec"]["selector"]["matchLabels"]
+                labels = workload["spec"]["template"]["metadata"].get("labels") or {}
+                report.check(all(labels.get(k) == v for k, v in selector.items()),
+                             "%s: the PodMonitor %s selects its pods" % (overlay, name))
+                for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+                    report.check(endpoint.get("port") in ports,
+                                 "%s: the PodMonitor %s scrapes a port the pods name" % (overlay, name),
+                                 str(sorted(p for p in ports if p)))
     return report.finish()
 
 
@@ -619,20 +683,21 @@ def cmd_kustomize_current(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("render", "schema", "policy", "consistency"):
+    for name in ("render", "schema", "policy", "consistency", "monitoring"):
         p = sub.add_parser(name)
         p.add_argument("--kubectl", required=True)
         p.add_argument("--deploy", required=True)
         if name == "schema":
             p.add_argument("--k8s-schemas", required=True)
-            p.add_argument("--crd-schemas", required=True)
-        if name == "consistency":
+            p.add_argument("--crd-schemas", required=True, nargs="+")
+        if name in ("consistency", "monitoring"):
             p.add_argument("--repo", required=True)
     p = sub.add_parser("kustomize-current")
     p.add_argument("--deploy", required=True)
     args = parser.parse_args()
     return {"render": cmd_render, "schema": cmd_schema, "policy": cmd_policy,
-            "consistency": cmd_consistency, "kustomize-current": cmd_kustomize_current}[args.command](args)
+            "consistency": cmd_consistency, "monitoring": cmd_monitoring,
+            "kustomize-current": cmd_kustomize_current}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,15 @@ CASES = [
     ("a top-level namespace", "base/kustomization.yaml",
      "resources:\n", "namespace: kata-vgpu\nresources:\n", "kustomize-current",
      "no top-level namespace"),
+    ("an alert on a metric no program exports", "monitoring/prometheusrule.yaml",
+     "kvgpu_deviceplugin_registrations_total", "kvgpu_deviceplugin_registration_total",
+     "monitoring", "kvgpu_deviceplugin_registration_total is a metric"),
+    ("a PodMonitor scraping a port the pods do not name", "monitoring/podmonitors.yaml",
+     "  - port: metrics\n    path: /metrics\n    interval: 30s\n    relabelings:\n    - sourceLabels: [__meta_kubernetes_pod_node_name]\n      targetLabel: node\n---",
+     "  - port: prom\n    path: /metrics\n    interval: 30s\n    relabelings:\n    - sourceLabels: [__meta_kubernetes_pod_node_name]\n      targetLabel: node\n---",
+     "monitoring", "scrapes a port the pods name"),
+    ("a rule the operator's schema refuses", "monitoring/prometheusrule.yaml",
+     "      for: 2m\n", "      for: two minutes\n", "schema", "monitoring: PrometheusRule"),
     ("a field kustomize v5 deprecates", "overlays/cert-manager/kustomization.yaml",
      "patches:\n- path: webhook-ca-injection.yaml",
      "patchesStrategicMerge:\n- webhook-ca-injection.yaml", "kustomize-current",
@@ -91,8 +100,9 @@ def run_check(deploy, subcommand):
         args += ["--kubectl", KUBECTL]
     if subcommand == "schema":
         args += ["--k8s-schemas", os.path.join(DATA, "k8s-1.35-openapi-subset.json"),
-                 "--crd-schemas", os.path.join(DATA, "cert-manager-v1-schemas.json")]
-    if subcommand == "consistency":
+                 "--crd-schemas", os.path.join(DATA, "cert-manager-v1-schemas.json"),
+                 os.path.join(DATA, "prometheus-operator-v1-schemas.json")]
+    if subcommand in ("consistency", "monitoring"):
         args += ["--repo", os.path.join(deploy, "..", "repo")]
     return subprocess.run(args, capture_output=True, text=True)
 
