@@ -27,8 +27,22 @@ for pkg in "${wanted[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
 done
 
+# JavaScript packages the tests run (npm's registry is the one other registry these machines
+# reach): each folder with a package-lock.json gets exactly what its lock file names.
+npm_installs() {
+  local lock dir
+  for lock in "$here"/../tests/*/*/package-lock.json; do
+    [[ -e $lock ]] || continue
+    dir=$(dirname "$lock")
+    [[ -d $dir/node_modules && $dir/node_modules/.package-lock.json -nt $lock ]] && continue
+    echo "install-deps: npm ci in ${dir#"$here"/../}"
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null
+  done
+}
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#wanted[@]} packages present"
+  npm_installs
   exit 0
 fi
 
@@ -43,4 +57,5 @@ export DEBIAN_FRONTEND=noninteractive
 # A stale or empty package index makes installs fail on a fresh machine; refresh it once.
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+npm_installs
 echo "install-deps: done"

@@ -29,6 +29,7 @@ import tempfile
 import yaml
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                   "ValidatingWebhookConfiguration", "RuntimeClass", "PriorityClass",
                   "CustomResourceDefinition"}
 NAMESPACE = "kata-vgpu"

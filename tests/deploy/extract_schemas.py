@@ -29,6 +29,10 @@ K8S_KINDS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "io.k8s.api.rbac.v1.RoleBinding",
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):
         "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
+        "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
+        "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
     ("policy/v1", "PodDisruptionBudget"): "io.k8s.api.policy.v1.PodDisruptionBudget",
     ("node.k8s.io/v1", "RuntimeClass"): "io.k8s.api.node.v1.RuntimeClass",
 }
