@@ -101,11 +101,12 @@ gridd:
     timeoutSeconds: 10
     failureThreshold: 3
 workload:
+  # At /usr/local/nvidia, where NVIDIA's CUDA images already have bin/ on PATH and lib64/ on
+  # LD_LIBRARY_PATH. No environment by default: a PATH or LD_LIBRARY_PATH in the pod spec
+  # replaces the image's own (/opt/conda/bin, /usr/local/cuda/bin would vanish).
   volumeMounts:
     - {name: kvgpu-driver, mountPath: /usr/local/nvidia, readOnly: true}
-  env:
-    - {name: LD_LIBRARY_PATH, value: /usr/local/nvidia/lib64}
-    - {name: PATH, value: "/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+  env: []
 )";
 
 // std::regex is avoided here: GCC 12 warns inside it under -fsanitize=address (a false positive
