@@ -55,10 +55,18 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
       }
     }
   }
-  if (alive != nullptr) {
+  if (alive != nullptr && removal) {
     return {Holding::kHeld, alive->Key(),
             "the API server shows " + alive->Key() +
                 " alive and kubelet's checkpoint gave it the device"};
+  }
+  // For Allocate, kubelet must also still count the pod as its own: the pod being admitted
+  // asks for its init container's device again. A pod that ended and whose end the API server
+  // has not shown yet is one kubelet no longer lists (it lists active pods only).
+  if (alive != nullptr && facts.kubelet_pods.contains(alive->Key())) {
+    return {Holding::kHeld, alive->Key(),
+            "kubelet's checkpoint gave it to " + alive->Key() +
+                ", which kubelet and the API server both show alive (its next container asks)"};
   }
   bool young = now_unix_ms - vgpu.created_unix_ms < settle.count();
   if (!removal) {
@@ -78,6 +86,10 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
     // kubelet records the pod only after Allocate returns. The protection ends once the pod
     // the checkpoint names is gone from kubelet and the API server alike.
     bool pod_gone = uids != nullptr && facts.api_following;
+    for (size_t i = 0; pod_gone && i < uids->size(); ++i) {
+      // A UID the API has not shown yet may be a pod newer than our watch: not proof.
+      pod_gone = facts.api_pods.contains((*uids)[i]) || facts.api_deleted.contains((*uids)[i]);
+    }
     if (!pod_gone) {
       return {Holding::kHeld, vgpu.owner_pod.value_or(""),
               "allocated moments ago; kubelet records the pod after Allocate returns"};
@@ -89,7 +101,8 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
 bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFacts& facts) {
   if (facts.api_following) {
     std::set<std::string> keys;
-    for (const kubelet::PodResources& pod : listed) keys.insert(pod.namespace_name + "/" + pod.name);
+    for (const kubelet::PodResources& pod : listed)
+      keys.insert(pod.namespace_name + "/" + pod.name);
     for (const auto& [ref, uids] : facts.checkpoint_uids) {
       for (const std::string& uid : uids) {
         auto pod = facts.api_pods.find(uid);
@@ -182,6 +195,10 @@ void HolderTracker::ListKubelet() {
         }
         kubelet_known_ = true;
         kubelet_holders_ = HoldersFromPodResources(*listed);
+        kubelet_pods_.clear();
+        for (const kubelet::PodResources& pod : *listed) {
+          kubelet_pods_.insert(pod.namespace_name + "/" + pod.name);
+        }
         if (!kubelet_resynced_) {
           HolderFacts facts;
           facts.checkpoint_uids = checkpoint_uids_;
@@ -220,9 +237,11 @@ HolderFacts HolderTracker::Collect(bool fresh_checkpoint) {
   facts.kubelet_problem =
       podresources_ == nullptr ? "no PodResources socket configured" : kubelet_problem_;
   facts.kubelet_holders = kubelet_holders_;
+  facts.kubelet_pods = kubelet_pods_;
   facts.checkpoint_uids = checkpoint_uids_;
   facts.api_following = api_following_;
   facts.api_pods = api_pods_;
+  facts.api_deleted = api_deleted_;
   facts.kubelet_resynced = kubelet_resynced_;
   facts.checkpoint_known = checkpoint_known_;
   return facts;
@@ -282,6 +301,8 @@ void HolderTracker::OnEvent(kube::PodEventType type, const kube::PodInfo& pod) {
     std::lock_guard lock(mutex_);
     if (type == kube::PodEventType::kDeleted) {
       api_pods_.erase(pod.uid);
+      if (api_deleted_.size() >= 4096) api_deleted_.clear();  // only a young vGPU's shortcut
+      api_deleted_.insert(pod.uid);
       gone = true;
     } else {
       auto& known = api_pods_[pod.uid];

@@ -8,9 +8,9 @@
 // that same pod's next container, its devicesToReuse):
 //   - kubelet lists a pod holding the ID: held by it (it asks again);
 //   - kubelet not answering: unknown (refused, nothing handed on);
-//   - the checkpoint, read afresh, gives the ID to a pod the API server shows alive: held (the
-//     init container's device now asked for by the app container; kubelet wrote that entry before
-//     this call);
+//   - the checkpoint, read afresh, gives the ID to a pod the API server shows alive and kubelet
+//     still lists: held (the init container's device now asked for by the app container; kubelet
+//     wrote that entry before this call, and lists the pod it is admitting);
 //   - the checkpoint names a pod and the API is not followed: unknown;
 //   - no checkpoint to read and the vGPU is younger than `settle`: unknown (the same pod's next
 //     container cannot be told from a new pod);
@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,9 +52,11 @@ struct HolderFacts {
   int64_t kubelet_up_unix_ms = 0;                    // since when it has been answering
   std::string kubelet_problem;                       // why not known
   std::map<DeviceRef, std::string> kubelet_holders;  // -> "namespace/name"
+  std::set<std::string> kubelet_pods;                // every pod kubelet lists, "namespace/name"
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids;  // -> pod UIDs, file order
   bool api_following = false;
   std::map<std::string, kube::PodInfo> api_pods;  // uid -> pod, alive in the API's view
+  std::set<std::string> api_deleted;              // UIDs the API showed deleted since its list
   // kubelet has shown it knows the node's pods since it last (re)started (see Resynced).
   bool kubelet_resynced = true;
   bool checkpoint_known = false;  // a checkpoint was read; checkpoint_uids says something
@@ -146,10 +149,12 @@ class HolderTracker : public HolderOracle {
   int64_t kubelet_up_unix_ms_ = 0;
   std::string kubelet_problem_ = "not asked yet";
   std::map<DeviceRef, std::string> kubelet_holders_;
+  std::set<std::string> kubelet_pods_;
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids_;
   std::string checkpoint_problem_;
   bool api_following_ = false;
   std::map<std::string, kube::PodInfo> api_pods_;
+  std::set<std::string> api_deleted_;
 };
 
 int64_t UnixNowMs();

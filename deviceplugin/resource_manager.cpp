@@ -217,8 +217,7 @@ void ResourceManager::Recompute() {
       uint32_t free = Offered(parent, type) && type.available_instances > missing
                           ? type.available_instances - missing
                           : 0;
-      if (auto budget = vf_budget.find({parent.physical_gpu, type.id});
-          budget != vf_budget.end()) {
+      if (auto budget = vf_budget.find({parent.physical_gpu, type.id}); budget != vf_budget.end()) {
         free = std::min(free, budget->second);
         budget->second -= free;
       }
@@ -378,7 +377,8 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
     std::set<std::string> chosen_gpus;
     for (const std::string& id : req.must_include) {
       if (!available.contains(id)) {
-        return Invalid(where + "must-include device " + LogSafe(id) + " is not among the available ones");
+        return Invalid(where + "must-include device " + LogSafe(id) +
+                       " is not among the available ones");
       }
       if (std::find(chosen.begin(), chosen.end(), id) != chosen.end()) continue;
       chosen.push_back(id);
@@ -461,14 +461,16 @@ Status ResourceManager::Validate(const std::string& resource,
                        " (not in the list this plugin advertises)");
       }
       if (owner->second != resource) {
-        return Invalid("device " + LogSafe(id) + " belongs to " + owner->second + ", not " + resource);
+        return Invalid("device " + LogSafe(id) + " belongs to " + owner->second + ", not " +
+                       resource);
       }
       auto it = std::find_if(view->second.begin(), view->second.end(),
                              [&](const Device& d) { return d.id == id; });
       const Device& d = *it;
       if (!d.healthy) {
-        return Status::Error(ErrorCode::kGone, "device " + LogSafe(id) + " is unhealthy: its parent " +
-                                                   d.key.parent + " is gone from sysfs");
+        return Status::Error(ErrorCode::kGone, "device " + LogSafe(id) +
+                                                   " is unhealthy: its parent " + d.key.parent +
+                                                   " is gone from sysfs");
       }
       const mdev::Parent* parent = FindParent(d.key.parent);
       Plan plan{d, parent->flavour, parent->physical_gpu, std::nullopt, std::nullopt};
@@ -489,8 +491,7 @@ Status ResourceManager::Validate(const std::string& resource,
         const HolderAnswer& answer = judged_it->second.answer;
         if (answer.holding == Holding::kHeld) {
           spdlog::info("device {} asked for again while {} holds it: same vGPU {}", LogSafe(id),
-                       answer.holder.empty() ? "its pod" : LogSafe(answer.holder),
-                       record->vgpu_id);
+                       answer.holder.empty() ? "its pod" : LogSafe(answer.holder), record->vgpu_id);
           plan.reuse_vgpu = record->vgpu_id;
           container_plans.push_back(std::move(plan));
           continue;
@@ -776,16 +777,16 @@ Status ResourceManager::CheckShape(const std::string& resource,
     }
   }
   if (total > kMaxDevicesPerRequest) {
-    return Invalid("allocate request for " + LogSafe(resource) + " names " +
-                   std::to_string(total) + " devices, more than the " +
-                   std::to_string(kMaxDevicesPerRequest) + " a node can have");
+    return Invalid("allocate request for " + LogSafe(resource) + " names " + std::to_string(total) +
+                   " devices, more than the " + std::to_string(kMaxDevicesPerRequest) +
+                   " a node can have");
   }
   return Status::Ok();
 }
 
-Status ResourceManager::RemoveEarlierVgpus(
-    const std::string& resource, const std::vector<std::vector<std::string>>& containers,
-    const JudgedMap& judged) {
+Status ResourceManager::RemoveEarlierVgpus(const std::string& resource,
+                                           const std::vector<std::vector<std::string>>& containers,
+                                           const JudgedMap& judged) {
   // Which requested IDs still have our earlier vGPU with no pod holding it. A request Validate
   // will refuse (an unknown, unhealthy or repeated ID, a holder nobody can name) removes
   // nothing: it is answered under the lock, with nothing changed.
