@@ -114,7 +114,7 @@ bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFact
     }
     return true;
   }
-  return !listed.empty() || facts.checkpoint_uids.empty();
+  return !listed.empty() || (facts.checkpoint_known && facts.checkpoint_uids.empty());
 }
 
 std::map<DeviceRef, std::string> HoldersFromPodResources(
@@ -201,6 +201,7 @@ void HolderTracker::ListKubelet() {
         }
         if (!kubelet_resynced_) {
           HolderFacts facts;
+          facts.checkpoint_known = checkpoint_known_;
           facts.checkpoint_uids = checkpoint_uids_;
           facts.api_following = api_following_;
           facts.api_pods = api_pods_;
@@ -224,12 +225,13 @@ void HolderTracker::ListKubelet() {
 }
 
 HolderFacts HolderTracker::Collect(bool fresh_checkpoint) {
-  if (podresources_ != nullptr) ListKubelet();
+  // The checkpoint first: whether a restarted kubelet's answer is complete is judged against it.
   if (fresh_checkpoint && checkpoint_ != nullptr) {
     kubelet::CheckpointView view = checkpoint_->Reload();
     std::lock_guard lock(mutex_);
     ApplyCheckpoint(view);
   }
+  if (podresources_ != nullptr) ListKubelet();
   std::lock_guard lock(mutex_);
   HolderFacts facts;
   facts.kubelet_known = kubelet_known_;

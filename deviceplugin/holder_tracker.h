@@ -64,7 +64,7 @@ struct HolderFacts {
 
 // Whether kubelet, after a restart, lists the node's pods again: with the API server followed,
 // every pod it shows alive that the checkpoint gave a device is listed by kubelet; without it,
-// kubelet lists some pod, or the checkpoint gives no device to anyone.
+// kubelet lists some pod, or a checkpoint was read and gives no device to anyone.
 bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFacts& facts);
 
 struct Verdict {

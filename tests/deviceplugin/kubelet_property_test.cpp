@@ -145,25 +145,37 @@ class World {
     std::uniform_int_distribution<int> pick(0, 99);
     int roll = pick(rng_);
     if (roll < 35) {
+      action_ = "admit";
       Admit();
     } else if (roll < 50) {
+      action_ = "delete";
       Delete();
     } else if (roll < 56) {
+      action_ = "finish";
       Finish();
     } else if (roll < 60) {
+      action_ = "API catches up";
       ApiCatchUp();
     } else if (roll < 64) {
+      action_ = "kubelet restart";
       RestartKubelet();
     } else if (roll < 68) {
+      action_ = "plugin restart";
       RestartPlugin();
     } else if (roll < 73) {
+      action_ = "PodResources down";
       podresources_down_ = true;  // hung or failing: the client's deadline makes it an error
     } else if (roll < 80) {
+      action_ = "PodResources up";
       podresources_down_ = false;
     } else if (roll < 83) {
+      action_ = "API server gone";
       api_.SetFollowing(false);
     } else if (roll < 88) {
+      action_ = "API server back";
       api_.SetFollowing(true);
+    } else {
+      action_ = "lifecycle pass";
     }
     if (restart_quiet_steps_ > 0) --restart_quiet_steps_;
     PublishPodResources();
@@ -366,10 +378,10 @@ class World {
       if (!pod.active || !pod.admitted) continue;
       for (const std::string& vgpu : pod.vgpus) {
         auto [it, inserted] = holder.emplace(vgpu, uid);
-        EXPECT_TRUE(inserted) << "step " << step_ << ": vGPU " << vgpu << " held by " << it->second
-                              << " and " << uid;
-        EXPECT_TRUE(exist.contains(vgpu))
-            << "step " << step_ << ": live pod " << uid << " lost its vGPU " << vgpu;
+        EXPECT_TRUE(inserted) << "step " << step_ << " (" << action_ << "): vGPU " << vgpu
+                              << " held by " << it->second << " and " << uid;
+        EXPECT_TRUE(exist.contains(vgpu)) << "step " << step_ << " (" << action_ << "): live pod "
+                                          << uid << " lost its vGPU " << vgpu;
       }
       bool listed = false;
       for (const Device& d : plugin_->manager.Devices(pod.resource))
@@ -397,6 +409,7 @@ class World {
   int restart_quiet_steps_ = 0;
   int next_uid_ = 0;
   int step_ = 0;
+  std::string action_;
   int admitted_ = 0;
   int refused_ = 0;
 };

@@ -236,7 +236,10 @@ TEST(JudgeTest, NothingIsRemovedUntilARestartedKubeletListsTheNodesPodsAgain) {
   no_api.checkpoint_uids = api.checkpoint_uids;
   EXPECT_FALSE(Resynced({}, no_api)) << "no API: an empty answer is no proof";
   EXPECT_TRUE(Resynced({PodHolding("x", {})}, no_api));
-  EXPECT_TRUE(Resynced({}, HolderFacts{})) << "the checkpoint gives nobody a device";
+  EXPECT_FALSE(Resynced({}, HolderFacts{})) << "no checkpoint read: an empty answer is no proof";
+  HolderFacts empty_checkpoint;
+  empty_checkpoint.checkpoint_known = true;
+  EXPECT_TRUE(Resynced({}, empty_checkpoint)) << "the checkpoint gives nobody a device";
 }
 
 TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAgain) {
