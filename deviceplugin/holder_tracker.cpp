@@ -70,10 +70,16 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   }
   bool young = now_unix_ms - vgpu.created_unix_ms < settle.count();
   if (!removal) {
-    if (uids != nullptr && !facts.api_following) {
+    if (uids != nullptr && facts.api_configured && !facts.api_following) {
+      // The pod being admitted asking for its init container's device, or a new pod getting an
+      // ended pod's device: without the API server's view of the pod the checkpoint names, the
+      // two cannot be told apart. Until it is back, such IDs are not handed on (the lifecycle
+      // still removes old vGPUs on kubelet's word, after which the ID is plain free). With no
+      // API server configured at all, kubelet's word decides (an init container sharing its
+      // vGPU then needs the API server).
       return {Holding::kUnknown, "",
-              "kubelet's checkpoint gives it to a pod and the API server is not followed to "
-              "tell whether that pod still lives"};
+              "kubelet's checkpoint gives it to a pod and the API server, not followed now, "
+              "cannot tell whether that pod is the one asking"};
     }
     if (!facts.checkpoint_known && young) {
       return {Holding::kUnknown, "",
@@ -242,6 +248,7 @@ HolderFacts HolderTracker::Collect(bool fresh_checkpoint) {
   facts.kubelet_pods = kubelet_pods_;
   facts.checkpoint_uids = checkpoint_uids_;
   facts.api_following = api_following_;
+  facts.api_configured = pods_ != nullptr;
   facts.api_pods = api_pods_;
   facts.api_deleted = api_deleted_;
   facts.kubelet_resynced = kubelet_resynced_;

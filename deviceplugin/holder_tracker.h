@@ -11,7 +11,8 @@
 //   - the checkpoint, read afresh, gives the ID to a pod the API server shows alive and kubelet
 //     still lists: held (the init container's device now asked for by the app container; kubelet
 //     wrote that entry before this call, and lists the pod it is admitting);
-//   - the checkpoint names a pod and the API is not followed: unknown;
+//   - the checkpoint naming a pod and the API server configured but not followed now: unknown
+//     (that pod's next container and a new pod cannot be told apart until it is back);
 //   - no checkpoint to read and the vGPU is younger than `settle`: unknown (the same pod's next
 //     container cannot be told from a new pod);
 //   - otherwise free: the old vGPU is removed and a fresh one made.
@@ -55,6 +56,7 @@ struct HolderFacts {
   std::set<std::string> kubelet_pods;                // every pod kubelet lists, "namespace/name"
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids;  // -> pod UIDs, file order
   bool api_following = false;
+  bool api_configured = true;  // false: no API server at all, kubelet's word alone decides
   std::map<std::string, kube::PodInfo> api_pods;  // uid -> pod, alive in the API's view
   std::set<std::string> api_deleted;              // UIDs the API showed deleted since its list
   // kubelet has shown it knows the node's pods since it last (re)started (see Resynced).

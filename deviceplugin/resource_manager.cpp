@@ -3,11 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <thread>
 #include <tuple>
 
+#include "deviceplugin/allocation_env.h"
 #include "deviceplugin/cdi.h"
 #include "deviceplugin/failpoint.h"
 #include "deviceplugin/log_safe.h"
@@ -23,25 +23,6 @@ namespace {
 
 Status Invalid(const std::string& message) {
   return Status::Error(ErrorCode::kInvalid, message);
-}
-
-std::string Join(const std::vector<std::string>& items, const char* sep = ",") {
-  std::string out;
-  for (const std::string& item : items) out += (out.empty() ? "" : sep) + item;
-  return out;
-}
-
-// "tencent.com/vgpu-t4-1q" -> "KVGPU_VGPU_T4_1Q_": per-resource env names, because kubelet
-// merges the env maps of all resources a container asks for.
-std::string EnvPrefix(const std::string& resource) {
-  std::string part = resource.substr(resource.find('/') + 1);
-  std::string out = "KVGPU_";
-  for (char c : part) {
-    out += std::isalnum(static_cast<unsigned char>(c))
-               ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-               : '_';
-  }
-  return out + "_";
 }
 
 int64_t NowUnixMs() {
@@ -624,20 +605,17 @@ ContainerAllocation ResourceManager::Answer(const std::string& resource,
   ContainerAllocation out;
   out.devices.push_back({"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"});
   std::set<uint32_t> groups;
-  std::vector<std::string> ids, uuids, types;
+  EnvVgpus env;
   for (const AllocatedVgpu& v : vgpus) {
     if (groups.insert(v.iommu_group).second) {
       out.devices.push_back({v.vfio_device, v.vfio_device, "rw"});
     }
-    ids.push_back(v.device_id);
-    uuids.push_back(v.vgpu_id);
-    types.push_back(v.type_id);
+    env.device_ids.push_back(v.device_id);
+    env.vgpu_ids.push_back(v.vgpu_id);
+    env.types.push_back(v.type_id);
     if (config_.cdi_enabled) out.cdi_devices.push_back(resource + "=" + v.device_id);
   }
-  std::string prefix = EnvPrefix(resource);
-  out.envs[prefix + "DEVICE_IDS"] = Join(ids);
-  out.envs[prefix + "UUIDS"] = Join(uuids);
-  out.envs[prefix + "TYPES"] = Join(types);
+  RenderAllocationEnv(resource, env, out.envs);
   out.vgpus = std::move(vgpus);
   return out;
 }

@@ -184,6 +184,13 @@ TEST(JudgeTest, ForAllocateAYoungVgpuOfAPodThatIsGoneIsNotHandedOn) {
   EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
             Holding::kUnknown)
       << "the checkpoint names a pod and nobody can say whether it lives: nothing handed on";
+  EXPECT_EQ(Judge(Record("d0", now - 60000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kUnknown)
+      << "however old: age tells nothing about who asks";
+  facts.api_configured = false;
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kFree)
+      << "no API server at all: kubelet's word alone, which no longer lists the old pod";
   facts.checkpoint_uids.clear();
   facts.checkpoint_known = false;
   EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
