@@ -296,7 +296,10 @@ void Daemon::HandleDirEvents(const std::vector<DirEvent>& events) {
     }
     if (ours_lost || kubelet_back) unregistered_.insert(resource);
   }
-  if (kubelet_back) spdlog::info("kubelet.sock created (kubelet started); registering again");
+  if (kubelet_back) {
+    spdlog::info("kubelet.sock created (kubelet started); registering again");
+    if (tracker_) tracker_->KubeletRestarted("kubelet.sock created");
+  }
   next_retry_ = Clock::now();
   backoff_ = std::chrono::milliseconds(0);
 }
@@ -312,6 +315,7 @@ void Daemon::TryRegister() {
     }
   }
   bool failed = false;
+  bool again = false;
   for (auto& [resource, server] : pending) {
     mdev::Status registered =
         server->Register(options_.args.KubeletSocket(), options_.register_timeout);
@@ -320,6 +324,7 @@ void Daemon::TryRegister() {
       std::lock_guard lock(servers_mutex_);
       unregistered_.erase(resource);
       kubelet_missing_logged_ = false;
+      again = again || !registered_resources_.insert(resource).second;
       continue;
     }
     failed = true;
@@ -330,6 +335,9 @@ void Daemon::TryRegister() {
       spdlog::debug("{}; retrying", registered.message());
     }
   }
+  // Registering a resource again means kubelet lost it: most often a kubelet restart, however
+  // it was noticed. Removals wait until kubelet lists the node's pods again.
+  if (again && tracker_) tracker_->KubeletRestarted("a resource registered again");
   if (failed) {
     backoff_ =
         std::min(options_.retry_max, backoff_.count() == 0 ? options_.retry_initial : backoff_ * 2);

@@ -27,4 +27,10 @@ inline constexpr size_t kMaxDeviceIdLength = 63;
 
 std::string MakeDeviceId(const DeviceKey& key);
 
+// The key `id` names, given the parent and type it should belong to (both may contain '-', so
+// an ID alone cannot be split): nullopt unless `id` is exactly MakeDeviceId of that parent, type
+// and a slot of at most 6 digits.
+std::optional<DeviceKey> ParseDeviceId(std::string_view id, std::string_view parent,
+                                       std::string_view type_id);
+
 }  // namespace kvgpu::deviceplugin

@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
+
+#include "deviceplugin/log_safe.h"
+
 namespace kvgpu::deviceplugin {
 
 int64_t UnixNowMs() {
@@ -9,6 +13,14 @@ int64_t UnixNowMs() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
+
+bool Alive(const kube::PodInfo& pod) {
+  return !pod.Finished() && !pod.deleting;
+}
+
+}  // namespace
 
 Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix_ms,
               std::chrono::milliseconds settle, Purpose purpose) {
@@ -24,22 +36,91 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   if (removal && now_unix_ms - facts.kubelet_up_unix_ms < settle.count()) {
     return {Holding::kUnknown, "", "kubelet answers again only since moments ago"};
   }
-  if (now_unix_ms - vgpu.created_unix_ms < settle.count()) {
-    return {Holding::kHeld, vgpu.owner_pod.value_or(""),
-            "allocated moments ago; kubelet records the pod after Allocate returns"};
+  if (removal && !facts.kubelet_resynced) {
+    return {Holding::kUnknown, "",
+            "kubelet restarted and does not yet list the node's pods with devices"};
   }
-  if (removal && facts.api_following) {
-    if (auto it = facts.checkpoint_uids.find(ref); it != facts.checkpoint_uids.end()) {
-      for (const std::string& uid : it->second) {
-        auto pod = facts.api_pods.find(uid);
-        if (pod == facts.api_pods.end() || pod->second.Finished() || pod->second.deleting) continue;
-        return {Holding::kHeld, pod->second.Key(),
-                "the API server shows " + pod->second.Key() +
-                    " alive and kubelet's checkpoint gave it the device"};
+  // The pods kubelet's checkpoint gave the ID to, and whether any of them is alive.
+  const std::vector<std::string>* uids = nullptr;
+  if (auto it = facts.checkpoint_uids.find(ref); it != facts.checkpoint_uids.end()) {
+    uids = &it->second;
+  }
+  const kube::PodInfo* alive = nullptr;
+  if (uids != nullptr && facts.api_following) {
+    for (const std::string& uid : *uids) {
+      auto pod = facts.api_pods.find(uid);
+      if (pod != facts.api_pods.end() && Alive(pod->second)) {
+        alive = &pod->second;
+        break;
       }
     }
   }
+  if (alive != nullptr && removal) {
+    return {Holding::kHeld, alive->Key(),
+            "the API server shows " + alive->Key() +
+                " alive and kubelet's checkpoint gave it the device"};
+  }
+  // For Allocate, kubelet must also still count the pod as its own: the pod being admitted
+  // asks for its init container's device again. A pod that ended and whose end the API server
+  // has not shown yet is one kubelet no longer lists (it lists active pods only).
+  if (alive != nullptr && facts.kubelet_pods.contains(alive->Key())) {
+    return {Holding::kHeld, alive->Key(),
+            "kubelet's checkpoint gave it to " + alive->Key() +
+                ", which kubelet and the API server both show alive (its next container asks)"};
+  }
+  bool young = now_unix_ms - vgpu.created_unix_ms < settle.count();
+  if (!removal) {
+    if (uids != nullptr && facts.api_configured && !facts.api_following) {
+      // The pod being admitted asking for its init container's device, or a new pod getting an
+      // ended pod's device: without the API server's view of the pod the checkpoint names, the
+      // two cannot be told apart. Until it is back, such IDs are not handed on (the lifecycle
+      // still removes old vGPUs on kubelet's word, after which the ID is plain free). With no
+      // API server configured at all, kubelet's word decides (an init container sharing its
+      // vGPU then needs the API server).
+      return {Holding::kUnknown, "",
+              "kubelet's checkpoint gives it to a pod and the API server, not followed now, "
+              "cannot tell whether that pod is the one asking"};
+    }
+    if (!facts.checkpoint_known && young) {
+      return {Holding::kUnknown, "",
+              "made moments ago and no kubelet checkpoint to tell its pod's next container from "
+              "a new pod"};
+    }
+    return {Holding::kFree, "", "no live pod holds it"};
+  }
+  if (young) {
+    // kubelet records the pod only after Allocate returns. The protection ends once the pod
+    // the checkpoint names is gone from kubelet and the API server alike.
+    bool pod_gone = uids != nullptr && facts.api_following;
+    for (size_t i = 0; pod_gone && i < uids->size(); ++i) {
+      // A UID the API has not shown yet may be a pod newer than our watch: not proof.
+      pod_gone = facts.api_pods.contains((*uids)[i]) || facts.api_deleted.contains((*uids)[i]);
+    }
+    if (!pod_gone) {
+      return {Holding::kHeld, vgpu.owner_pod.value_or(""),
+              "allocated moments ago; kubelet records the pod after Allocate returns"};
+    }
+  }
   return {Holding::kFree, "", "no live pod holds it"};
+}
+
+bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFacts& facts) {
+  if (facts.api_following) {
+    std::set<std::string> keys;
+    for (const kubelet::PodResources& pod : listed)
+      keys.insert(pod.namespace_name + "/" + pod.name);
+    for (const auto& [ref, uids] : facts.checkpoint_uids) {
+      for (const std::string& uid : uids) {
+        auto pod = facts.api_pods.find(uid);
+        if (pod != facts.api_pods.end() && Alive(pod->second) &&
+            !keys.contains(pod->second.Key())) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+  return !listed.empty() || (facts.checkpoint_known && facts.checkpoint_uids.empty());
 }
 
 std::map<DeviceRef, std::string> HoldersFromPodResources(
@@ -98,27 +179,65 @@ void HolderTracker::Stop() {
   if (checkpoint_ != nullptr) checkpoint_->Stop();
 }
 
-HolderFacts HolderTracker::Collect() {
-  if (podresources_ != nullptr) {
-    std::lock_guard kubelet_lock(kubelet_mutex_);
-    auto listed = podresources_->List();
-    std::lock_guard lock(mutex_);
-    if (listed.ok()) {
-      if (!kubelet_known_) {
-        kubelet_up_unix_ms_ = UnixNowMs();
-        spdlog::info("kubelet PodResources answering ({} pods)", listed->size());
-      }
-      kubelet_known_ = true;
-      kubelet_holders_ = HoldersFromPodResources(*listed);
-    } else {
-      if (kubelet_known_ || kubelet_problem_ != listed.error().message()) {
-        spdlog::warn("kubelet PodResources not answering: {}; no vGPU is removed meanwhile",
-                     listed.error().message());
-      }
-      kubelet_known_ = false;
-      kubelet_problem_ = listed.error().message();
+void HolderTracker::ListKubelet() {
+  std::unique_lock lock(list_mutex_);
+  const uint64_t wanted = lists_started_ + 1;  // a List that starts after this call came
+  while (lists_finished_ < wanted) {
+    if (list_in_flight_) {
+      list_done_.wait(lock);
+      continue;
     }
+    list_in_flight_ = true;
+    const uint64_t generation = ++lists_started_;
+    lock.unlock();
+    auto listed = podresources_->List();  // bounded by the client's deadline
+    {
+      std::lock_guard facts_lock(mutex_);
+      if (listed.ok()) {
+        if (!kubelet_known_) {
+          kubelet_up_unix_ms_ = UnixNowMs();
+          kubelet_resynced_ = false;
+          spdlog::info("kubelet PodResources answering ({} pods)", listed->size());
+        }
+        kubelet_known_ = true;
+        kubelet_holders_ = HoldersFromPodResources(*listed);
+        kubelet_pods_.clear();
+        for (const kubelet::PodResources& pod : *listed) {
+          kubelet_pods_.insert(pod.namespace_name + "/" + pod.name);
+        }
+        if (!kubelet_resynced_) {
+          HolderFacts facts;
+          facts.checkpoint_known = checkpoint_known_;
+          facts.checkpoint_uids = checkpoint_uids_;
+          facts.api_following = api_following_;
+          facts.api_pods = api_pods_;
+          kubelet_resynced_ = Resynced(*listed, facts);
+          if (kubelet_resynced_) spdlog::info("kubelet lists the node's pods again");
+        }
+      } else {
+        if (kubelet_known_ || kubelet_problem_ != listed.error().message()) {
+          spdlog::warn("kubelet PodResources not answering: {}; no vGPU is removed meanwhile",
+                       LogSafe(listed.error().message()));
+        }
+        kubelet_known_ = false;
+        kubelet_problem_ = listed.error().message();
+      }
+    }
+    lock.lock();
+    list_in_flight_ = false;
+    lists_finished_ = generation;
+    list_done_.notify_all();
   }
+}
+
+HolderFacts HolderTracker::Collect(bool fresh_checkpoint) {
+  // The checkpoint first: whether a restarted kubelet's answer is complete is judged against it.
+  if (fresh_checkpoint && checkpoint_ != nullptr) {
+    kubelet::CheckpointView view = checkpoint_->Reload();
+    std::lock_guard lock(mutex_);
+    ApplyCheckpoint(view);
+  }
+  if (podresources_ != nullptr) ListKubelet();
   std::lock_guard lock(mutex_);
   HolderFacts facts;
   facts.kubelet_known = kubelet_known_;
@@ -126,17 +245,41 @@ HolderFacts HolderTracker::Collect() {
   facts.kubelet_problem =
       podresources_ == nullptr ? "no PodResources socket configured" : kubelet_problem_;
   facts.kubelet_holders = kubelet_holders_;
+  facts.kubelet_pods = kubelet_pods_;
   facts.checkpoint_uids = checkpoint_uids_;
   facts.api_following = api_following_;
+  facts.api_configured = pods_ != nullptr;
   facts.api_pods = api_pods_;
+  facts.api_deleted = api_deleted_;
+  facts.kubelet_resynced = kubelet_resynced_;
+  facts.checkpoint_known = checkpoint_known_;
   return facts;
 }
 
 HolderAnswer HolderTracker::Check(const CreatedVgpu& vgpu) {
-  Verdict verdict = Judge(vgpu, Collect(), UnixNowMs(), settle_, Purpose::kAllocation);
-  spdlog::debug("holder check device={} verdict={} ({})", vgpu.device_id,
-                static_cast<int>(verdict.holding), verdict.why);
-  return {verdict.holding, verdict.holder};
+  return CheckAll({vgpu}).at(0);
+}
+
+std::vector<HolderAnswer> HolderTracker::CheckAll(const std::vector<CreatedVgpu>& vgpus) {
+  std::vector<HolderAnswer> out;
+  if (vgpus.empty()) return out;
+  HolderFacts facts = Collect(true);
+  int64_t now = UnixNowMs();
+  for (const CreatedVgpu& vgpu : vgpus) {
+    Verdict verdict = Judge(vgpu, facts, now, settle_, Purpose::kAllocation);
+    spdlog::debug("holder check device={} verdict={} ({})", LogSafe(vgpu.device_id),
+                  static_cast<int>(verdict.holding), verdict.why);
+    out.push_back({verdict.holding, verdict.holder});
+  }
+  return out;
+}
+
+void HolderTracker::KubeletRestarted(const std::string& how) {
+  std::lock_guard lock(mutex_);
+  kubelet_up_unix_ms_ = UnixNowMs();
+  kubelet_resynced_ = false;
+  spdlog::info("kubelet restarted ({}): no vGPU is removed until it lists the node's pods again",
+               how);
 }
 
 std::string HolderTracker::UidOf(const std::string& pod_key) const {
@@ -167,6 +310,8 @@ void HolderTracker::OnEvent(kube::PodEventType type, const kube::PodInfo& pod) {
     std::lock_guard lock(mutex_);
     if (type == kube::PodEventType::kDeleted) {
       api_pods_.erase(pod.uid);
+      if (api_deleted_.size() >= 4096) api_deleted_.clear();  // only a young vGPU's shortcut
+      api_deleted_.insert(pod.uid);
       gone = true;
     } else {
       auto& known = api_pods_[pod.uid];
@@ -192,6 +337,14 @@ void HolderTracker::OnConnection(bool following, const std::string& reason) {
   if (callbacks_.pod_gone) callbacks_.pod_gone();
 }
 
+void HolderTracker::ApplyCheckpoint(const kubelet::CheckpointView& view) {
+  checkpoint_problem_ = view.current ? "" : view.problem;
+  if (view.checkpoint) {
+    checkpoint_uids_ = UidsFromCheckpoint(*view.checkpoint);
+    checkpoint_known_ = true;
+  }
+}
+
 void HolderTracker::OnCheckpoint(const kubelet::CheckpointView& view) {
   {
     std::lock_guard lock(mutex_);
@@ -199,8 +352,7 @@ void HolderTracker::OnCheckpoint(const kubelet::CheckpointView& view) {
       spdlog::warn("kubelet checkpoint {}: {}; keeping the last good view",
                    checkpoint_ ? checkpoint_->path().string() : "", view.problem);
     }
-    checkpoint_problem_ = view.current ? "" : view.problem;
-    if (view.checkpoint) checkpoint_uids_ = UidsFromCheckpoint(*view.checkpoint);
+    ApplyCheckpoint(view);
   }
   if (callbacks_.checkpoint_changed) callbacks_.checkpoint_changed();
 }

@@ -1,23 +1,38 @@
 // Which pod holds each device ID, from the three places that know: kubelet's PodResources API
-// (who holds what now), kubelet's device-manager checkpoint (which pod UID was ever given an ID;
-// entries are never dropped) and the API server's pods on this node (which pods are alive).
+// (who holds what now, app containers only), kubelet's device-manager checkpoint (which pod UID
+// each ID was given to, as of kubelet's last Allocate; kubelet writes it right after each
+// container's Allocate returns and drops ended pods at its next write) and the API server's pods
+// on this node (which pods are alive). Age never decides who holds a vGPU.
 //
-// The verdict rules (Judge) defend invariant 1 first:
-//   - kubelet lists a pod holding the ID: held;
-//   - kubelet unreachable, or back for less than `settle`: unknown;
-//   - the vGPU was made less than `settle` ago: held (kubelet records the pod only after
-//     Allocate returns, and init and app containers of one pod share a device);
-//   - the API server, while followed, shows alive a pod that the checkpoint gave the ID:
-//     held (a kubelet that has just restarted lists nothing yet);
-//   - otherwise free. The API's word alone never frees a device kubelet still lists, and with the
-//     API unreachable kubelet's word decides.
+// For Allocate (kubelet hands an ID out; it never hands out an ID an active pod holds, except to
+// that same pod's next container, its devicesToReuse):
+//   - kubelet lists a pod holding the ID: held by it (it asks again);
+//   - kubelet not answering: unknown (refused, nothing handed on);
+//   - the checkpoint, read afresh, gives the ID to a pod the API server shows alive and kubelet
+//     still lists: held (the init container's device now asked for by the app container; kubelet
+//     wrote that entry before this call, and lists the pod it is admitting);
+//   - the checkpoint naming a pod and the API server configured but not followed now: unknown
+//     (that pod's next container and a new pod cannot be told apart until it is back);
+//   - no checkpoint to read and the vGPU is younger than `settle`: unknown (the same pod's next
+//     container cannot be told from a new pod);
+//   - otherwise free: the old vGPU is removed and a fresh one made.
+// For the lifecycle's removals, on top:
+//   - kubelet answering again (or restarted: kubelet.sock re-created, PodResources failing then
+//     answering) for less than `settle`, or not yet listing every pod the API shows alive with a
+//     device in the checkpoint: unknown (a restarted kubelet lists nothing for a while);
+//   - the vGPU younger than `settle`: held, unless the checkpoint names its pod and the API server
+//     shows that pod gone or ended and kubelet does not list it;
+//   - the API server, while followed, shows alive a pod the checkpoint gave the ID: held.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,10 +53,21 @@ struct HolderFacts {
   int64_t kubelet_up_unix_ms = 0;                    // since when it has been answering
   std::string kubelet_problem;                       // why not known
   std::map<DeviceRef, std::string> kubelet_holders;  // -> "namespace/name"
+  std::set<std::string> kubelet_pods;                // every pod kubelet lists, "namespace/name"
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids;  // -> pod UIDs, file order
   bool api_following = false;
+  bool api_configured = true;  // false: no API server at all, kubelet's word alone decides
   std::map<std::string, kube::PodInfo> api_pods;  // uid -> pod, alive in the API's view
+  std::set<std::string> api_deleted;              // UIDs the API showed deleted since its list
+  // kubelet has shown it knows the node's pods since it last (re)started (see Resynced).
+  bool kubelet_resynced = true;
+  bool checkpoint_known = false;  // a checkpoint was read; checkpoint_uids says something
 };
+
+// Whether kubelet, after a restart, lists the node's pods again: with the API server followed,
+// every pod it shows alive that the checkpoint gave a device is listed by kubelet; without it,
+// kubelet lists some pod, or a checkpoint was read and gives no device to anyone.
+bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFacts& facts);
 
 struct Verdict {
   Holding holding = Holding::kUnknown;
@@ -82,10 +108,15 @@ class HolderTracker : public HolderOracle {
   void Start(TrackerCallbacks callbacks);
   void Stop();
 
-  // Asks kubelet afresh, then returns all facts.
-  HolderFacts Collect();
-  // Allocate's question, answered with a fresh look at kubelet.
+  // Asks kubelet afresh (a List started after this call; concurrent callers share one), then
+  // returns all facts. `fresh_checkpoint` reads kubelet's checkpoint file now as well.
+  HolderFacts Collect(bool fresh_checkpoint = false);
+  // Allocate's question, answered with a fresh look at kubelet and its checkpoint.
   HolderAnswer Check(const CreatedVgpu& vgpu) override;
+  std::vector<HolderAnswer> CheckAll(const std::vector<CreatedVgpu>& vgpus) override;
+  // kubelet restarted (its registration socket appeared again): nothing is removed until it
+  // has answered for `settle` and lists the node's pods again.
+  void KubeletRestarted(const std::string& how);
 
   // The pod's UID in the API's view, for Events; empty when unknown.
   std::string UidOf(const std::string& pod_key) const;
@@ -103,17 +134,29 @@ class HolderTracker : public HolderOracle {
   std::chrono::milliseconds settle_;
   TrackerCallbacks callbacks_;
 
-  // Asking kubelet is serialized: Allocate and the reconciler may ask at once.
-  std::mutex kubelet_mutex_;
+  void ListKubelet();
+  void ApplyCheckpoint(const kubelet::CheckpointView& view);  // caller holds mutex_
+
+  // One List in flight at a time; a caller waits for one that started after it came.
+  std::mutex list_mutex_;
+  std::condition_variable list_done_;
+  bool list_in_flight_ = false;
+  uint64_t lists_started_ = 0;
+  uint64_t lists_finished_ = 0;
+
   mutable std::mutex mutex_;
+  bool kubelet_resynced_ = false;
+  bool checkpoint_known_ = false;
   bool kubelet_known_ = false;
   int64_t kubelet_up_unix_ms_ = 0;
   std::string kubelet_problem_ = "not asked yet";
   std::map<DeviceRef, std::string> kubelet_holders_;
+  std::set<std::string> kubelet_pods_;
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids_;
   std::string checkpoint_problem_;
   bool api_following_ = false;
   std::map<std::string, kube::PodInfo> api_pods_;
+  std::set<std::string> api_deleted_;
 };
 
 int64_t UnixNowMs();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "deviceplugin/state_store.h"
 
@@ -16,8 +17,8 @@ namespace kvgpu::deviceplugin {
 
 enum class Holding {
   kFree,     // no live pod holds the device ID: its old vGPU is removed and made anew
-  kHeld,     // a live pod holds it (or its allocation is moments old): that pod asks again,
-             // it gets the same vGPU
+  kHeld,     // a live pod holds it: that pod asks again (its next container, or kubelet
+             // after a restart), it gets the same vGPU
   kUnknown,  // nobody can tell: refused, the old vGPU is kept untouched
 };
 
@@ -30,6 +31,14 @@ class HolderOracle {
  public:
   virtual ~HolderOracle() = default;
   virtual HolderAnswer Check(const CreatedVgpu& vgpu) = 0;
+  // One answer per record, from one look at the sources (one PodResources List for the lot).
+  // Never called under the manager's lock: asking kubelet may take up to its deadline.
+  virtual std::vector<HolderAnswer> CheckAll(const std::vector<CreatedVgpu>& vgpus) {
+    std::vector<HolderAnswer> out;
+    out.reserve(vgpus.size());
+    for (const CreatedVgpu& v : vgpus) out.push_back(Check(v));
+    return out;
+  }
 };
 
 // The default without pod tracking: never claims a device ID is free or held.

@@ -156,7 +156,7 @@ void Reconciler::PassLoop() {
 
 PassPlan Reconciler::Pass() {
   auto start = Clock::now();
-  HolderFacts facts = tracker_.Collect();
+  HolderFacts facts = tracker_.Collect(true);
   LifecycleSnapshot snapshot = manager_.Snapshot();
   PassPlan plan;
   {
@@ -259,7 +259,7 @@ void Reconciler::RemovalLoop() {
 bool Reconciler::TryRemove(Removal& removal) {
   const CreatedVgpu& wanted = removal.record;
   // A fresh look: kubelet may have handed the ID out again since the pass decided.
-  HolderFacts facts = tracker_.Collect();
+  HolderFacts facts = tracker_.Collect(true);
   LifecycleSnapshot snapshot = manager_.Snapshot();
   const CreatedVgpu* record = FindRecord(snapshot, wanted);
   if (record == nullptr) return true;  // replaced or removed meanwhile

@@ -3,13 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <thread>
 #include <tuple>
 
+#include "deviceplugin/allocation_env.h"
 #include "deviceplugin/cdi.h"
 #include "deviceplugin/failpoint.h"
+#include "deviceplugin/log_safe.h"
 #include "deviceplugin/resource_naming.h"
 #include "mdev/uuid.h"
 
@@ -22,25 +23,6 @@ namespace {
 
 Status Invalid(const std::string& message) {
   return Status::Error(ErrorCode::kInvalid, message);
-}
-
-std::string Join(const std::vector<std::string>& items, const char* sep = ",") {
-  std::string out;
-  for (const std::string& item : items) out += (out.empty() ? "" : sep) + item;
-  return out;
-}
-
-// "tencent.com/vgpu-t4-1q" -> "KVGPU_VGPU_T4_1Q_": per-resource env names, because kubelet
-// merges the env maps of all resources a container asks for.
-std::string EnvPrefix(const std::string& resource) {
-  std::string part = resource.substr(resource.find('/') + 1);
-  std::string out = "KVGPU_";
-  for (char c : part) {
-    out += std::isalnum(static_cast<unsigned char>(c))
-               ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-               : '_';
-  }
-  return out + "_";
 }
 
 int64_t NowUnixMs() {
@@ -130,6 +112,19 @@ void ResourceManager::AfterChange(bool changed) {
   if (listener) listener();
 }
 
+void ResourceManager::DropVgpuFromView(const std::string& vgpu_id) {
+  auto v = std::find_if(inventory_.vgpus.begin(), inventory_.vgpus.end(),
+                        [&](const mdev::Vgpu& x) { return x.id == vgpu_id; });
+  if (v == inventory_.vgpus.end()) return;  // a rescan already saw it go, counts included
+  for (mdev::Parent& parent : inventory_.parents) {
+    if (parent.name != v->parent) continue;
+    for (mdev::VgpuType& type : parent.types) {
+      if (type.id == v->type_id) ++type.available_instances;
+    }
+  }
+  inventory_.vgpus.erase(v);
+}
+
 const mdev::Parent* ResourceManager::FindParent(const std::string& name) const {
   return inventory_.FindParent(name);
 }
@@ -162,6 +157,21 @@ void ResourceManager::Recompute() {
   std::set<std::string> existing;
   for (const mdev::Vgpu& v : inventory_.vgpus) existing.insert(v.id);
   std::vector<std::string> naming_warnings;
+  // SR-IOV: every VF shows each type it could host, but the GPU behind them hosts at most
+  // max_instance of a type (1 for an A100D-80C). Free devices per (GPU, type) stop there.
+  std::map<std::pair<std::string, std::string>, uint32_t> vf_budget;
+  for (const mdev::Parent& parent : inventory_.parents) {
+    if (!parent.is_virtual_function) continue;
+    for (const mdev::VgpuType& type : parent.types) {
+      if (!type.nvidia || !type.nvidia->max_instance) continue;
+      uint32_t made = 0;
+      for (const mdev::Vgpu& v : inventory_.vgpus) {
+        if (v.physical_gpu == parent.physical_gpu && v.type_id == type.id) ++made;
+      }
+      uint32_t max = *type.nvidia->max_instance;
+      vf_budget.try_emplace({parent.physical_gpu, type.id}, max > made ? max - made : 0);
+    }
+  }
 
   for (const mdev::Parent& parent : inventory_.parents) {
     std::vector<Device>& parent_devices = by_parent[parent.name];
@@ -188,6 +198,10 @@ void ResourceManager::Recompute() {
       uint32_t free = Offered(parent, type) && type.available_instances > missing
                           ? type.available_instances - missing
                           : 0;
+      if (auto budget = vf_budget.find({parent.physical_gpu, type.id}); budget != vf_budget.end()) {
+        free = std::min(free, budget->second);
+        budget->second -= free;
+      }
       for (uint32_t slot = 0; free > 0; ++slot) {
         if (used.contains(slot)) continue;
         DeviceKey key{parent.name, type.id, slot};
@@ -302,18 +316,26 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
     const std::string& resource, const std::vector<PreferredRequest>& requests) const {
   std::lock_guard lock(mutex_);
   auto view = views_.find(resource);
-  if (view == views_.end()) return Invalid("unknown resource " + resource);
+  if (view == views_.end()) return Invalid("unknown resource " + LogSafe(resource));
   std::unordered_map<std::string, const Device*> by_id;
   for (const Device& d : view->second) by_id[d.id] = &d;
 
   // Per physical GPU: vGPUs of this resource's types already there (locked to it) and free
   // devices of the resource there.
+  // A GPU that already carries a vGPU of another type is locked to that type (time-sliced vGPU
+  // takes one type per GPU): Allocate updates the vGPUs at once, while the kernel's counts that
+  // hide this resource's devices there arrive with the next rescan. Such devices go last.
   std::map<std::string, int> same_type_on_gpu;
   std::map<std::string, int> free_on_gpu;
+  std::set<std::string> other_type_on_gpu;
   std::set<std::string> types;
   for (const Device& d : view->second) types.insert(d.key.type_id);
   for (const mdev::Vgpu& v : inventory_.vgpus) {
-    if (types.contains(v.type_id)) ++same_type_on_gpu[v.physical_gpu];
+    if (types.contains(v.type_id)) {
+      ++same_type_on_gpu[v.physical_gpu];
+    } else {
+      other_type_on_gpu.insert(v.physical_gpu);
+    }
   }
   for (const Device& d : view->second) {
     if (d.healthy && !d.vgpu_exists) ++free_on_gpu[d.physical_gpu];
@@ -336,15 +358,17 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
     std::set<std::string> chosen_gpus;
     for (const std::string& id : req.must_include) {
       if (!available.contains(id)) {
-        return Invalid(where + "must-include device " + id + " is not among the available ones");
+        return Invalid(where + "must-include device " + LogSafe(id) +
+                       " is not among the available ones");
       }
       if (std::find(chosen.begin(), chosen.end(), id) != chosen.end()) continue;
       chosen.push_back(id);
       if (auto it = by_id.find(id); it != by_id.end()) chosen_gpus.insert(it->second->physical_gpu);
     }
-    // Rank candidates: known healthy devices first, devices whose old vGPU still exists last
-    // (Allocate can only reuse them when no pod holds them); then GPUs already locked to the
-    // type, fuller GPUs first (pack), then by ID for a stable answer.
+    // Rank candidates (healthy devices this resource lists): devices whose old vGPU still
+    // exists after the rest (Allocate can only reuse them when no pod holds them), devices on a
+    // GPU locked to another type last; then GPUs already locked to the type, fuller GPUs first
+    // (pack), then by ID for a stable answer.
     struct Candidate {
       std::string id;
       std::string gpu;
@@ -354,12 +378,11 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
     for (const std::string& id : available) {
       if (std::find(chosen.begin(), chosen.end(), id) != chosen.end()) continue;
       auto it = by_id.find(id);
-      if (it == by_id.end()) {
-        candidates.push_back({id, "", {3, 0, 0, 0, "", id}});
-        continue;
-      }
+      // Never an ID this resource does not list, or one Allocate would refuse as unhealthy:
+      // kubelet fills the rest of the request from its own available list.
+      if (it == by_id.end() || !it->second->healthy) continue;
       const Device& d = *it->second;
-      int health = !d.healthy ? 2 : (d.vgpu_exists ? 1 : 0);
+      int health = other_type_on_gpu.contains(d.physical_gpu) ? 2 : (d.vgpu_exists ? 1 : 0);
       int locked = same_type_on_gpu[d.physical_gpu] > 0 ? 0 : 1;
       candidates.push_back({id,
                             d.physical_gpu,
@@ -400,10 +423,10 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
 
 Status ResourceManager::Validate(const std::string& resource,
                                  const std::vector<std::vector<std::string>>& containers,
-                                 std::vector<std::vector<Plan>>& plans) {
+                                 const JudgedMap& judged, std::vector<std::vector<Plan>>& plans) {
   if (containers.empty()) return Invalid("allocate request for " + resource + " has no containers");
   auto view = views_.find(resource);
-  if (view == views_.end()) return Invalid("unknown resource " + resource);
+  if (view == views_.end()) return Invalid("unknown resource " + LogSafe(resource));
   std::set<std::string> seen;
   for (size_t i = 0; i < containers.size(); ++i) {
     if (containers[i].empty()) {
@@ -412,21 +435,23 @@ Status ResourceManager::Validate(const std::string& resource,
     }
     std::vector<Plan>& container_plans = plans.emplace_back();
     for (const std::string& id : containers[i]) {
-      if (!seen.insert(id).second) return Invalid("device " + id + " is requested twice");
+      if (!seen.insert(id).second) return Invalid("device " + LogSafe(id) + " is requested twice");
       auto owner = resource_of_.find(id);
       if (owner == resource_of_.end()) {
-        return Invalid("unknown device " + id + " for " + resource +
+        return Invalid("unknown device " + LogSafe(id) + " for " + resource +
                        " (not in the list this plugin advertises)");
       }
       if (owner->second != resource) {
-        return Invalid("device " + id + " belongs to " + owner->second + ", not " + resource);
+        return Invalid("device " + LogSafe(id) + " belongs to " + owner->second + ", not " +
+                       resource);
       }
       auto it = std::find_if(view->second.begin(), view->second.end(),
                              [&](const Device& d) { return d.id == id; });
       const Device& d = *it;
       if (!d.healthy) {
-        return Status::Error(ErrorCode::kGone, "device " + id + " is unhealthy: its parent " +
-                                                   d.key.parent + " is gone from sysfs");
+        return Status::Error(ErrorCode::kGone, "device " + LogSafe(id) +
+                                                   " is unhealthy: its parent " + d.key.parent +
+                                                   " is gone from sysfs");
       }
       const mdev::Parent* parent = FindParent(d.key.parent);
       Plan plan{d, parent->flavour, parent->physical_gpu, std::nullopt, std::nullopt};
@@ -434,14 +459,20 @@ Status ResourceManager::Validate(const std::string& resource,
         auto record = std::find_if(records_.begin(), records_.end(),
                                    [&](const CreatedVgpu& r) { return r.device_id == id; });
         if (record == records_.end()) {
-          return Status::Error(ErrorCode::kBusy, "device " + id +
+          return Status::Error(ErrorCode::kBusy, "device " + LogSafe(id) +
                                                      " is listed as ours but "
                                                      "has no record; rescan and retry");
         }
-        HolderAnswer answer = holders_.Check(*record);
+        auto judged_it = judged.find(id);
+        if (judged_it == judged.end() || judged_it->second.vgpu_id != record->vgpu_id) {
+          return Status::Error(ErrorCode::kBusy, "device " + LogSafe(id) +
+                                                     ": its vGPU changed while kubelet was "
+                                                     "asked who holds it; try again");
+        }
+        const HolderAnswer& answer = judged_it->second.answer;
         if (answer.holding == Holding::kHeld) {
-          spdlog::info("device {} asked for again while {} holds it: same vGPU {}", id,
-                       answer.holder.empty() ? "its pod" : answer.holder, record->vgpu_id);
+          spdlog::info("device {} asked for again while {} holds it: same vGPU {}", LogSafe(id),
+                       answer.holder.empty() ? "its pod" : LogSafe(answer.holder), record->vgpu_id);
           plan.reuse_vgpu = record->vgpu_id;
           container_plans.push_back(std::move(plan));
           continue;
@@ -449,7 +480,7 @@ Status ResourceManager::Validate(const std::string& resource,
         if (answer.holding == Holding::kUnknown) {
           return Status::Error(
               ErrorCode::kBusy,
-              "device " + id + ": its earlier vGPU " + record->vgpu_id +
+              "device " + LogSafe(id) + ": its earlier vGPU " + record->vgpu_id +
                   " still exists and nothing tells whether a pod still uses it; it is kept, never "
                   "shared between pods (remove it once its pod is gone, or pick another device)");
         }
@@ -490,15 +521,7 @@ Result<AllocatedVgpu> ResourceManager::Realize(const Plan& plan,
     }
     spdlog::info("vgpu removed for reuse device={} vgpu={}", d.id, *plan.replace_vgpu);
     std::erase_if(records_, [&](const CreatedVgpu& r) { return r.device_id == d.id; });
-    std::erase_if(inventory_.vgpus,
-                  [&](const mdev::Vgpu& v) { return v.id == *plan.replace_vgpu; });
-    // The kernel counts the freed instance again; the create below takes it.
-    for (mdev::Parent& parent : inventory_.parents) {
-      if (parent.name != d.key.parent) continue;
-      for (mdev::VgpuType& type : parent.types) {
-        if (type.id == d.key.type_id) ++type.available_instances;
-      }
-    }
+    DropVgpuFromView(*plan.replace_vgpu);  // the create below takes the freed instance
   }
   // Record first: a crash between the kernel's create and our write must not leave a vGPU whose
   // origin nobody knows. A record whose vGPU never appeared is harmless (the slot is reused).
@@ -582,20 +605,17 @@ ContainerAllocation ResourceManager::Answer(const std::string& resource,
   ContainerAllocation out;
   out.devices.push_back({"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"});
   std::set<uint32_t> groups;
-  std::vector<std::string> ids, uuids, types;
+  EnvVgpus env;
   for (const AllocatedVgpu& v : vgpus) {
     if (groups.insert(v.iommu_group).second) {
       out.devices.push_back({v.vfio_device, v.vfio_device, "rw"});
     }
-    ids.push_back(v.device_id);
-    uuids.push_back(v.vgpu_id);
-    types.push_back(v.type_id);
+    env.device_ids.push_back(v.device_id);
+    env.vgpu_ids.push_back(v.vgpu_id);
+    env.types.push_back(v.type_id);
     if (config_.cdi_enabled) out.cdi_devices.push_back(resource + "=" + v.device_id);
   }
-  std::string prefix = EnvPrefix(resource);
-  out.envs[prefix + "DEVICE_IDS"] = Join(ids);
-  out.envs[prefix + "UUIDS"] = Join(uuids);
-  out.envs[prefix + "TYPES"] = Join(types);
+  RenderAllocationEnv(resource, env, out.envs);
   out.vgpus = std::move(vgpus);
   return out;
 }
@@ -606,7 +626,16 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
   std::vector<ContainerAllocation> answers;
   bool changed = false;
   std::function<void()> requester;
-  if (Status removed = RemoveEarlierVgpus(resource, containers); !removed.ok()) {
+  Status shape = CheckShape(resource, containers);
+  if (!shape.ok()) {
+    if (observer_ != nullptr) observer_->OnAllocation(resource, shape);
+    spdlog::warn("allocate refused resource={} reason={}", LogSafe(resource), shape.message());
+    return shape;
+  }
+  // Who holds the earlier vGPUs of the requested IDs: asked without the manager's lock, so a
+  // slow kubelet delays only this call.
+  JudgedMap judged = JudgeEarlier(resource, containers);
+  if (Status removed = RemoveEarlierVgpus(resource, containers, judged); !removed.ok()) {
     if (observer_ != nullptr) observer_->OnAllocation(resource, removed);
     spdlog::warn("allocate failed resource={} reason={}", resource, removed.ToString());
     return removed;
@@ -616,7 +645,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     requester = refresh_requester_;
     result = WaitForRemovals(lock, containers);
     std::vector<std::vector<Plan>> plans;
-    if (result.ok()) result = Validate(resource, containers, plans);
+    if (result.ok()) result = Validate(resource, containers, judged, plans);
     if (result.ok() && config_.cdi_enabled) result = ValidateCdiKind(resource);
     std::vector<std::string> created;
     for (size_t c = 0; result.ok() && c < plans.size(); ++c) {
@@ -669,7 +698,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
   }
   if (observer_ != nullptr) observer_->OnAllocation(resource, result);
   if (!result.ok()) {
-    spdlog::warn("allocate failed resource={} reason={}", resource, result.ToString());
+    spdlog::warn("allocate failed resource={} reason={}", LogSafe(resource), result.ToString());
   }
   if (changed) {
     if (!result.ok()) AfterChange(true);
@@ -684,8 +713,58 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
   return answers;
 }
 
-Status ResourceManager::RemoveEarlierVgpus(
+ResourceManager::JudgedMap ResourceManager::JudgeEarlier(
     const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
+  std::vector<CreatedVgpu> earlier;
+  {
+    std::lock_guard lock(mutex_);
+    auto view = views_.find(resource);
+    if (view == views_.end()) return {};
+    for (const auto& ids : containers) {
+      for (const std::string& id : ids) {
+        auto d = std::lower_bound(
+            view->second.begin(), view->second.end(), id,
+            [](const Device& device, const std::string& wanted) { return device.id < wanted; });
+        if (d == view->second.end() || d->id != id || !d->ours || !d->vgpu_exists) continue;
+        auto record = std::find_if(records_.begin(), records_.end(),
+                                   [&](const CreatedVgpu& r) { return r.device_id == id; });
+        if (record != records_.end()) earlier.push_back(*record);
+      }
+    }
+  }
+  JudgedMap out;
+  if (earlier.empty()) return out;
+  std::vector<HolderAnswer> answers = holders_.CheckAll(earlier);
+  for (size_t i = 0; i < earlier.size() && i < answers.size(); ++i) {
+    out[earlier[i].device_id] = {earlier[i].vgpu_id, answers[i]};
+  }
+  return out;
+}
+
+Status ResourceManager::CheckShape(const std::string& resource,
+                                   const std::vector<std::vector<std::string>>& containers) {
+  size_t total = 0;
+  for (size_t i = 0; i < containers.size(); ++i) {
+    for (const std::string& id : containers[i]) {
+      if (id.size() > kMaxDeviceIdLength) {
+        return Invalid("container request " + std::to_string(i) + " for " + LogSafe(resource) +
+                       ": device ID " + LogSafe(id) + " is longer than " +
+                       std::to_string(kMaxDeviceIdLength) + " characters; no such device exists");
+      }
+      ++total;
+    }
+  }
+  if (total > kMaxDevicesPerRequest) {
+    return Invalid("allocate request for " + LogSafe(resource) + " names " + std::to_string(total) +
+                   " devices, more than the " + std::to_string(kMaxDevicesPerRequest) +
+                   " a node can have");
+  }
+  return Status::Ok();
+}
+
+Status ResourceManager::RemoveEarlierVgpus(const std::string& resource,
+                                           const std::vector<std::vector<std::string>>& containers,
+                                           const JudgedMap& judged) {
   // Which requested IDs still have our earlier vGPU with no pod holding it. A request Validate
   // will refuse (an unknown, unhealthy or repeated ID, a holder nobody can name) removes
   // nothing: it is answered under the lock, with nothing changed.
@@ -710,7 +789,11 @@ Status ResourceManager::RemoveEarlierVgpus(
         auto record = std::find_if(records_.begin(), records_.end(),
                                    [&](const CreatedVgpu& r) { return r.device_id == id; });
         if (record == records_.end()) return Status::Ok();
-        Holding holding = holders_.Check(*record).holding;
+        auto verdict = judged.find(id);
+        if (verdict == judged.end() || verdict->second.vgpu_id != record->vgpu_id) {
+          return Status::Ok();  // changed meanwhile: Validate refuses it
+        }
+        Holding holding = verdict->second.answer.holding;
         if (holding == Holding::kUnknown) return Status::Ok();
         if (holding == Holding::kFree) earlier.emplace_back(id, record->vgpu_id);
       }
@@ -819,7 +902,9 @@ Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::stri
       std::erase_if(records_, [&](const CreatedVgpu& r) {
         return r.device_id == device_id && r.vgpu_id == vgpu_id;
       });
-      std::erase_if(inventory_.vgpus, [&](const mdev::Vgpu& v) { return v.id == vgpu_id; });
+      // The kernel counts the instance free again. Without this the recompute below would list
+      // one device fewer than kubelet was told (the highest free ID) until the rescan.
+      DropVgpuFromView(vgpu_id);
       Status saved = SaveRecords();
       if (!saved.ok()) {
         spdlog::warn(

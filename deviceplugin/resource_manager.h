@@ -77,6 +77,9 @@ struct LifecycleSnapshot {
   std::vector<std::string> foreign;  // vGPUs in sysfs this plugin did not create: never touched
 };
 
+// More device IDs than this in one Allocate is no real request (kubelet asks per container).
+inline constexpr size_t kMaxDevicesPerRequest = 4096;
+
 struct PreferredRequest {
   std::vector<std::string> available;
   std::vector<std::string> must_include;
@@ -148,21 +151,36 @@ class ResourceManager {
 
  private:
   struct Plan;
+  struct Judged {
+    std::string vgpu_id;  // the earlier vGPU the answer is about
+    HolderAnswer answer;
+  };
+  using JudgedMap = std::map<std::string, Judged>;  // by device ID
+
+  // Sizes kubelet never sends (IDs over 63 characters, more devices than any node has): refused
+  // before anything is looked up.
+  static Status CheckShape(const std::string& resource,
+                           const std::vector<std::vector<std::string>>& containers);
+  JudgedMap JudgeEarlier(const std::string& resource,
+                         const std::vector<std::vector<std::string>>& containers);
 
   void Recompute();  // views_ from inventory_ + records_; caller holds mutex_
   Status Validate(const std::string& resource, const std::vector<std::vector<std::string>>& c,
-                  std::vector<std::vector<Plan>>& plans);
+                  const JudgedMap& judged, std::vector<std::vector<Plan>>& plans);
   Result<AllocatedVgpu> Realize(const Plan& plan, std::vector<std::string>& created);
   void RollBack(const std::string& resource, const std::vector<std::string>& created);
   Status SaveRecords();
   Status WaitForRemovals(std::unique_lock<std::mutex>& lock,
                          const std::vector<std::vector<std::string>>& containers);
   Status RemoveEarlierVgpus(const std::string& resource,
-                            const std::vector<std::vector<std::string>>& containers);
+                            const std::vector<std::vector<std::string>>& containers,
+                            const JudgedMap& judged);
   Status WriteCdiSpecs(const std::string& resource);
   ContainerAllocation Answer(const std::string& resource, std::vector<AllocatedVgpu> vgpus) const;
   void AfterChange(bool changed);
   const mdev::Parent* FindParent(const std::string& name) const;
+  // A vGPU the kernel removed: out of the cached view, its instance counted free again.
+  void DropVgpuFromView(const std::string& vgpu_id);
   std::map<std::string, DeviceCounts> CountsLocked() const;
   bool Offered(const mdev::Parent& parent, const mdev::VgpuType& type) const;
 

@@ -77,7 +77,7 @@ class LifecycleFlowTest : public ::testing::Test {
     options.pods = &pods_;
     options.events = &events_;
     // Long enough that a pass between Allocate and kubelet's records cannot take the vGPU.
-    options.settle = 300ms;
+    options.settle = settle_;
     daemon_ = std::make_unique<Daemon>(options);
     Status started = daemon_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
@@ -125,6 +125,15 @@ class LifecycleFlowTest : public ::testing::Test {
   std::vector<kubelet::PodResources> running_;
   std::vector<kvgpu::testing::CheckpointRecord> checkpoint_entries_;
   std::unique_ptr<Daemon> daemon_;
+  std::chrono::milliseconds settle_ = 300ms;
+
+  void RestartDaemonWithSettle(std::chrono::milliseconds settle) {
+    daemon_->Stop();
+    daemon_.reset();
+    settle_ = settle;
+    StartDaemon();
+    pods_.Sync({});
+  }
 };
 
 TEST_F(LifecycleFlowTest, APodsVgpuIsRemovedWithinASecondOfItsDeletionAndCapacityComesBack) {
@@ -161,6 +170,85 @@ TEST_F(LifecycleFlowTest, AReusedDeviceIdGetsAFreshVgpuAndALivePodKeepsItsOwn) {
   EXPECT_TRUE(Exists(second));
   EXPECT_TRUE(Exists(kept)) << "invariant 1";
   EXPECT_EQ(sim_.model().VgpuIds().size(), 2u);
+}
+
+// #14 item 1: pod a is deleted a second after admission and kubelet hands its device ID to
+// pod b. Age is no holder: b gets a vGPU of its own although a's is only moments old.
+TEST_F(LifecycleFlowTest, AnIdHandedOnMomentsAfterItsPodWasDeletedGetsAFreshVgpu) {
+  RestartDaemonWithSettle(5s);
+  const std::string id = sim_.gpu(0) + "-nvidia-222-0";
+  std::string first = RunPod("uid-1", "a", id);
+  DeletePod("uid-1", "a");
+  std::string second = RunPod("uid-2", "b", id);
+  EXPECT_NE(second, first) << "a vGPU handed to another pod";
+  EXPECT_FALSE(Exists(first));
+  EXPECT_TRUE(Exists(second));
+}
+
+// kubelet's devicesToReuse: the init container's device is asked for again by the app container
+// of the same pod, after kubelet recorded the init container's allocation in its checkpoint.
+TEST_F(LifecycleFlowTest, AnAppContainerGetsItsInitContainersVgpu) {
+  RestartDaemonWithSettle(5s);
+  const std::string id = sim_.gpu(0) + "-nvidia-222-0";
+  pods_.Emit(kube::PodEventType::kAdded, Pod("uid-1", "p"));  // bound before kubelet admits it
+  running_.push_back({"default", "p", {{"main", {}}}});       // kubelet lists the pod it admits
+  podresources_.SetPods(running_);
+  v1beta1::AllocateResponse init;
+  ASSERT_TRUE(kubelet_.Allocate(k222, {{id}}, &init).ok());
+  checkpoint_entries_.push_back(
+      {"uid-1", "init", k222, {id}, -1, init.container_responses(0).SerializeAsString()});
+  checkpoint_.Write(checkpoint_entries_);
+  v1beta1::AllocateResponse app;
+  grpc::Status status = kubelet_.Allocate(k222, {{id}}, &app);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(app.container_responses(0).envs().at("KVGPU_VGPU_222_UUIDS"),
+            init.container_responses(0).envs().at("KVGPU_VGPU_222_UUIDS"));
+  EXPECT_EQ(sim_.model().VgpuIds().size(), 1u);
+}
+
+// #14 item 1: kubelet no longer lists pod a, its checkpoint still names a, and the API server
+// is gone: nobody can tell whether a lives, so its vGPU is neither handed on nor removed.
+TEST_F(LifecycleFlowTest, WithNeitherKubeletNorTheApiServerAnsweringNothingIsHandedOn) {
+  RestartDaemonWithSettle(5s);
+  const std::string id = sim_.gpu(0) + "-nvidia-222-0";
+  std::string first = RunPod("uid-1", "a", id);
+  pods_.SetFollowing(false);
+  std::erase_if(running_, [](const kubelet::PodResources& p) { return p.name == "a"; });
+  podresources_.SetPods(running_);
+  v1beta1::AllocateResponse response;
+  grpc::Status status = kubelet_.Allocate(k222, {{id}}, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_EQ(sim_.model().VgpuIds(), std::vector<std::string>{first});
+}
+
+// #14 item 2: kubelet restarts (kubelet.sock comes back, the plugin registers again) and its
+// PodResources answers, but lists no pods yet. No API server to ask. The live pod's vGPU stays
+// until kubelet lists pods again; the vGPU of a pod deleted afterwards then goes.
+TEST_F(LifecycleFlowTest, AfterAKubeletRestartNothingIsRemovedUntilItListsPodsAgain) {
+  const std::string id = sim_.gpu(0) + "-nvidia-222-0";
+  std::string vgpu = RunPod("uid-1", "live", id);
+  ASSERT_TRUE(Eventually([&] { return HasEvent("VgpuCreated"); }));
+  pods_.SetFollowing(false);
+  std::this_thread::sleep_for(2 * settle_);
+  size_t registrations = kubelet_.Registrations().size();
+  ASSERT_TRUE(kubelet_.Restart());
+  ASSERT_TRUE(kubelet_.WaitUntil([&] {
+    return kubelet_.Registrations().size() >= registrations + 2 && kubelet_.Connected(k222);
+  }));
+  podresources_.SetPods({});               // restarted: answers, knows no pods yet
+  checkpoint_.Write(checkpoint_entries_);  // kubelet rewrites it once plugins registered
+  for (int i = 0; i < 3; ++i) {
+    daemon_->reconciler().Trigger(false);
+    std::this_thread::sleep_for(2 * settle_);
+    ASSERT_TRUE(Exists(vgpu)) << "a live pod's vGPU removed after a kubelet restart";
+  }
+  podresources_.SetPods(running_);  // kubelet knows its pods again
+  daemon_->reconciler().Trigger(false);
+  std::this_thread::sleep_for(2 * settle_);
+  EXPECT_TRUE(Exists(vgpu));
+  DeletePod("uid-1", "live");
+  daemon_->reconciler().Trigger(false);
+  EXPECT_TRUE(Eventually([&] { return !Exists(vgpu); })) << "no leak once kubelet is back";
 }
 
 TEST_F(LifecycleFlowTest, APluginRestartKeepsLivePodsVgpusAndCollectsThoseOfPodsGoneMeanwhile) {

@@ -154,11 +154,99 @@ TEST(JudgeTest, ForAllocateKubeletsBooksAreFinalSoAnEndedPodsVgpuIsNeverHandedOn
   facts.kubelet_holders[{kResource, "d0"}] = "default/a";
   EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kHeld)
       << "the pod kubelet lists asks again: same vGPU";
-  EXPECT_EQ(Judge(Record("d0", now - 1), HolderFacts{true, 1, "", {}, {}, false, {}}, now, 5s,
-                  Purpose::kAllocation)
-                .holding,
-            Holding::kHeld)
-      << "init and app containers of one pod share a device allocated moments ago";
+  facts.kubelet_holders.clear();
+  facts.kubelet_pods.insert("default/a");
+  facts.checkpoint_known = true;
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kHeld)
+      << "the checkpoint gives it to a pod kubelet and the API both show alive: its app "
+         "container asks for its init container's device";
+}
+
+// #14 item 1: age never makes a vGPU held for Allocate. Pod a got d0 a second ago and was
+// deleted; kubelet hands d0 to pod b: b must get a vGPU of its own.
+TEST(JudgeTest, ForAllocateAYoungVgpuOfAPodThatIsGoneIsNotHandedOn) {
+  const int64_t now = 10'000'000;
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_up_unix_ms = 1;
+  facts.checkpoint_known = true;
+  facts.api_following = true;
+  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running", true);  // being deleted
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kFree)
+      << "allocated 1 s ago, its pod deleted: a fresh vGPU for the next pod";
+  facts.api_pods.erase("uid-a");
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kFree)
+      << "its pod gone from the API server too";
+  facts.api_following = false;
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kUnknown)
+      << "the checkpoint names a pod and nobody can say whether it lives: nothing handed on";
+  EXPECT_EQ(Judge(Record("d0", now - 60000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kUnknown)
+      << "however old: age tells nothing about who asks";
+  facts.api_configured = false;
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kFree)
+      << "no API server at all: kubelet's word alone, which no longer lists the old pod";
+  facts.checkpoint_uids.clear();
+  facts.checkpoint_known = false;
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kUnknown)
+      << "no checkpoint at all: a young vGPU's next container cannot be told from a new pod";
+  EXPECT_EQ(Judge(Record("d0", now - 6000), facts, now, 5s, Purpose::kAllocation).holding,
+            Holding::kFree);
+}
+
+// #14 item 1, removal side: a young vGPU is protected (kubelet records its pod only after
+// Allocate returns) until its pod is gone from kubelet and the API server alike.
+TEST(JudgeTest, AYoungVgpusProtectionEndsWithItsPodInKubeletAndTheApiServer) {
+  const int64_t now = 10'000'000;
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_up_unix_ms = 1;
+  facts.api_following = true;
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld)
+      << "no pod recorded yet: protected";
+  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld);
+  facts.api_pods["uid-a"].deleting = true;
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kFree)
+      << "its pod deleted and kubelet does not list it: no longer protected by its age";
+  facts.api_following = false;
+  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld)
+      << "API server not followed: its age still protects it";
+}
+
+// #14 item 2: a restarted kubelet answers PodResources with nothing for a while.
+TEST(JudgeTest, NothingIsRemovedUntilARestartedKubeletListsTheNodesPodsAgain) {
+  const int64_t now = 10'000'000;
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_up_unix_ms = 1;
+  facts.kubelet_resynced = false;
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s).holding, Holding::kUnknown);
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kFree)
+      << "Allocate goes by kubelet's books";
+
+  HolderFacts api;
+  api.api_following = true;
+  api.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+  api.checkpoint_uids[{kResource, "d1"}] = {"uid-gone"};
+  api.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
+  EXPECT_FALSE(Resynced({}, api)) << "the API shows a with a device, kubelet lists nothing";
+  EXPECT_TRUE(Resynced({PodHolding("a", {})}, api));
+  HolderFacts no_api;
+  no_api.checkpoint_uids = api.checkpoint_uids;
+  EXPECT_FALSE(Resynced({}, no_api)) << "no API: an empty answer is no proof";
+  EXPECT_TRUE(Resynced({PodHolding("x", {})}, no_api));
+  EXPECT_FALSE(Resynced({}, HolderFacts{})) << "no checkpoint read: an empty answer is no proof";
+  HolderFacts empty_checkpoint;
+  empty_checkpoint.checkpoint_known = true;
+  EXPECT_TRUE(Resynced({}, empty_checkpoint)) << "the checkpoint gives nobody a device";
 }
 
 TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAgain) {
@@ -215,9 +303,23 @@ class BlockingRemoveIo : public mdev::SysfsIo {
       changed_.wait(lock, [&] { return !hold_; });
       --blocked_;
     }
-    return inner_.WriteFile(p, data);
+    Status written = inner_.WriteFile(p, data);
+    if (p.filename() == "remove") {
+      std::lock_guard lock(mutex_);
+      scans_held_ = hold_scans_after_remove_;
+    }
+    return written;
   }
   Result<std::vector<std::string>> ListDir(const std::filesystem::path& p) override {
+    {
+      std::unique_lock lock(mutex_);
+      if (scans_held_) {
+        ++scans_blocked_;
+        changed_.notify_all();
+        changed_.wait(lock, [&] { return !scans_held_; });
+        --scans_blocked_;
+      }
+    }
     return inner_.ListDir(p);
   }
   Result<std::filesystem::path> ReadLink(const std::filesystem::path& p) override {
@@ -238,6 +340,18 @@ class BlockingRemoveIo : public mdev::SysfsIo {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return blocked_ > 0; });
   }
+  // After the next remove, sysfs scans wait until released: the moment between the kernel's
+  // remove and the rescan that follows it.
+  void HoldScansAfterRemove(bool hold) {
+    std::lock_guard lock(mutex_);
+    hold_scans_after_remove_ = hold;
+    if (!hold) scans_held_ = false;
+    changed_.notify_all();
+  }
+  void WaitUntilScanBlocked() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return scans_blocked_ > 0; });
+  }
 
  private:
   mdev::SysfsIo& inner_;
@@ -245,6 +359,9 @@ class BlockingRemoveIo : public mdev::SysfsIo {
   std::condition_variable changed_;
   bool hold_ = false;
   int blocked_ = 0;
+  bool hold_scans_after_remove_ = false;
+  bool scans_held_ = false;
+  int scans_blocked_ = 0;
 };
 
 // The reconciler over the mtty kernel model; kubelet and the API server stood in for.
@@ -493,6 +610,72 @@ TEST(AllocateReuseTest, TheKernelsBlockingRemoveOfAnOldVgpuDoesNotHoldUpOtherAll
   f.io.Hold(false);
   f.ExpectReplaced(old_vgpu, reuse.get());
   EXPECT_TRUE(f.Exists(other.get()));
+}
+
+// #14 item 6: after a removal, the list must still hold every ID kubelet was told of until the
+// rescan; the highest free ID used to drop out (and be refused as unknown) in between.
+TEST(ReconcilerTest, BetweenARemovalAndItsRescanEveryAdvertisedIdStaysListed) {
+  Lifecycle f;
+  f.Allocate("mtty-mtty-2-0");
+  std::vector<std::string> before;
+  for (const Device& d : f.manager.Devices(kResource)) before.push_back(d.id);
+  f.podresources.SetPods({});
+  f.io.HoldScansAfterRemove(true);
+  auto pass = std::async(std::launch::async, [&] { return f.reconciler.RunPass(); });
+  f.io.WaitUntilScanBlocked();
+  std::vector<std::string> during;
+  for (const Device& d : f.manager.Devices(kResource)) during.push_back(d.id);
+  EXPECT_EQ(during, before) << "an advertised ID vanished before the rescan";
+  auto answer = f.manager.PreferredAllocation(kResource, {{before, {}, 1}});
+  EXPECT_TRUE(answer.ok()) << answer.status().ToString();
+  f.io.HoldScansAfterRemove(false);
+  pass.get();
+  std::vector<std::string> after;
+  for (const Device& d : f.manager.Devices(kResource)) after.push_back(d.id);
+  EXPECT_EQ(after, before);
+}
+
+// #14 item 3: Allocate asks kubelet who holds an earlier vGPU without the manager's lock, so a
+// hung PodResources API delays that call only: rescans, lists and other Allocates go on.
+TEST(AllocateReuseTest, AHungKubeletDelaysOnlyTheAllocateThatNeedsItsAnswer) {
+  Lifecycle f;
+  f.Allocate("mtty-mtty-2-0");
+  f.podresources.Hold(true);
+  auto reuse = std::async(std::launch::async,
+                          [&] { return f.manager.Allocate(kResource, {{"mtty-mtty-2-0"}}); });
+  f.podresources.WaitUntilHanging(1);
+  auto refresh = std::async(std::launch::async, [&] { return f.manager.Refresh(); });
+  auto other = std::async(std::launch::async,
+                          [&] { return f.manager.Allocate(kResource, {{"mtty-mtty-2-1"}}); });
+  bool refreshed = refresh.wait_for(3s) == std::future_status::ready;
+  bool allocated = other.wait_for(3s) == std::future_status::ready;
+  f.podresources.Hold(false);
+  EXPECT_TRUE(refreshed) << "a rescan waited for kubelet";
+  EXPECT_TRUE(allocated) << "an Allocate that needs no holder waited for kubelet";
+  EXPECT_TRUE(other.get().ok());
+  EXPECT_TRUE(refresh.get().ok());
+  EXPECT_TRUE(reuse.get().ok());
+}
+
+// #14 item 3: callers asking at once share one List (each gets one that started after it
+// asked), so a slow kubelet costs one call's time, not one per device ID.
+TEST(AllocateReuseTest, ConcurrentHolderChecksShareOneKubeletList) {
+  Lifecycle f;
+  f.podresources.Hold(true);
+  int before = f.podresources.calls();
+  auto first = std::async(std::launch::async, [&] { return f.tracker.Collect(); });
+  f.podresources.WaitUntilHanging(1);
+  std::vector<std::future<HolderFacts>> waiting;
+  for (int i = 0; i < 4; ++i) {
+    waiting.push_back(std::async(std::launch::async, [&] { return f.tracker.Collect(); }));
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(f.podresources.calls() - before, 1) << "callers queue behind the List in flight";
+  f.podresources.Hold(false);
+  first.get();
+  for (auto& w : waiting) EXPECT_TRUE(w.get().kubelet_known);
+  EXPECT_LE(f.podresources.calls() - before, 2)
+      << "the four that came during the first List share the next one";
 }
 
 TEST(ReconcilerTest, EventsThatCannotBePostedDoNotStopRemovals) {

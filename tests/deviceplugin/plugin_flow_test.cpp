@@ -214,6 +214,16 @@ TEST_F(PluginFlowTest, BadRequestsGetClearErrorsAndChangeNothing) {
        "belongs to tencent.com/vgpu-223"},
       {"empty request", {}, grpc::StatusCode::INVALID_ARGUMENT, "no containers"},
       {"container without devices", {{}}, grpc::StatusCode::INVALID_ARGUMENT, "no devices"},
+      // #14 item 7: an oversize ID is the request's fault, not a resource shortage, and the
+      // answer does not echo a megabyte back (that made the trailer too big: RESOURCE_EXHAUSTED).
+      {"1 MiB device ID",
+       {{std::string(1 << 20, 'x')}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "longer than 63 characters"},
+      {"ID with a newline (a forged log line)",
+       {{"0000:3b:00.0-nvidia-222-0\n[info] vgpu created"}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "0000:3b:00.0-nvidia-222-0\\n[info]"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.description);
@@ -221,7 +231,9 @@ TEST_F(PluginFlowTest, BadRequestsGetClearErrorsAndChangeNothing) {
     grpc::Status status = kubelet_.Allocate(k222, c.containers, &response);
     EXPECT_EQ(status.error_code(), c.code);
     EXPECT_NE(status.error_message().find(c.message_part), std::string::npos)
-        << status.error_message();
+        << status.error_message().substr(0, 200);
+    EXPECT_LT(status.error_message().size(), 512u) << "peer input is capped in answers";
+    EXPECT_EQ(status.error_message().find('\n'), std::string::npos) << "and escaped";
     EXPECT_TRUE(sim_.model().VgpuIds().empty());
   }
 }

@@ -30,6 +30,12 @@ size_t CountOn(const std::vector<Device>& devices, const std::string& gpu) {
   }));
 }
 
+std::vector<std::string> IdsOf(const std::vector<Device>& devices) {
+  std::vector<std::string> out;
+  for (const Device& d : devices) out.push_back(d.id);
+  return out;
+}
+
 // CDI specs go to the test's own directory.
 Config InTempDir(Config config, const SimNode& sim) {
   config.cdi_dir = sim.dir() / "cdi";
@@ -177,6 +183,47 @@ TEST(ResourceManagerTest, LockingHidesOtherTypesOnThatGpuAndFreeingBringsThemBac
       << "the recorded device and the freed instance must not be listed twice";
 }
 
+// #14 item 4: kubelet admits pods of different types back to back. Allocate asks for the
+// rescan that shows GPU 0 locked to 222 off the request path (the daemon's refresh requester),
+// so until it lands 223 still lists GPU 0's devices; the preferred allocation must not send 223
+// there while GPU 1 is free.
+TEST(ResourceManagerTest, PreferredAllocationRightAfterALockSendsAnotherTypeToAFreeGpu) {
+  Fixture f("t4x2");
+  f.manager.SetRefreshRequester([] {});  // the rescan has not happened yet
+  const std::string gpu1 = f.sim.gpu(1);
+  const std::string r222 = "tencent.com/vgpu-222", r223 = "tencent.com/vgpu-223";
+  auto first = f.manager.PreferredAllocation(r222, {{IdsOf(f.Devices(r222)), {}, 1}});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(f.manager.Allocate(r222, {first->at(0)}).ok());
+  std::vector<std::string> available = IdsOf(f.Devices(r223));
+  ASSERT_EQ(available.size(), 16u) << "the stale list still shows both GPUs";
+  auto second = f.manager.PreferredAllocation(r223, {{available, {}, 1}});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_EQ(second->at(0).size(), 1u);
+  EXPECT_EQ(second->at(0)[0].rfind(gpu1, 0), 0u)
+      << "223 sent to the GPU 222 just locked: " << second->at(0)[0];
+  auto allocated = f.manager.Allocate(r223, {second->at(0)});
+  EXPECT_TRUE(allocated.ok()) << allocated.status().ToString();
+}
+
+// #14 item 5: every A100 VF shows each type once, but the GPU hosts at most max_instance of a
+// type: 1 x 80C, 2 x 40C, 20 x 4C.
+TEST(ResourceManagerTest, SriovTypesAdvertiseWhatTheGpuCanHostNotOnePerVf) {
+  Fixture f("a100-sriov");
+  EXPECT_EQ(f.Devices("tencent.com/vgpu-698").size(), 1u) << "A100D-80C";
+  EXPECT_EQ(f.Devices("tencent.com/vgpu-697").size(), 2u) << "A100D-40C";
+  EXPECT_EQ(f.Devices("tencent.com/vgpu-692").size(), 20u) << "A100D-4C";
+  std::vector<std::string> two = IdsOf(f.Devices("tencent.com/vgpu-697"));
+  auto allocated = f.manager.Allocate("tencent.com/vgpu-697", {{two[0]}});
+  ASSERT_TRUE(allocated.ok()) << allocated.status().ToString();
+  std::vector<Device> after = f.Devices("tencent.com/vgpu-697");
+  EXPECT_EQ(after.size(), 2u) << "the one made and the one still possible";
+  auto second = f.manager.Allocate("tencent.com/vgpu-697",
+                                   {{after[0].id == two[0] ? after[1].id : after[0].id}});
+  EXPECT_TRUE(second.ok()) << "every advertised device can be allocated: "
+                           << second.status().ToString();
+}
+
 TEST(ResourceManagerTest, PinningAndAllowedTypesRestrictWhatIsOffered) {
   struct Case {
     std::string description;
@@ -284,6 +331,19 @@ TEST(ResourceManagerTest, PreferredAllocationRefusesImpossibleRequests) {
     ASSERT_FALSE(answer.ok());
     EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kInvalid);
   }
+}
+
+// #14 item 8: kubelet's available list may hold IDs this resource does not list (another
+// resource's, or one gone meanwhile); the answer names only devices this resource lists.
+TEST(ResourceManagerTest, PreferredAllocationAnswersOnlyDevicesThisResourceLists) {
+  Fixture f("t4x2");
+  const std::string r = "tencent.com/vgpu-223";
+  std::vector<std::string> ours = IdsOf(f.Devices(r));
+  ASSERT_FALSE(ours.empty());
+  PreferredRequest request{{ours[0], f.sim.gpu(0) + "-nvidia-222-0", "no-such-device"}, {}, 3};
+  auto answer = f.manager.PreferredAllocation(r, {request});
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  EXPECT_EQ(answer->at(0), std::vector<std::string>{ours[0]});
 }
 
 TEST(ResourceManagerTest, AllocateAnswersVfioDevicesEnvAndCdiNames) {

@@ -1,7 +1,9 @@
 // A PodResourcesSource that answers from what the test set, for lifecycle tests without gRPC;
-// SetDown() makes every call fail as an absent kubelet socket does.
+// SetDown() makes every call fail as an absent kubelet socket does; Hold() makes List hang, as a
+// stuck kubelet's does, until released (the real client's deadline is not modelled here).
 #pragma once
 
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,9 +24,26 @@ class StaticPodResources : public kubelet::PodResourcesSource {
     down_ = down;
   }
 
-  kube::Result<std::vector<kubelet::PodResources>> List() override {
+  void Hold(bool hold) {
     std::lock_guard lock(mutex_);
+    hold_ = hold;
+    changed_.notify_all();
+  }
+  // Waits until `n` List calls are hanging.
+  void WaitUntilHanging(int n) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return hanging_ >= n; });
+  }
+
+  kube::Result<std::vector<kubelet::PodResources>> List() override {
+    std::unique_lock lock(mutex_);
     ++calls_;
+    if (hold_) {
+      ++hanging_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return !hold_; });
+      --hanging_;
+    }
     if (down_) return Down();
     return pods_;
   }
@@ -51,8 +70,11 @@ class StaticPodResources : public kubelet::PodResourcesSource {
                        "PodResources: kubelet.sock unavailable (test)");
   }
   mutable std::mutex mutex_;
+  std::condition_variable changed_;
   std::vector<kubelet::PodResources> pods_;
   bool down_ = false;
+  bool hold_ = false;
+  int hanging_ = 0;
   int calls_ = 0;
 };
 
