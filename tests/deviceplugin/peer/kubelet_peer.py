@@ -353,7 +353,10 @@ class Kubelet:
 
     def _update_allocated_devices(self):
         """Forgets the devices of pods that are no longer active (kubelet's
-        UpdateAllocatedDevices, run before every admission)."""
+        UpdateAllocatedDevices, run before every admission and every List). Not before the pod
+        sources are ready after a restart (sourcesReady): every pod would look inactive then."""
+        if not self.synced:
+            return
         for uid in list(self.pod_devices):
             if uid not in self.active:
                 del self.pod_devices[uid]

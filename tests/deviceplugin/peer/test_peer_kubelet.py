@@ -99,23 +99,6 @@ def test_init_and_app_container_of_one_pod_share_their_vgpu(make_node):
     assert set(node.vgpus()) == set(uuids_of(app))
 
 
-def test_without_the_api_server_an_init_containers_vgpu_is_never_replaced(make_node):
-    """With kubelet's word alone the plugin cannot tell the pod's next container from a new pod
-    (the checkpoint names pod UIDs, PodResources names pods): it may refuse, but it must never
-    remove the vGPU the init container was given and hand out another."""
-    node = make_node("t4x2", 12, api=False)
-    pod = Pod("p", [Container("init", {T4_1Q: 1}, init=True), Container("app", {T4_1Q: 1})])
-    try:
-        node.kubelet.admit(pod)
-    except AdmissionError:
-        pass
-    init = node.kubelet.pod_devices[pod.uid]["init"][T4_1Q]
-    assert set(uuids_of(init)) <= set(node.vgpus()), "the init container's vGPU was removed"
-    app = node.kubelet.pod_devices[pod.uid].get("app", {}).get(T4_1Q)
-    if app is not None:
-        assert uuids_of(app) == uuids_of(init)
-
-
 @BOTH
 def test_a_restarted_kubelet_that_lists_no_pods_yet_does_not_cost_live_pods_their_vgpus(
     make_node, api
