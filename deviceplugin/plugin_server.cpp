@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "deviceplugin/resource_naming.h"
@@ -284,6 +285,10 @@ class PluginServer::Service final : public api::DevicePlugin::CallbackService {
     return Answer(context, grpc::Status::OK);
   }
 
+  // Allocate may wait: for the kernel's create and remove, and for kubelet's PodResources answer
+  // when a device ID comes back. It runs on a thread of its own, never on gRPC's few callback
+  // threads (two on a two-core node), so that calls that need no such wait (other resources'
+  // Allocates, preferred allocations) are never queued behind it. Shutdown waits for its reply.
   grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
                                      const api::AllocateRequest* request,
                                      api::AllocateResponse* response) override {
@@ -291,20 +296,13 @@ class PluginServer::Service final : public api::DevicePlugin::CallbackService {
     for (const auto& c : request->container_requests()) {
       containers.emplace_back(c.devices_ids().begin(), c.devices_ids().end());
     }
-    auto allocations = manager_.Allocate(resource_, containers);
-    if (!allocations.ok()) return Answer(context, ToGrpc(allocations.status()));
-    for (const ContainerAllocation& a : *allocations) {
-      auto* out = response->add_container_responses();
-      for (const auto& [key, value] : a.envs) (*out->mutable_envs())[key] = value;
-      for (const DeviceNode& node : a.devices) {
-        auto* spec = out->add_devices();
-        spec->set_container_path(node.container_path);
-        spec->set_host_path(node.host_path);
-        spec->set_permissions(node.permissions);
-      }
-      for (const std::string& name : a.cdi_devices) out->add_cdi_devices()->set_name(name);
-    }
-    return Answer(context, grpc::Status::OK);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    std::thread([reactor, response, &manager = manager_, resource = resource_,
+                 containers = std::move(containers)] {
+      grpc::Status status = Fill(manager.Allocate(resource, containers), *response);
+      reactor->Finish(status);  // the last touch: the call and its response end here
+    }).detach();
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* PreStartContainer(grpc::CallbackServerContext* context,
@@ -315,6 +313,23 @@ class PluginServer::Service final : public api::DevicePlugin::CallbackService {
   }
 
  private:
+  static grpc::Status Fill(const Result<std::vector<ContainerAllocation>>& allocations,
+                           api::AllocateResponse& response) {
+    if (!allocations.ok()) return ToGrpc(allocations.status());
+    for (const ContainerAllocation& a : *allocations) {
+      auto* out = response.add_container_responses();
+      for (const auto& [key, value] : a.envs) (*out->mutable_envs())[key] = value;
+      for (const DeviceNode& node : a.devices) {
+        auto* spec = out->add_devices();
+        spec->set_container_path(node.container_path);
+        spec->set_host_path(node.host_path);
+        spec->set_permissions(node.permissions);
+      }
+      for (const std::string& name : a.cdi_devices) out->add_cdi_devices()->set_name(name);
+    }
+    return grpc::Status::OK;
+  }
+
   static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                           const grpc::Status& status) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

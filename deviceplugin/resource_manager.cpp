@@ -152,6 +152,12 @@ bool ResourceManager::Offered(const mdev::Parent& parent, const mdev::VgpuType& 
 }
 
 void ResourceManager::Recompute() {
+  std::map<std::pair<std::string, std::string>, std::set<uint32_t>> listed_slots;
+  for (const auto& [resource, devices] : views_) {
+    for (const Device& d : devices) {
+      if (d.healthy) listed_slots[{d.key.parent, d.key.type_id}].insert(d.key.slot);
+    }
+  }
   std::map<std::string, std::vector<Device>> views;
   std::map<std::string, std::vector<Device>> by_parent;
   std::set<std::string> existing;
@@ -202,8 +208,22 @@ void ResourceManager::Recompute() {
         free = std::min(free, budget->second);
         budget->second -= free;
       }
-      for (uint32_t slot = 0; free > 0; ++slot) {
-        if (used.contains(slot)) continue;
+      // Free slots listed before stay listed first: kubelet holds the IDs of the last list we
+      // pushed, and an ID it was given must still name a device when it asks for it (a removal,
+      // or a vGPU made elsewhere, must not shift the free IDs under it). Then the lowest unused.
+      std::vector<uint32_t> slots;
+      if (auto before = listed_slots.find({parent.name, type.id}); before != listed_slots.end()) {
+        for (uint32_t slot : before->second) {
+          if (slots.size() < free && !used.contains(slot)) slots.push_back(slot);
+        }
+      }
+      for (uint32_t slot = 0; slots.size() < free; ++slot) {
+        if (!used.contains(slot) && std::find(slots.begin(), slots.end(), slot) == slots.end()) {
+          slots.push_back(slot);
+        }
+      }
+      std::sort(slots.begin(), slots.end());
+      for (uint32_t slot : slots) {
         DeviceKey key{parent.name, type.id, slot};
         std::string id = MakeDeviceId(key);
         if (id.size() > kMaxDeviceIdLength) {
@@ -213,7 +233,6 @@ void ResourceManager::Recompute() {
         }
         parent_devices.push_back(
             Device{id, *resource, key, parent.physical_gpu, true, false, false});
-        --free;
       }
     }
   }
@@ -438,6 +457,25 @@ Status ResourceManager::Validate(const std::string& resource,
       if (!seen.insert(id).second) return Invalid("device " + LogSafe(id) + " is requested twice");
       auto owner = resource_of_.find(id);
       if (owner == resource_of_.end()) {
+        // One of ours by its shape, only no longer free: the GPU filled up or took another type
+        // since the list kubelet used was pushed. Say so, rather than "unknown".
+        for (const mdev::Parent& parent : inventory_.parents) {
+          for (const mdev::VgpuType& type : parent.types) {
+            std::optional<DeviceKey> key = ParseDeviceId(id, parent.name, type.id);
+            // A slot beyond what the type can ever hold was never advertised.
+            if (!key || (type.nvidia && type.nvidia->max_instance &&
+                         key->slot >= *type.nvidia->max_instance)) {
+              continue;
+            }
+            Result<std::string> named = ResourceNameFor(config_.naming, type);
+            if (!named.ok() || *named != resource) continue;
+            return Status::Error(ErrorCode::kNoRoom,
+                                 "device " + id + ": no room left for another " + type.id + " on " +
+                                     parent.name +
+                                     " (the GPU filled up or took another type since the list "
+                                     "kubelet used); pick another device");
+          }
+        }
         return Invalid("unknown device " + LogSafe(id) + " for " + resource +
                        " (not in the list this plugin advertises)");
       }
