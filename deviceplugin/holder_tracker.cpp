@@ -197,6 +197,10 @@ void HolderTracker::ListKubelet() {
         if (!kubelet_known_) {
           kubelet_up_unix_ms_ = UnixNowMs();
           kubelet_resynced_ = false;
+          // The first answer after our own start is trusted after `settle`; one after an error
+          // (kubelet or its PodResources server restarted) after kRestartSettle at the latest.
+          resync_bound_ = kubelet_ever_known_ ? kRestartSettle : settle_;
+          kubelet_ever_known_ = true;
           spdlog::info("kubelet PodResources answering ({} pods)", listed->size());
         }
         kubelet_known_ = true;
@@ -212,7 +216,16 @@ void HolderTracker::ListKubelet() {
           facts.api_following = api_following_;
           facts.api_pods = api_pods_;
           kubelet_resynced_ = Resynced(*listed, facts);
-          if (kubelet_resynced_) spdlog::info("kubelet lists the node's pods again");
+          if (kubelet_resynced_) {
+            spdlog::info("kubelet lists the node's pods again");
+          } else if (UnixNowMs() - kubelet_up_unix_ms_ >= resync_bound_.count()) {
+            // A node whose pods are all gone lists nothing for good: invariant 2 needs an end.
+            kubelet_resynced_ = true;
+            spdlog::info(
+                "kubelet has listed no pod for {} ms since it (re)started; taking its "
+                "answer as complete",
+                resync_bound_.count());
+          }
         }
       } else {
         if (kubelet_known_ || kubelet_problem_ != listed.error().message()) {
@@ -278,6 +291,7 @@ void HolderTracker::KubeletRestarted(const std::string& how) {
   std::lock_guard lock(mutex_);
   kubelet_up_unix_ms_ = UnixNowMs();
   kubelet_resynced_ = false;
+  resync_bound_ = kRestartSettle;
   spdlog::info("kubelet restarted ({}): no vGPU is removed until it lists the node's pods again",
                how);
 }

@@ -146,6 +146,11 @@ class HolderTracker : public HolderOracle {
 
   mutable std::mutex mutex_;
   bool kubelet_resynced_ = false;
+  // How long an empty answer is doubted at most: `settle` after our own start, kRestartSettle
+  // after kubelet restarted (a restarted kubelet lists nothing until its pod manager synced).
+  static constexpr std::chrono::milliseconds kRestartSettle{60000};
+  std::chrono::milliseconds resync_bound_{kRestartSettle};
+  bool kubelet_ever_known_ = false;
   bool checkpoint_known_ = false;
   bool kubelet_known_ = false;
   int64_t kubelet_up_unix_ms_ = 0;

@@ -155,7 +155,9 @@ void ResourceManager::Recompute() {
   std::map<std::pair<std::string, std::string>, std::set<uint32_t>> listed_slots;
   for (const auto& [resource, devices] : views_) {
     for (const Device& d : devices) {
-      if (d.healthy) listed_slots[{d.key.parent, d.key.type_id}].insert(d.key.slot);
+      if (!d.healthy) continue;
+      listed_slots[{d.key.parent, d.key.type_id}].insert(d.key.slot);
+      advertised_.insert(d.id);  // bounded: one entry per slot ever offered
     }
   }
   std::map<std::string, std::vector<Device>> views;
@@ -457,24 +459,13 @@ Status ResourceManager::Validate(const std::string& resource,
       if (!seen.insert(id).second) return Invalid("device " + LogSafe(id) + " is requested twice");
       auto owner = resource_of_.find(id);
       if (owner == resource_of_.end()) {
-        // One of ours by its shape, only no longer free: the GPU filled up or took another type
+        // Listed to kubelet once, only no longer free: the GPU filled up or took another type
         // since the list kubelet used was pushed. Say so, rather than "unknown".
-        for (const mdev::Parent& parent : inventory_.parents) {
-          for (const mdev::VgpuType& type : parent.types) {
-            std::optional<DeviceKey> key = ParseDeviceId(id, parent.name, type.id);
-            // A slot beyond what the type can ever hold was never advertised.
-            if (!key || (type.nvidia && type.nvidia->max_instance &&
-                         key->slot >= *type.nvidia->max_instance)) {
-              continue;
-            }
-            Result<std::string> named = ResourceNameFor(config_.naming, type);
-            if (!named.ok() || *named != resource) continue;
-            return Status::Error(ErrorCode::kNoRoom,
-                                 "device " + id + ": no room left for another " + type.id + " on " +
-                                     parent.name +
-                                     " (the GPU filled up or took another type since the list "
-                                     "kubelet used); pick another device");
-          }
+        if (advertised_.contains(id)) {
+          return Status::Error(ErrorCode::kNoRoom,
+                               "device " + id +
+                                   ": no longer free (the GPU filled up or took another type "
+                                   "since the list kubelet used); pick another device");
         }
         return Invalid("unknown device " + LogSafe(id) + " for " + resource +
                        " (not in the list this plugin advertises)");

@@ -195,7 +195,8 @@ class ResourceManager {
   std::vector<CreatedVgpu> records_;
   std::map<std::string, std::vector<Device>> views_;          // resource -> devices by id
   std::unordered_map<std::string, std::string> resource_of_;  // device id -> resource
-  std::map<std::string, std::vector<Device>> last_seen_;      // parent -> its devices
+  std::set<std::string> advertised_;  // every device ID a list has offered kubelet
+  std::map<std::string, std::vector<Device>> last_seen_;  // parent -> its devices
   std::vector<std::string> naming_warnings_;
   std::function<void()> listener_;
   std::function<void()> refresh_requester_;
