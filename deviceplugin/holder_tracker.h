@@ -69,12 +69,6 @@ struct HolderFacts {
 // kubelet lists some pod, or a checkpoint was read and gives no device to anyone.
 bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFacts& facts);
 
-struct Verdict {
-  Holding holding = Holding::kUnknown;
-  std::string holder;  // "namespace/name" when known
-  std::string why;     // for logs
-};
-
 // Who asks: the reconciler, about to remove a vGPU, or Allocate, about to hand a device ID out
 // again. kubelet calls Allocate only with IDs no active pod holds in its own books (or for the pod
 // that holds them), so there its word is final and the two rules that only guard removals (kubelet
@@ -112,8 +106,8 @@ class HolderTracker : public HolderOracle {
   // returns all facts. `fresh_checkpoint` reads kubelet's checkpoint file now as well.
   HolderFacts Collect(bool fresh_checkpoint = false);
   // Allocate's question, answered with a fresh look at kubelet and its checkpoint.
-  HolderAnswer Check(const CreatedVgpu& vgpu) override;
-  std::vector<HolderAnswer> CheckAll(const std::vector<CreatedVgpu>& vgpus) override;
+  Verdict Check(const CreatedVgpu& vgpu) override;
+  std::vector<Verdict> CheckAll(const std::vector<CreatedVgpu>& vgpus) override;
   // kubelet restarted (its registration socket appeared again): nothing is removed until it
   // has answered for `settle` and lists the node's pods again.
   void KubeletRestarted(const std::string& how);
