@@ -274,6 +274,13 @@ std::vector<Verdict> HolderTracker::CheckAll(const std::vector<CreatedVgpu>& vgp
   return out;
 }
 
+void HolderTracker::OnAllocated() {
+  std::lock_guard lock(mutex_);
+  if (kubelet_resynced_ || !kubelet_known_) return;
+  kubelet_resynced_ = true;
+  spdlog::info("kubelet admits pods again (an Allocate): its pod list counts as complete");
+}
+
 void HolderTracker::KubeletRestarted(const std::string& how) {
   std::lock_guard lock(mutex_);
   kubelet_up_unix_ms_ = UnixNowMs();

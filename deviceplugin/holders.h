@@ -35,6 +35,8 @@ class HolderOracle {
   virtual Verdict Check(const CreatedVgpu& vgpu) = 0;
   // One answer per record, from one look at the sources (one PodResources List for the lot).
   // Never called under the manager's lock: asking kubelet may take up to its deadline.
+  // kubelet called Allocate and got vGPUs: it is admitting pods from its sources again.
+  virtual void OnAllocated() {}
   virtual std::vector<Verdict> CheckAll(const std::vector<CreatedVgpu>& vgpus) {
     std::vector<Verdict> out;
     out.reserve(vgpus.size());

@@ -709,6 +709,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     }
   }
   if (!result.ok()) return result;
+  holders_.OnAllocated();
   Failpoint("allocate.before-reply");
   return answers;
 }
