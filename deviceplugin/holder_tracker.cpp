@@ -269,12 +269,12 @@ HolderFacts HolderTracker::Collect(bool fresh_checkpoint) {
   return facts;
 }
 
-HolderAnswer HolderTracker::Check(const CreatedVgpu& vgpu) {
+Verdict HolderTracker::Check(const CreatedVgpu& vgpu) {
   return CheckAll({vgpu}).at(0);
 }
 
-std::vector<HolderAnswer> HolderTracker::CheckAll(const std::vector<CreatedVgpu>& vgpus) {
-  std::vector<HolderAnswer> out;
+std::vector<Verdict> HolderTracker::CheckAll(const std::vector<CreatedVgpu>& vgpus) {
+  std::vector<Verdict> out;
   if (vgpus.empty()) return out;
   HolderFacts facts = Collect(true);
   int64_t now = UnixNowMs();
@@ -282,9 +282,16 @@ std::vector<HolderAnswer> HolderTracker::CheckAll(const std::vector<CreatedVgpu>
     Verdict verdict = Judge(vgpu, facts, now, settle_, Purpose::kAllocation);
     spdlog::debug("holder check device={} verdict={} ({})", LogSafe(vgpu.device_id),
                   static_cast<int>(verdict.holding), verdict.why);
-    out.push_back({verdict.holding, verdict.holder});
+    out.push_back(std::move(verdict));
   }
   return out;
+}
+
+void HolderTracker::OnAllocated() {
+  std::lock_guard lock(mutex_);
+  if (kubelet_resynced_ || !kubelet_known_) return;
+  kubelet_resynced_ = true;
+  spdlog::info("kubelet admits pods again (an Allocate): its pod list counts as complete");
 }
 
 void HolderTracker::KubeletRestarted(const std::string& how) {

@@ -66,14 +66,9 @@ struct HolderFacts {
 
 // Whether kubelet, after a restart, lists the node's pods again: with the API server followed,
 // every pod it shows alive that the checkpoint gave a device is listed by kubelet; without it,
-// kubelet lists some pod, or a checkpoint was read and gives no device to anyone.
+// kubelet lists some pod, or a checkpoint was read and gives no device to anyone. kubelet calling
+// Allocate since the restart also counts (HolderTracker::OnAllocated).
 bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFacts& facts);
-
-struct Verdict {
-  Holding holding = Holding::kUnknown;
-  std::string holder;  // "namespace/name" when known
-  std::string why;     // for logs
-};
 
 // Who asks: the reconciler, about to remove a vGPU, or Allocate, about to hand a device ID out
 // again. kubelet calls Allocate only with IDs no active pod holds in its own books (or for the pod
@@ -112,11 +107,14 @@ class HolderTracker : public HolderOracle {
   // returns all facts. `fresh_checkpoint` reads kubelet's checkpoint file now as well.
   HolderFacts Collect(bool fresh_checkpoint = false);
   // Allocate's question, answered with a fresh look at kubelet and its checkpoint.
-  HolderAnswer Check(const CreatedVgpu& vgpu) override;
-  std::vector<HolderAnswer> CheckAll(const std::vector<CreatedVgpu>& vgpus) override;
+  Verdict Check(const CreatedVgpu& vgpu) override;
+  std::vector<Verdict> CheckAll(const std::vector<CreatedVgpu>& vgpus) override;
   // kubelet restarted (its registration socket appeared again): nothing is removed until it
   // has answered for `settle` and lists the node's pods again.
   void KubeletRestarted(const std::string& how);
+  // An Allocate since the (re)start: kubelet admits pods of the API server's source only once
+  // that source has delivered its pods, so from then on its List is complete.
+  void OnAllocated() override;
 
   // The pod's UID in the API's view, for Events; empty when unknown.
   std::string UidOf(const std::string& pod_key) const;

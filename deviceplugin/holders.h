@@ -22,19 +22,23 @@ enum class Holding {
   kUnknown,  // nobody can tell: refused, the old vGPU is kept untouched
 };
 
-struct HolderAnswer {
+// The one verdict type: Allocate's question (holders.h) and the lifecycle's (Judge) alike.
+struct Verdict {
   Holding holding = Holding::kUnknown;
   std::string holder;  // "namespace/pod" when known, for messages
+  std::string why;     // for logs
 };
 
 class HolderOracle {
  public:
   virtual ~HolderOracle() = default;
-  virtual HolderAnswer Check(const CreatedVgpu& vgpu) = 0;
+  virtual Verdict Check(const CreatedVgpu& vgpu) = 0;
   // One answer per record, from one look at the sources (one PodResources List for the lot).
   // Never called under the manager's lock: asking kubelet may take up to its deadline.
-  virtual std::vector<HolderAnswer> CheckAll(const std::vector<CreatedVgpu>& vgpus) {
-    std::vector<HolderAnswer> out;
+  // kubelet called Allocate and got vGPUs: it is admitting pods from its sources again.
+  virtual void OnAllocated() {}
+  virtual std::vector<Verdict> CheckAll(const std::vector<CreatedVgpu>& vgpus) {
+    std::vector<Verdict> out;
     out.reserve(vgpus.size());
     for (const CreatedVgpu& v : vgpus) out.push_back(Check(v));
     return out;
@@ -44,7 +48,7 @@ class HolderOracle {
 // The default without pod tracking: never claims a device ID is free or held.
 class UnknownHolders : public HolderOracle {
  public:
-  HolderAnswer Check(const CreatedVgpu&) override { return {}; }
+  Verdict Check(const CreatedVgpu&) override { return {}; }
 };
 
 }  // namespace kvgpu::deviceplugin

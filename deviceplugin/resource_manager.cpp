@@ -498,7 +498,7 @@ Status ResourceManager::Validate(const std::string& resource,
                                                      ": its vGPU changed while kubelet was "
                                                      "asked who holds it; try again");
         }
-        const HolderAnswer& answer = judged_it->second.answer;
+        const Verdict& answer = judged_it->second.answer;
         if (answer.holding == Holding::kHeld) {
           spdlog::info("device {} asked for again while {} holds it: same vGPU {}", LogSafe(id),
                        answer.holder.empty() ? "its pod" : LogSafe(answer.holder), record->vgpu_id);
@@ -738,6 +738,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     }
   }
   if (!result.ok()) return result;
+  holders_.OnAllocated();
   Failpoint("allocate.before-reply");
   return answers;
 }
@@ -763,7 +764,7 @@ ResourceManager::JudgedMap ResourceManager::JudgeEarlier(
   }
   JudgedMap out;
   if (earlier.empty()) return out;
-  std::vector<HolderAnswer> answers = holders_.CheckAll(earlier);
+  std::vector<Verdict> answers = holders_.CheckAll(earlier);
   for (size_t i = 0; i < earlier.size() && i < answers.size(); ++i) {
     out[earlier[i].device_id] = {earlier[i].vgpu_id, answers[i]};
   }

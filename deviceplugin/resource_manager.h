@@ -153,7 +153,7 @@ class ResourceManager {
   struct Plan;
   struct Judged {
     std::string vgpu_id;  // the earlier vGPU the answer is about
-    HolderAnswer answer;
+    Verdict answer;
   };
   using JudgedMap = std::map<std::string, Judged>;  // by device ID
 

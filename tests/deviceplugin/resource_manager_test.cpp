@@ -20,8 +20,8 @@ using testing::SimNode;
 
 class ScriptedHolders : public HolderOracle {
  public:
-  HolderAnswer Check(const CreatedVgpu&) override { return answer; }
-  HolderAnswer answer;
+  Verdict Check(const CreatedVgpu&) override { return answer; }
+  Verdict answer;
 };
 
 size_t CountOn(const std::vector<Device>& devices, const std::string& gpu) {
@@ -485,7 +485,7 @@ TEST(ResourceManagerTest, AnIdHandedOutAgainIsRecreatedFreshOnlyWhenNoPodHoldsIt
     auto first = f.manager.Allocate("tencent.com/vgpu-mtty-2", {{id}});
     ASSERT_TRUE(first.ok());
     std::string old_uuid = first->at(0).vgpus.at(0).vgpu_id;
-    f.holders.answer = {c.holding, "default/train-1"};
+    f.holders.answer = {c.holding, "default/train-1", "scripted"};
     auto again = f.manager.Allocate("tencent.com/vgpu-mtty-2", {{id}});
     ASSERT_EQ(again.ok(), c.ok) << (again.ok() ? "" : again.status().ToString());
     std::vector<std::string> vgpus = f.sim.model().VgpuIds();
