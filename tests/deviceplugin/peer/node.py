@@ -37,6 +37,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def terminate(process: subprocess.Popen | None):
+    """SIGTERM, then SIGKILL after 10 s."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 def wait_for(predicate, timeout: float, step: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -110,21 +121,11 @@ class Node:
         self.plugin.wait()
 
     def stop(self):
-        if self.plugin and self.plugin.poll() is None:
-            self.plugin.terminate()
-            try:
-                self.plugin.wait(10)
-            except subprocess.TimeoutExpired:
-                self.plugin.kill()
+        terminate(self.plugin)
         self.kubelet.stop()
         if self.api is not None:
             self.api.stop()
-        if self.sim and self.sim.poll() is None:
-            self.sim.terminate()
-            try:
-                self.sim.wait(10)
-            except subprocess.TimeoutExpired:
-                self.sim.kill()
+        terminate(self.sim)  # kvgpu-sim unmounts itself on SIGTERM
         if os.path.ismount(self.mount):
             subprocess.run(["umount", "-l", str(self.mount)], check=False)
 

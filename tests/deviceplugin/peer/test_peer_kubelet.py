@@ -57,6 +57,14 @@ def vgpus_of(node: Node, pod: Pod, resource: str) -> list[str]:
     return uuids_of(node.kubelet.pod_devices[pod.uid]["app"][resource])
 
 
+def assert_stays(node: Node, vgpu: str, seconds: float):
+    """The live pod's vGPU exists at every look for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert vgpu in node.vgpus(), "a live pod's vGPU was removed:\n" + node.log()
+        time.sleep(0.05)
+
+
 def ids_of(node: Node, pod: Pod, resource: str) -> list[str]:
     return node.kubelet.pod_devices[pod.uid]["app"][resource].device_ids
 
@@ -111,10 +119,7 @@ def test_a_restarted_kubelet_that_lists_no_pods_yet_does_not_cost_live_pods_thei
     node.kubelet.restart(sync_after=8)
     assert node.kubelet.wait_until(lambda: T4_1Q in node.kubelet.resources(), 10), node.log()
     # Empty PodResources answers for 8 s (grace 1 s, polls every 200 ms), then the pod again.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        assert vgpu in node.vgpus(), "a live pod's vGPU was removed:\n" + node.log()
-        time.sleep(0.05)
+    assert_stays(node, vgpu, seconds=10)
 
 
 def test_pod_resources_outage_then_empty_answers_keep_live_vgpus(make_node):
@@ -127,10 +132,7 @@ def test_pod_resources_outage_then_empty_answers_keep_live_vgpus(make_node):
     time.sleep(2)
     # Back, but answering empty, as a kubelet that restarted its PodResources server does.
     node.kubelet.pod_resources_mode = "empty"
-    deadline = time.monotonic() + 4
-    while time.monotonic() < deadline:
-        assert vgpu in node.vgpus(), "a live pod's vGPU was removed:\n" + node.log()
-        time.sleep(0.05)
+    assert_stays(node, vgpu, seconds=4)
 
 
 def test_a_hung_pod_resources_api_stalls_neither_other_allocations_nor_health(make_node):
