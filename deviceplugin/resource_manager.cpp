@@ -210,6 +210,13 @@ void ResourceManager::Recompute() {
         free = std::min(free, budget->second);
         budget->second -= free;
       }
+      // Never more than the type can hold on this parent: a count read a moment before the
+      // kernel showed our newest vGPU (a cached or racing read) must not list one device too many.
+      if (type.nvidia && type.nvidia->max_instance) {
+        const uint32_t max = *type.nvidia->max_instance;
+        const auto held = static_cast<uint32_t>(ours.size()) - missing;
+        free = std::min(free, max > held ? max - held : 0);
+      }
       // Free slots listed before stay listed first: kubelet holds the IDs of the last list we
       // pushed, and an ID it was given must still name a device when it asks for it (a removal,
       // or a vGPU made elsewhere, must not shift the free IDs under it). Then the lowest unused.
