@@ -315,16 +315,28 @@ void Daemon::TryRegister() {
     }
   }
   bool failed = false;
-  bool again = false;
   for (auto& [resource, server] : pending) {
+    // Registering a resource again means kubelet lost it: most often a kubelet restart, however
+    // it was noticed. Removals wait until kubelet lists the node's pods again - from before the
+    // first registration on, since kubelet may admit pods (and our reconciler list it) as soon
+    // as one resource is back.
+    bool note_restart = false;
+    {
+      std::lock_guard lock(servers_mutex_);
+      // Noted once per restart, not once per resource or retry: until all are registered again.
+      note_restart = registered_resources_.contains(resource) && !restart_noted_;
+      if (note_restart) restart_noted_ = true;
+    }
+    if (note_restart && tracker_) tracker_->KubeletRestarted("a resource registers again");
     mdev::Status registered =
         server->Register(options_.args.KubeletSocket(), options_.register_timeout);
     metrics_.OnRegistration(resource, registered.ok());
     if (registered.ok()) {
       std::lock_guard lock(servers_mutex_);
       unregistered_.erase(resource);
+      if (unregistered_.empty()) restart_noted_ = false;
       kubelet_missing_logged_ = false;
-      again = again || !registered_resources_.insert(resource).second;
+      registered_resources_.insert(resource);
       continue;
     }
     failed = true;
@@ -335,9 +347,6 @@ void Daemon::TryRegister() {
       spdlog::debug("{}; retrying", registered.message());
     }
   }
-  // Registering a resource again means kubelet lost it: most often a kubelet restart, however
-  // it was noticed. Removals wait until kubelet lists the node's pods again.
-  if (again && tracker_) tracker_->KubeletRestarted("a resource registered again");
   if (failed) {
     backoff_ =
         std::min(options_.retry_max, backoff_.count() == 0 ? options_.retry_initial : backoff_ * 2);

@@ -98,6 +98,7 @@ class Daemon {
   std::unique_ptr<kube::AsyncEventRecorder> async_events_;
   std::unique_ptr<HolderTracker> tracker_;
   std::set<std::string> registered_resources_;  // registered at least once (servers_mutex_)
+  bool restart_noted_ = false;  // told the tracker of the registrations under way (servers_mutex_)
   std::unique_ptr<ResourceManager> manager_;
   std::unique_ptr<LifecycleMetrics> lifecycle_metrics_;
   std::unique_ptr<Reconciler> reconciler_;
