@@ -15,12 +15,18 @@
 set -o errexit -o nounset -o pipefail
 
 # Bump when the lab's content changes so that cached labs are rebuilt.
-readonly RECIPE=2
+readonly RECIPE=3
 
 # Modules the guest loads at boot, in this order (modprobe resolves their dependencies):
 # 9p + virtio + overlay mount the host's root; vfio, the type1 IOMMU backend (what QEMU's
-# vfio-pci uses) and the mdev core carry the samples.
-readonly GUEST_MODULES=(virtio_pci 9pnet_virtio 9p overlay vfio vfio_iommu_type1 mdev mtty mdpy mbochs)
+# vfio-pci uses) and the mdev core carry the samples; mbochs64 is the large 64-bit-BAR variant
+# (make_mbochs64).
+readonly GUEST_MODULES=(virtio_pci 9pnet_virtio 9p overlay vfio vfio_iommu_type1 mdev mtty mdpy mbochs
+  mbochs64)
+
+# The nested guest's modules (attach_driver_vm_test.py): the guest kernel's own driver for the
+# mbochs display, standing in for the NVIDIA guest driver binding to a vGPU.
+readonly NESTED_MODULES=(bochs)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${KVGPU_CACHE:-$HOME/.cache/kata-vgpu}
@@ -178,18 +184,19 @@ build_lab() {
   local hdr=$root/usr/src/linux-headers-$kver
   sed -i "s|^include /usr/src/|include $root/usr/src/|" "$hdr/Makefile"
 
-  info "building mtty.ko mdpy.ko mbochs.ko against $kver"
+  info "building mtty.ko mdpy.ko mbochs.ko mbochs64.ko against $kver"
   cp "$lab"/src/samples/vfio-mdev/{mtty.c,mdpy.c,mdpy-defs.h,mbochs.c} "$lab/modules/"
-  echo 'obj-m := mtty.o mdpy.o mbochs.o' >"$lab/modules/Kbuild"
+  make_mbochs64 "$lab/modules/mbochs.c" "$lab/modules/mbochs64.c"
+  echo 'obj-m := mtty.o mdpy.o mbochs.o mbochs64.o' >"$lab/modules/Kbuild"
   # Without the kernel's vmlinux kbuild skips BTF, and says so on every module: not an error.
   make -s -C "$hdr" M="$lab/modules" modules -j"$(nproc)" 2>&1 |
     grep -v 'Skipping BTF generation' >&2 || true
   local ko
-  for ko in mtty mdpy mbochs; do
+  for ko in mtty mdpy mbochs mbochs64; do
     [[ -f $lab/modules/$ko.ko ]] || die "building $ko.ko failed"
   done
   mkdir -p "$root/lib/modules/$kver/extra"
-  cp "$lab"/modules/{mtty,mdpy,mbochs}.ko "$root/lib/modules/$kver/extra/"
+  cp "$lab"/modules/{mtty,mdpy,mbochs,mbochs64}.ko "$root/lib/modules/$kver/extra/"
   info "depmod, extract-vmlinux"
   # modules.dep is not shipped in the .deb.
   depmod -b "$root" "$kver"
@@ -203,45 +210,83 @@ build_lab() {
   ln -sf ../root/usr/bin/mdevctl "$lab/bin/mdevctl"
 }
 
-# The base initramfs: busybox, the modules in load order and /init (guest-init.sh). Rebuilt when
-# any of those change; cheap (well under a second).
-build_initramfs() {
-  local lab=$1 root=$1/root
-  local order=() path seen=" "
-  local mod
-  for mod in "${GUEST_MODULES[@]}"; do
+# mbochs with what tells a real vGPU's BARs from the stock sample's: its framebuffer BAR 0 is
+# 64-bit prefetchable (as a vGPU's BAR 1) and the large type's is 256 MiB; its register BAR 2 is
+# 16 MiB of 32-bit non-prefetchable MMIO (as a vGPU's BAR 0). Renamed so that both load.
+make_mbochs64() {
+  local from=$1 to=$2
+  sed -E \
+    -e 's/^(#define MBOCHS_(CLASS_)?NAME[[:space:]]+)"mbochs"/\1"mbochs64"/' \
+    -e 's/\.name = "mbochs",/.name = "mbochs64",/' \
+    -e 's/^(#define MBOCHS_MMIO_BAR_SIZE[[:space:]]+)PAGE_SIZE/\1(16 * 1024 * 1024)/' \
+    -e 's/^(static int max_mbytes = )256;/\11024;/' \
+    -e 's/(\.mbytes = )64,/\1256,/' \
+    "$from" >"$to"
+  # BAR 0's type is two lines after its register's name; BAR 2 keeps its 32-bit type.
+  sed -i -E '/vconfig\[PCI_BASE_ADDRESS_0\]/{n;n;s/PCI_BASE_ADDRESS_MEM_TYPE_32/PCI_BASE_ADDRESS_MEM_TYPE_64/}' "$to"
+  local want
+  for want in '"mbochs64"' '(16 \* 1024 \* 1024)' 'max_mbytes = 1024' '.mbytes = 256' \
+    'PCI_BASE_ADDRESS_MEM_TYPE_64'; do
+    grep -q -- "$want" "$to" || die "mbochs64.c: the sample changed; '$want' not applied"
+  done
+}
+
+# insmod paths, in load order, for the modules named (modprobe resolves their dependencies).
+module_order() {
+  local root=$1 path verb seen=" " mod
+  shift
+  for mod in "$@"; do
     while read -r verb path _; do
       [[ $verb == insmod ]] || continue
       [[ $seen == *" $path "* ]] && continue
       seen+="$path "
-      order+=("$path")
+      echo "$path"
     done < <(modprobe -d "$root" -S "$kver" --show-depends "$mod")
   done
+}
+
+# An initramfs from busybox, modules and an /init script, rebuilt when any of those change
+# (cheap: well under a second). Its /etc/modules lists the modules in load order.
+make_initramfs() {
+  local root=$1 init=$2 out=$3
+  shift 3
+  local order
+  mapfile -t order < <(module_order "$root" "$@")
   local want
   want=$(
     {
       printf '%s\n' "$RECIPE" "${order[@]}"
-      cat "$here/guest-init.sh"
+      cat "$init"
     } | sha256sum | cut -d' ' -f1
   )
-  if [[ -f $lab/initramfs.cpio && $(cat "$lab/initramfs.sha256" 2>/dev/null) == "$want" ]]; then
+  if [[ -f $out && $(cat "$out.sha256" 2>/dev/null) == "$want" ]]; then
     return 0
   fi
-  info "building initramfs (${#order[@]} modules)"
-  local stage=$lab/initramfs
-  rm -rf "$stage"
+  info "building ${out##*/} (${#order[@]} modules)"
+  local stage
+  stage=$(mktemp -d "${out%/*}/.initramfs.XXXXXX")
   mkdir -p "$stage"/{bin,dev,proc,sys,lower,rw,newroot,lib/modules,etc}
   cp "$root/bin/busybox" "$stage/bin/busybox"
   ln -s busybox "$stage/bin/sh"
-  install -m 0755 "$here/guest-init.sh" "$stage/init"
+  install -m 0755 "$init" "$stage/init"
   : >"$stage/etc/modules"
+  local path
   for path in "${order[@]}"; do
     cp "$path" "$stage/lib/modules/"
     basename "$path" >>"$stage/etc/modules"
   done
-  (cd "$stage" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$lab/initramfs.cpio.tmp"
-  mv "$lab/initramfs.cpio.tmp" "$lab/initramfs.cpio"
-  echo "$want" >"$lab/initramfs.sha256"
+  (cd "$stage" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$out.tmp"
+  rm -rf "$stage"
+  mv "$out.tmp" "$out"
+  echo "$want" >"$out.sha256"
+}
+
+# The lab VM's initramfs (guest-init.sh) and the nested guest's (nested-init.sh).
+build_initramfs() {
+  local lab=$1
+  make_initramfs "$lab/root" "$here/guest-init.sh" "$lab/initramfs.cpio" "${GUEST_MODULES[@]}"
+  make_initramfs "$lab/root" "$here/nested-init.sh" "$lab/nested-initramfs.cpio" \
+    "${NESTED_MODULES[@]}"
 }
 
 main() {
