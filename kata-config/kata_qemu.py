@@ -19,6 +19,8 @@ hot through QMP) and the guest kernel's command line. Facts from Kata's source
 - cold plug (`cold_plug_vfio = "root-port"`): `-device vfio-pci,host=<BDF>,bus=rp<i>`. For a
   mediated device the BDF is its parent's (drivers.GetVFIODetails), so cold plug cannot attach
   an mdev; hot plug (`hot_plug_vfio = "root-port"`) sends QMP device_add with `sysfsdev=`.
+- memory: `-m <default_memory>M,slots=<memory_slots>,maxmem=<default_maxmemory>M` (qemu_arch_base.go
+  memoryTopology): the hot-plug memory region it reserves decides where 64-bit BARs can go.
 - firmware: `-bios <firmware>` when set, else QEMU's default (SeaBIOS).
 - the guest's kernel command line: Kata's own amd64 parameters, then `kernel_params`.
 """
@@ -68,6 +70,18 @@ def sizes_reserved(gpu_bars):
     return max(DEFAULT_RESERVE, sum32) * 2, max(DEFAULT_RESERVE, sum64)
 
 
+def memory_option(qemu):
+    """Kata's -m value. default_maxmemory 0 means the host's memory, which Kata also uses to cap
+    a larger setting; the configured value stands for a host at least that large."""
+    size = int(qemu.get("default_memory", 2048))
+    option = f"{size}M"
+    slots = int(qemu.get("memory_slots", 10))
+    if slots > 0:
+        option += f",slots={slots}"
+    maxmem = int(qemu.get("default_maxmemory", 0))
+    return option + f",maxmem={maxmem if maxmem > 0 else size}M"
+
+
 def attach_mode(qemu):
     """'hot' or 'cold': how the class hands a VFIO device to the VM, from its configuration."""
     hot = qemu.get("hot_plug_vfio", "no-port")
@@ -91,7 +105,7 @@ def qemu_command(config, version, gpu_bars, cold_devices=(), firmware=None):
     machine = qemu.get("machine_type", "q35")
     if machine != "q35":
         raise ValueError(f"machine_type {machine!r}: only q35 has PCIe root ports")
-    args = ["-machine", machine]
+    args = ["-machine", machine, "-m", memory_option(qemu)]
     bios = qemu.get("firmware", "") if firmware is None else firmware
     if bios:
         args += ["-bios", bios]

@@ -8,17 +8,23 @@ set(KVGPU_VM_DIR ${CMAKE_CURRENT_LIST_DIR} CACHE INTERNAL "tests/vm")
 
 set(KVGPU_VM_TIMEOUT 300 CACHE STRING "seconds one VM test may take, boot included")
 
-# kvgpu_vm_test(name COMMAND program args...): runs the command inside the lab; passes when it
-# exits 0.
+# kvgpu_vm_test(name [TIMEOUT sec] [ENVIRONMENT VAR=value...] COMMAND program args...): runs
+# the command inside the lab; passes when it exits 0. TIMEOUT replaces KVGPU_VM_TIMEOUT for a
+# program that boots VMs of its own; ENVIRONMENT reaches run-in-vm.sh (KVGPU_VM_MEM, ...).
 function(kvgpu_vm_test name)
-  cmake_parse_arguments(T "" "" "COMMAND" ${ARGN})
-  add_test(NAME ${name}
-           COMMAND ${KVGPU_VM_DIR}/run-in-vm.sh --timeout ${KVGPU_VM_TIMEOUT} ${T_COMMAND})
+  cmake_parse_arguments(T "" "TIMEOUT" "COMMAND;ENVIRONMENT" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT ${KVGPU_VM_TIMEOUT})
+  endif()
+  add_test(NAME ${name} COMMAND ${KVGPU_VM_DIR}/run-in-vm.sh --timeout ${T_TIMEOUT} ${T_COMMAND})
   # run-in-vm.sh's own timeout fires first and takes QEMU down with it; CTest's kill would leave
   # QEMU running. A TCG VM keeps both vCPUs busy: one VM at a time on a small machine.
-  math(EXPR ctest_timeout "${KVGPU_VM_TIMEOUT} + 30")
+  math(EXPR ctest_timeout "${T_TIMEOUT} + 30")
   set_tests_properties(${name} PROPERTIES LABELS vm FIXTURES_REQUIRED vm_lab
                        TIMEOUT ${ctest_timeout} PROCESSORS 2)
+  if(T_ENVIRONMENT)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${T_ENVIRONMENT}")
+  endif()
 endfunction()
 
 # kvgpu_vm_gtest(name SOURCES ... LIBS ...): a gtest binary, with tests/vm/lab_support.{h,cpp},

@@ -166,6 +166,7 @@ def run_case(case, lab, vgpuctl, timeout):
     uuid = create_vgpu(vgpuctl, case.kind)
     sysfsdev = f"/sys/bus/mdev/devices/{uuid}"
     work = Path(tempfile.mkdtemp(prefix="kvgpu-attach-"))
+    argv = []
     try:
         # The lab has no SR-IOV GPU: a cold-plugged VF is stood in for by the same large-BAR
         # device named by sysfsdev= instead of host=<BDF>; QEMU realizes both the same way.
@@ -181,17 +182,16 @@ def run_case(case, lab, vgpuctl, timeout):
         ]
         kernel = f"{lab}/vmlinux" if case.firmware == "SeaBIOS" else next(
             Path(lab, "root", "boot").glob("vmlinuz-*"))
-        # Kata's default_memory decides where the 32-bit PCI hole starts; one vCPU is enough
-        # for PCI placement and keeps nested emulation bearable. fbdev emulation off: the
-        # driver binds as before, without painting a console through two emulators.
+        # One vCPU is enough for PCI placement and keeps nested emulation bearable. fbdev
+        # emulation off: the driver binds as before, without painting a console through two
+        # emulators.
         params = command["kernel_params"] + [
             "console=ttyS0", "quiet", "panic=-1", "rdinit=/init", f"kvgpu.wait={timeout}",
             "drm_kms_helper.fbdev_emulation=0"
         ]
         qmp_path = str(work / "qmp.sock")
         argv = binary + command["args"] + [
-            "-accel", "tcg", "-m", str(config["hypervisor"]["qemu"].get("default_memory", 2048)),
-            "-smp", "1", "-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio",
+            "-accel", "tcg", "-smp", "1", "-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio",
             "-qmp", f"unix:{qmp_path},server=on,wait=off", "-kernel", str(kernel), "-initrd",
             f"{lab}/nested-initramfs.cpio", "-append", " ".join(params)
         ]
@@ -227,14 +227,16 @@ def run_case(case, lab, vgpuctl, timeout):
                  if "KVGPU-NESTED-LOG: " in line and re.search(r"no space|failed|can't", line)]
         if notes:
             case.detail += " | " + " | ".join(n.strip() for n in notes[:3])
-        out = os.environ.get("KVGPU_VM_OUT")
-        if out:
-            safe = re.sub(r"[^A-Za-z0-9.]+", "-", case.name)
-            (Path(out) / f"nested-{safe}.log").write_text(" ".join(argv) + "\n\n" + text)
     except Exception as error:  # one case's failure is reported, the others still run
         case.outcome = False
         case.detail = f"error: {error}"
     finally:
+        out = os.environ.get("KVGPU_VM_OUT")
+        console = work / "console.log"
+        if out and console.exists():
+            safe = re.sub(r"[^A-Za-z0-9.]+", "-", case.name)
+            (Path(out) / f"nested-{safe}.log").write_text(
+                " ".join(argv) + "\n\n" + console.read_text(errors="replace"))
         remove_vgpu(vgpuctl, uuid)
         subprocess.run(["rm", "-rf", str(work)], check=False)
         case.seconds = time.monotonic() - started
