@@ -101,7 +101,7 @@ nlohmann::json UserPod(const std::string& resource) {
     "kind": "Pod",
     "metadata": {"name": "cuda-vectoradd", "namespace": "default"},
     "spec": {
-      "runtimeClassName": "kata",
+      "runtimeClassName": "kata-vgpu",
       "restartPolicy": "OnFailure",
       "containers": [{
         "name": "cuda",

@@ -23,7 +23,7 @@ excludedNamespaces: [kube-system]
 optOutAnnotation: kata-vgpu.io/inject
 markerAnnotation: kata-vgpu.io/injected
 nonKataPods: deny
-runtimeClassToSet: kata
+runtimeClassToSet: kata-vgpu
 sidecarMode: native
 volumes:
   - name: kvgpu-driver

@@ -403,7 +403,7 @@ std::vector<PodCase> PodCases() {
                    [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kDenied, "", "default",
                    [](const json&, const PodDecision& decision) {
                      EXPECT_FALSE(decision.allowed);
-                     EXPECT_NE(decision.message.find("runtimeClassName: kata"), std::string::npos)
+                     EXPECT_NE(decision.message.find("runtimeClassName: kata-vgpu`"), std::string::npos)
                          << decision.message;
                      EXPECT_NE(decision.message.find("\"web\""), std::string::npos);
                    }});
@@ -417,11 +417,12 @@ std::vector<PodCase> PodCases() {
                    [](const json&, const PodDecision& decision) {
                      EXPECT_NE(decision.message.find("\"runc\""), std::string::npos);
                    }});
-  cases.push_back({"setRuntimeClass policy: a pod naming no class is moved to kata",
+  cases.push_back({"setRuntimeClass policy: a pod naming no class is moved to kata-vgpu, the "
+                   "class the VM lab proves a large-BAR vGPU gets its driver in",
                    [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kMutated,
                    "nonKataPods: setRuntimeClass\n", "default",
                    [](const json& pod, const PodDecision& decision) {
-                     EXPECT_EQ(pod["spec"]["runtimeClassName"], "kata");
+                     EXPECT_EQ(pod["spec"]["runtimeClassName"], "kata-vgpu");
                      EXPECT_EQ(decision.warnings.size(), 1u);
                    }});
   cases.push_back({"setRuntimeClass policy still denies an explicit other class",
