@@ -468,7 +468,8 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
   const auto& classes = config->runtime_class_names;
   if (std::find(classes.begin(), classes.end(), config->runtime_class_to_set) == classes.end()) {
     check.Fail("runtimeClassToSet '" + config->runtime_class_to_set +
-               "' must be one of runtimeClassNames");
+               "' must be one of runtimeClassNames (a config that sets runtimeClassNames "
+               "without the built-in class kata-vgpu sets runtimeClassToSet too)");
     return fail();
   }
   // A misspelt class here would silently make a cold-plug class hot-plug.

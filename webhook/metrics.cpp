@@ -34,6 +34,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                   .Name("kvgpu_webhook_reloads_total")
                   .Help("Reloads of the TLS certificate or the config, by result")
                   .Register(*registry_);
+  certificate_expiry_ = &prometheus::BuildGauge()
+                             .Name("kvgpu_webhook_certificate_expiry_timestamp_seconds")
+                             .Help("notAfter of the TLS certificate being served, Unix seconds")
+                             .Register(*registry_)
+                             .Add({});
   latency_ =
       &prometheus::BuildHistogram()
            .Name("kvgpu_webhook_request_duration_seconds")
@@ -54,6 +59,10 @@ void Metrics::Observe(const ReviewReply& reply, double seconds) {
 
 void Metrics::Reload(const char* what, bool ok) {
   reloads_->Add({{"what", what}, {"result", ok ? "ok" : "error"}}).Increment();
+}
+
+void Metrics::CertificateExpiry(int64_t unix_seconds) {
+  certificate_expiry_->Set(static_cast<double>(unix_seconds));
 }
 
 std::string Metrics::Text() const {

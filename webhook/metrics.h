@@ -3,6 +3,7 @@
 #pragma once
 
 #include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
@@ -19,6 +20,8 @@ class Metrics {
   Metrics();
   void Observe(const ReviewReply& reply, double seconds);
   void Reload(const char* what, bool ok);
+  // The notAfter of the certificate being served, set at start and on every reload.
+  void CertificateExpiry(int64_t unix_seconds);
   std::string Text() const;  // Prometheus text exposition format
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
@@ -32,6 +35,7 @@ class Metrics {
   prometheus::Counter* mutations_;
   prometheus::Counter* denials_;
   prometheus::Histogram* latency_;
+  prometheus::Gauge* certificate_expiry_;
 };
 
 }  // namespace kvgpu::webhook

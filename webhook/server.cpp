@@ -114,6 +114,7 @@ void Server::Impl::CheckFiles() {
       credentials->Replace(loaded.value());
       tls_pending = false;
       metrics.Reload("certificate", true);
+      metrics.CertificateExpiry(loaded.value()->NotAfterUnixSeconds());
       spdlog::info("reloaded TLS certificate: {}", loaded.value()->Describe());
     } else {
       // Keep serving with the old pair; the new files are retried until they make a pair.
@@ -173,6 +174,7 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
       TlsCredentials::Load(options.tls_cert_file, options.tls_key_file, options.client_ca_file);
   if (!credentials.ok()) return Error{credentials.error()};
   impl->credentials = std::make_unique<TlsCredentialStore>(credentials.value());
+  impl->metrics.CertificateExpiry(credentials.value()->NotAfterUnixSeconds());
 
   std::shared_ptr<const Config> config = DefaultConfig();
   if (!options.config_file.empty()) {

@@ -94,6 +94,16 @@ std::string TlsCredentials::Describe() const {
   return out;
 }
 
+int64_t TlsCredentials::NotAfterUnixSeconds() const {
+  // ASN1_TIME_diff from the epoch: OpenSSL's own calendar arithmetic, no time-zone handling.
+  ASN1_TIME* epoch = ASN1_TIME_set(nullptr, 0);
+  int days = 0;
+  int seconds = 0;
+  bool ok = epoch != nullptr && ASN1_TIME_diff(&days, &seconds, epoch, X509_get0_notAfter(leaf_));
+  ASN1_TIME_free(epoch);
+  return ok ? int64_t{days} * 86400 + seconds : 0;
+}
+
 bool ConfigureServerContext(SSL_CTX& ctx, TlsCredentialStore* store, bool verify_clients) {
   if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1) return false;
   SSL_CTX_set_options(

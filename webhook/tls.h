@@ -6,6 +6,7 @@
 
 #include <openssl/ssl.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,8 @@ class TlsCredentials {
   bool Apply(SSL* ssl) const;
   // The leaf's notAfter as text, for logs.
   std::string Describe() const;
+  // The leaf's notAfter as seconds since the Unix epoch (the certificate-expiry metric).
+  int64_t NotAfterUnixSeconds() const;
 
  private:
   TlsCredentials() = default;

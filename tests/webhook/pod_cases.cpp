@@ -399,14 +399,15 @@ std::vector<PodCase> PodCases() {
                      VgpuLimit(Web(pod));
                    },
                    PodOutcome::kExcludedNamespace, "", "kube-system"});
-  cases.push_back({"vGPU without runtimeClassName is denied with the fix in the message",
-                   [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kDenied, "", "default",
-                   [](const json&, const PodDecision& decision) {
-                     EXPECT_FALSE(decision.allowed);
-                     EXPECT_NE(decision.message.find("runtimeClassName: kata-vgpu`"), std::string::npos)
-                         << decision.message;
-                     EXPECT_NE(decision.message.find("\"web\""), std::string::npos);
-                   }});
+  cases.push_back(
+      {"vGPU without runtimeClassName is denied with the fix in the message",
+       [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kDenied, "", "default",
+       [](const json&, const PodDecision& decision) {
+         EXPECT_FALSE(decision.allowed);
+         EXPECT_NE(decision.message.find("runtimeClassName: kata-vgpu`"), std::string::npos)
+             << decision.message;
+         EXPECT_NE(decision.message.find("\"web\""), std::string::npos);
+       }});
   cases.push_back({"vGPU under runc is denied, even when opted out",
                    [](json& pod) {
                      pod["spec"]["runtimeClassName"] = "runc";
@@ -417,14 +418,15 @@ std::vector<PodCase> PodCases() {
                    [](const json&, const PodDecision& decision) {
                      EXPECT_NE(decision.message.find("\"runc\""), std::string::npos);
                    }});
-  cases.push_back({"setRuntimeClass policy: a pod naming no class is moved to kata-vgpu, the "
-                   "class the VM lab proves a large-BAR vGPU gets its driver in",
-                   [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kMutated,
-                   "nonKataPods: setRuntimeClass\n", "default",
-                   [](const json& pod, const PodDecision& decision) {
-                     EXPECT_EQ(pod["spec"]["runtimeClassName"], "kata-vgpu");
-                     EXPECT_EQ(decision.warnings.size(), 1u);
-                   }});
+  cases.push_back(
+      {"setRuntimeClass policy: a pod naming no class is moved to kata-vgpu, the "
+       "class the VM lab proves a large-BAR vGPU gets its driver in",
+       [](json& pod) { VgpuLimit(Web(pod)); }, PodOutcome::kMutated,
+       "nonKataPods: setRuntimeClass\n", "default",
+       [](const json& pod, const PodDecision& decision) {
+         EXPECT_EQ(pod["spec"]["runtimeClassName"], "kata-vgpu");
+         EXPECT_EQ(decision.warnings.size(), 1u);
+       }});
   cases.push_back({"setRuntimeClass policy still denies an explicit other class",
                    [](json& pod) {
                      pod["spec"]["runtimeClassName"] = "gvisor";
@@ -485,6 +487,7 @@ std::vector<PodCase> PodCases() {
                    },
                    PodOutcome::kMutated,
                    "runtimeClassNames: [kata, kata-qemu]\ncoldPlugRuntimeClassNames: []\n"
+                   "runtimeClassToSet: kata-qemu\n"
                    "resourcePrefixes: [tencent.com/vgpu-, example.com/mdev-]\n"});
   cases.push_back({"namespace taken from metadata when the request names none",
                    [](json& pod) {

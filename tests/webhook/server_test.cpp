@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <atomic>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -236,6 +239,41 @@ TEST_F(ServerTest, ConfigReloadTakesGoodConfigsAndKeepsTheOldOnBadOnes) {
   EXPECT_NE(metrics.find(R"(kvgpu_webhook_reloads_total{result="error",what="config"} 1)"),
             std::string::npos)
       << metrics;
+}
+
+// The expiry alert (deploy/monitoring) reads this gauge: it must follow the certificate in use,
+// also after a rotation, and be the notAfter a client sees.
+TEST_F(ServerTest, CertificateExpiryMetricFollowsTheCertificateInUse) {
+  auto expiry_metric = [this] {
+    auto body = Connect()->Request("GET", "/metrics", "", "")->body;
+    // At a line's start: the HELP and TYPE lines name the metric too.
+    const std::string name = "\nkvgpu_webhook_certificate_expiry_timestamp_seconds ";
+    auto at = body.find(name);
+    EXPECT_NE(at, std::string::npos) << body;
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size()));
+  };
+  auto served_not_after = [this] {
+    std::string pem = Connect()->PeerCertificatePem();
+    BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+    X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+    BIO_free(bio);
+    std::tm tm{};
+    EXPECT_EQ(ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm), 1);
+    X509_free(cert);
+    return static_cast<double>(timegm(&tm));
+  };
+  Start();
+  double first = served_not_after();
+  EXPECT_EQ(expiry_metric(), first);
+  EXPECT_NEAR(first - static_cast<double>(std::time(nullptr)), 24 * 3600, 120);
+
+  auto rotated = ca_.Issue("kvgpu-webhook.kube-system.svc", true, 10 * 24 * 3600);
+  WriteFileAtomically(options_.tls_key_file, rotated.key_pem);
+  WriteFileAtomically(options_.tls_cert_file, rotated.cert_pem);
+  server_->ReloadNow();
+  double second = served_not_after();
+  EXPECT_NEAR(second - first, 9 * 24 * 3600, 120);
+  EXPECT_EQ(expiry_metric(), second);
 }
 
 TEST_F(ServerTest, MetricsAddressServesPrometheusOverPlainHttp) {

@@ -30,13 +30,13 @@ void AddExtension(X509* cert, X509* issuer, int nid, const char* value) {
   X509_EXTENSION_free(ext);
 }
 
-X509* NewCert(const std::string& cn, EVP_PKEY* key) {
+X509* NewCert(const std::string& cn, EVP_PKEY* key, long valid_seconds = 24 * 3600) {
   static std::atomic<long> serial{1};
   X509* cert = X509_new();
   X509_set_version(cert, 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert), serial++);
   X509_gmtime_adj(X509_getm_notBefore(cert), -60);
-  X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert), valid_seconds);
   X509_set_pubkey(cert, key);
   X509_NAME* name = X509_get_subject_name(cert);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
@@ -84,10 +84,11 @@ TestAuthority::~TestAuthority() {
   EVP_PKEY_free(static_cast<EVP_PKEY*>(key_));
 }
 
-CertAndKey TestAuthority::Issue(const std::string& common_name, bool server) const {
+CertAndKey TestAuthority::Issue(const std::string& common_name, bool server,
+                                long valid_seconds) const {
   auto* ca_cert = static_cast<X509*>(cert_);
   EVP_PKEY* key = NewKey();
-  X509* cert = NewCert(common_name, key);
+  X509* cert = NewCert(common_name, key, valid_seconds);
   X509_set_issuer_name(cert, X509_get_subject_name(ca_cert));
   AddExtension(cert, ca_cert, NID_basic_constraints, "critical,CA:FALSE");
   AddExtension(cert, ca_cert, NID_key_usage, "critical,digitalSignature,keyEncipherment");

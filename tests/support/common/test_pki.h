@@ -22,7 +22,9 @@ class TestAuthority {
   const std::string& cert_pem() const { return cert_pem_; }
   // `server` sets extendedKeyUsage serverAuth (and the subjectAltName), otherwise clientAuth.
   // Every certificate gets its own serial, so a rotated one is always distinguishable.
-  CertAndKey Issue(const std::string& common_name, bool server) const;
+  // Valid from a minute ago for `valid_seconds` (a day by default).
+  CertAndKey Issue(const std::string& common_name, bool server,
+                   long valid_seconds = 24 * 3600) const;
 
  private:
   void* key_ = nullptr;   // EVP_PKEY*
