@@ -43,11 +43,15 @@ struct ExpectedType {
 };
 
 // From the drivers' sources: mtty shares 24 ports (types of 1 and 2 ports, no description),
-// mdpy allows max_devices=4 of each type, mbochs shares 256 MB among 4/16/64 MB types.
+// mdpy allows max_devices=4 of each type, mbochs shares 256 MB among 4/16/64 MB types. mbochs64
+// is setup-lab.sh's copy of mbochs (64-bit BAR): 1024 MB shared among 4/16/256 MB types.
 const std::vector<ExpectedType> kSampleTypes = {
     {"mbochs", "mbochs-large", "mbochs-large", "virtual display, 64 MB video memory", 4},
     {"mbochs", "mbochs-medium", "mbochs-medium", "virtual display, 16 MB video memory", 16},
     {"mbochs", "mbochs-small", "mbochs-small", "virtual display, 4 MB video memory", 64},
+    {"mbochs64", "mbochs64-large", "mbochs64-large", "virtual display, 256 MB video memory", 4},
+    {"mbochs64", "mbochs64-medium", "mbochs64-medium", "virtual display, 16 MB video memory", 64},
+    {"mbochs64", "mbochs64-small", "mbochs64-small", "virtual display, 4 MB video memory", 256},
     {"mdpy", "mdpy-hd", "mdpy-hd", "virtual display, 1920x1080 framebuffer", 4},
     {"mdpy", "mdpy-vga", "mdpy-vga", "virtual display, 640x480 framebuffer", 4},
     {"mdpy", "mdpy-xga", "mdpy-xga", "virtual display, 1024x768 framebuffer", 4},
@@ -64,7 +68,7 @@ TEST_F(NodeVmTest, DiscoversEverySampleParentAndType) {
   std::vector<std::string> parents;
   for (const auto& parent : inventory->parents) parents.push_back(parent.name);
   std::sort(parents.begin(), parents.end());
-  EXPECT_EQ(parents, (std::vector<std::string>{"mbochs", "mdpy", "mtty"}));
+  EXPECT_EQ(parents, (std::vector<std::string>{"mbochs", "mbochs64", "mdpy", "mtty"}));
 
   size_t seen = 0;
   for (const auto& parent : inventory->parents) {
