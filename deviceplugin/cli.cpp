@@ -56,6 +56,16 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
   app.add_option("--kubeconfig", kubeconfig,
                  "kubeconfig for the API server (pods on this node, Events); default: the "
                  "in-cluster service account when $KUBERNETES_SERVICE_HOST is set, else none");
+  std::string licensing_source;
+  std::string licensing_dir = args.licensing_dir;
+  app.add_option("--licensing-source", licensing_source,
+                 "directory holding gridd.conf and the NLS client configuration token(s) (the "
+                 "DaemonSet mounts the kvgpu-gridd-conf ConfigMap and kvgpu-client-token Secret "
+                 "there); published to --licensing-dir for the pods' nvidia-gridd (default: none, "
+                 "nothing published)");
+  app.add_option("--licensing-dir", licensing_dir,
+                 "root-only node directory the injected nvidia-gridd mounts read-only")
+      ->capture_default_str();
   app.footer(ConfigKeysHelp());
 
   try {
@@ -79,6 +89,15 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
   args.state_dir = state_dir;
   if (!config_file.empty()) args.config_file = config_file;
   if (!kubeconfig.empty()) args.kubeconfig = kubeconfig;
+  if (!licensing_source.empty()) {
+    if (licensing_dir.empty() || licensing_dir[0] != '/') {
+      err << "--licensing-dir \"" << licensing_dir << "\" must be an absolute path\n";
+      parsed.exit_code = 2;
+      return parsed;
+    }
+    args.licensing_source = licensing_source;
+    args.licensing_dir = licensing_dir;
+  }
   return parsed;
 }
 

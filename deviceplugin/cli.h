@@ -17,6 +17,9 @@ struct CommandLine {
   std::string metrics_addr;  // HOST:PORT; empty: no metrics endpoint
   // The API server: this kubeconfig; none: in-cluster when $KUBERNETES_SERVICE_HOST is set.
   std::optional<std::filesystem::path> kubeconfig;
+  // Licence once per cluster (licensing_publisher.h): the mounted ConfigMap + Secret; none: off.
+  std::optional<std::filesystem::path> licensing_source;
+  std::filesystem::path licensing_dir = "/var/lib/kata-vgpu/licensing";
 
   std::filesystem::path PodResourcesSocket() const {
     return kubelet_dir / "pod-resources" / "kubelet.sock";

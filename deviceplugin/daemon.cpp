@@ -201,6 +201,12 @@ mdev::Status Daemon::Start() {
       udev_.reset();
     }
   }
+  if (args.licensing_source) {
+    LicensingPublisher publisher(*args.licensing_source, args.licensing_dir);
+    LicensingLoop::Observer report = LicensingReporter(metrics_.registry(), publisher);
+    licensing_ = std::make_unique<LicensingLoop>(std::move(publisher), options_.licensing_interval,
+                                                 std::move(report));
+  }
   next_retry_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
   // reconcile: orphans from before a restart are collected on the first pass.
@@ -217,6 +223,7 @@ void Daemon::Stop() {
   if (reconciler_) reconciler_->Stop();
   if (async_events_) async_events_->Flush();
   if (udev_) udev_->Stop();
+  licensing_.reset();
   watcher_.Wake();
   if (thread_.joinable()) thread_.join();
   if (manager_) {

@@ -15,6 +15,7 @@
 #include "deviceplugin/cli.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/holder_tracker.h"
+#include "deviceplugin/licensing_publisher.h"
 #include "deviceplugin/lifecycle_metrics.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/plugin_server.h"
@@ -54,6 +55,9 @@ struct DaemonOptions {
   std::chrono::milliseconds allocate_rescan_delay{2};
   // Also told of every ListAndWatch push and its latency (besides the metrics); for benchmarks.
   PluginServer::PushObserver on_push;
+  // How often the licensing files are re-published (kubelet refreshes a mounted Secret within
+  // about a minute; this adds at most its own interval to a rotation).
+  std::chrono::milliseconds licensing_interval{std::chrono::seconds(30)};
 };
 
 class Daemon {
@@ -105,6 +109,7 @@ class Daemon {
   kube::EventRecorder* events_for_reconciler_ = nullptr;
   ReconcilerOptions reconciler_options_;
   std::unique_ptr<mdev::UdevMonitor> udev_;
+  std::unique_ptr<LicensingLoop> licensing_;
   DirWatcher watcher_;
 
   // The change listener only needs the servers to notify; it must never wait for servers_mutex_,

@@ -1,6 +1,7 @@
 #include "deviceplugin/state_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,12 +47,14 @@ Status FsyncDir(const std::filesystem::path& dir) {
 
 }  // namespace
 
-Status WriteFileAtomically(const std::filesystem::path& path, const std::string& data) {
+Status WriteFileAtomically(const std::filesystem::path& path, const std::string& data,
+                           ::mode_t mode) {
   std::filesystem::path tmp = path;
   tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoStatus("create " + tmp.string());
-  Status status = WriteAll(fd, data, tmp.string());
+  Status status = ::fchmod(fd, mode) == 0 ? Status::Ok() : ErrnoStatus("chmod " + tmp.string());
+  if (status.ok()) status = WriteAll(fd, data, tmp.string());
   if (status.ok() && ::fsync(fd) != 0) status = ErrnoStatus("fsync " + tmp.string());
   ::close(fd);
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {

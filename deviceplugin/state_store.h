@@ -5,6 +5,8 @@
 // without touching the resource manager.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -72,7 +74,9 @@ std::string EncodeState(const std::vector<CreatedVgpu>& vgpus);
 Result<std::vector<CreatedVgpu>> DecodeState(const std::string& text);
 
 // Writes `data` to `path` through a temp file in the same directory: fsync, rename, fsync of the
-// directory. Shared with the CDI spec writer.
-Status WriteFileAtomically(const std::filesystem::path& path, const std::string& data);
+// directory. The file gets exactly `mode` (whatever the umask). Shared with the CDI spec writer and
+// the licensing publisher.
+Status WriteFileAtomically(const std::filesystem::path& path, const std::string& data,
+                           ::mode_t mode = 0644);
 
 }  // namespace kvgpu::deviceplugin

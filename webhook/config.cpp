@@ -30,10 +30,12 @@ volumes:
     hostPath: {path: /opt/kata-vgpu/driver, type: Directory}
   - name: kvgpu-dev
     hostPath: {path: /dev}
+  # Published on every node by the device plugin from the kata-vgpu namespace (licence once per
+  # cluster, docs/install.md): nothing to copy into tenant namespaces.
   - name: kvgpu-gridd-conf
-    configMap: {name: kvgpu-gridd-conf}
+    hostPath: {path: /var/lib/kata-vgpu/licensing/gridd.conf, type: File}
   - name: kvgpu-client-token
-    secret: {secretName: kvgpu-client-token}
+    hostPath: {path: /var/lib/kata-vgpu/licensing/ClientConfigToken, type: Directory}
 driverInit:
   name: kvgpu-driver-init
   image: kata-vgpu/guest-tools:0.1.0
@@ -82,7 +84,7 @@ gridd:
   volumeMounts:
     - {name: kvgpu-driver, mountPath: /usr/local/nvidia, readOnly: true}
     - {name: kvgpu-dev, mountPath: /dev}
-    - {name: kvgpu-gridd-conf, mountPath: /etc/nvidia/gridd.conf, subPath: gridd.conf, readOnly: true}
+    - {name: kvgpu-gridd-conf, mountPath: /etc/nvidia/gridd.conf, readOnly: true}
     - {name: kvgpu-client-token, mountPath: /etc/nvidia/ClientConfigToken, readOnly: true}
   startupProbe:
     command:

@@ -436,6 +436,18 @@ def check_device_plugin(report, name, objects):
     report.check(ok, where + " --state-dir is a writable host directory (survives restarts)", why)
     ok, why = host_path_matches(c, spec, "/dev/vfio", writable=False)
     report.check(ok, where + " sees the host's /dev/vfio", why)
+    # Licence once per cluster: the source is the ConfigMap and Secret of this namespace, the
+    # target a host directory the injected gridd mounts.
+    ok, why = host_path_matches(c, spec, f.get("licensing-dir", ""), writable=True)
+    report.check("licensing-dir" in f and ok,
+                 where + " --licensing-dir is a writable host directory", why)
+    source_mount, source_volume = mount_for(c, spec, f.get("licensing-source", "/nonexistent"))
+    sources = (source_volume or {}).get("projected", {}).get("sources", [])
+    report.check(source_mount is not None and
+                 source_mount["mountPath"].rstrip("/") == f.get("licensing-source", "").rstrip("/") and
+                 {"kvgpu-gridd-conf"} == {x["configMap"]["name"] for x in sources if "configMap" in x} and
+                 {"kvgpu-client-token"} == {x["secret"]["name"] for x in sources if "secret" in x},
+                 where + " --licensing-source is the projected kvgpu-gridd-conf + kvgpu-client-token")
     config_text = configmap_file(objects, c, spec, f.get("config", ""))
     report.check("config" in f and config_text is not None,
                  where + " --config %s is a key of a mounted ConfigMap" % f.get("config"))
@@ -646,16 +658,23 @@ def cmd_consistency(args):
             report.check(keys and keys <= template_keys,
                          "%s: gridd.conf sets only keys of guest-image's template" % name, str(keys - template_keys))
             token_path = re.search(r"^ClientConfigTokenPath=(.*)$", gridd, re.M)
-            token_mounts = [m["mountPath"] for m in config["gridd"]["volumeMounts"]
-                            if any(v["name"] == m["name"] and "secret" in v for v in config["volumes"])]
-            report.check(token_path is not None and token_path.group(1) in token_mounts,
-                         "%s: gridd.conf's ClientConfigTokenPath is where the webhook mounts the token" % name,
-                         "%s vs %s" % (token_path and token_path.group(1), token_mounts))
-            names_in_config = {v.get("configMap", {}).get("name") for v in config["volumes"]} | \
-                              {v.get("secret", {}).get("secretName") for v in config["volumes"]}
-            report.check({"kvgpu-gridd-conf", "kvgpu-client-token"} <= names_in_config and
-                         find(objects, "ConfigMap", "kvgpu-gridd-conf") and find(objects, "Secret", "kvgpu-client-token"),
-                         "%s: the gridd ConfigMap and token Secret the webhook mounts are deployed" % name)
+            host_paths = {v["name"]: v["hostPath"]["path"] for v in config["volumes"] if "hostPath" in v}
+            gridd_mounts = {m["mountPath"]: host_paths.get(m["name"]) for m in config["gridd"]["volumeMounts"]}
+            plugin = one(objects, "DaemonSet", "kvgpu-device-plugin")
+            licensing_dir = flags(pod_spec(plugin)["containers"][0]).get("licensing-dir", "")
+            report.check(token_path is not None and
+                         gridd_mounts.get(token_path.group(1)) == licensing_dir + "/ClientConfigToken",
+                         "%s: gridd.conf's ClientConfigTokenPath is where the webhook mounts the token "
+                         "the device plugin publishes" % name,
+                         "%s vs %s" % (token_path and token_path.group(1), gridd_mounts))
+            report.check(gridd_mounts.get("/etc/nvidia/gridd.conf") == licensing_dir + "/gridd.conf",
+                         "%s: the webhook mounts the gridd.conf the device plugin publishes" % name,
+                         str(gridd_mounts))
+            report.check(all(m.get("readOnly") for m in config["gridd"]["volumeMounts"]
+                             if host_paths.get(m["name"], "").startswith(licensing_dir + "/")),
+                         "%s: gridd mounts the licensing files read-only" % name)
+            report.check(find(objects, "ConfigMap", "kvgpu-gridd-conf") and find(objects, "Secret", "kvgpu-client-token"),
+                         "%s: the gridd ConfigMap and token Secret the device plugin publishes are deployed" % name)
             images = [c["image"] for w in objects if w["kind"] in WORKLOAD_KINDS for c in containers(pod_spec(w))]
             images += [config["driverInit"]["image"], config["gridd"]["image"]]
             tags = {i.rsplit(":", 1)[1] for i in images}

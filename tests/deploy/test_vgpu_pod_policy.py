@@ -79,10 +79,17 @@ class PolicyMatchesTheWebhook(unittest.TestCase):
             self.assertRegex(name, variables["injectedContainers"].strip("'"))
         volumes = {v["name"]: v["hostPath"]["path"]
                    for v in pod["spec"].get("volumes", []) if "hostPath" in v}
-        self.assertEqual(volumes, {"kvgpu-driver": "/opt/kata-vgpu/driver", "kvgpu-dev": "/dev"},
-                         "the policy's rules name these two volumes and paths")
+        self.assertEqual(volumes, {"kvgpu-driver": "/opt/kata-vgpu/driver", "kvgpu-dev": "/dev",
+                                   "kvgpu-gridd-conf": "/var/lib/kata-vgpu/licensing/gridd.conf",
+                                   "kvgpu-client-token": "/var/lib/kata-vgpu/licensing/ClientConfigToken"},
+                         "the policy's rules name these volumes and paths")
         self.assertRegex("kvgpu-driver", variables["driverVolume"].strip("'"))
         self.assertRegex("kvgpu-dev", variables["devVolume"].strip("'"))
+        self.assertRegex("kvgpu-gridd-conf", variables["griddConfVolume"].strip("'"))
+        self.assertRegex("kvgpu-client-token", variables["tokenVolume"].strip("'"))
+        rule_text = json.dumps(POLICY["spec"]["validations"])
+        for path in volumes.values():
+            self.assertIn("'%s'" % path, rule_text)
         self.assertEqual(sorted(WEBHOOK["runtimeClassNames"]), sorted(CLASSES))
         for cls in CLASSES:
             self.assertIn("'%s'" % cls, variables["kataClasses"])
@@ -135,6 +142,20 @@ class TenantShapes(unittest.TestCase):
         rw_bundle = vgpu_pod()
         rw_bundle["spec"]["containers"][0]["volumeMounts"] = [
             {"name": "kvgpu-driver", "mountPath": "/usr/local/nvidia"}]
+        token = {"name": "kvgpu-client-token",
+                 "hostPath": {"path": "/var/lib/kata-vgpu/licensing/ClientConfigToken"}}
+        token_read = vgpu_pod(volumes=[token])
+        token_read["spec"]["containers"][0]["volumeMounts"] = [
+            {"name": "kvgpu-client-token", "mountPath": "/t", "readOnly": True}]
+        token_write = mutated_pods()[0][1]
+        token_write["spec"]["runtimeClassName"] = "kata-vgpu"
+        gridd = next(c for c in token_write["spec"].get("initContainers", []) + token_write["spec"]["containers"]
+                     if c["name"] == "nvidia-gridd")
+        for mount in gridd["volumeMounts"]:
+            if mount["name"] == "kvgpu-client-token":
+                mount["readOnly"] = False
+        licensing_dir = vgpu_pod(volumes=[{"name": "kvgpu-client-token",
+                                           "hostPath": {"path": "/var/lib/kata-vgpu/licensing"}}])
         fake_injected = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
                          "spec": {"runtimeClassName": "kata-vgpu", "containers": [
                              {"name": "kvgpu-driver-init", "image": "x",
@@ -150,6 +171,9 @@ class TenantShapes(unittest.TestCase):
             ("the host's / as a volume", host_root, "hostPath"),
             ("an injected volume name on another host path", driver_elsewhere, "hostPath"),
             ("the tenant's container mounting /dev", dev_mount, "/dev"),
+            ("the tenant's container reading the licence token", token_read, "licensing files"),
+            ("the injected nvidia-gridd given a writable token mount", token_write, "read-only"),
+            ("the token volume name on the whole licensing directory", licensing_dir, "hostPath"),
             ("the tenant's container mounting the driver bundle writable", rw_bundle, "read-only"),
             ("a privileged container named like the injected one, in a pod without a vGPU",
              fake_injected, "privileged"),

@@ -31,6 +31,8 @@ TEST(DevicePluginCliTest, DefaultsAreTheDocumentedPaths) {
   EXPECT_FALSE(parsed.args.config_file);
   EXPECT_EQ(parsed.args.metrics_addr, "");
   EXPECT_FALSE(parsed.args.kubeconfig);
+  EXPECT_FALSE(parsed.args.licensing_source) << "nothing is published unless asked";
+  EXPECT_EQ(parsed.args.licensing_dir, "/var/lib/kata-vgpu/licensing");
   EXPECT_EQ(parsed.args.PodResourcesSocket(), "/var/lib/kubelet/pod-resources/kubelet.sock");
 }
 
@@ -38,7 +40,8 @@ TEST(DevicePluginCliTest, EveryFlagIsTaken) {
   ParsedCommandLine parsed =
       Parse({"--sysfs-root", "/tmp/s", "--kubelet-dir", "/tmp/k", "--state-dir", "/tmp/st",
              "--node-name", "node-1", "--config", "/etc/c.yaml", "--metrics-addr", "0.0.0.0:9402",
-             "--kubeconfig", "/root/.kube/config"});
+             "--kubeconfig", "/root/.kube/config", "--licensing-source", "/etc/kata-vgpu/licensing",
+             "--licensing-dir", "/var/lib/kvgpu/lic"});
   ASSERT_FALSE(parsed.exit_code);
   EXPECT_EQ(parsed.args.sysfs_root, "/tmp/s");
   EXPECT_EQ(parsed.args.DevicePluginDir(), "/tmp/k/device-plugins");
@@ -47,6 +50,8 @@ TEST(DevicePluginCliTest, EveryFlagIsTaken) {
   EXPECT_EQ(parsed.args.config_file, "/etc/c.yaml");
   EXPECT_EQ(parsed.args.metrics_addr, "0.0.0.0:9402");
   EXPECT_EQ(parsed.args.kubeconfig, "/root/.kube/config");
+  EXPECT_EQ(parsed.args.licensing_source, "/etc/kata-vgpu/licensing");
+  EXPECT_EQ(parsed.args.licensing_dir, "/var/lib/kvgpu/lic");
 }
 
 TEST(DevicePluginCliTest, NodeNameDefaultsToTheEnvironment) {
@@ -60,13 +65,15 @@ TEST(DevicePluginCliTest, HelpDocumentsEveryFlagAndConfigKey) {
   std::string out;
   ParsedCommandLine parsed = Parse({"--help"}, &out);
   ASSERT_EQ(parsed.exit_code, 0);
-  for (const char* word : {"--sysfs-root", "--kubelet-dir",    "--state-dir",    "--node-name",
-                           "--config",     "--metrics-addr",   "resourceDomain", "namingStyle",
-                           "allowedTypes", "pinning",          "pciAddress",     "model",
-                           "all:",         "spreadAcrossGPUs", "cdi:",           "enabled",
-                           "dir:",         "rescanInterval",   "udevEvents",     "logLevel",
-                           "--kubeconfig", "lifecycle:",       "gracePeriod",    "pollInterval",
-                           "retryMax",     "watchPods",        "events:"}) {
+  for (const char* word :
+       {"--sysfs-root",   "--kubelet-dir",    "--state-dir",    "--node-name",
+        "--config",       "--metrics-addr",   "resourceDomain", "namingStyle",
+        "allowedTypes",   "pinning",          "pciAddress",     "model",
+        "all:",           "spreadAcrossGPUs", "cdi:",           "enabled",
+        "dir:",           "rescanInterval",   "udevEvents",     "logLevel",
+        "--kubeconfig",   "lifecycle:",       "gracePeriod",    "pollInterval",
+        "retryMax",       "watchPods",        "events:",        "--licensing-source",
+        "--licensing-dir"}) {
     EXPECT_NE(out.find(word), std::string::npos) << word;
   }
 }
@@ -82,6 +89,7 @@ TEST(DevicePluginCliTest, UsageErrorsExitNonZero) {
       {"metrics address without port", {"--metrics-addr", "localhost"}},
       {"metrics port out of range", {"--metrics-addr", ":99999"}},
       {"empty directory", {"--kubelet-dir", ""}},
+      {"relative licensing dir", {"--licensing-source", "/src", "--licensing-dir", "lic"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.description);
