@@ -32,6 +32,15 @@ def devices(args, driver):
             and args[i + 1].startswith(driver + ",")]
 
 
+def fits(window_start, window_size, bars):
+    """Whether naturally aligned BARs, placed largest first, fit in the window."""
+    at = window_start
+    for size in sorted(bars, reverse=True):
+        at = (at + size - 1) // size * size
+        at += size
+    return at <= window_start + window_size
+
+
 class KataCommandLine(unittest.TestCase):
 
     def test_hot_plug_class_on_3_27_reserves_windows_sized_from_the_hosts_gpu(self):
@@ -129,13 +138,35 @@ class WrapperReserves(unittest.TestCase):
                                                     (32 * MiB, self.PREF64)]),
             "0000:af:00.0": ("0x10de", "0x030000", [(16 * MiB, self.MEM), (256 * MiB, self.PREF64)]),
         })
+        # 16 MiB + 16 MiB - 1 MiB -> 32 MiB; 64 GiB + 32 MiB + 64 GiB - 1 MiB -> 256 GiB (the
+        # other GPU's 256 MiB BAR needs only 512 MiB).
         self.assertEqual(args, ["-global", f"pcie-root-port.mem-reserve={32 * MiB}",
-                                "-global", f"pcie-root-port.pref64-reserve={64 * GiB + 32 * MiB}",
+                                "-global", f"pcie-root-port.pref64-reserve={256 * GiB}",
                                 "-machine", "q35"])
 
     def test_a_32_bit_prefetchable_bar_counts_towards_the_32_bit_window(self):
         args = self.run_wrapper({"0000:3b:00.0": ("0x10de", "0x030200", [(64 * MiB, self.PREF32)])})
         self.assertEqual(args, ["-global", f"pcie-root-port.mem-reserve={128 * MiB}",
+                                "-machine", "q35"])
+
+    def test_a_window_holds_its_bars_wherever_on_a_1_mib_boundary_it_lands(self):
+        # Worst case the window starts 1 MiB past a multiple of the largest BAR: that BAR then
+        # starts largest - 1 MiB in, and the rest follow it.
+        for bars, want in [([(16 * MiB, self.MEM)], 32 * MiB),
+                           ([(64 * MiB, self.PREF32), (4 * KiB, self.MEM)], 128 * MiB),
+                           ([(4 * KiB, self.MEM)], 1 * MiB),
+                           ([(1 * MiB, self.MEM), (1 * MiB, self.MEM)], 2 * MiB)]:
+            with self.subTest(bars=bars):
+                args = self.run_wrapper({"0000:3b:00.0": ("0x10de", "0x030200", bars)})
+                self.assertEqual(args[:2], ["-global", f"pcie-root-port.mem-reserve={want}"])
+                for start in range(0, 2 * want, MiB):
+                    self.assertTrue(fits(start, want, [size for size, _ in bars]), (start, bars))
+
+    def test_the_window_formula_fits_the_stand_ins_as_the_lab_attaches_them(self):
+        args = self.run_wrapper({"0000:3b:00.0": ("0x10de", "0x030200", [(256 * MiB, self.PREF64),
+                                                                         (16 * MiB, self.MEM)])})
+        self.assertEqual(args, ["-global", f"pcie-root-port.mem-reserve={32 * MiB}",
+                                "-global", f"pcie-root-port.pref64-reserve={512 * MiB}",
                                 "-machine", "q35"])
 
     def test_no_nvidia_display_function_adds_nothing(self):

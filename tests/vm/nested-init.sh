@@ -67,7 +67,9 @@ else
   [ -e "$dev/driver" ] && driver=$(basename "$(readlink "$dev/driver")")
   bdf=${dev##*/}
   echo "KVGPU-NESTED-RESULT: bdf=$bdf driver=$driver bar0=$(bar "$dev" 0) bar2=$(bar "$dev" 2)"
-  dmesg | grep -E "$bdf|bochs|no space|can't assign|failed to assign" | sed 's/^/KVGPU-NESTED-LOG: /'
+  # The root port above it: its bridge windows are what the BARs had to fit in.
+  port=$(basename "$(dirname "$(readlink -f "$dev")")")
+  dmesg | grep -E "$bdf|$port|bochs|no space|can't assign|failed to assign" | sed 's/^/KVGPU-NESTED-LOG: /'
 fi
 sync
 poweroff -f
