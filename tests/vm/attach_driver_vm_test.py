@@ -59,6 +59,16 @@ KINDS = {
 # sized from the host's GPUs, 3.28 and later reserve nothing.
 RELEASES = {"hot": ["3.27", "3.32"], "cold": ["3.27", "3.32"]}
 
+# Outcomes the lab established that are not ours to fix, with the reason: the test expects them,
+# so a change either way is reported.
+KNOWN_UNBOUND = {
+    ("hot", "3.27", "OVMF", "32-bit 64 MiB"):
+        "Kata 3.2-3.27 size each root port's mem-reserve themselves (twice the BARs, 2 x (64 MiB + "
+        "4 KiB)), which overrides the wrapper's default; OVMF aligns that to 256 MiB per port and "
+        "four do not fit its 32-bit aperture. No NVIDIA GPU has a 32-bit prefetchable BAR; the "
+        "64-bit stand-in binds",
+}
+
 RESULT = re.compile(r"KVGPU-NESTED-RESULT: bdf=(\S+) driver=(\S+) bar0=(\S+) bar2=(\S+)")
 
 
@@ -78,6 +88,7 @@ class Case:
         self.outcome = None
         self.detail = ""
         self.seconds = 0.0
+        self.bound_after = None  # hot plug: seconds from device_add to the driver bound
 
     @property
     def name(self):
@@ -242,7 +253,8 @@ def run_case(case, lab, vgpuctl, timeout):
             case.detail = f"driver={driver} bar0={bar0.split('/')[0]} bar2={bar2.split('/')[0]}"
             if added_at is not None and case.outcome:
                 # device_add to driver bound, as seen through the console (1 s polls)
-                case.detail += f" hot-plug to bound {time.monotonic() - added_at:.0f} s"
+                case.bound_after = time.monotonic() - added_at
+                case.detail += f" hot-plug to bound {case.bound_after:.0f} s"
             qemu.wait(timeout=max(5, deadline - time.monotonic()))
         finally:
             if qemu.poll() is None:
@@ -302,7 +314,8 @@ def main(argv):
         for release in RELEASES[mode]:
             for firmware in ("SeaBIOS", "OVMF"):
                 for kind in KINDS:
-                    cases.append(Case(klass, path, release, firmware, kind))
+                    known = (mode, release, firmware, kind) in KNOWN_UNBOUND
+                    cases.append(Case(klass, path, release, firmware, kind, expect=not known))
         if mode == "hot":
             cases.append(Case(klass, path, RELEASES[mode][-1], "SeaBIOS", "64-bit 256 MiB",
                               wrapper=False, expect=False))
@@ -322,11 +335,13 @@ def main(argv):
             log(f"[{ok}] {case.name}: {verdict} ({case.seconds:.0f} s) {case.detail}")
 
     failed = [c for c in cases if c.outcome != c.expect]
-    log(f"\n| class | Kata | firmware | BAR | driver bound |\n|---|---|---|---|---|")
+    log("\n| class | Kata | firmware | BAR | driver bound | hot-plug to bound | as expected |\n"
+        "|---|---|---|---|---|---|---|")
     for c in cases:
         control = " (Kata's QEMU, control)" if not c.wrapper else ""
+        after = f"{c.bound_after:.0f} s" if c.bound_after is not None else "-"
         log(f"| {c.klass} | {c.release} | {c.firmware} | {c.kind}{control} | "
-            f"{'yes' if c.outcome else 'no'} |")
+            f"{'yes' if c.outcome else 'no'} | {after} | {'yes' if c.outcome == c.expect else 'NO'} |")
     log(f"\n{len(cases) - len(failed)}/{len(cases)} cases as expected in "
         f"{time.monotonic() - started:.0f} s")
     out = os.environ.get("KVGPU_VM_OUT")
