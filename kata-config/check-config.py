@@ -5,9 +5,12 @@
   check-config.py containerd FILE --keys KEYS
   check-config.py runtimeclass FILE --schema SCHEMA
   check-config.py consistency DIR
+  check-config.py runtime [--version X.Y.Z] [CONFIG...]
 
 The Kata runtime only logs a warning for a key it does not know, so a misspelt or removed key
-silently turns a setting off; here it is an error. Exit status 0 when clean, 1 with one line per
+silently turns a setting off; here it is an error. `runtime` asks the node's Kata (or takes
+--version) and refuses each class configuration that release cannot serve, naming the release
+needed (docs/kata-config.md, "Versions"). Exit status 0 when clean, 1 with one line per
 problem on stderr, 2 for bad usage or unreadable input.
 """
 
@@ -16,8 +19,13 @@ import fnmatch
 import json
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
 import tomllib
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import kata_qemu  # noqa: E402  (beside this file, here and where install.sh puts both)
 
 # Values Kata accepts for hot_plug_vfio / cold_plug_vfio (src/runtime/pkg/device/config/config.go).
 PCIE_PORTS = {"no-port", "bridge-port", "root-port", "switch-port"}
@@ -256,6 +264,62 @@ def check_consistency(directory):
     return problems
 
 
+# Where Kata's own installs and kata-deploy put the binaries, after $PATH.
+KATA_BINARIES = [("kata-runtime", ["--version"]), ("containerd-shim-kata-v2", ["--version"])]
+KATA_BIN_DIR = "/opt/kata/bin"
+# "kata-runtime  : 3.27.0" (kata-runtime) or "..., version: 3.27.0, commit: ..." (the shim).
+RUNTIME_VERSION = re.compile(r"(?:kata-runtime\s*:|version:)\s*v?(\d+\.\d+\.\d+)")
+
+
+def installed_kata_version():
+    """The node's Kata release, from kata-runtime or the containerd shim."""
+    tried = []
+    for name, args in KATA_BINARIES:
+        for binary in (shutil.which(name), shutil.which(name, path=KATA_BIN_DIR)):
+            if not binary or binary in tried:
+                continue
+            tried.append(binary)
+            try:
+                out = subprocess.run([binary, *args], capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise Usage(f"{binary} --version failed: {e}")
+            match = RUNTIME_VERSION.search(out.stdout + out.stderr)
+            if out.returncode != 0 or not match:
+                raise Usage(f"{binary} --version gave no Kata version (exit {out.returncode}): "
+                            f"{(out.stdout + out.stderr).strip()[:200]!r}; pass --version X.Y.Z")
+            return match.group(1)
+    raise Usage(f"no kata-runtime or containerd-shim-kata-v2 on PATH or in {KATA_BIN_DIR}; "
+                "install Kata or pass --version X.Y.Z")
+
+
+def check_runtime(version_text, configs):
+    """Problems for each configuration the release cannot serve; notes go to stdout."""
+    if not re.fullmatch(r"v?\d+\.\d+(\.\d+)?", version_text):
+        raise Usage(f"--version {version_text!r} is not a Kata release such as 3.27.0")
+    version = kata_qemu.parse_version(version_text)
+    problems = []
+    for path in configs:
+        config = load_toml(path)
+        try:
+            needs = kata_qemu.required_release(config)
+        except (KeyError, ValueError) as e:
+            problems.append(f"{path}: not a class configuration this checker knows: {e}")
+            continue
+        missing = [(release, why) for release, why in needs if version < release]
+        for release, why in missing:
+            problems.append(f"{pathlib.Path(path).name}: Kata {version_text} cannot serve it: "
+                            f"{why} needs Kata {kata_qemu.version_text(release)} or later")
+        if not missing:
+            newest = max(release for release, _ in needs)
+            print(f"check-config: {pathlib.Path(path).name}: Kata {version_text} serves it "
+                  f"(needs {kata_qemu.version_text(newest)} or later)")
+            if version > kata_qemu.NEWEST_PROVEN:
+                print(f"check-config: {pathlib.Path(path).name}: note: newer than "
+                      f"{kata_qemu.version_text(kata_qemu.NEWEST_PROVEN)}, the newest release "
+                      "the VM lab's attach test proves (docs/kata-config.md)")
+    return problems
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -272,6 +336,11 @@ def main(argv):
     runtimeclass.add_argument("--schema", required=True)
     consistency = sub.add_parser("consistency", help="cross-file agreement in kata-config/")
     consistency.add_argument("dir")
+    runtime = sub.add_parser("runtime", help="whether the node's Kata release serves each class")
+    runtime.add_argument("configs", nargs="*", metavar="CONFIG",
+                         help="class configurations (default: the configuration-*.toml beside "
+                              "this script)")
+    runtime.add_argument("--version", help="the Kata release instead of asking kata-runtime")
     args = parser.parse_args(argv)
     try:
         if args.what == "kata":
@@ -280,13 +349,20 @@ def main(argv):
             problems = check_containerd(args.file, args.keys)
         elif args.what == "runtimeclass":
             problems = check_runtimeclass(args.file, args.schema)
+        elif args.what == "runtime":
+            configs = args.configs or sorted(
+                pathlib.Path(__file__).resolve().parent.glob("configuration-*.toml"))
+            if not configs:
+                raise Usage("no class configurations given or found beside check-config.py")
+            problems = check_runtime(args.version or installed_kata_version(), configs)
         else:
             problems = check_consistency(args.dir)
     except Usage as e:
         print(f"check-config: {e}", file=sys.stderr)
         return 2
     for problem in problems:
-        print(f"check-config: {getattr(args, 'file', args.what)}: {problem}", file=sys.stderr)
+        where = "" if args.what == "runtime" else f"{getattr(args, 'file', args.what)}: "
+        print(f"check-config: {where}{problem}", file=sys.stderr)
     return 1 if problems else 0
 
 

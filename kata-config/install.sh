@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Puts the kata-vgpu runtime configuration on a node: the two Kata configurations and the
-# containerd runtime tables for the kata-vgpu and kata-vgpu-vf handlers.
+# Puts the kata-vgpu runtime configuration on a node: the two Kata configurations, the kata-vgpu
+# class's QEMU wrapper (qemu-vgpu.sh) and the containerd runtime tables for the kata-vgpu and
+# kata-vgpu-vf handlers. Everything of ours lives under /opt/kata-vgpu, which kata-deploy's
+# cleanup (it empties /opt/kata) does not touch. With --kata-deploy, kata-deploy registers the
+# handlers itself (deploy/kata-deploy/values-kata-vgpu.yaml), so containerd is left alone.
 #
 # containerd 2.x (config version 3) merges imported files into the main config, so the tables go
 # into a drop-in, /etc/containerd/conf.d/kata-vgpu.toml, named in config.toml's `imports`.
@@ -17,10 +20,12 @@ set -o errexit -o nounset -o pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly here
-readonly KATA_CONFIG_DIR=/opt/kata/share/defaults/kata-containers
+readonly KATA_CONFIG_DIR=/opt/kata-vgpu/share/defaults/kata-containers
 readonly DROP_IN=/etc/containerd/conf.d/kata-vgpu.toml
 readonly CONTAINERD_CONFIG=/etc/containerd/config.toml
 readonly SHIM=/opt/kata/bin/containerd-shim-kata-v2
+readonly KATA_QEMU=/opt/kata/bin/qemu-system-x86_64
+readonly WRAPPER=/opt/kata-vgpu/bin/qemu-system-x86_64
 
 info() { echo "install: $*"; }
 warn() { echo "install: warning: $*" >&2; }
@@ -39,6 +44,9 @@ Installs the kata-vgpu Kata configurations and containerd handlers on this node.
                                2 (containerd 1.6/1.7) or 3 (containerd 2.x); default: the
                                'version' in $CONTAINERD_CONFIG
   --restart-containerd         restart containerd with systemctl if anything changed
+  --kata-deploy                kata-deploy registers the handlers and their configurations (its
+                               customRuntimes, deploy/kata-deploy/values-kata-vgpu.yaml): install
+                               only the QEMU wrapper, leave containerd alone
   -h, --help                   this text
 EOF
 }
@@ -47,6 +55,7 @@ root=/
 dry_run=0
 version=
 restart=0
+kata_deploy=0
 while [[ $# -gt 0 ]]; do
   case $1 in
   --root)
@@ -61,6 +70,7 @@ while [[ $# -gt 0 ]]; do
     shift
     ;;
   --restart-containerd) restart=1 ;;
+  --kata-deploy) kata_deploy=1 ;;
   -h | --help)
     usage
     exit 0
@@ -79,7 +89,10 @@ main_config=$root$CONTAINERD_CONFIG
 
 # The config version containerd will read the main file with; an explicit flag must agree.
 file_version=
-if [[ -f $main_config ]]; then
+if [[ $kata_deploy -eq 1 ]]; then
+  [[ -z $version && $restart -eq 0 ]] ||
+    die "--kata-deploy leaves containerd to kata-deploy: drop --containerd-config-version/--restart-containerd"
+elif [[ -f $main_config ]]; then
   file_version=$(sed -n 's/^version[[:space:]]*=[[:space:]]*\([0-9][0-9]*\)[[:space:]]*$/\1/p' "$main_config" | head -n1)
   [[ -n $file_version ]] ||
     die "$main_config has no 'version = 2|3' line: version 1 configs cannot import a drop-in this way; run 'containerd config migrate' first"
@@ -88,10 +101,14 @@ if [[ -f $main_config ]]; then
   fi
   version=$file_version
 fi
-[[ -n $version ]] || die "$main_config does not exist: say --containerd-config-version 2 or 3"
-[[ $version == 2 || $version == 3 ]] || die "containerd config version $version is not supported (2 or 3)"
+if [[ $kata_deploy -eq 0 ]]; then
+  [[ -n $version ]] || die "$main_config does not exist: say --containerd-config-version 2 or 3"
+  [[ $version == 2 || $version == 3 ]] || die "containerd config version $version is not supported (2 or 3)"
+fi
 
-for source in configuration-kata-vgpu.toml configuration-kata-vgpu-vf.toml "containerd/kata-vgpu.config-v$version.toml"; do
+sources=(configuration-kata-vgpu.toml configuration-kata-vgpu-vf.toml qemu-vgpu.sh)
+[[ $kata_deploy -eq 1 ]] || sources+=("containerd/kata-vgpu.config-v$version.toml")
+for source in "${sources[@]}"; do
   [[ -f $here/$source ]] || die "missing $here/$source"
 done
 
@@ -149,17 +166,20 @@ plan_main_config_v3() {
     sed "s|^\(imports[[:space:]]*=.*[^[:space:]]\)[[:space:]]*\][[:space:]]*$|\1, \"$DROP_IN\"]|" "$main_config" >"$wanted"
   fi
 }
-if [[ $version == 2 ]]; then
+if [[ $kata_deploy -eq 1 ]]; then
+  :
+elif [[ $version == 2 ]]; then
   plan_main_config_v2
 else
   plan_main_config_v3
 fi
 
 changed=0
-# place SOURCE DEST: write DEST (atomically, mode 0644) unless it already holds SOURCE's bytes.
+# place SOURCE DEST [MODE]: write DEST (atomically, MODE, default 0644) unless it already holds
+# SOURCE's bytes with that mode.
 place() {
-  local source=$1 dest=$root$2
-  if [[ -f $dest ]] && cmp -s "$source" "$dest"; then
+  local source=$1 dest=$root$2 mode=${3:-0644}
+  if [[ -f $dest ]] && cmp -s "$source" "$dest" && [[ $(stat -c %a "$dest") == "${mode#0}" ]]; then
     info "unchanged $dest"
     return
   fi
@@ -176,18 +196,23 @@ place() {
     cp -p "$dest" "$dest.kata-vgpu.orig"
     info "kept the original as $dest.kata-vgpu.orig"
   fi
-  install -m 0644 "$source" "$dest.kata-vgpu.tmp"
+  install -m "$mode" "$source" "$dest.kata-vgpu.tmp"
   mv -f "$dest.kata-vgpu.tmp" "$dest"
   info "wrote $dest"
 }
 
-place "$here/configuration-kata-vgpu.toml" "$KATA_CONFIG_DIR/configuration-kata-vgpu.toml"
-place "$here/configuration-kata-vgpu-vf.toml" "$KATA_CONFIG_DIR/configuration-kata-vgpu-vf.toml"
-[[ $version == 2 ]] || place "$here/containerd/kata-vgpu.config-v$version.toml" "$DROP_IN"
-place "$staging/config.toml" "$CONTAINERD_CONFIG"
+place "$here/qemu-vgpu.sh" "$WRAPPER" 0755
+# Under kata-deploy the configurations are its custom runtimes' (base config + our drop-in).
+if [[ $kata_deploy -eq 0 ]]; then
+  place "$here/configuration-kata-vgpu.toml" "$KATA_CONFIG_DIR/configuration-kata-vgpu.toml"
+  place "$here/configuration-kata-vgpu-vf.toml" "$KATA_CONFIG_DIR/configuration-kata-vgpu-vf.toml"
+  [[ $version == 2 ]] || place "$here/containerd/kata-vgpu.config-v$version.toml" "$DROP_IN"
+  place "$staging/config.toml" "$CONTAINERD_CONFIG"
+fi
 
 # Things this script does not install but the handlers need at pod start.
 [[ -x $root$SHIM ]] || warn "$root$SHIM not found: install Kata Containers"
+[[ -x $root$KATA_QEMU ]] || warn "$root$KATA_QEMU not found: the kata-vgpu class's wrapper runs Kata's QEMU; install Kata Containers"
 [[ -e $root/opt/kata-vgpu/guest/vmlinuz ]] || warn "no guest kernel at $root/opt/kata-vgpu/guest/vmlinuz: run guest-image/build.sh install"
 
 if [[ $changed -eq 1 && $restart -eq 1 ]]; then
@@ -197,6 +222,6 @@ if [[ $changed -eq 1 && $restart -eq 1 ]]; then
     systemctl restart containerd
     info "restarted containerd"
   fi
-elif [[ $changed -eq 1 ]]; then
+elif [[ $changed -eq 1 && $kata_deploy -eq 0 ]]; then
   info "containerd reads the new handlers after a restart (--restart-containerd)"
 fi

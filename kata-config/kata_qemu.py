@@ -47,11 +47,31 @@ DEFAULT_RESERVE = 2 * 1024 * 1024
 # cold_plug_vfio with "root-port" came with 3.2; cold plug of the devices kubelet assigned
 # (PodResources / CDI) needs 3.24.
 MINIMUM = {"hot": (3, 2), "cold": (3, 24)}
+MINIMUM_WHY = {
+    "hot": "hot plug onto PCIe root ports (hot_plug_vfio = \"root-port\")",
+    "cold": "cold plug of the devices kubelet assigned (PodResources, commit 5aa184925a)",
+}
+# kubelet_root_dir came with 3.28 (commit 0a73638744); before, Kata used /var/lib/kubelet and
+# ignored the key, so only another value needs 3.28.
+KUBELET_ROOT_DIR = ((3, 28), "/var/lib/kubelet")
+# The newest release the VM lab's attach test proves (tests/vm/attach_driver_vm_test.py).
+NEWEST_PROVEN = (3, 32)
+
+
+def required_release(config):
+    """[(release, why)] a Kata runtime must be at least to serve this configuration."""
+    qemu = config["hypervisor"]["qemu"]
+    mode = attach_mode(qemu)
+    needs = [(MINIMUM[mode], MINIMUM_WHY[mode])]
+    root = config.get("runtime", {}).get("kubelet_root_dir", "")
+    if root and root.rstrip("/") != KUBELET_ROOT_DIR[1]:
+        needs.append((KUBELET_ROOT_DIR[0], f"kubelet_root_dir = {root!r} (commit 0a73638744)"))
+    return needs
 
 
 def parse_version(text):
     """'3.27.0' or 'v3.27' -> (3, 27)."""
-    match = re.search(r"(\d+)\.(\d+)", text)
+    match = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
     if not match:
         raise ValueError(f"not a Kata version: {text!r}")
     return int(match.group(1)), int(match.group(2))

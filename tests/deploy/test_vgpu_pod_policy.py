@@ -179,6 +179,10 @@ class TenantShapes(unittest.TestCase):
              fake_injected, "privileged"),
             ("the host network", vgpu_pod(hostNetwork=True), "network"),
             ("the host PID namespace", vgpu_pod(hostPID=True), "PID"),
+            ("a Kata runtime annotation (kata-deploy's handlers pass them all)",
+             {**vgpu_pod(), "metadata": {"name": "p", "annotations": {
+                 "io.katacontainers.config.runtime.sandbox_cgroup_only": "false"}}},
+             "io.katacontainers"),
         ]
         for (description, _, reason), verdict in self.verdicts(cases):
             with self.subTest(description):

@@ -3,7 +3,9 @@
 would silently ignore or refuse, and the API server would reject. Each case starts from the
 shipped file, changes one thing, and names the error it expects."""
 
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -235,6 +237,73 @@ class CrossFileConsistency(unittest.TestCase):
         result = run("consistency", d)
         self.assertEqual(result.returncode, 1)
         self.assertIn("no runtime for RuntimeClass handler 'kata-gpu'", result.stderr)
+
+
+class RuntimeVersion(Checked):
+    """`check-config.py runtime`: each class against the node's Kata release, at the edges of
+    each minimum (kata_qemu.MINIMUM, kubelet_root_dir), from --version or the installed binary."""
+
+    def runtime(self, *args, path=None, configs=(MDEV, VF)):
+        files = [self.write(text, ".toml") for text in configs]
+        env = dict(os.environ, PATH=path if path is not None else "/nonexistent")
+        return subprocess.run([sys.executable, str(CHECK), "runtime", *args, *files],
+                              capture_output=True, text=True, check=False, env=env)
+
+    def fake_bin(self, name, output, code=0):
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        script = pathlib.Path(directory, name)
+        # Shell builtins only: PATH holds nothing but this directory.
+        script.write_text("#!/bin/sh\nwhile IFS= read -r line; do echo \"$line\"; done <<'EOF'\n"
+                          f"{output}\nEOF\nexit {code}\n")
+        script.chmod(0o755)
+        return directory
+
+    def test_each_minimum_is_served_and_the_release_before_it_refused(self):
+        for version, configs, code, message in [
+                ("3.2.0", [MDEV], 0, "serves it (needs 3.2 or later)"),
+                ("3.1.3", [MDEV], 1, "needs Kata 3.2 or later"),
+                ("3.24.0", [VF], 0, "serves it (needs 3.24 or later)"),
+                ("3.23.9", [VF], 1, "cold plug of the devices kubelet assigned"),
+                ("2.5.2", [MDEV, VF], 1, "needs Kata 3.24 or later")]:
+            with self.subTest(version=version):
+                result = self.runtime("--version", version, configs=configs)
+                self.assertEqual(result.returncode, code, result.stdout + result.stderr)
+                self.assertIn(message, result.stdout + result.stderr)
+
+    def test_a_kubelet_root_elsewhere_needs_3_28(self):
+        moved = replace_once(VF, 'kubelet_root_dir = "/var/lib/kubelet"',
+                             'kubelet_root_dir = "/data/kubelet"')
+        refused = self.runtime("--version", "3.27.0", configs=[moved])
+        self.expect(refused, 1, "kubelet_root_dir = '/data/kubelet' (commit 0a73638744) needs Kata 3.28")
+        self.assertEqual(self.runtime("--version", "3.28.0", configs=[moved]).returncode, 0)
+        self.assertEqual(self.runtime("--version", "3.24.0", configs=[VF]).returncode, 0,
+                         "the default kubelet root is what older releases use anyway")
+
+    def test_a_release_newer_than_the_lab_proves_is_served_with_a_note(self):
+        result = self.runtime("--version", "4.1.0")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("newest release the VM lab's attach test proves", result.stdout)
+
+    def test_the_installed_version_comes_from_kata_runtime_or_the_shim(self):
+        runtime = self.fake_bin("kata-runtime", "kata-runtime  : 3.27.0\n   commit   : 0123abc\n"
+                                                "   OCI specs: 1.1.0")
+        result = self.runtime(path=runtime)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("Kata 3.27.0 serves it", result.stdout)
+        shim = self.fake_bin("containerd-shim-kata-v2",
+                             'Kata Containers containerd shim (Golang): id: "io.containerd.kata.v2", '
+                             "version: 3.23.0, commit: 0123abc")
+        self.expect(self.runtime(path=shim), 1, "Kata 3.23.0 cannot serve it")
+
+    def test_no_usable_version_is_a_usage_error_naming_the_way_out(self):
+        garbled = self.fake_bin("kata-runtime", "something went wrong", code=1)
+        for description, args, path, message in [
+                ("nothing installed", [], "/nonexistent", "pass --version X.Y.Z"),
+                ("unparsable output", [], garbled, "gave no Kata version"),
+                ("a version that is not one", ["--version", "latest"], None, "is not a Kata release")]:
+            with self.subTest(description):
+                self.expect(self.runtime(*args, path=path), 2, message)
 
 
 if __name__ == "__main__":

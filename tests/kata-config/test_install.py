@@ -14,8 +14,9 @@ import unittest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 INSTALL = REPO / "kata-config" / "install.sh"
-KATA_DIR = "opt/kata/share/defaults/kata-containers"
+KATA_DIR = "opt/kata-vgpu/share/defaults/kata-containers"
 DROP_IN = "etc/containerd/conf.d/kata-vgpu.toml"
+WRAPPER = "opt/kata-vgpu/bin/qemu-system-x86_64"
 MAIN = "etc/containerd/config.toml"
 
 
@@ -47,7 +48,7 @@ class Install(Node):
     def test_dry_run_lists_changes_and_writes_nothing(self):
         result = self.install("--dry-run", "--containerd-config-version", "3")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.count("would write"), 4, result.stdout)
+        self.assertEqual(result.stdout.count("would write"), 5, result.stdout)
         self.assertEqual(snapshot(self.root), {})
 
     def test_fresh_node_gets_every_file(self):
@@ -61,9 +62,14 @@ class Install(Node):
         main = tomllib.loads((self.root / MAIN).read_text())
         self.assertEqual(main, {"version": 3, "imports": ["/" + DROP_IN]})
         self.assertEqual(oct((self.root / DROP_IN).stat().st_mode & 0o777), "0o644")
+        self.assertEqual((self.root / WRAPPER).read_bytes(),
+                         (REPO / "kata-config/qemu-vgpu.sh").read_bytes())
+        self.assertEqual(oct((self.root / WRAPPER).stat().st_mode & 0o777), "0o755")
+        self.assertIn("/opt/kata/bin/qemu-system-x86_64 not found", result.stderr,
+                      "the wrapper runs Kata's QEMU: its absence is worth a warning")
 
     def test_second_run_changes_nothing(self):
-        for version, files in (("2", 3), ("3", 4)):
+        for version, files in (("2", 4), ("3", 5)):
             with self.subTest(version=version):
                 shutil.rmtree(self.root)
                 self.root.mkdir()
@@ -83,6 +89,46 @@ class Install(Node):
         self.assertEqual(main["imports"], ["/" + DROP_IN])
         self.assertEqual(main["plugins"]["io.containerd.cri.v1.images"]["snapshotter"], "p")
         self.assertEqual((self.root / (MAIN + ".kata-vgpu.orig")).read_text(), original)
+
+
+class KataDeploy(Node):
+    """Nodes whose Kata comes from kata-deploy: it registers the handlers and owns /opt/kata
+    (its cleanup empties that), so only the wrapper under /opt/kata-vgpu is ours to install."""
+
+    def test_only_the_wrapper_is_installed_and_containerd_is_left_alone(self):
+        self.main_config("version = 3\n")
+        before = (self.root / MAIN).read_bytes()
+        result = self.install("--kata-deploy")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(oct((self.root / WRAPPER).stat().st_mode & 0o777), "0o755")
+        self.assertEqual((self.root / MAIN).read_bytes(), before)
+        self.assertFalse((self.root / DROP_IN).exists())
+        self.assertFalse((self.root / KATA_DIR).exists())
+        self.assertNotIn("restart", result.stdout)
+        again = self.install("--kata-deploy")
+        self.assertEqual(again.stdout.count("unchanged"), 1, again.stdout)
+
+    def test_a_wrapper_with_a_loosened_mode_is_put_back(self):
+        self.assertEqual(self.install("--kata-deploy").returncode, 0)
+        (self.root / WRAPPER).chmod(0o777)
+        result = self.install("--kata-deploy")
+        self.assertIn("wrote", result.stdout)
+        self.assertEqual(oct((self.root / WRAPPER).stat().st_mode & 0o777), "0o755")
+
+    def test_containerd_flags_contradict_it(self):
+        for flags in (["--containerd-config-version", "3"], ["--restart-containerd"]):
+            with self.subTest(flags=flags):
+                result = self.install("--kata-deploy", *flags)
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn("leaves containerd to kata-deploy", result.stderr)
+                self.assertEqual(snapshot(self.root), {})
+
+    def test_nothing_of_ours_is_under_the_directory_kata_deploy_empties(self):
+        self.assertEqual(self.install("--containerd-config-version", "3").returncode, 0)
+        ours = [p for p in (self.root / "opt").rglob("*") if p.is_file()]
+        self.assertTrue(ours)
+        for path in ours:
+            self.assertTrue(str(path.relative_to(self.root)).startswith("opt/kata-vgpu/"), path)
 
 
 class ConfigVersion2(Node):
