@@ -38,8 +38,10 @@ WORKLOAD_KINDS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
 # `kustomize edit fix` rewrites (see data/SOURCES.md).
 KUSTOMIZE_DEPRECATED_FIELDS = {"bases", "imageTags", "patchesStrategicMerge", "patchesJson6902",
                                "vars", "commonLabels"}
-# Overlays that read certificates made by deploy/gen-webhook-cert.sh into <overlay>/certs.
+# Overlays that read certificates made by deploy/gen-webhook-cert.sh into <overlay>/CERT_DIR, a
+# name that tells whoever sees kustomize's "lstat .../CERT_DIR: no such file" what to run.
 CERT_OVERLAYS = ("default", "development")
+CERT_DIR = "certs-by-gen-webhook-cert.sh"
 
 
 class Report:
@@ -69,10 +71,10 @@ def scratch_deploy(deploy):
     with tempfile.TemporaryDirectory(prefix="kvgpu-deploy-") as tmp:
         copy_dir = os.path.join(tmp, "deploy")
         shutil.copytree(deploy, copy_dir, symlinks=True,
-                        ignore=lambda d, names: ["certs"] if os.path.basename(d) in CERT_OVERLAYS else [])
+                        ignore=lambda d, names: [CERT_DIR, "certs"] if os.path.basename(d) in CERT_OVERLAYS else [])
         for overlay in CERT_OVERLAYS:
             subprocess.run([os.path.join(copy_dir, "gen-webhook-cert.sh"),
-                            os.path.join(copy_dir, "overlays", overlay, "certs")],
+                            os.path.join(copy_dir, "overlays", overlay, CERT_DIR)],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         yield copy_dir
 
@@ -142,6 +144,16 @@ def cmd_render(args):
                              "%s: %s %s" % (name, key(obj),
                                             "has no namespace" if scoped else "is in " + NAMESPACE),
                              "namespace is %r" % ns)
+    # Before the one documented step, an overlay that needs certificates must say how to get them.
+    with tempfile.TemporaryDirectory(prefix="kvgpu-deploy-") as tmp:
+        copy_dir = os.path.join(tmp, "deploy")
+        shutil.copytree(args.deploy, copy_dir, symlinks=True,
+                        ignore=lambda d, names: [CERT_DIR, "certs"] if os.path.basename(d) in CERT_OVERLAYS else [])
+        for overlay in CERT_OVERLAYS:
+            objects, error = render(args.kubectl, os.path.join(copy_dir, "overlays", overlay))
+            report.check(objects is None and "gen-webhook-cert.sh" in (error or ""),
+                         "%s without certificates fails naming deploy/gen-webhook-cert.sh" % overlay,
+                         error or "it rendered")
     return report.finish()
 
 

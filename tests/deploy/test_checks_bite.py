@@ -123,7 +123,7 @@ class ChecksBite(unittest.TestCase):
             with self.subTest(description):
                 with tempfile.TemporaryDirectory() as tmp:
                     deploy = os.path.join(tmp, "deploy")
-                    shutil.copytree(DEPLOY, deploy, ignore=shutil.ignore_patterns("certs"))
+                    shutil.copytree(DEPLOY, deploy, ignore=shutil.ignore_patterns("certs", "certs-by-gen-webhook-cert.sh"))
                     # consistency reads kata-config/, guest-image/, webhook/ beside deploy/.
                     os.symlink(repo, os.path.join(tmp, "repo"))
                     target = os.path.join(deploy, path)
