@@ -36,7 +36,8 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
   std::string state_dir = args.state_dir;
   std::string config_file;
   app.add_option("--sysfs-root", sysfs_root,
-                 "directory under which sys/ is read and written (a test tree or /)")
+                 "the node's root as seen here: sys/ is read and written under it, dev/ read for "
+                 "the readiness check (a test tree or /)")
       ->capture_default_str();
   app.add_option("--kubelet-dir", kubelet_dir,
                  "kubelet's root: device-plugins/ (kubelet.sock, our sockets) and pod-resources/ "
@@ -65,6 +66,10 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
                  "nothing published)");
   app.add_option("--licensing-dir", licensing_dir,
                  "root-only node directory the injected nvidia-gridd mounts read-only")
+      ->capture_default_str();
+  app.add_option("--node-readiness-check", args.node_readiness_check,
+                 "advertise no vGPUs while the node lacks /dev/kvm, /dev/vhost-vsock, IOMMU "
+                 "groups or a vGPU-capable GPU (false: advertise regardless)")
       ->capture_default_str();
   app.footer(ConfigKeysHelp());
 

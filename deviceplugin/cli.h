@@ -20,6 +20,8 @@ struct CommandLine {
   // Licence once per cluster (licensing_publisher.h): the mounted ConfigMap + Secret; none: off.
   std::optional<std::filesystem::path> licensing_source;
   std::filesystem::path licensing_dir = "/var/lib/kata-vgpu/licensing";
+  // Advertise nothing on a node that lacks what vGPU pods need (node_readiness.h).
+  bool node_readiness_check = true;
 
   std::filesystem::path PodResourcesSocket() const {
     return kubelet_dir / "pod-resources" / "kubelet.sock";

@@ -155,6 +155,10 @@ mdev::Status Daemon::Start() {
     spdlog::info("resource offered name={} devices={}", resource,
                  manager_->Devices(resource).size());
   }
+  // Before the first server: a node that is not ready never shows kubelet a device.
+  readiness_ = std::make_unique<NodeReadinessReporter>(metrics_.registry(), events_for_reconciler_,
+                                                       args.node_name);
+  CheckReadiness();
   // metrics; /healthz fails when the loop that serves, registers and rescans stops turning
   // (it wakes at least once a second).
   loop_heartbeat_ = Clock::now().time_since_epoch().count();
@@ -268,6 +272,7 @@ void Daemon::EnsureServers() {
       std::lock_guard notify_lock(notify_mutex_);
       notify_.push_back(server.get());
     }
+    server->SetWithheld(!ready_);
     if (!server->serving()) {
       mdev::Status served = server->Serve();
       if (!served.ok()) {
@@ -366,7 +371,7 @@ void Daemon::Loop() {
   while (!stop_) {
     auto now = Clock::now();
     loop_heartbeat_ = now.time_since_epoch().count();
-    auto until = next_rescan;
+    auto until = std::min(next_rescan, next_readiness_);
     if (int64_t due = allocate_rescan_at_.load(); due != 0) {
       until = std::min(until, Clock::time_point(Clock::duration(due)));
     }
@@ -386,8 +391,11 @@ void Daemon::Loop() {
     if (allocate_due) allocate_rescan_at_ = 0;
     if (refresh_requested_.exchange(false) || allocate_due || now >= next_rescan) {
       (void)manager_->Refresh();
+      CheckReadiness();
       EnsureServers();
       next_rescan = Clock::now() + options_.config.rescan_interval;
+    } else if (now >= next_readiness_) {
+      CheckReadiness();
     }
     bool due = false;
     {
@@ -396,6 +404,20 @@ void Daemon::Loop() {
     }
     if (due) TryRegister();
   }
+}
+
+void Daemon::CheckReadiness() {
+  next_readiness_ = Clock::now() + options_.readiness_interval;
+  bool ready = true;
+  if (!options_.args.node_readiness_check) {
+    readiness_->Disabled();
+  } else {
+    ready = readiness_->Update(
+        CheckNodeReadiness(options_.args.sysfs_root, !manager_->Resources().empty()));
+  }
+  if (ready_.exchange(ready) == ready) return;
+  std::lock_guard lock(servers_mutex_);
+  for (auto& [resource, server] : servers_) server->SetWithheld(!ready);
 }
 
 }  // namespace kvgpu::deviceplugin

@@ -18,6 +18,7 @@
 #include "deviceplugin/licensing_publisher.h"
 #include "deviceplugin/lifecycle_metrics.h"
 #include "deviceplugin/metrics.h"
+#include "deviceplugin/node_readiness.h"
 #include "deviceplugin/plugin_server.h"
 #include "deviceplugin/reconciler.h"
 #include "deviceplugin/resource_manager.h"
@@ -58,6 +59,9 @@ struct DaemonOptions {
   // How often the licensing files are re-published (kubelet refreshes a mounted Secret within
   // about a minute; this adds at most its own interval to a rotation).
   std::chrono::milliseconds licensing_interval{std::chrono::seconds(30)};
+  // How often the node's readiness for vGPU pods is checked again (also after every rescan);
+  // a fixed node starts advertising within this.
+  std::chrono::milliseconds readiness_interval{std::chrono::seconds(30)};
 };
 
 class Daemon {
@@ -85,6 +89,8 @@ class Daemon {
   void EnsureServers();
   void HandleDirEvents(const std::vector<DirEvent>& events);
   void TryRegister();
+  // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
+  void CheckReadiness();
   mdev::Status OpenState(StateStore*& store);
   mdev::Status OpenPodSources();
 
@@ -110,6 +116,9 @@ class Daemon {
   ReconcilerOptions reconciler_options_;
   std::unique_ptr<mdev::UdevMonitor> udev_;
   std::unique_ptr<LicensingLoop> licensing_;
+  std::unique_ptr<NodeReadinessReporter> readiness_;
+  std::atomic<bool> ready_{true};  // written by the loop (and Start), read by EnsureServers
+  std::chrono::steady_clock::time_point next_readiness_{};
   DirWatcher watcher_;
 
   // The change listener only needs the servers to notify; it must never wait for servers_mutex_,

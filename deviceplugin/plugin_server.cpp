@@ -194,8 +194,12 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
 // lock, so lists reach every stream in the order they were read.
 class PluginServer::Streams {
  public:
-  Streams(std::string resource, ResourceManager& manager, PushObserver on_push)
-      : resource_(std::move(resource)), manager_(manager), on_push_(std::move(on_push)) {}
+  Streams(std::string resource, ResourceManager& manager, PushObserver on_push,
+          std::shared_ptr<const std::atomic<bool>> withheld)
+      : resource_(std::move(resource)),
+        manager_(manager),
+        on_push_(std::move(on_push)),
+        withheld_(std::move(withheld)) {}
 
   ListAndWatchStream* Open() {
     std::shared_ptr<ListAndWatchStream> stream = ListAndWatchStream::Open(resource_, on_push_);
@@ -205,7 +209,7 @@ class PluginServer::Streams {
     } else {
       Prune();
       open_.push_back(stream);
-      stream->Offer(ToWire(manager_.Devices(resource_)), Clock::now());
+      stream->Offer(Current(), Clock::now());
     }
     return stream.get();
   }
@@ -215,7 +219,7 @@ class PluginServer::Streams {
     std::lock_guard lock(mutex_);
     Prune();
     if (open_.empty()) return;
-    WireList devices = ToWire(manager_.Devices(resource_));
+    WireList devices = Current();
     for (const auto& weak : open_) {
       if (auto stream = weak.lock()) stream->Offer(devices, noticed);
     }
@@ -235,9 +239,15 @@ class PluginServer::Streams {
     std::erase_if(open_, [](const auto& weak) { return weak.expired(); });
   }
 
+  // An empty list while withheld: kubelet then counts no allocatable device of this resource.
+  WireList Current() const {
+    return withheld_->load() ? WireList{} : ToWire(manager_.Devices(resource_));
+  }
+
   const std::string resource_;
   ResourceManager& manager_;
   const PushObserver on_push_;
+  const std::shared_ptr<const std::atomic<bool>> withheld_;
   std::mutex mutex_;  // guards the members below
   bool ended_ = false;
   std::vector<std::weak_ptr<ListAndWatchStream>> open_;
@@ -384,7 +394,7 @@ mdev::Status PluginServer::Serve() {
   std::error_code ec;
   std::filesystem::create_directories(plugin_dir_, ec);
   std::filesystem::remove(socket_path(), ec);  // a stale socket from an earlier run
-  auto streams = std::make_shared<Streams>(resource_, manager_, on_push_);
+  auto streams = std::make_shared<Streams>(resource_, manager_, on_push_, withheld_);
   auto service = std::make_unique<Service>(resource_, manager_, streams);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + socket_path().string(), grpc::InsecureServerCredentials());
@@ -416,6 +426,10 @@ mdev::Status PluginServer::Serve() {
   server_ = std::move(server);
   spdlog::info("serving resource={} socket={}", resource_, socket_path().string());
   return mdev::Status::Ok();
+}
+
+void PluginServer::SetWithheld(bool withheld) {
+  if (withheld_->exchange(withheld) != withheld) Notify();
 }
 
 void PluginServer::Notify() {

@@ -4,6 +4,7 @@
 // gRPC's own threads, and an open ListAndWatch stream holds no thread while it waits.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -49,6 +50,9 @@ class PluginServer {
   // starts the write on every open ListAndWatch stream whose kubelet does not have it yet. Must
   // not be called with the manager's lock held (the change listener is called outside it).
   void Notify();
+  // Withheld: every ListAndWatch stream is sent an empty list (the node is not ready for vGPU
+  // pods, node_readiness.h) until this is set back; a change is pushed at once.
+  void SetWithheld(bool withheld);
 
   const std::string& resource() const { return resource_; }
   const std::string& socket_name() const { return socket_name_; }
@@ -64,6 +68,7 @@ class PluginServer {
   std::string socket_name_;
   ResourceManager& manager_;
   PushObserver on_push_;
+  std::shared_ptr<std::atomic<bool>> withheld_ = std::make_shared<std::atomic<bool>>(false);
 
   mutable std::mutex mutex_;  // guards the members below
   std::shared_ptr<Streams> streams_;

@@ -26,18 +26,16 @@ nlohmann::json BuildEvent(const PodRef& pod, EventType type, const std::string& 
   const auto nanos =
       std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   const std::string stamp = Rfc3339(now);
+  nlohmann::json involved = {
+      {"apiVersion", "v1"}, {"kind", pod.kind}, {"name", pod.name}, {"uid", pod.uid}};
+  if (!pod.namespace_name.empty()) involved["namespace"] = pod.namespace_name;
   // Named like client-go's recorder names them: the object's name and a unique hex suffix.
   return {
       {"apiVersion", "v1"},
       {"kind", "Event"},
       {"metadata",
-       {{"name", fmt::format("{}.{:x}", pod.name, nanos)}, {"namespace", pod.namespace_name}}},
-      {"involvedObject",
-       {{"apiVersion", "v1"},
-        {"kind", "Pod"},
-        {"namespace", pod.namespace_name},
-        {"name", pod.name},
-        {"uid", pod.uid}}},
+       {{"name", fmt::format("{}.{:x}", pod.name, nanos)}, {"namespace", pod.EventNamespace()}}},
+      {"involvedObject", involved},
       {"reason", reason},
       {"message", message},
       {"type", type == EventType::kWarning ? "Warning" : "Normal"},
@@ -55,12 +53,12 @@ ApiEventRecorder::ApiEventRecorder(ApiTransport& transport, std::string componen
 
 Error ApiEventRecorder::Record(const PodRef& pod, EventType type, const std::string& reason,
                                const std::string& message) {
-  if (pod.namespace_name.empty() || pod.name.empty()) {
-    return Error(ErrorKind::kConfig, "an event needs the pod's namespace and name");
+  if (pod.name.empty() || (pod.kind == "Pod" && pod.namespace_name.empty())) {
+    return Error(ErrorKind::kConfig, "an event needs the object's name (and a pod's namespace)");
   }
   const auto event =
       BuildEvent(pod, type, reason, message, component_, host_, std::chrono::system_clock::now());
-  auto answer = transport_.Post("/api/v1/namespaces/" + pod.namespace_name + "/events", event);
+  auto answer = transport_.Post("/api/v1/namespaces/" + pod.EventNamespace() + "/events", event);
   return answer.ok() ? Error() : answer.error();
 }
 

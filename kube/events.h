@@ -1,5 +1,5 @@
 // Kubernetes Events on a pod ("vGPU created", "vGPU removed", failures), so `kubectl describe
-// pod` tells the user what happened to their device.
+// pod` tells the user what happened to their device; and on the Node (not ready for vGPUs).
 #pragma once
 
 #include <chrono>
@@ -17,11 +17,19 @@
 
 namespace kvgpu::kube {
 
-struct PodRef {
+// The object an Event is about. Pods are namespaced; a Node is not, and its Events go to the
+// "default" namespace with the node's name as its UID, as kubelet's own do.
+struct ObjectRef {
   std::string namespace_name;
   std::string name;
   std::string uid;
+  std::string kind = "Pod";
+
+  static ObjectRef Node(const std::string& name) { return {"", name, name, "Node"}; }
+  // Where the Event object itself lives.
+  std::string EventNamespace() const { return namespace_name.empty() ? "default" : namespace_name; }
 };
+using PodRef = ObjectRef;
 
 enum class EventType { kNormal, kWarning };
 

@@ -56,6 +56,15 @@ Status KernelModel::LayoutNode() {
     if (Status s = tree::MakeDirs(sys / dir); !s.ok()) return s;
   }
   if (Status s = tree::MakeDirs(real_root_ / kScratchDir); !s.ok()) return s;
+  // A prepared node has KVM and vhost-vsock; the device plugin's readiness check looks for these
+  // entries under the root it is given (device nodes on a host, plain files here).
+  for (const char* node : {"dev/kvm", "dev/vhost-vsock"}) {
+    if (Status s = tree::MakeDirs((real_root_ / node).parent_path()); !s.ok()) return s;
+    if (Status s = tree::PutFile(real_root_ / node, "", tree::kReadOnly, real_root_ / kScratchDir);
+        !s.ok()) {
+      return s;
+    }
+  }
   bool any_mdev = false;
   for (const auto& gpu : profile_.gpus) any_mdev |= gpu.kind != GpuKind::kVendorVfio;
   // vGPU 17 hosts without any mdev parent do not load the mdev core: no mdev bus or class.

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "deviceplugin/daemon.h"
@@ -39,8 +41,9 @@ class PluginFlowTest : public ::testing::Test {
 
   void StartKubelet() { ASSERT_TRUE(kubelet_.Start()); }
 
-  void StartDaemon(Config config = {}) {
+  void StartDaemon(Config config = {}, std::chrono::milliseconds readiness_interval = 30s) {
     DaemonOptions options;
+    options.readiness_interval = readiness_interval;
     options.args.sysfs_root = sim_.model().root();
     options.args.kubelet_dir = sim_.dir() / "kubelet";
     options.args.state_dir = sim_.dir() / "state";
@@ -63,6 +66,49 @@ class PluginFlowTest : public ::testing::Test {
   FakeKubelet kubelet_;
   std::unique_ptr<Daemon> daemon_;
 };
+
+TEST_F(PluginFlowTest, ANodeWithoutVsockAdvertisesNothingUntilItIsThereWithinTheRecheckInterval) {
+  const std::filesystem::path vsock = sim_.model().root() / "dev" / "vhost-vsock";
+  ASSERT_TRUE(std::filesystem::remove(vsock));
+  StartKubelet();
+  Config config;
+  config.rescan_interval = 1h;  // only the readiness recheck may notice the fix
+  StartDaemon(config, 300ms);
+  ASSERT_TRUE(WaitForRegistrations(12)) << "not ready still registers: kubelet sees 0 devices";
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(Healthy(kubelet_.Devices(k222)), 0u);
+  std::string metrics = daemon_->metrics().Render();
+  EXPECT_NE(metrics.find("\nkvgpu_node_ready 0"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvgpu_node_prerequisite_missing{item=\"vhost-vsock\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("kvgpu_node_prerequisite_missing{item=\"kvm\"} 0"), std::string::npos);
+
+  std::ofstream(vsock).put('\n');
+  const auto fixed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  // One interval plus the push; generous for sanitizer builds, far below the 1 h rescan.
+  EXPECT_LT(std::chrono::steady_clock::now() - fixed, 300ms + 1500ms);
+  EXPECT_NE(daemon_->metrics().Render().find("\nkvgpu_node_ready 1"), std::string::npos);
+
+  // And back: the devices are withdrawn again when the prerequisite goes.
+  ASSERT_TRUE(std::filesystem::remove(vsock));
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 0; }));
+}
+
+TEST_F(PluginFlowTest, TheReadinessCheckCanBeSwitchedOff) {
+  ASSERT_TRUE(std::filesystem::remove(sim_.model().root() / "dev" / "kvm"));
+  StartKubelet();
+  DaemonOptions options;
+  options.args.sysfs_root = sim_.model().root();
+  options.args.kubelet_dir = sim_.dir() / "kubelet";
+  options.args.state_dir = sim_.dir() / "state";
+  options.args.node_readiness_check = false;
+  options.config.udev_events = false;
+  options.io = &sim_.model();
+  daemon_ = std::make_unique<Daemon>(options);
+  ASSERT_TRUE(daemon_->Start().ok());
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+}
 
 TEST_F(PluginFlowTest, StartServesEachResourceThenRegistersIt) {
   StartKubelet();

@@ -34,6 +34,9 @@ class DevicePluginVmTest : public LabTest {
   void StartDaemon(deviceplugin::Config config) {
     DaemonOptions options;
     options.args.sysfs_root = "/";
+    // The lab VM runs under TCG with the sample mdev drivers: no KVM or vsock to offer VMs, and
+    // what is under test here is the mdev path, not the node's readiness.
+    options.args.node_readiness_check = false;
     options.args.kubelet_dir = dir_.path() / "kubelet";
     options.args.state_dir = dir_.path() / "state";
     options.config = config;

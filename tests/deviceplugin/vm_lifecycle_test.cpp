@@ -139,7 +139,9 @@ class LifecycleVmTest : public LabTest {
   kvgpu::testing::ChildProcess plugin_{
       {KVGPU_DEVICE_PLUGIN_PATH, "--sysfs-root", "/", "--kubelet-dir",
        (dir_.path() / "kubelet").string(), "--state-dir", (dir_.path() / "state").string(),
-       "--node-name", "lab", "--config", (dir_.path() / "plugin.yaml").string()},
+       "--node-name", "lab", "--config", (dir_.path() / "plugin.yaml").string(),
+       // TCG lab VM: no KVM or vsock; the mdev lifecycle is what is under test.
+       "--node-readiness-check=false"},
       dir_.path() / "plugin.log"};
   std::vector<Pod> running_;
   std::vector<kvgpu::testing::CheckpointRecord> checkpoint_records_;

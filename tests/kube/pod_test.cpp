@@ -123,6 +123,19 @@ TEST(BuildEventTest, CoreV1EventAboutThePod) {
   EXPECT_EQ(event["count"], 1);
 }
 
+TEST(BuildEventTest, ANodeEventLivesInDefaultAndNamesTheNodeAsKubeletDoes) {
+  const auto when = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
+  const auto event =
+      BuildEvent(ObjectRef::Node("gpu-7"), EventType::kWarning, "NodeNotReadyForVgpu",
+                 "kvm missing", "kata-vgpu-device-plugin", "gpu-7", when);
+  EXPECT_EQ(event["metadata"]["namespace"], "default");
+  EXPECT_EQ(event["metadata"]["name"].get<std::string>().rfind("gpu-7.", 0), 0u);
+  // Cluster-scoped: no namespace in the reference; kubelet uses the node name as its UID.
+  EXPECT_EQ(event["involvedObject"],
+            nlohmann::json(
+                {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", "gpu-7"}, {"uid", "gpu-7"}}));
+}
+
 }  // namespace
 }  // namespace kvgpu::kube
 

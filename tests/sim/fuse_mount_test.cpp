@@ -123,7 +123,7 @@ TEST_F(FuseSimTest, TheScratchDirectoryIsHiddenAndTheControlDirectoryShown) {
   for (const auto& entry : fs::directory_iterator(Mount())) {
     names.insert(entry.path().filename().string());
   }
-  EXPECT_EQ(names, (std::set<std::string>{"sim", "sys"}));
+  EXPECT_EQ(names, (std::set<std::string>{"dev", "sim", "sys"}));
   EXPECT_FALSE(fs::exists(Mount() / ".sim-scratch"));
 }
 
