@@ -111,7 +111,13 @@ bool ConfigureServerContext(SSL_CTX& ctx, TlsCredentialStore* store, bool verify
   // TLS 1.2 suites: forward-secret AEAD only (TLS 1.3's defaults are all of that kind already).
   if (SSL_CTX_set_cipher_list(&ctx, "ECDHE+AESGCM:ECDHE+CHACHA20") != 1) return false;
   SSL_CTX_set_cert_cb(&ctx, CertificateCallback, store);
-  // Resumed sessions with client verification need a context id, or OpenSSL refuses them.
+  // No session resumption, TLS 1.2 or 1.3, cache or ticket: a resumed session skips the client
+  // certificate check, so after the client CA (or the pair) is replaced a client holding an old
+  // session would still get in, for the session's lifetime. The API server keeps its connections
+  // alive, so each full handshake is paid once per connection, not per review.
+  SSL_CTX_set_session_cache_mode(&ctx, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_options(&ctx, SSL_OP_NO_TICKET);
+  if (SSL_CTX_set_num_tickets(&ctx, 0) != 1) return false;
   static constexpr unsigned char kSessionContext[] = "kvgpu-webhook";
   if (SSL_CTX_set_session_id_context(&ctx, kSessionContext, sizeof(kSessionContext) - 1) != 1)
     return false;

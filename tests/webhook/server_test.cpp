@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "tests/support/common/test_pki.h"
@@ -163,6 +164,35 @@ TEST_F(ServerTest, ClientCertificatesAreRequiredWhenACaIsGiven) {
       // TLS 1.3 reports the refusal after the client's handshake finished: on first use.
       EXPECT_TRUE(bad == nullptr || !bad->Request("GET", "/healthz", "", "").has_value());
     }
+  }
+}
+
+TEST_F(ServerTest, NoSessionResumesSoAReplacedClientCaShutsOldClientsOut) {
+  WriteFileAtomically(Path("client-ca.crt"), ca_.cert_pem());
+  options_.client_ca_file = Path("client-ca.crt");
+  Start();
+  auto good = ca_.Issue("kube-apiserver", false);
+  std::map<int, std::shared_ptr<SSL_SESSION>> sessions;
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SCOPED_TRACE(version);
+    auto conn = Connect({version, version, good.cert_pem, good.key_pem});
+    ASSERT_NE(conn, nullptr);
+    ASSERT_EQ(conn->Request("POST", "/mutate", KataReview())->status, 200);
+    sessions[version] = conn->Session();
+    auto again = Connect({version, version, good.cert_pem, good.key_pem, sessions[version]});
+    ASSERT_NE(again, nullptr);
+    EXPECT_FALSE(again->Resumed()) << "the server resumed a session";
+  }
+  // The CA is replaced: a client that kept its session but has no valid certificate stays out.
+  TestAuthority next("next-ca");
+  WriteFileAtomically(Path("client-ca.crt"), next.cert_pem());
+  server_->ReloadNow();
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SCOPED_TRACE(version);
+    std::string error;
+    auto old =
+        TlsConnection::Open(server_->port(), {version, version, "", "", sessions[version]}, &error);
+    EXPECT_TRUE(old == nullptr || !old->Request("GET", "/healthz", "", "").has_value());
   }
 }
 

@@ -57,6 +57,7 @@ std::unique_ptr<TlsConnection> TlsConnection::Open(int port, const ClientOptions
   setsockopt(conn->fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   conn->ssl_ = SSL_new(conn->ctx_);
   SSL_set_fd(conn->ssl_, conn->fd_);
+  if (options.resume) SSL_set_session(conn->ssl_, options.resume.get());
   ERR_clear_error();
   if (SSL_connect(conn->ssl_) != 1) {
     char text[256];

@@ -14,6 +14,7 @@ struct ClientOptions {
   int min_version = TLS1_2_VERSION;
   int max_version = 0;  // 0: the newest
   std::string cert_pem, key_pem;
+  std::shared_ptr<SSL_SESSION> resume = nullptr;  // offer this session from an earlier connection
 };
 
 struct HttpResult {
@@ -36,6 +37,11 @@ class TlsConnection {
   std::optional<HttpResult> Receive();
   std::string PeerCertificatePem() const;
   std::string Protocol() const { return SSL_get_version(ssl_); }
+  // The session to offer next time (TLS 1.3: after a Receive, when tickets have come).
+  std::shared_ptr<SSL_SESSION> Session() const {
+    return std::shared_ptr<SSL_SESSION>(SSL_get1_session(ssl_), SSL_SESSION_free);
+  }
+  bool Resumed() const { return SSL_session_reused(ssl_) == 1; }
 
  private:
   TlsConnection() = default;
