@@ -360,7 +360,13 @@ bool BuildContainer(Checker& check, const json& in, const std::string& where,
     return false;
   if (in.contains("privileged")) {
     if (!in["privileged"].is_boolean()) return check.Fail(where + ".privileged must be a boolean");
-    if (in["privileged"].get<bool>()) obj["securityContext"] = {{"privileged", true}};
+    // Root, whatever the pod's securityContext says: a pod-level runAsNonRoot or runAsUser would
+    // otherwise reach the driver loader and gridd, which then fail (modprobe as a user) or are
+    // refused by the kubelet (runAsNonRoot with an image that runs as root).
+    if (in["privileged"].get<bool>()) {
+      obj["securityContext"] = {
+          {"privileged", true}, {"runAsUser", 0}, {"runAsGroup", 0}, {"runAsNonRoot", false}};
+    }
   }
   if (in.contains("resources")) {
     if (!BuildResources(check, in["resources"], where + ".resources", prefixes)) return false;

@@ -215,6 +215,25 @@ std::vector<PodCase> PodCases() {
                      EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"][0]["name"],
                                "kube-api-access-7pc2d");
                    }});
+  cases.push_back({"a pod that runs as non-root still gets root driver loader and gridd",
+                   [](json& pod) {
+                     Kata(pod);
+                     VgpuLimit(Web(pod));
+                     pod["spec"]["securityContext"] = {
+                         {"runAsNonRoot", true}, {"runAsUser", 1000}, {"runAsGroup", 1000}};
+                   },
+                   PodOutcome::kMutated, "", "default",
+                   [](const json& pod, const PodDecision&) {
+                     for (const json& injected : pod["spec"]["initContainers"]) {
+                       SCOPED_TRACE(injected["name"].get<std::string>());
+                       EXPECT_EQ(injected["securityContext"], json({{"privileged", true},
+                                                                    {"runAsUser", 0},
+                                                                    {"runAsGroup", 0},
+                                                                    {"runAsNonRoot", false}}));
+                     }
+                     EXPECT_EQ(pod["spec"]["securityContext"]["runAsUser"], 1000)
+                         << "the pod's own setting stays for its containers";
+                   }});
   cases.push_back({"vGPU in requests only counts",
                    [](json& pod) {
                      Kata(pod);
