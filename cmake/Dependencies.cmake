@@ -8,6 +8,8 @@ find_package(fmt REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(OpenSSL REQUIRED)
+# Boost.Beast/Asio (header-only) carry the webhook's HTTPS server (libboost-dev).
+find_package(Boost 1.74 REQUIRED)
 pkg_check_modules(LIBUDEV REQUIRED IMPORTED_TARGET libudev)
 
 # gRPC + Protobuf: only the components that speak to kubelet need them.

@@ -86,7 +86,8 @@ ReviewReply Handle(std::string_view body, std::string_view content_type, const C
     return BadRequest("Content-Type must be application/json, not \"" +
                       std::string(content_type.substr(0, 100)) + "\"");
   if (body.size() > kMaxReviewBytes)
-    return BadRequest("body of " + std::to_string(body.size()) + " bytes exceeds the 3 MiB limit");
+    return BadRequest("body of " + std::to_string(body.size()) + " bytes exceeds the " +
+                      std::to_string(kMaxReviewBytes >> 20) + " MiB limit");
   if (body.empty()) return BadRequest("empty body; expected an AdmissionReview JSON object");
   PrunedReview parsed =
       ParsePrunedReview(body, {config.opt_out_annotation, config.marker_annotation}, kMaxJsonDepth);

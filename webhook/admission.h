@@ -13,8 +13,12 @@
 
 namespace kvgpu::webhook {
 
-// The API server caps request bodies at 3 MiB; anything larger is not from it.
-inline constexpr size_t kMaxReviewBytes = 3 * 1024 * 1024;
+// The largest review the API server can send us. It takes request bodies of up to 3 MiB and
+// hands the pod on re-encoded by Go's encoding/json, which writes each of <, > and & as a
+// six-byte \u003c: an object of 3 MiB can become 18 MiB. CREATE only (no oldObject), plus the
+// AdmissionReview around it (user info, options): 19 MiB. A 600 kB pod with many < became a
+// 3.6 MB review, more than the 3 MiB this limit once was.
+inline constexpr size_t kMaxReviewBytes = 19 * 1024 * 1024;
 // Deeper JSON is no Pod; the bound keeps every recursive walk of a document shallow.
 inline constexpr int kMaxJsonDepth = 128;
 

@@ -10,7 +10,7 @@
 
 #include "webhook/admission.h"
 #include "webhook/file_stamp.h"
-#include "webhook/https_server.h"
+#include "webhook/http_server.h"
 #include "webhook/metrics.h"
 #include "webhook/tls.h"
 
@@ -196,6 +196,7 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   http_options.idle_timeout = options.idle_timeout;
   http_options.request_timeout = options.request_timeout;
   http_options.max_body_bytes = kMaxReviewBytes;
+  http_options.max_connections = options.max_connections;
   Impl* raw = impl.get();
   impl->http = std::make_unique<HttpsServer>(
       ctx, [raw](const HttpRequest& request) { return raw->Route(request); }, http_options);

@@ -33,6 +33,8 @@ struct ServerOptions {
   std::chrono::seconds idle_timeout{10};
   // A handshake or request not complete this long after it began is cut off (slow clients).
   std::chrono::seconds request_timeout{10};
+  // Beyond this the longest-idle connection is closed for a new one (http_server.h).
+  size_t max_connections = 1024;
 };
 
 class Server {

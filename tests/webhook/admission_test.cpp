@@ -61,11 +61,11 @@ TEST(Admission, BadRequestsGet400WithAClearMessage) {
       {"wrong content type", KataVgpuReview().dump(), "text/plain", "Content-Type"},
       {"no content type", KataVgpuReview().dump(), "", "Content-Type"},
       {"json-ish content type", KataVgpuReview().dump(), "application/jsonx", "Content-Type"},
-      {"over 3 MiB", with([](json& r) {
+      {"over the review limit", with([](json& r) {
          r["request"]["object"]["metadata"]["annotations"]["big"] =
              std::string(kMaxReviewBytes, 'x');
        }),
-       "application/json", "3 MiB"},
+       "application/json", "19 MiB limit"},
       {"nested too deep", std::string(100000, '[') + std::string(100000, ']'), "application/json",
        "deeper"},
       {"invalid UTF-8 in a string", "{\"apiVersion\":\"\xff\xfe\"}", "application/json",

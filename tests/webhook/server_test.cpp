@@ -2,10 +2,14 @@
 // bad input over HTTP, certificate rotation and config reload while requests keep flowing.
 #include "webhook/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <ctime>
@@ -130,13 +134,37 @@ TEST_F(ServerTest, BadRequestsOverHttpGet400AndTheServerKeepsServing) {
   EXPECT_NE(wrong_type->body.find("Content-Type"), std::string::npos);
   EXPECT_EQ(conn->Request("POST", "/mutate", "{nope")->status, 400);
   EXPECT_EQ(conn->Request("GET", "/nowhere", "", "")->status, 404);
-  // httplib refuses an oversized body before the handler; the answer must still be a 400.
+  // A body over the limit is refused from its Content-Length, before it is read.
   auto big = Connect();
-  auto too_big = big->Request("POST", "/mutate", std::string(4 * 1024 * 1024, ' '));
+  ASSERT_TRUE(
+      big->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
+                "Content-Length: 20971520\r\n\r\n{"));
+  auto too_big = big->Receive();
   ASSERT_TRUE(too_big.has_value());
-  EXPECT_EQ(too_big->status, 400);
-  EXPECT_NE(too_big->body.find("3 MiB"), std::string::npos) << too_big->body;
+  EXPECT_EQ(too_big->status, 413);
+  EXPECT_NE(too_big->body.find("19 MiB"), std::string::npos) << too_big->body;
   EXPECT_EQ(Connect()->Request("POST", "/mutate", KataReview())->status, 200);
+}
+
+TEST_F(ServerTest, AReviewTheApiServerEscapedToSixTimesItsPodIsAccepted) {
+  Start();
+  // 600 kB of '<' in an annotation: Go's encoder writes each as \u003c, 3.6 MB on the wire.
+  json review = json::parse(KataReview());
+  review["request"]["object"]["metadata"]["annotations"]["example.com/notes"] =
+      std::string(600 * 1024, '<');
+  std::string body = review.dump();
+  std::string escaped;
+  for (char c : body) {
+    if (c == '<') {
+      escaped += "\\u003c";
+    } else {
+      escaped += c;
+    }
+  }
+  ASSERT_GT(escaped.size(), 3'600'000u);
+  auto reply = Connect()->Request("POST", "/mutate", escaped);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status, 200) << reply->body.substr(0, 300);
 }
 
 TEST_F(ServerTest, ClientCertificatesAreRequiredWhenACaIsGiven) {
@@ -412,6 +440,89 @@ TEST_F(ServerTest, TricklingClientsAreCutOffAfterTheRequestTimeout) {
   }
   if (!cut_off) cut_off = !slow->Receive().has_value();
   EXPECT_TRUE(cut_off);
+}
+
+// --- Hostile clients (issue #15): each leaves fresh /healthz and /mutate answered within 1 s.
+
+int RawConnect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+class HostileClientTest : public ServerTest {
+ protected:
+  // A fresh client's probe and review, each answered in time.
+  void ExpectFreshClientsServedWithin(std::chrono::milliseconds limit) {
+    auto started = std::chrono::steady_clock::now();
+    auto probe = Connect();
+    ASSERT_NE(probe, nullptr);
+    EXPECT_EQ(probe->Request("GET", "/healthz", "", "")->status, 200);
+    EXPECT_EQ(probe->Request("POST", "/mutate", KataReview())->status, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, limit);
+  }
+};
+
+TEST_F(HostileClientTest, APipeliningFloodWhoseAnswersAreNeverReadStallsOnlyItself) {
+  Start();
+  std::string flood;
+  while (flood.size() < 3'000'000) flood += "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<std::unique_ptr<TlsConnection>> flooders;
+  std::vector<std::thread> senders;
+  for (int i = 0; i < 4; ++i) {
+    flooders.push_back(Connect());
+    // Never reads: the server must stop reading it rather than queue answers without end.
+    senders.emplace_back([conn = flooders.back().get(), &flood] { (void)conn->Send(flood); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  flooders.clear();  // closing the sockets ends the blocked sends
+  for (auto& t : senders) t.join();
+}
+
+TEST_F(HostileClientTest, ManyHalfSentLargeBodiesAreBoundedByTheServerWideBudget) {
+  Start();
+  const size_t declared = 3 * 1024 * 1024;
+  std::vector<std::unique_ptr<TlsConnection>> senders;
+  int refused = 0;
+  // 24 x 3 MiB is more than the 32 MiB budget: past it a request is told 503 and closed at
+  // once (so sending the rest of its body may already fail), instead of being buffered.
+  for (int i = 0; i < 24; ++i) {
+    auto conn = Connect();
+    ASSERT_NE(conn, nullptr);
+    bool sent = conn->Send(
+        "POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(declared) + "\r\n\r\n" + std::string(declared / 2, ' '));
+    if (!sent) {
+      ++refused;
+      continue;
+    }
+    senders.push_back(std::move(conn));
+  }
+  for (size_t i = 10; i < senders.size(); ++i) {
+    auto reply = senders[i]->Receive();
+    if (reply && reply->status == 503) ++refused;
+  }
+  EXPECT_GE(refused, 10) << "past the budget, bodies must be refused, not buffered";
+  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+}
+
+TEST_F(HostileClientTest, AFullConnectionCapEvictsIdleSocketsForANewClient) {
+  options_.max_connections = 16;
+  Start();
+  std::vector<int> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(RawConnect(server_->port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  for (int fd : idle) ::close(fd);
 }
 
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {

@@ -1,0 +1,92 @@
+// The webhook's HTTPS/1.1 server on Boost.Beast (Asio + OpenSSL): the parser, framing and
+// timeouts are Beast's, fuzzed and kept upstream; what this file adds are the limits a webhook
+// that fails closed needs against clients that try to stall it (docs/webhook.md, "Limits"):
+//
+// - one request at a time per connection: the next is not read until the answer is written, so
+//   a client that pipelines and never reads its answers stops being read (TCP pushes back);
+// - per connection: header bytes, body bytes (from Content-Length, before the body is read),
+//   handshake/request, idle and write timeouts;
+// - server-wide: a budget of body bytes being read or handled at once, so hundreds of clients
+//   sending large bodies cannot take the process past its memory limit (beyond it: 503);
+// - a connection cap that evicts the longest-idle connection (or else the oldest slow one) to
+//   take a new client, so the API server and kubelet's probes are served when it is reached;
+// - accept failing for lack of descriptors (EMFILE/ENFILE) waits before trying again;
+// - an exception in a handler (bad_alloc included) ends that connection, not the process.
+//
+// HTTP subset: bodies by Content-Length only (Transfer-Encoding is refused with 411, as the API
+// server always sends a length), keep-alive, pipelining, `Expect: 100-continue`.
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "webhook/expected.h"
+
+namespace kvgpu::webhook {
+
+struct HttpRequest {
+  std::string method;
+  std::string path;  // without the query string
+  std::string content_type;
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+struct HttpsServerOptions {
+  size_t worker_threads = 2;
+  size_t max_header_bytes = 64 * 1024;
+  size_t max_body_bytes = 3 * 1024 * 1024;
+  // Body bytes all connections together may hold; a request that would pass it gets 503. With
+  // the parsed document and the answer, each byte held costs about three: 32 MiB keeps a
+  // process serving a worst-case review and many ordinary ones well inside 128 MiB.
+  size_t max_buffered_body_bytes = 32 * 1024 * 1024;
+  std::chrono::seconds idle_timeout{10};     // waiting for the next request to begin
+  std::chrono::seconds request_timeout{10};  // handshake, or a request begun but not complete
+  std::chrono::seconds write_timeout{10};    // an answer the client does not take
+  size_t max_connections = 1024;
+  // After accept fails for lack of file descriptors.
+  std::chrono::milliseconds accept_backoff{100};
+};
+
+class HttpsServer {
+ public:
+  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+  // Takes ownership of `ctx`.
+  HttpsServer(SSL_CTX* ctx, Handler handler, HttpsServerOptions options);
+  ~HttpsServer();
+  HttpsServer(const HttpsServer&) = delete;
+  HttpsServer& operator=(const HttpsServer&) = delete;
+
+  // Binds and listens; returns the port (useful with port 0).
+  Expected<int> Listen(const std::string& host, int port);
+  // Serves on the worker threads until Stop(); returns when they have finished.
+  void Run();
+  void Stop();
+  bool running() const;
+  // Connections open now (tests, metrics).
+  size_t connections() const;
+  // Body bytes held now against max_buffered_body_bytes.
+  size_t buffered_body_bytes() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// The server's request framing (Beast's parser with the limits above) applied to one buffer:
+// the fuzzer's entry point. Returns the HTTP status the server would answer a malformed or
+// refused request with, 0 for a complete acceptable request, -1 when more bytes are needed.
+int FrameRequestForFuzzing(std::string_view bytes, size_t max_header_bytes, size_t max_body_bytes);
+
+}  // namespace kvgpu::webhook
