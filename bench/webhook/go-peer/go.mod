@@ -1,0 +1,3 @@
+module kvgpu/bench/gopeer
+
+go 1.19
