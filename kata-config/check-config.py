@@ -17,6 +17,7 @@ problem on stderr, 2 for bad usage or unreadable input.
 import argparse
 import fnmatch
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -266,7 +267,7 @@ def check_consistency(directory):
 
 # Where Kata's own installs and kata-deploy put the binaries, after $PATH.
 KATA_BINARIES = [("kata-runtime", ["--version"]), ("containerd-shim-kata-v2", ["--version"])]
-KATA_BIN_DIR = "/opt/kata/bin"
+KATA_BIN_DIR = os.environ.get("KVGPU_KATA_BIN_DIR", "/opt/kata/bin")  # tests point it elsewhere
 # "kata-runtime  : 3.27.0" (kata-runtime) or "..., version: 3.27.0, commit: ..." (the shim).
 RUNTIME_VERSION = re.compile(r"(?:kata-runtime\s*:|version:)\s*v?(\d+\.\d+\.\d+)")
 

@@ -245,7 +245,9 @@ class RuntimeVersion(Checked):
 
     def runtime(self, *args, path=None, configs=(MDEV, VF)):
         files = [self.write(text, ".toml") for text in configs]
-        env = dict(os.environ, PATH=path if path is not None else "/nonexistent")
+        # Neither PATH nor Kata's own directory of this machine may answer for the fake.
+        env = dict(os.environ, PATH=path if path is not None else "/nonexistent",
+                   KVGPU_KATA_BIN_DIR="/nonexistent")
         return subprocess.run([sys.executable, str(CHECK), "runtime", *args, *files],
                               capture_output=True, text=True, check=False, env=env)
 
