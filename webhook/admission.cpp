@@ -133,7 +133,18 @@ ReviewReply HandleDocument(const json& review, const Config& config) {
   if (!pod.is_object()) return BadRequest("request.object must hold the Pod being created");
   auto decision = DecidePod(pod, StringOr(Member(request, "namespace"), ""), config);
   if (!decision.ok()) return BadRequest(decision.error());
-  return Respond(uid.get<std::string>(), decision.value());
+  ReviewReply reply = Respond(uid.get<std::string>(), decision.value());
+  reply.namespace_name = StringOr(Member(request, "namespace"), "");
+  reply.pod_name = StringOr(Member(request, "name"), "");
+  if (reply.pod_name.empty())
+    reply.pod_name = StringOr(Member(Member(pod, "metadata"), "name"), "");
+  if (reply.pod_name.empty()) {
+    // Not named yet: the API server generates the name from this prefix after admission.
+    std::string prefix = StringOr(Member(Member(pod, "metadata"), "generateName"), "");
+    if (!prefix.empty()) reply.pod_name = prefix + "*";
+  }
+  if (!decision.value().allowed) reply.reason = decision.value().message;
+  return reply;
 }
 
 }  // namespace

@@ -36,6 +36,10 @@ struct ReviewReply {
   std::string body;
   ReviewOutcome outcome = ReviewOutcome::kBadRequest;
   PodOutcome pod_outcome = PodOutcome::kNoVgpu;  // meaningful unless kBadRequest
+  // For the decision log (unless kBadRequest): as the request names them, and a denial's reason.
+  std::string namespace_name;
+  std::string pod_name;  // "" for a pod whose name the API server generates
+  std::string reason;
 };
 
 // `content_type` is the request's Content-Type header value ("" when absent).

@@ -42,7 +42,12 @@ const Rule kSpec{Rule::Kind::kObject,
                   {"ephemeralContainers", &kNamedList},
                   {"volumes", &kNamedList}}};
 const Rule kAnnotations{Rule::Kind::kAnnotations};
-const Rule kMetadata{Rule::Kind::kObject, {{"namespace", &kAll}, {"annotations", &kAnnotations}}};
+// name and generateName: the decision log names the pod.
+const Rule kMetadata{Rule::Kind::kObject,
+                     {{"namespace", &kAll},
+                      {"name", &kAll},
+                      {"generateName", &kAll},
+                      {"annotations", &kAnnotations}}};
 const Rule kPod{Rule::Kind::kObject, {{"metadata", &kMetadata}, {"spec", &kSpec}}};
 const Rule kRequest{Rule::Kind::kObject,
                     {{"uid", &kAll},
@@ -51,6 +56,7 @@ const Rule kRequest{Rule::Kind::kObject,
                      {"subResource", &kAll},
                      {"operation", &kAll},
                      {"namespace", &kAll},
+                     {"name", &kAll},
                      {"object", &kPod}}};
 const Rule kReview{Rule::Kind::kObject,
                    {{"apiVersion", &kAll}, {"kind", &kAll}, {"request", &kRequest}}};

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "webhook/admission.h"
+#include "webhook/decision_log.h"
 #include "webhook/file_stamp.h"
 #include "webhook/http_server.h"
 #include "webhook/metrics.h"
@@ -67,6 +68,8 @@ struct Server::Impl {
   std::condition_variable stop_cv;
   bool stopping = false;
   std::atomic<bool> ready{false};
+  // 20 lines a second on average, bursts of 100: the API server's reviews, not a flood's.
+  DecisionLog decisions{20, 100, [](const std::string& line) { spdlog::info("{}", line); }};
 
   HttpResponse Route(const HttpRequest& request);
   void Watch();
@@ -82,7 +85,12 @@ HttpResponse Server::Impl::Route(const HttpRequest& request) {
     ReviewReply reply = HandleReview(request.body, request.content_type, *current);
     metrics.Observe(
         reply, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (reply.outcome == ReviewOutcome::kBadRequest) spdlog::warn("{}", reply.body);
+    if (reply.outcome == ReviewOutcome::kBadRequest) {
+      spdlog::warn("bad review: {}", LogSafe(reply.body));
+    } else {
+      decisions.Record(PodOutcomeName(reply.pod_outcome), reply.namespace_name, reply.pod_name,
+                       reply.reason);
+    }
     return {reply.http_status, std::move(reply.content_type), std::move(reply.body)};
   }
   if (request.method != "GET")

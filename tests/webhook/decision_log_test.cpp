@@ -1,0 +1,48 @@
+// The decision log: request text reaches the log escaped, and a flood of reviews is logged at
+// the configured rate with the dropped lines counted.
+#include "webhook/decision_log.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kvgpu::webhook {
+namespace {
+
+TEST(DecisionLogTest, ControlCharactersFromARequestAreEscapedAndLongTextCut) {
+  EXPECT_EQ(LogSafe("team-a"), "team-a");
+  EXPECT_EQ(LogSafe("evil\n2026-11-25 [info] pod x: mutated\x1b[31m"),
+            "evil\\x0a2026-11-25 [info] pod x: mutated\\x1b[31m");
+  EXPECT_EQ(LogSafe("\x7f\x01"), "\\x7f\\x01");
+  EXPECT_EQ(LogSafe("ünïcode"), "ünïcode") << "UTF-8 passes";
+  EXPECT_EQ(LogSafe(std::string(1000, 'a'), 10), std::string(10, 'a') + "...");
+}
+
+TEST(DecisionLogTest, EachDecisionIsOneLineNamingPodAndReason) {
+  std::vector<std::string> lines;
+  DecisionLog log(10, 10, [&](const std::string& line) { lines.push_back(line); });
+  log.Record("denied", "team-a", "train", "asks for a vGPU outside Kata");
+  log.Record("mutated", "team-a", "", "");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "pod team-a/train: denied (asks for a vGPU outside Kata)");
+  EXPECT_EQ(lines[1], "pod team-a/<generated>: mutated");
+}
+
+TEST(DecisionLogTest, AFloodIsLoggedAtTheRateAndTheDroppedLinesAreCounted) {
+  DecisionLog::Clock::time_point now{};
+  std::vector<std::string> lines;
+  DecisionLog log(
+      2, 5, [&](const std::string& line) { lines.push_back(line); }, [&] { return now; });
+  for (int i = 0; i < 100; ++i) log.Record("mutated", "ns", "p" + std::to_string(i), "");
+  EXPECT_EQ(lines.size(), 5u) << "the burst, then nothing until tokens come back";
+  now += std::chrono::milliseconds(499);
+  log.Record("mutated", "ns", "late", "");
+  EXPECT_EQ(lines.size(), 5u) << "just under one token after 499 ms at 2/s";
+  now += std::chrono::milliseconds(1);
+  log.Record("mutated", "ns", "later", "");
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines.back(), "(96 decisions not logged: rate limit) pod ns/later: mutated");
+}
+
+}  // namespace
+}  // namespace kvgpu::webhook

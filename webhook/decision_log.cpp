@@ -1,0 +1,62 @@
+#include "webhook/decision_log.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace kvgpu::webhook {
+
+std::string LogSafe(std::string_view text, size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 8);
+  for (char c : text) {
+    if (out.size() >= max_bytes) {
+      out += "...";
+      break;
+    }
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+DecisionLog::DecisionLog(double per_second, double burst, Sink sink,
+                         std::function<Clock::time_point()> now)
+    : per_second_(per_second),
+      burst_(burst),
+      sink_(std::move(sink)),
+      now_(std::move(now)),
+      tokens_(burst),
+      last_(now_()) {}
+
+void DecisionLog::Record(std::string_view decision, std::string_view namespace_name,
+                         std::string_view pod, std::string_view reason) {
+  std::string line;
+  {
+    std::lock_guard lock(mutex_);
+    Clock::time_point now = now_();
+    tokens_ = std::min(burst_,
+                       tokens_ + std::chrono::duration<double>(now - last_).count() * per_second_);
+    last_ = now;
+    if (tokens_ < 1) {
+      ++dropped_;
+      return;
+    }
+    tokens_ -= 1;
+    if (dropped_ > 0) {
+      line = "(" + std::to_string(dropped_) + " decisions not logged: rate limit) ";
+      dropped_ = 0;
+    }
+  }
+  line += "pod " + LogSafe(namespace_name, 63) + "/" +
+          LogSafe(pod.empty() ? "<generated>" : pod, 253) + ": " + LogSafe(decision, 40);
+  if (!reason.empty()) line += " (" + LogSafe(reason) + ")";
+  sink_(line);
+}
+
+}  // namespace kvgpu::webhook

@@ -1,0 +1,44 @@
+// One log line per admission decision (mutated, denied, skipped; namespace, pod, reason), so an
+// operator can tell from the webhook's log what it did to a pod. Rate-limited: a flood of
+// reviews must not turn into a flood of log writes (a token bucket; the lines dropped are
+// counted and said when logging resumes). Text that came from a request never reaches the log
+// raw: control characters are escaped and long values cut.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace kvgpu::webhook {
+
+// Printable ASCII and UTF-8 pass; other bytes below 0x20 and 0x7f become \xNN; longer than
+// `max_bytes` is cut with "...".
+std::string LogSafe(std::string_view text, size_t max_bytes = 300);
+
+class DecisionLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Sink = std::function<void(const std::string& line)>;
+
+  // `per_second` lines on average, bursts of up to `burst`.
+  DecisionLog(double per_second, double burst, Sink sink,
+              std::function<Clock::time_point()> now = Clock::now);
+
+  void Record(std::string_view decision, std::string_view namespace_name, std::string_view pod,
+              std::string_view reason);
+
+ private:
+  double per_second_;
+  double burst_;
+  Sink sink_;
+  std::function<Clock::time_point()> now_;
+  std::mutex mutex_;
+  double tokens_;
+  Clock::time_point last_;
+  size_t dropped_ = 0;
+};
+
+}  // namespace kvgpu::webhook
