@@ -219,6 +219,9 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
       in.path = PathOf(request.target());
       in.content_type = std::string(request[http::field::content_type]);
       in.body = std::move(request.body());
+      SSL* ssl = stream_.native_handle();
+      in.client_certificate =
+          SSL_get0_peer_certificate(ssl) != nullptr && SSL_get_verify_result(ssl) == X509_V_OK;
       answer = server_->handler(in);
     } catch (const std::exception& e) {
       // bad_alloc on a huge review among them: this request fails, the server keeps serving.

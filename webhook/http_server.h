@@ -35,6 +35,9 @@ struct HttpRequest {
   std::string path;  // without the query string
   std::string content_type;
   std::string body;
+  // The client presented a certificate that the verify store accepted (always false when the
+  // server does not ask for one).
+  bool client_certificate = false;
 };
 
 struct HttpResponse {

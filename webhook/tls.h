@@ -59,8 +59,10 @@ class TlsCredentialStore {
   std::shared_ptr<const TlsCredentials> current_;
 };
 
-// Sets TLS >= 1.2, the per-handshake credential callback and, when `verify_clients`, mandatory
-// client certificates checked against the credentials' CA store. `store` must outlive `ctx`.
+// Sets TLS >= 1.2, the per-handshake credential callback and, when `verify_clients`, asks for a
+// client certificate checked against the credentials' CA store: one that does not verify fails
+// the handshake; a client with none gets through, and the server decides per path what it may
+// reach (HttpRequest::client_certificate). `store` must outlive `ctx`.
 bool ConfigureServerContext(SSL_CTX& ctx, TlsCredentialStore* store, bool verify_clients);
 
 // The OpenSSL error queue as one line (and clears it).

@@ -179,19 +179,38 @@ TEST_F(ServerTest, ClientCertificatesAreRequiredWhenACaIsGiven) {
   ASSERT_NE(conn, nullptr);
   EXPECT_EQ(conn->Request("POST", "/mutate", KataReview())->status, 200);
 
-  struct Refused {
-    const char* description;
-    CertAndKey pair;
-  };
-  for (const auto& refused : {Refused{"no certificate", {}}, Refused{"wrong CA", stranger}}) {
-    for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
-      SCOPED_TRACE(std::string(refused.description) + " " + std::to_string(version));
-      std::string error;
-      auto bad = TlsConnection::Open(
-          server_->port(), {version, version, refused.pair.cert_pem, refused.pair.key_pem}, &error);
-      // TLS 1.3 reports the refusal after the client's handshake finished: on first use.
-      EXPECT_TRUE(bad == nullptr || !bad->Request("GET", "/healthz", "", "").has_value());
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SCOPED_TRACE(version);
+    std::string error;
+    auto bad = TlsConnection::Open(server_->port(),
+                                   {version, version, stranger.cert_pem, stranger.key_pem}, &error);
+    // TLS 1.3 reports the refusal after the client's handshake finished: on first use.
+    EXPECT_TRUE(bad == nullptr || !bad->Request("GET", "/healthz", "", "").has_value())
+        << "a certificate from another CA must fail the handshake";
+  }
+}
+
+TEST_F(ServerTest, WithoutAClientCertificateOnlyTheProbesAnswer) {
+  // kubelet's HTTPS probes present no certificate: they must keep working when the API server's
+  // is required, and nothing else may be reached without one.
+  WriteFileAtomically(Path("client-ca.crt"), ca_.cert_pem());
+  options_.client_ca_file = Path("client-ca.crt");
+  Start();
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SCOPED_TRACE(version);
+    auto probe = Connect({version, version, "", ""});
+    ASSERT_NE(probe, nullptr);
+    EXPECT_EQ(probe->Request("GET", "/healthz", "", "")->status, 200);
+    EXPECT_EQ(probe->Request("GET", "/readyz", "", "")->status, 200);
+    for (const char* path : {"/metrics", "/nowhere"}) {
+      auto reply = probe->Request("GET", path, "", "");
+      ASSERT_TRUE(reply.has_value()) << path;
+      EXPECT_EQ(reply->status, 403) << path;
     }
+    auto review = probe->Request("POST", "/mutate", KataReview());
+    ASSERT_TRUE(review.has_value());
+    EXPECT_EQ(review->status, 403);
+    EXPECT_NE(review->body.find("client certificate"), std::string::npos) << review->body;
   }
 }
 
@@ -220,7 +239,11 @@ TEST_F(ServerTest, NoSessionResumesSoAReplacedClientCaShutsOldClientsOut) {
     std::string error;
     auto old =
         TlsConnection::Open(server_->port(), {version, version, "", "", sessions[version]}, &error);
-    EXPECT_TRUE(old == nullptr || !old->Request("GET", "/healthz", "", "").has_value());
+    ASSERT_NE(old, nullptr) << error;
+    EXPECT_FALSE(old->Resumed());
+    auto reply = old->Request("POST", "/mutate", KataReview());
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->status, 403) << "the old session let a client without a certificate in";
   }
 }
 
