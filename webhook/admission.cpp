@@ -56,7 +56,8 @@ ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
   if (!decision.allowed) {
     response["status"] = {{"code", 403}, {"reason", "Forbidden"}, {"message", decision.message}};
   }
-  bool mutated = decision.outcome == PodOutcome::kMutated;
+  // A patch goes with the first injection and with a re-invocation that completed the pod.
+  bool mutated = !decision.patch.empty();
   if (mutated) response["patchType"] = "JSONPatch";
   if (!decision.warnings.empty()) response["warnings"] = decision.warnings;
   json review = {{"apiVersion", "admission.k8s.io/v1"},
@@ -73,9 +74,9 @@ ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
     reply.body.insert(reply.body.size() - 2, ",\"patch\":\"" + patch + "\"");
   }
   reply.pod_outcome = decision.outcome;
-  reply.outcome = !decision.allowed                          ? ReviewOutcome::kDenied
-                  : decision.outcome == PodOutcome::kMutated ? ReviewOutcome::kMutated
-                                                             : ReviewOutcome::kAllowed;
+  reply.outcome = !decision.allowed ? ReviewOutcome::kDenied
+                  : mutated         ? ReviewOutcome::kMutated
+                                    : ReviewOutcome::kAllowed;
   return reply;
 }
 

@@ -155,6 +155,110 @@ std::string Quote(const std::string& text) {
   return "\"" + text + "\"";
 }
 
+// `part` is found in `whole`: every member `part` names is there with the same value (nested
+// objects likewise); members only `whole` has are ignored, as the API server's defaulting adds
+// some (a hostPath's `type: ""`).
+bool Covers(const json& whole, const json& part) {
+  if (!part.is_object()) return whole == part;
+  if (!whole.is_object()) return false;
+  for (const auto& [key, value] : part.items()) {
+    auto it = whole.find(key);
+    if (it == whole.end() || !Covers(*it, value)) return false;
+  }
+  return true;
+}
+
+// On re-invocation: the name each injected volume has in this pod (renamed on a clash), found by
+// its source, so a volume of the user's that merely shares the name is never taken for ours.
+// Volumes that are gone are absent from the map.
+std::map<std::string, std::string> InjectedVolumeNames(const json& pod_volumes,
+                                                       const Config& config) {
+  std::map<std::string, std::string> names;
+  if (!pod_volumes.is_array()) return names;
+  for (const auto& volume : config.volumes) {
+    json source = volume.object;
+    source.erase("name");
+    const std::string* found = nullptr;
+    for (const auto& candidate : pod_volumes) {
+      const json& name = Field(candidate, "name");
+      if (!name.is_string() || !Covers(candidate, source)) continue;
+      found = &name.get_ref<const std::string&>();
+      if (*found == volume.name) break;  // the unrenamed one wins over a look-alike
+    }
+    if (found != nullptr) names[volume.name] = *found;
+  }
+  return names;
+}
+
+// Adds to each vGPU container the workload mounts (by mount path) and env entries (by name) it
+// does not have yet. `mount_texts[i]` is the rendered mount `config.workload_mounts[i]`; an
+// empty text is skipped (its volume is not in the pod).
+Expected<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<ContainerRef>& containers,
+                                const std::vector<std::string>& mount_texts, const Config& config) {
+  bool added = false;
+  for (const auto& ref : containers) {
+    const std::string where =
+        std::string("spec.") + ref.list + "[" + std::to_string(ref.index) + "]";
+    const std::string path = std::string("/spec/") + ref.list + "/" + std::to_string(ref.index);
+    const json& mounts = Field(*ref.container, "volumeMounts");
+    auto paths = Keys(mounts, "mountPath", where + ".volumeMounts");
+    if (!paths.ok()) return Error{paths.error()};
+    std::vector<std::string> add_mounts;
+    for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
+      const auto& mount_path = config.workload_mounts[i]["mountPath"].get_ref<const std::string&>();
+      if (!mount_texts[i].empty() && !paths->contains(mount_path))
+        add_mounts.push_back(mount_texts[i]);
+    }
+    AppendAll(patch, path + "/volumeMounts", mounts, add_mounts);
+
+    const json& env = Field(*ref.container, "env");
+    auto names = Keys(env, "name", where + ".env");
+    if (!names.ok()) return Error{names.error()};
+    std::vector<std::string> add_env;
+    for (size_t i = 0; i < config.workload_env.size(); ++i) {
+      if (!names->contains(config.workload_env[i]["name"].get_ref<const std::string&>()))
+        add_env.push_back(config.workload_env_texts[i]);
+    }
+    AppendAll(patch, path + "/env", env, add_env);
+    added = added || !add_mounts.empty() || !add_env.empty();
+  }
+  return added;
+}
+
+// The marker says this pod was set up already; a webhook that ran after us (re-invocation) may
+// have added a container that asks for a vGPU. It gets the workload mounts and env the others
+// got, on the volumes already injected; nothing is injected twice.
+Expected<PodDecision> CompleteInjectedPod(const PodView& view,
+                                          const std::vector<ContainerRef>& vgpu_containers,
+                                          const Config& config) {
+  PodDecision decision;
+  decision.outcome = PodOutcome::kAlreadyInjected;
+  const std::map<std::string, std::string> names = InjectedVolumeNames(*view.volumes, config);
+  std::vector<std::string> mount_texts(config.workload_mounts.size());
+  for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
+    const std::string& volume = config.workload_mounts[i]["name"].get_ref<const std::string&>();
+    auto it = names.find(volume);
+    if (it == names.end()) continue;
+    json mount = config.workload_mounts[i];
+    mount["name"] = it->second;
+    mount_texts[i] = mount.dump();
+  }
+  PatchBuilder patch;
+  auto added = AddWorkloadSetup(patch, vgpu_containers, mount_texts, config);
+  if (!added.ok()) return Error{added.error()};
+  if (!added.value()) return decision;
+  for (size_t i = 0; i < mount_texts.size(); ++i) {
+    if (mount_texts[i].empty())
+      decision.warnings.push_back("kata-vgpu: the injected volume " +
+                                  Quote(config.workload_mounts[i]["name"].get<std::string>()) +
+                                  " is gone from this pod, so a vGPU container added after "
+                                  "injection does not get it mounted");
+  }
+  decision.outcome = PodOutcome::kCompleted;
+  decision.patch = patch.Text();
+  return decision;
+}
+
 }  // namespace
 
 const char* PodOutcomeName(PodOutcome outcome) {
@@ -167,6 +271,8 @@ const char* PodOutcomeName(PodOutcome outcome) {
       return "opted_out";
     case PodOutcome::kAlreadyInjected:
       return "already_injected";
+    case PodOutcome::kCompleted:
+      return "completed";
     case PodOutcome::kMutated:
       return "mutated";
     case PodOutcome::kDenied:
@@ -241,10 +347,8 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
     decision.outcome = PodOutcome::kOptedOut;
     return decision;
   }
-  if (!AbsentOrNull(annotation(config.marker_annotation))) {
-    decision.outcome = PodOutcome::kAlreadyInjected;
-    return decision;
-  }
+  if (!AbsentOrNull(annotation(config.marker_annotation)))
+    return CompleteInjectedPod(view, vgpu_containers, config);
 
   // Names the pod already uses; injected ones step around them.
   std::set<std::string> container_names;
@@ -295,30 +399,8 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
     const json renamed = RenameMounts(config.workload_mounts, volume_name);
     for (size_t i = 0; i < renamed.size(); ++i) mount_texts[i] = renamed[i].dump();
   }
-  for (const auto& ref : vgpu_containers) {
-    const std::string where =
-        std::string("spec.") + ref.list + "[" + std::to_string(ref.index) + "]";
-    const std::string path = std::string("/spec/") + ref.list + "/" + std::to_string(ref.index);
-    const json& mounts = Field(*ref.container, "volumeMounts");
-    auto paths = Keys(mounts, "mountPath", where + ".volumeMounts");
-    if (!paths.ok()) return Error{paths.error()};
-    std::vector<std::string> add_mounts;
-    for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
-      const auto& mount_path = config.workload_mounts[i]["mountPath"].get_ref<const std::string&>();
-      if (!paths->contains(mount_path)) add_mounts.push_back(mount_texts[i]);
-    }
-    AppendAll(patch, path + "/volumeMounts", mounts, add_mounts);
-
-    const json& env = Field(*ref.container, "env");
-    auto names = Keys(env, "name", where + ".env");
-    if (!names.ok()) return Error{names.error()};
-    std::vector<std::string> add_env;
-    for (size_t i = 0; i < config.workload_env.size(); ++i) {
-      if (!names->contains(config.workload_env[i]["name"].get_ref<const std::string&>()))
-        add_env.push_back(config.workload_env_texts[i]);
-    }
-    AppendAll(patch, path + "/env", env, add_env);
-  }
+  auto added = AddWorkloadSetup(patch, vgpu_containers, mount_texts, config);
+  if (!added.ok()) return Error{added.error()};
 
   const AttachMode mode =
       config.AttachModeOf(set_runtime_class ? config.runtime_class_to_set : runtime);

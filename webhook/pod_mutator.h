@@ -18,6 +18,7 @@ enum class PodOutcome {
   kExcludedNamespace,
   kOptedOut,
   kAlreadyInjected,  // marker annotation present: re-invocation or repeated admission
+  kCompleted,        // marker present, and a vGPU container added since got the workload mounts/env
   kMutated,
   kDenied,
 };

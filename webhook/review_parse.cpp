@@ -31,13 +31,15 @@ const Rule kContainer{Rule::Kind::kObject,
                        {"volumeMounts", &kMounts},
                        {"env", &kNamedList}}};
 const Rule kContainers{Rule::Kind::kArray, {}, &kContainer};
+// Whole: on re-invocation the injected volumes are found by their source.
+const Rule kVolumes{Rule::Kind::kArray, {}, &kAll};
 const Rule kSpec{Rule::Kind::kObject,
                  {{"runtimeClassName", &kAll},
                   {"restartPolicy", &kAll},
                   {"containers", &kContainers},
                   {"initContainers", &kContainers},
                   {"ephemeralContainers", &kNamedList},
-                  {"volumes", &kNamedList}}};
+                  {"volumes", &kVolumes}}};
 const Rule kAnnotations{Rule::Kind::kAnnotations};
 // name and generateName: the decision log names the pod.
 const Rule kMetadata{Rule::Kind::kObject,

@@ -162,6 +162,88 @@ TEST(PodMutator, ReviewResponseCarriesTheSamePatchBase64Encoded) {
   }
 }
 
+// A webhook that runs after this one (reinvocationPolicy: IfNeeded) adds a container asking for a
+// vGPU to a pod already set up: on re-invocation that container gets the driver mount on the
+// volume injected the first time, under whatever name the volume got, and nothing is injected
+// twice.
+TEST(PodMutator, ReinvocationGivesAContainerAddedLaterTheDriverMount) {
+  const auto config = DefaultConfig();
+  struct Shape {
+    const char* description;
+    std::function<void(json&)> before;  // on the user's pod
+    const char* expected_volume;
+  };
+  for (const Shape& shape :
+       {Shape{"plain", [](json&) {}, "kvgpu-driver"},
+        Shape{"the user's own volume named like ours",
+              [](json& pod) {
+                pod["spec"]["volumes"].push_back({{"name", "kvgpu-driver"}, {"emptyDir", {}}});
+              },
+              "kvgpu-driver-2"}}) {
+    SCOPED_TRACE(shape.description);
+    json pod = testing::FixtureReview()["request"]["object"];
+    pod["spec"]["runtimeClassName"] = "kata";
+    pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+    shape.before(pod);
+    auto first = DecidePod(pod, "default", *config);
+    ASSERT_TRUE(first.ok()) << first.error();
+    ASSERT_EQ(first->outcome, PodOutcome::kMutated);
+    json injected = testing::ApplyPatch(pod, json::parse(first->patch));
+    // The API server defaults what it decodes: a hostPath without a type gets type "".
+    for (auto& volume : injected["spec"]["volumes"])
+      if (volume.contains("hostPath") && !volume["hostPath"].contains("type"))
+        volume["hostPath"]["type"] = "";
+    // The later webhook's container.
+    injected["spec"]["containers"].push_back(
+        {{"name", "late"},
+         {"image", "cuda"},
+         {"resources", {{"limits", {{"tencent.com/vgpu-492", "1"}}}}}});
+
+    auto again = DecidePod(injected, "default", *config);
+    ASSERT_TRUE(again.ok()) << again.error();
+    EXPECT_EQ(again->outcome, PodOutcome::kCompleted);
+    json completed = testing::ApplyPatch(injected, json::parse(again->patch));
+    EXPECT_EQ(completed["spec"]["volumes"], injected["spec"]["volumes"]) << "no volume twice";
+    EXPECT_EQ(completed["spec"]["initContainers"], injected["spec"]["initContainers"])
+        << "no injected container twice";
+    const json& late = completed["spec"]["containers"].back();
+    ASSERT_TRUE(late.contains("volumeMounts")) << late.dump();
+    EXPECT_EQ(late["volumeMounts"], json::array({{{"name", shape.expected_volume},
+                                                  {"mountPath", "/usr/local/nvidia"},
+                                                  {"readOnly", true}}}));
+    EXPECT_EQ(completed["spec"]["containers"][0], injected["spec"]["containers"][0]);
+
+    auto third = DecidePod(completed, "default", *config);
+    ASSERT_TRUE(third.ok());
+    EXPECT_EQ(third->outcome, PodOutcome::kAlreadyInjected);
+    EXPECT_TRUE(third->patch.empty());
+
+    // The reply carries the completing patch like a first injection's.
+    json review = testing::FixtureReview();
+    review["request"]["object"] = injected;
+    ReviewReply reply = HandleReview(review.dump(), "application/json", *config);
+    ASSERT_EQ(reply.http_status, 200) << reply.body;
+    EXPECT_EQ(reply.outcome, ReviewOutcome::kMutated);
+    json response = json::parse(reply.body)["response"];
+    EXPECT_EQ(response["patchType"], "JSONPatch");
+    EXPECT_EQ(response["patch"], Base64Encode(again->patch));
+  }
+}
+
+TEST(PodMutator, AMarkerWithoutTheInjectedVolumesAddsNothing) {
+  // Someone set the marker by hand: the pod opted out of injection in effect, and no mount may
+  // point at a volume the pod does not have.
+  const auto config = DefaultConfig();
+  json pod = testing::FixtureReview()["request"]["object"];
+  pod["spec"]["runtimeClassName"] = "kata";
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+  pod["metadata"]["annotations"]["kata-vgpu.io/injected"] = "true";
+  auto decision = DecidePod(pod, "default", *config);
+  ASSERT_TRUE(decision.ok());
+  EXPECT_EQ(decision->outcome, PodOutcome::kAlreadyInjected);
+  EXPECT_TRUE(decision->patch.empty());
+}
+
 TEST(PodMutator, MalformedPodFieldsAreErrorsNamingTheField) {
   struct Bad {
     const char* description;
