@@ -87,6 +87,11 @@ struct Config {
   std::vector<std::string> workload_env_texts;
 
   AttachMode AttachModeOf(std::string_view runtime_class) const;
+  bool IsInjectedVolumeName(std::string_view name) const {
+    for (const auto& volume : volumes)
+      if (volume.name == name) return true;
+    return false;
+  }
   const Injection& InjectionFor(AttachMode mode) const {
     return mode == AttachMode::kColdPlug ? cold_plug : hot_plug;
   }

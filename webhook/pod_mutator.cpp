@@ -79,6 +79,18 @@ Expected<PodView> View(const json& pod) {
   return view;
 }
 
+// Containers and init containers, in that order (ephemeral ones cannot be set on CREATE).
+std::vector<ContainerRef> AllContainers(const PodView& view) {
+  std::vector<ContainerRef> out;
+  for (const char* list : {"containers", "initContainers"}) {
+    const json& containers =
+        list == std::string_view("containers") ? *view.containers : *view.init_containers;
+    if (!containers.is_array()) continue;
+    for (size_t i = 0; i < containers.size(); ++i) out.push_back({list, i, &containers[i]});
+  }
+  return out;
+}
+
 // The first vGPU resource a container asks for, or "" if none. Errors on malformed containers.
 Expected<std::string> VgpuRequest(const json& container, const std::string& where,
                                   const Config& config) {
@@ -299,21 +311,17 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
 
   std::vector<ContainerRef> vgpu_containers;
   std::string first_resource, first_container;
-  for (const char* list : {"containers", "initContainers"}) {
-    const json& containers =
-        list == std::string_view("containers") ? *view.containers : *view.init_containers;
-    if (AbsentOrNull(containers)) continue;
-    for (size_t i = 0; i < containers.size(); ++i) {
-      auto resource = VgpuRequest(
-          containers[i], "spec." + std::string(list) + "[" + std::to_string(i) + "]", config);
-      if (!resource.ok()) return Error{resource.error()};
-      if (resource->empty()) continue;
-      if (first_resource.empty()) {
-        first_resource = resource.value();
-        first_container = containers[i]["name"].get<std::string>();
-      }
-      vgpu_containers.push_back({list, i, &containers[i]});
+  for (const ContainerRef& ref : AllContainers(view)) {
+    auto resource = VgpuRequest(
+        *ref.container, "spec." + std::string(ref.list) + "[" + std::to_string(ref.index) + "]",
+        config);
+    if (!resource.ok()) return Error{resource.error()};
+    if (resource->empty()) continue;
+    if (first_resource.empty()) {
+      first_resource = resource.value();
+      first_container = (*ref.container)["name"].get<std::string>();
     }
+    vgpu_containers.push_back(ref);
   }
   if (vgpu_containers.empty()) return decision;
 
@@ -360,6 +368,25 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
   auto volume_names_or = Keys(*view.volumes, "name", "spec.volumes");
   if (!volume_names_or.ok()) return Error{volume_names_or.error()};
   std::set<std::string> taken_volumes = std::move(volume_names_or.value());
+  // A mount naming a volume the pod does not have would be refused by the API server, unless
+  // this patch adds a volume by that name: the node's /dev, licence files or a writable driver
+  // bundle, reached by a container that never declared them. Refused instead.
+  for (const ContainerRef& ref : AllContainers(view)) {
+    const json& mounts = Field(*ref.container, "volumeMounts");
+    if (!mounts.is_array()) continue;
+    for (const auto& mount : mounts) {
+      const json& name = Field(mount, "name");
+      if (!name.is_string() || taken_volumes.contains(name.get<std::string>())) continue;
+      if (!config.IsInjectedVolumeName(name.get_ref<const std::string&>())) continue;
+      decision.outcome = PodOutcome::kDenied;
+      decision.allowed = false;
+      decision.message = "container " + Quote(Field(*ref.container, "name").get<std::string>()) +
+                         " mounts volume " + Quote(name.get<std::string>()) +
+                         ", which this pod does not define; that name belongs to a volume "
+                         "kata-vgpu injects, and only its own mounts may use it";
+      return decision;
+    }
+  }
   std::map<std::string, std::string> volume_name;  // config name -> name in this pod
   std::vector<std::string> volumes;
   bool volumes_renamed = false;

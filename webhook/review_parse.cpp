@@ -22,7 +22,7 @@ struct Rule {
 const Rule kAll{Rule::Kind::kAll};
 const Rule kNamed{Rule::Kind::kObject, {{"name", &kAll}}};
 const Rule kNamedList{Rule::Kind::kArray, {}, &kNamed};
-const Rule kMount{Rule::Kind::kObject, {{"mountPath", &kAll}}};
+const Rule kMount{Rule::Kind::kObject, {{"name", &kAll}, {"mountPath", &kAll}}};
 const Rule kMounts{Rule::Kind::kArray, {}, &kMount};
 const Rule kResources{Rule::Kind::kObject, {{"limits", &kAll}, {"requests", &kAll}}};
 const Rule kContainer{Rule::Kind::kObject,

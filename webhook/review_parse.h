@@ -2,9 +2,9 @@
 // reads: apiVersion, kind, and of the request uid, kind, resource, subResource, operation,
 // namespace, name and the Pod's metadata.namespace, name, generateName, the opt-out and marker
 // annotations, and from the spec runtimeClassName, restartPolicy, container names, resources,
-// mount paths and env names, and volume names. managedFields, status, the last-applied annotation
-// and the rest of the pod are validated by nlohmann's SAX parser but never built, which was the
-// largest cost of a review.
+// mounts' names and paths, env names, and the volumes whole. managedFields, status, the
+// last-applied annotation and the rest of the pod are validated by nlohmann's SAX parser but never
+// built, which was the largest cost of a review.
 //
 // Every field that is kept keeps its type, so the decision sees the same types (and reports the
 // same errors) as on the whole document; tests compare the two on every pod shape.

@@ -412,6 +412,28 @@ std::vector<PodCase> PodCases() {
                      pod["metadata"]["annotations"]["kata-vgpu.io/inject"] = "true";
                    },
                    PodOutcome::kMutated});
+  // A mount of a volume the pod does not define is refused by the API server, unless the patch
+  // adds that volume: a container would reach the node's /dev or licence files undeclared.
+  for (const char* volume :
+       {"kvgpu-dev", "kvgpu-gridd-conf", "kvgpu-client-token", "kvgpu-driver"}) {
+    cases.push_back(
+        {std::string("a container mounting the injected volume ") + volume +
+             " without declaring it is denied",
+         [volume](json& pod) {
+           Kata(pod);
+           VgpuLimit(Web(pod));
+           pod["spec"]["containers"].push_back(
+               {{"name", "sneak"},
+                {"image", "busybox"},
+                {"volumeMounts", {{{"name", volume}, {"mountPath", "/host"}}}}});
+         },
+         PodOutcome::kDenied, "", "default",
+         [volume](const json&, const PodDecision& decision) {
+           EXPECT_NE(decision.message.find("\"sneak\" mounts volume \"" + std::string(volume)),
+                     std::string::npos)
+               << decision.message;
+         }});
+  }
   cases.push_back({"excluded namespace is never touched",
                    [](json& pod) {
                      Kata(pod);
