@@ -3,8 +3,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -232,6 +235,123 @@ bool IsAbsolutePath(const json& value) {
          value.get_ref<const std::string&>()[0] == '/';
 }
 
+// The API server's resource.Quantity grammar: [+-]?(digits|digits.|digits.digits|.digits) then
+// nothing, a binary suffix (Ki..Ei), a decimal one (m, k, M..E) or an exponent (e/E, signed
+// digits). The value, for comparing a request with its limit; nullopt if not a quantity.
+std::optional<long double> QuantityValue(const json& quantity) {
+  if (quantity.is_number()) {
+    long double value = quantity.get<long double>();
+    return std::isfinite(value) ? std::optional(value) : std::nullopt;
+  }
+  if (!quantity.is_string()) return std::nullopt;
+  std::string_view text = quantity.get_ref<const std::string&>();
+  size_t at = 0;
+  if (at < text.size() && (text[at] == '+' || text[at] == '-')) ++at;
+  size_t digits = 0;
+  while (at < text.size() && std::isdigit(static_cast<unsigned char>(text[at]))) ++at, ++digits;
+  if (at < text.size() && text[at] == '.') {
+    ++at;
+    while (at < text.size() && std::isdigit(static_cast<unsigned char>(text[at]))) ++at, ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  const std::string number(text.substr(0, at));
+  std::string_view suffix = text.substr(at);
+  long double scale = 1;
+  static const std::pair<std::string_view, long double> kSuffixes[] = {
+      {"", 1},
+      {"m", 1e-3L},
+      {"k", 1e3L},
+      {"M", 1e6L},
+      {"G", 1e9L},
+      {"T", 1e12L},
+      {"P", 1e15L},
+      {"E", 1e18L},
+      {"Ki", 1024.0L},
+      {"Mi", 1048576.0L},
+      {"Gi", 1073741824.0L},
+      {"Ti", 1099511627776.0L},
+      {"Pi", 1125899906842624.0L},
+      {"Ei", 1152921504606846976.0L}};
+  bool known = false;
+  for (const auto& [name, factor] : kSuffixes) {
+    if (suffix == name) {
+      scale = factor;
+      known = true;
+    }
+  }
+  if (!known) {
+    if (suffix.empty() || (suffix[0] != 'e' && suffix[0] != 'E')) return std::nullopt;
+    std::string_view exponent = WithoutSign(suffix.substr(1));
+    if (!IsDigits(exponent) || exponent.size() > 4) return std::nullopt;
+    scale = std::pow(10.0L, std::stold(std::string(suffix.substr(1))));
+  }
+  return std::stold(number) * scale;
+}
+
+// What the API server checks of a volume source the webhook injects: a known source kind, and
+// for the common ones the fields it requires. A source it would refuse makes every mutated pod
+// invalid, so it is refused here, at start.
+bool CheckVolumeSource(Checker& check, const std::string& volume, const std::string& kind,
+                       const json& source) {
+  static const std::set<std::string> kKinds = {"hostPath",
+                                               "emptyDir",
+                                               "secret",
+                                               "configMap",
+                                               "projected",
+                                               "downwardAPI",
+                                               "persistentVolumeClaim",
+                                               "csi",
+                                               "ephemeral",
+                                               "nfs",
+                                               "iscsi",
+                                               "image",
+                                               "gcePersistentDisk",
+                                               "awsElasticBlockStore",
+                                               "gitRepo",
+                                               "glusterfs",
+                                               "rbd",
+                                               "flexVolume",
+                                               "cinder",
+                                               "cephfs",
+                                               "flocker",
+                                               "fc",
+                                               "azureFile",
+                                               "vsphereVolume",
+                                               "quobyte",
+                                               "azureDisk",
+                                               "photonPersistentDisk",
+                                               "portworxVolume",
+                                               "scaleIO",
+                                               "storageos"};
+  const std::string where = "volume '" + volume + "'." + kind;
+  if (!kKinds.contains(kind))
+    return check.Fail("volume '" + volume + "': '" + kind + "' is not a volume source");
+  if (kind == "hostPath") {
+    static const std::set<std::string> kTypes = {
+        "",       "DirectoryOrCreate", "Directory",  "FileOrCreate", "File",
+        "Socket", "CharDevice",        "BlockDevice"};
+    if (!check.KnownKeys(source, where, {"path", "type"})) return false;
+    if (!IsAbsolutePath(source.value("path", json())))
+      return check.Fail(where + ".path must be an absolute path");
+    if (source.contains("type") &&
+        (!source["type"].is_string() || !kTypes.contains(source["type"].get<std::string>())))
+      return check.Fail(where +
+                        ".type must be one of \"\", DirectoryOrCreate, Directory, "
+                        "FileOrCreate, File, Socket, CharDevice, BlockDevice");
+  } else if (kind == "emptyDir") {
+    if (!check.KnownKeys(source, where, {"medium", "sizeLimit"})) return false;
+    if (source.contains("medium") && source["medium"] != "" && source["medium"] != "Memory")
+      return check.Fail(where + ".medium must be \"\" or Memory");
+    if (source.contains("sizeLimit") && !QuantityValue(source["sizeLimit"]))
+      return check.Fail(where + ".sizeLimit must be a quantity (like 64Mi)");
+  } else if (kind == "configMap" || kind == "secret") {
+    const char* key = kind == "configMap" ? "name" : "secretName";
+    std::string name;
+    if (!check.String(source, key, where, name)) return false;
+  }
+  return true;
+}
+
 // Injected names get "-2", "-3", ... on a clash, so they must leave room for it within 63.
 constexpr size_t kMaxInjectedNameLength = 56;
 
@@ -266,13 +386,25 @@ bool BuildResources(Checker& check, const json& resources, const std::string& wh
   for (const auto& [kind, list] : resources.items()) {
     if (!list.is_object()) return check.Fail(where + "." + kind + " must be a mapping");
     for (const auto& [name, quantity] : list.items()) {
-      if (!quantity.is_string() && !quantity.is_number())
-        return check.Fail(where + "." + kind + "." + name + " must be a quantity");
+      if (!IsQualifiedName(name))
+        return check.Fail(where + "." + kind + ": '" + name + "' is not a resource name");
+      auto value = QuantityValue(quantity);
+      if (!value || *value < 0)
+        return check.Fail(where + "." + kind + "." + name +
+                          " must be a quantity of at least 0 (like 100m, 64Mi, 1)");
       for (const auto& prefix : prefixes) {
         // An injected container that asked for a vGPU would take a device meant for the workload.
         if (name.starts_with(prefix))
           return check.Fail(where + "." + kind + " must not ask for a vGPU (" + name + ")");
       }
+    }
+  }
+  // The API server refuses a request above its limit.
+  if (resources.contains("requests") && resources.contains("limits")) {
+    for (const auto& [name, request] : resources["requests"].items()) {
+      if (!resources["limits"].contains(name)) continue;
+      if (*QuantityValue(request) > *QuantityValue(resources["limits"][name]))
+        return check.Fail(where + ".requests." + name + " must not exceed limits." + name);
     }
   }
   return true;
@@ -453,6 +585,21 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
       !check.String(in, "markerAnnotation", "the config", config->marker_annotation) ||
       !check.String(in, "runtimeClassToSet", "the config", config->runtime_class_to_set))
     return fail();
+  // Both go into every mutated pod's metadata: a key the API server refuses would make every
+  // vGPU pod fail to create.
+  for (const auto& [key, value] : {std::pair{"optOutAnnotation", &config->opt_out_annotation},
+                                   std::pair{"markerAnnotation", &config->marker_annotation}}) {
+    if (!IsQualifiedName(*value)) {
+      check.Fail(std::string(key) + " '" + *value +
+                 "' is not a valid annotation key ([prefix/]name: prefix a DNS subdomain, name "
+                 "up to 63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric)");
+      return fail();
+    }
+  }
+  if (config->opt_out_annotation == config->marker_annotation) {
+    check.Fail("optOutAnnotation and markerAnnotation must differ");
+    return fail();
+  }
 
   std::string word;
   if (!check.String(in, "nonKataPods", "the config", word)) return fail();
@@ -512,10 +659,12 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
       return fail();
     }
     for (const auto& [key, source] : volume.items()) {
-      if (key != "name" && !source.is_object()) {
+      if (key == "name") continue;
+      if (!source.is_object()) {
         check.Fail("volume '" + out.name + "': " + key + " must be a mapping");
         return fail();
       }
+      if (!CheckVolumeSource(check, out.name, key, source)) return fail();
     }
     out.object = volume;
     config->volumes.push_back(std::move(out));
@@ -585,6 +734,32 @@ AttachMode Config::AttachModeOf(std::string_view runtime_class) const {
   const auto& cold = cold_plug_runtime_class_names;
   return std::find(cold.begin(), cold.end(), runtime_class) != cold.end() ? AttachMode::kColdPlug
                                                                           : AttachMode::kHotPlug;
+}
+
+bool IsDnsSubdomain(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    size_t dot = name.find('.', start);
+    if (!IsDnsLabel(name.substr(start, dot - start))) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool IsQualifiedName(std::string_view key) {
+  size_t slash = key.find('/');
+  std::string_view name = key;
+  if (slash != std::string_view::npos) {
+    if (!IsDnsSubdomain(key.substr(0, slash))) return false;
+    name = key.substr(slash + 1);
+  }
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (name.empty() || name.size() > 63 || !alnum(name.front()) || !alnum(name.back())) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
 }
 
 bool IsDnsLabel(std::string_view name) {

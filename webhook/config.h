@@ -106,5 +106,8 @@ Expected<std::shared_ptr<const Config>> LoadConfigFile(const std::string& path);
 
 // Kubernetes name rules, shared with the admission code.
 bool IsDnsLabel(std::string_view name);
+bool IsDnsSubdomain(std::string_view name);
+// An annotation or label key, or a resource name: [DNS subdomain/]name.
+bool IsQualifiedName(std::string_view key);
 
 }  // namespace kvgpu::webhook

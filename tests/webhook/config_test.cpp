@@ -141,12 +141,70 @@ TEST(Config, BrokenConfigsAreRefusedNamingTheProblem) {
       {"bad pull policy", "gridd: {imagePullPolicy: Sometimes}\n", "imagePullPolicy"},
       {"env without value", "workload: {env: [{name: A}]}\n", "value"},
       {"duplicate env", "workload: {env: [{name: A, value: x}, {name: A, value: y}]}\n", "unique"},
+      // What would make every mutated pod invalid, refused at start with the key named.
+      {"annotation key with a space", "markerAnnotation: kata vgpu/injected\n",
+       "markerAnnotation 'kata vgpu/injected' is not a valid annotation key"},
+      {"annotation key with an upper-case prefix", "optOutAnnotation: Kata-vGPU.io/inject\n",
+       "optOutAnnotation 'Kata-vGPU.io/inject'"},
+      {"annotation name over 63 characters",
+       "markerAnnotation: "
+       "kata-vgpu.io/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+       "markerAnnotation"},
+      {"annotation key with two slashes", "markerAnnotation: a.io/b/c\n", "markerAnnotation"},
+      {"marker and opt-out the same", "markerAnnotation: kata-vgpu.io/inject\n", "must differ"},
+      {"unknown volume source", "volumes: [{name: a, hostpath: {path: /a}}]\n",
+       "volume 'a': 'hostpath' is not a volume source"},
+      {"hostPath without a path", "volumes: [{name: a, hostPath: {type: Directory}}]\n",
+       "volume 'a'.hostPath.path must be an absolute path"},
+      {"hostPath relative", "volumes: [{name: a, hostPath: {path: opt/x}}]\n", "absolute"},
+      {"hostPath type misspelt", "volumes: [{name: a, hostPath: {path: /a, type: Dir}}]\n",
+       "volume 'a'.hostPath.type"},
+      {"hostPath unknown key", "volumes: [{name: a, hostPath: {path: /a, readOnly: true}}]\n",
+       "unknown key 'readOnly' in volume 'a'.hostPath"},
+      {"emptyDir medium", "volumes: [{name: a, emptyDir: {medium: Disk}}]\n",
+       "volume 'a'.emptyDir.medium"},
+      {"emptyDir size not a quantity", "volumes: [{name: a, emptyDir: {sizeLimit: 1GB}}]\n",
+       "volume 'a'.emptyDir.sizeLimit"},
+      {"configMap without a name", "volumes: [{name: a, configMap: {}}]\n",
+       "volume 'a'.configMap.name must be a non-empty string"},
+      {"secret without a name", "volumes: [{name: a, secret: {name: s}}]\n",
+       "volume 'a'.secret.secretName"},
+      {"quantity with a bad suffix", "gridd: {resources: {limits: {memory: 64MB}}}\n",
+       "gridd.resources.limits.memory must be a quantity"},
+      {"negative quantity", "gridd: {resources: {requests: {cpu: -1}}}\n",
+       "gridd.resources.requests.cpu must be a quantity of at least 0"},
+      {"quantity that is a word", "driverInit: {resources: {limits: {cpu: lots}}}\n",
+       "driverInit.resources.limits.cpu"},
+      {"resource name not a name", "gridd: {resources: {limits: {'my cpu': 1}}}\n",
+       "'my cpu' is not a resource name"},
+      {"request above limit",
+       "gridd: {resources: {requests: {memory: 128Mi}, limits: {memory: 64Mi}}}\n",
+       "gridd.resources.requests.memory must not exceed limits.memory"},
   };
   for (const auto& bad : table) {
     SCOPED_TRACE(bad.description);
     auto config = ParseConfig(bad.yaml);
     ASSERT_FALSE(config.ok());
     EXPECT_NE(config.error().find(bad.message_part), std::string::npos) << config.error();
+  }
+}
+
+TEST(Config, ValidNamesAndQuantitiesAreAccepted) {
+  for (const char* yaml : {
+           "markerAnnotation: example.com/injected\noptOutAnnotation: inject\n",
+           "markerAnnotation: a.b.c/X_y.Z-9\n",
+           "gridd: {resources: {requests: {cpu: 50m, memory: 0.5Gi}, limits: {cpu: '1', "
+           "memory: 1e9, example.com/widget: 2}}}\n",
+           "gridd: {resources: {requests: {cpu: .5, memory: 1E3}, limits: {cpu: 1.}}}\n",
+           "volumes: [{name: kvgpu-driver, hostPath: {path: /opt/kata-vgpu/driver}}, "
+           "{name: kvgpu-dev, hostPath: {path: /dev, type: ''}}, "
+           "{name: kvgpu-gridd-conf, emptyDir: {medium: Memory, sizeLimit: 64Mi}}, "
+           "{name: kvgpu-client-token, secret: {secretName: token}}, "
+           "{name: extra, csi: {driver: x}}]\n",
+       }) {
+    SCOPED_TRACE(yaml);
+    auto config = ParseConfig(yaml);
+    EXPECT_TRUE(config.ok()) << config.error();
   }
 }
 
