@@ -57,7 +57,9 @@ struct HttpsServerOptions {
   std::chrono::seconds idle_timeout{10};     // waiting for the next request to begin
   std::chrono::seconds request_timeout{10};  // handshake, or a request begun but not complete
   std::chrono::seconds write_timeout{10};    // an answer the client does not take
-  size_t max_connections = 1024;
+  // Each open connection holds ~70 KiB before its first byte (Asio's TLS record buffers and
+  // OpenSSL's): 256 of them ~18 MiB, inside the memory limit beside the body budget.
+  size_t max_connections = 256;
   // After accept fails for lack of file descriptors.
   std::chrono::milliseconds accept_backoff{100};
 };

@@ -34,7 +34,9 @@ struct ServerOptions {
   // A handshake or request not complete this long after it began is cut off (slow clients).
   std::chrono::seconds request_timeout{10};
   // Beyond this the longest-idle connection is closed for a new one (http_server.h).
-  size_t max_connections = 1024;
+  // Each open connection holds ~70 KiB before its first byte (Asio's TLS record buffers and
+  // OpenSSL's): 256 of them ~18 MiB, inside the memory limit beside the body budget.
+  size_t max_connections = 256;
 };
 
 class Server {
