@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "common/clock.h"
 #include "deviceplugin/state_rebuild.h"
 
 namespace kvgpu::deviceplugin {

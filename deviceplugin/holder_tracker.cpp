@@ -4,15 +4,10 @@
 
 #include <set>
 
-#include "deviceplugin/log_safe.h"
+#include "common/clock.h"
+#include "common/log_safe.h"
 
 namespace kvgpu::deviceplugin {
-
-int64_t UnixNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 namespace {
 

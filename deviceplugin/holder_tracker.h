@@ -162,6 +162,4 @@ class HolderTracker : public HolderOracle {
   std::set<std::string> api_deleted_;
 };
 
-int64_t UnixNowMs();
-
 }  // namespace kvgpu::deviceplugin

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
+
 namespace kvgpu::deviceplugin {
 
 using Clock = std::chrono::steady_clock;

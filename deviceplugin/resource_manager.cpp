@@ -7,10 +7,11 @@
 #include <thread>
 #include <tuple>
 
+#include "common/clock.h"
+#include "common/log_safe.h"
 #include "deviceplugin/allocation_env.h"
 #include "deviceplugin/cdi.h"
 #include "deviceplugin/failpoint.h"
-#include "deviceplugin/log_safe.h"
 #include "deviceplugin/resource_naming.h"
 #include "mdev/uuid.h"
 
@@ -23,12 +24,6 @@ namespace {
 
 Status Invalid(const std::string& message) {
   return Status::Error(ErrorCode::kInvalid, message);
-}
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -562,7 +557,7 @@ Result<AllocatedVgpu> ResourceManager::Realize(const Plan& plan,
   // Record first: a crash between the kernel's create and our write must not leave a vGPU whose
   // origin nobody knows. A record whose vGPU never appeared is harmless (the slot is reused).
   CreatedVgpu record{d.id,          d.resource, "",          d.key.parent, plan.physical_gpu,
-                     d.key.type_id, d.key.slot, NowUnixMs(), std::nullopt};
+                     d.key.type_id, d.key.slot, UnixNowMs(), std::nullopt};
   mdev::CreateRequest request{d.key.parent, d.key.type_id, std::nullopt};
   if (plan.flavour == mdev::Flavour::kMdev) {
     request.uuid = mdev::NewUuid();

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "common/base64.h"
+
 namespace kvgpu::kube {
 
 namespace {
@@ -227,79 +229,10 @@ Result<std::string> TokenSource::Get() {
   return cached_;
 }
 
-std::string EncodeBase64(std::string_view bytes) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    auto n = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
-             static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
-             static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
-    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(n >> shift) & 63];
-  }
-  if (size_t rest = bytes.size() - i; rest > 0) {
-    auto n = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (rest == 2) n |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(n >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 Result<std::string> DecodeBase64(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() * 3 / 4);
-  std::uint32_t bits = 0;
-  int count = 0;
-  size_t padding = 0;
-  size_t symbols = 0;
-  for (const char c : text) {
-    if (c == '\n' || c == '\r' || c == ' ' || c == '\t') continue;
-    int value;
-    if (c >= 'A' && c <= 'Z') {
-      value = c - 'A';
-    } else if (c >= 'a' && c <= 'z') {
-      value = c - 'a' + 26;
-    } else if (c >= '0' && c <= '9') {
-      value = c - '0' + 52;
-    } else if (c == '+') {
-      value = 62;
-    } else if (c == '/') {
-      value = 63;
-    } else if (c == '=') {
-      ++padding;
-      ++symbols;
-      continue;
-    } else {
-      return Error(ErrorKind::kDecode, "not base64: unexpected character");
-    }
-    if (padding > 0) return Error(ErrorKind::kDecode, "not base64: data after padding");
-    ++symbols;
-    bits = (bits << 6) | static_cast<std::uint32_t>(value);
-    if (++count == 4) {
-      out.push_back(static_cast<char>((bits >> 16) & 0xff));
-      out.push_back(static_cast<char>((bits >> 8) & 0xff));
-      out.push_back(static_cast<char>(bits & 0xff));
-      bits = 0;
-      count = 0;
-    }
-  }
-  if (symbols % 4 != 0 || padding > 2) {
-    return Error(ErrorKind::kDecode, "not base64: length is not a multiple of 4");
-  }
-  if (count == 3) {
-    out.push_back(static_cast<char>((bits >> 10) & 0xff));
-    out.push_back(static_cast<char>((bits >> 2) & 0xff));
-  } else if (count == 2) {
-    out.push_back(static_cast<char>((bits >> 4) & 0xff));
-  } else if (count == 1) {
-    return Error(ErrorKind::kDecode, "not base64: truncated");
-  }
-  return out;
+  Base64Decoded decoded = Base64Decode(text);
+  if (!decoded.ok()) return Error(ErrorKind::kDecode, decoded.error);
+  return std::move(decoded.bytes);
 }
 
 }  // namespace kvgpu::kube

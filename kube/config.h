@@ -62,8 +62,7 @@ class TokenSource {
   bool loaded_ = false;
 };
 
-// Standard base64 (RFC 4648 §4), as kubeconfig *-data fields use; newlines are ignored.
+// common/base64.h with this library's error type: kubeconfig *-data fields, the checkpoint.
 Result<std::string> DecodeBase64(const std::string& text);
-std::string EncodeBase64(std::string_view bytes);
 
 }  // namespace kvgpu::kube

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
 #include "webhook/json_patch.h"
 #include "webhook/review_parse.h"
 

@@ -1,29 +1,8 @@
 #include "webhook/decision_log.h"
 
 #include <algorithm>
-#include <cstdio>
 
 namespace kvgpu::webhook {
-
-std::string LogSafe(std::string_view text, size_t max_bytes) {
-  std::string out;
-  out.reserve(std::min(text.size(), max_bytes) + 8);
-  for (char c : text) {
-    if (out.size() >= max_bytes) {
-      out += "...";
-      break;
-    }
-    auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      char escaped[5];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 DecisionLog::DecisionLog(double per_second, double burst, Sink sink,
                          std::function<Clock::time_point()> now)
@@ -55,7 +34,7 @@ void DecisionLog::Record(std::string_view decision, std::string_view namespace_n
   }
   line += "pod " + LogSafe(namespace_name, 63) + "/" +
           LogSafe(pod.empty() ? "<generated>" : pod, 253) + ": " + LogSafe(decision, 40);
-  if (!reason.empty()) line += " (" + LogSafe(reason) + ")";
+  if (!reason.empty()) line += " (" + LogSafe(reason, kLogSafeBytes) + ")";
   sink_(line);
 }
 

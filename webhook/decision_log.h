@@ -2,7 +2,7 @@
 // operator can tell from the webhook's log what it did to a pod. Rate-limited: a flood of
 // reviews must not turn into a flood of log writes (a token bucket; the lines dropped are
 // counted and said when logging resumes). Text that came from a request never reaches the log
-// raw: control characters are escaped and long values cut.
+// raw: it goes through common/log_safe.h, as the device plugin's peer text does.
 #pragma once
 
 #include <chrono>
@@ -12,11 +12,12 @@
 #include <string>
 #include <string_view>
 
+#include "common/log_safe.h"
+
 namespace kvgpu::webhook {
 
-// Printable ASCII and UTF-8 pass; other bytes below 0x20 and 0x7f become \xNN; longer than
-// `max_bytes` is cut with "...".
-std::string LogSafe(std::string_view text, size_t max_bytes = 300);
+// Request text in the log: common/log_safe.h, with room for a pod name and a denial reason.
+inline constexpr size_t kLogSafeBytes = 300;
 
 class DecisionLog {
  public:

@@ -1,5 +1,4 @@
-// RFC 6902 JSON Patch building blocks: RFC 6901 pointer escaping, "add" operations, and the
-// base64 (RFC 4648) the AdmissionReview response carries the patch in.
+// RFC 6902 JSON Patch building blocks: RFC 6901 pointer escaping and "add" operations.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -29,7 +28,5 @@ class PatchBuilder {
 
 // Appends `text` as a JSON string literal (quotes, backslashes and control characters escaped).
 void AppendJsonString(std::string& out, std::string_view text);
-
-std::string Base64Encode(std::string_view bytes);
 
 }  // namespace kvgpu::webhook

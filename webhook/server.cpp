@@ -90,7 +90,7 @@ HttpResponse Server::Impl::Route(const HttpRequest& request) {
     metrics.Observe(
         reply, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (reply.outcome == ReviewOutcome::kBadRequest) {
-      spdlog::warn("bad review: {}", LogSafe(reply.body));
+      spdlog::warn("bad review: {}", LogSafe(reply.body, kLogSafeBytes));
     } else {
       decisions.Record(PodOutcomeName(reply.pod_outcome), reply.namespace_name, reply.pod_name,
                        reply.reason);

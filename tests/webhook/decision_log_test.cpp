@@ -9,13 +9,17 @@
 namespace kvgpu::webhook {
 namespace {
 
-TEST(DecisionLogTest, ControlCharactersFromARequestAreEscapedAndLongTextCut) {
-  EXPECT_EQ(LogSafe("team-a"), "team-a");
-  EXPECT_EQ(LogSafe("evil\n2026-11-25 [info] pod x: mutated\x1b[31m"),
-            "evil\\x0a2026-11-25 [info] pod x: mutated\\x1b[31m");
-  EXPECT_EQ(LogSafe("\x7f\x01"), "\\x7f\\x01");
-  EXPECT_EQ(LogSafe("ünïcode"), "ünïcode") << "UTF-8 passes";
-  EXPECT_EQ(LogSafe(std::string(1000, 'a'), 10), std::string(10, 'a') + "...");
+TEST(DecisionLogTest, RequestTextCannotForgeALogLine) {
+  std::vector<std::string> lines;
+  DecisionLog log(10, 10, [&](const std::string& line) { lines.push_back(line); });
+  log.Record("mutated", "team-a", "evil\n2026-11-25 [info] pod x: denied\x1b[31m",
+             std::string(1000, 'r'));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].find('\n'), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[0].find('\x1b'), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("evil\\n2026"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("...(1000 bytes)"), std::string::npos) << "a long reason is cut";
+  EXPECT_LT(lines[0].size(), 600u);
 }
 
 TEST(DecisionLogTest, EachDecisionIsOneLineNamingPodAndReason) {

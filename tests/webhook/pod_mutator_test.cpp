@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "common/base64.h"
 #include "tests/webhook/pod_cases.h"
 #include "webhook/admission.h"
 #include "webhook/config.h"

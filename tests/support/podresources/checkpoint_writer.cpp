@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kube/config.h"
+#include "common/base64.h"
 
 namespace kvgpu::testing {
 
@@ -31,7 +31,7 @@ std::string CheckpointWriter::Render(
                        {"ContainerName", r.container_name},
                        {"ResourceName", r.resource_name},
                        {"DeviceIDs", ids},
-                       {"AllocResp", kube::EncodeBase64(r.alloc_resp)}});
+                       {"AllocResp", Base64Encode(r.alloc_resp)}});
   }
   nlohmann::json devices = nlohmann::json::object();
   for (const auto& [resource, ids] : registered) devices[resource] = ids;

@@ -8,10 +8,10 @@
 #include <string>
 #include <string_view>
 
-namespace kvgpu::deviceplugin {
+namespace kvgpu {
 
 inline constexpr size_t kLogSafeCap = 96;
 
 std::string LogSafe(std::string_view text, size_t cap = kLogSafeCap);
 
-}  // namespace kvgpu::deviceplugin
+}  // namespace kvgpu

@@ -1,10 +1,10 @@
 // Peer-supplied strings in logs and answers (#14 item 7): escaped so they cannot forge a line,
 // capped so they cannot fill the log or the answer.
-#include "deviceplugin/log_safe.h"
+#include "common/log_safe.h"
 
 #include <gtest/gtest.h>
 
-namespace kvgpu::deviceplugin {
+namespace kvgpu {
 namespace {
 
 TEST(LogSafeTest, EscapesWhatCouldForgeALineAndCapsTheLength) {
@@ -20,4 +20,4 @@ TEST(LogSafeTest, EscapesWhatCouldForgeALineAndCapsTheLength) {
 }
 
 }  // namespace
-}  // namespace kvgpu::deviceplugin
+}  // namespace kvgpu

@@ -1,8 +1,8 @@
-#include "deviceplugin/log_safe.h"
+#include "common/log_safe.h"
 
 #include <cstdio>
 
-namespace kvgpu::deviceplugin {
+namespace kvgpu {
 
 std::string LogSafe(std::string_view text, size_t cap) {
   std::string out;
@@ -42,4 +42,4 @@ std::string LogSafe(std::string_view text, size_t cap) {
   return out;
 }
 
-}  // namespace kvgpu::deviceplugin
+}  // namespace kvgpu
