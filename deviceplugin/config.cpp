@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/config_keys.h"
+
 namespace kvgpu::deviceplugin {
 namespace {
 
@@ -50,21 +52,16 @@ Result<std::vector<std::string>> StringList(const YAML::Node& node, const std::s
 
 Status CheckKeys(const YAML::Node& map, const std::string& where,
                  const std::set<std::string>& known) {
-  for (const auto& entry : map) {
-    std::string key = entry.first.as<std::string>();
-    if (!known.contains(key)) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      return Invalid("unknown config key " + where + key + " (known here: " + list + ")");
-    }
-  }
-  return Status::Ok();
+  std::vector<std::string> present;
+  for (const auto& entry : map) present.push_back(entry.first.as<std::string>());
+  std::string unknown = UnknownKeyMessage(present, known, where);
+  return unknown.empty() ? Status::Ok() : Invalid(unknown);
 }
 
 Result<PinRule> ParsePin(const YAML::Node& node, size_t index) {
   std::string where = "pinning[" + std::to_string(index) + "]";
   if (!node.IsMap()) return Invalid("config key " + where + ": expected a map");
-  Status keys = CheckKeys(node, where + ".", {"pciAddress", "model", "all", "type"});
+  Status keys = CheckKeys(node, where, {"pciAddress", "model", "all", "type"});
   if (!keys.ok()) return keys;
   PinRule rule;
   int selectors = 0;
@@ -112,7 +109,7 @@ Result<std::chrono::milliseconds> DurationKey(const YAML::Node& node, const std:
 
 Status ApplyLifecycle(const YAML::Node& node, LifecycleConfig& lifecycle) {
   if (!node.IsMap()) return Invalid("config key lifecycle: expected a map");
-  Status keys = CheckKeys(node, "lifecycle.",
+  Status keys = CheckKeys(node, "lifecycle",
                           {"gracePeriod", "pollInterval", "retryMax", "watchPods", "events"});
   if (!keys.ok()) return keys;
   struct DurationField {
@@ -141,7 +138,7 @@ Status ApplyLifecycle(const YAML::Node& node, LifecycleConfig& lifecycle) {
 
 Status Apply(const YAML::Node& root, Config& config) {
   Status keys =
-      CheckKeys(root, "",
+      CheckKeys(root, "the config",
                 {"resourceDomain", "namingStyle", "allowedTypes", "pinning", "spreadAcrossGPUs",
                  "cdi", "rescanInterval", "udevEvents", "logLevel", "lifecycle"});
   if (!keys.ok()) return keys;
@@ -180,7 +177,7 @@ Status Apply(const YAML::Node& root, Config& config) {
   if (root["cdi"]) {
     const YAML::Node& cdi = root["cdi"];
     if (!cdi.IsMap()) return Invalid("config key cdi: expected a map");
-    Status cdi_keys = CheckKeys(cdi, "cdi.", {"enabled", "dir"});
+    Status cdi_keys = CheckKeys(cdi, "cdi", {"enabled", "dir"});
     if (!cdi_keys.ok()) return cdi_keys;
     if (cdi["enabled"]) {
       Result<bool> v = Bool(cdi["enabled"], "cdi.enabled");

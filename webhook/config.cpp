@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/config_keys.h"
+
 namespace kvgpu::webhook {
 namespace {
 
@@ -200,14 +202,10 @@ class Checker {
   }
   bool KnownKeys(const json& object, const std::string& where, std::set<std::string> keys) {
     if (!object.is_object()) return Fail(where + " must be a mapping");
-    for (const auto& [key, value] : object.items()) {
-      if (!keys.contains(key)) {
-        std::string list;
-        for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
-        return Fail("unknown key '" + key + "' in " + where + " (known: " + list + ")");
-      }
-    }
-    return true;
+    std::vector<std::string> present;
+    for (const auto& [key, value] : object.items()) present.push_back(key);
+    std::string unknown = UnknownKeyMessage(present, keys, where);
+    return unknown.empty() || Fail(unknown);
   }
   bool String(const json& object, const char* key, const std::string& where, std::string& out) {
     const json* value = object.contains(key) ? &object[key] : nullptr;
