@@ -78,7 +78,8 @@ TEST(DevicePluginConfigTest, BadInputIsRefusedWithTheKeyNamed) {
   const std::vector<Case> cases = {
       {"not YAML", "a: [", "not valid YAML"},
       {"not a map", "- a\n- b\n", "YAML map"},
-      {"unknown key (typo)", "resourcedomain: x.com\n", "unknown key 'resourcedomain' in the config"},
+      {"unknown key (typo)", "resourcedomain: x.com\n",
+       "unknown key 'resourcedomain' in the config"},
       {"unknown nested key", "cdi: {enable: true}\n", "unknown key 'enable' in cdi"},
       {"invalid domain", "resourceDomain: Tencent_com\n", "resourceDomain"},
       {"reserved domain", "resourceDomain: kubernetes.io\n", "reserved"},
