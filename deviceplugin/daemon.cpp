@@ -130,24 +130,35 @@ mdev::Status Daemon::OpenPodSources() {
   return mdev::Status::Ok();
 }
 
+// Start-up, step by step; each needs the ones before it, and the first failure ends start-up
+// (Stop() then tears down whatever was started).
 mdev::Status Daemon::Start() {
-  const CommandLine& args = options_.args;
-  // discover
+  Discover();
+  StateStore* store = nullptr;
+  mdev::Status status = OpenState(store);
+  if (status.ok()) status = OpenPodSources();
+  if (status.ok()) status = StartManager(*store);
+  if (status.ok()) status = ServeMetrics();
+  if (status.ok()) status = ServeDevicePlugins();
+  if (!status.ok()) return status;
+  WatchKernel();
+  StartLicensing();
+  StartLoops();
+  return mdev::Status::Ok();
+}
+
+void Daemon::Discover() {
   mdev::SysfsIo* io = options_.io;
   if (io == nullptr) {
     own_io_ = std::make_unique<mdev::PosixSysfsIo>();
     io = own_io_.get();
   }
-  node_ = std::make_unique<mdev::Node>(args.sysfs_root, *io);
-  // open state
-  StateStore* store = nullptr;
-  mdev::Status opened = OpenState(store);
-  if (!opened.ok()) return opened;
-  // pod sources
-  mdev::Status sources = OpenPodSources();
-  if (!sources.ok()) return sources;
+  node_ = std::make_unique<mdev::Node>(options_.args.sysfs_root, *io);
+}
+
+mdev::Status Daemon::StartManager(StateStore& store) {
   manager_ =
-      std::make_unique<ResourceManager>(*node_, options_.config, *store, *tracker_, &metrics_);
+      std::make_unique<ResourceManager>(*node_, options_.config, store, *tracker_, &metrics_);
   mdev::Status started = manager_->Start();
   if (!started.ok()) return started;
   reconciler_ = std::make_unique<Reconciler>(*manager_, *tracker_, events_for_reconciler_,
@@ -158,21 +169,29 @@ mdev::Status Daemon::Start() {
   }
   // Before the first server: a node that is not ready never shows kubelet a device.
   readiness_ = std::make_unique<NodeReadinessReporter>(metrics_.registry(), events_for_reconciler_,
-                                                       args.node_name);
+                                                       options_.args.node_name);
   CheckReadiness();
-  // metrics; /healthz fails when the loop that serves, registers and rescans stops turning
-  // (it wakes at least once a second).
+  return mdev::Status::Ok();
+}
+
+// /healthz fails when the loop that serves, registers and rescans stops turning (it wakes at
+// least once a second).
+mdev::Status Daemon::ServeMetrics() {
   loop_heartbeat_ = Clock::now().time_since_epoch().count();
   metrics_.SetHealthCheck([this] {
     auto beat = Clock::time_point(Clock::duration(loop_heartbeat_.load()));
     return !stop_ && Clock::now() - beat < std::chrono::seconds(10);
   });
-  if (!args.metrics_addr.empty()) {
-    mdev::Status served = metrics_.Serve(args.metrics_addr);
-    if (!served.ok()) return served;
-    spdlog::info("metrics on http://{}/metrics", args.metrics_addr);
-  }
-  // serve
+  const std::string& address = options_.args.metrics_addr;
+  if (address.empty()) return mdev::Status::Ok();
+  mdev::Status served = metrics_.Serve(address);
+  if (!served.ok()) return served;
+  spdlog::info("metrics on http://{}/metrics", address);
+  return mdev::Status::Ok();
+}
+
+mdev::Status Daemon::ServeDevicePlugins() {
+  const CommandLine& args = options_.args;
   std::error_code ec;
   std::filesystem::create_directories(args.DevicePluginDir(), ec);
   if (ec) {
@@ -192,33 +211,43 @@ mdev::Status Daemon::Start() {
     if (allocate_rescan_at_.compare_exchange_strong(none, due)) watcher_.Wake();
   });
   EnsureServers();
-  // watch: kernel events make rescans immediate; periodic rescans catch everything else.
-  if (options_.config.udev_events) {
-    udev_ = std::make_unique<mdev::UdevMonitor>(
-        mdev::UdevMonitorOptions{}, [this](const mdev::DeviceEvent& event) {
-          spdlog::debug("udev {} {} {}", event.action, event.subsystem, event.sysname);
-          RequestRefresh();
-        });
-    mdev::Status udev = udev_->Start();
-    if (!udev.ok()) {
-      spdlog::warn("no kernel device events ({}); relying on rescans every {} ms", udev.ToString(),
-                   options_.config.rescan_interval.count());
-      udev_.reset();
-    }
+  return mdev::Status::Ok();
+}
+
+// Kernel events make rescans immediate; periodic rescans catch everything else, and are all
+// there is when udev cannot be had.
+void Daemon::WatchKernel() {
+  if (!options_.config.udev_events) return;
+  udev_ = std::make_unique<mdev::UdevMonitor>(
+      mdev::UdevMonitorOptions{}, [this](const mdev::DeviceEvent& event) {
+        spdlog::debug("udev {} {} {}", event.action, event.subsystem, event.sysname);
+        RequestRefresh();
+      });
+  mdev::Status udev = udev_->Start();
+  if (!udev.ok()) {
+    spdlog::warn("no kernel device events ({}); relying on rescans every {} ms", udev.ToString(),
+                 options_.config.rescan_interval.count());
+    udev_.reset();
   }
-  if (args.licensing_source) {
-    LicensingPublisher publisher(*args.licensing_source, args.licensing_dir);
-    LicensingLoop::Observer report = LicensingReporter(metrics_.registry(), publisher);
-    licensing_ = std::make_unique<LicensingLoop>(std::move(publisher), options_.licensing_interval,
-                                                 std::move(report));
-  }
+}
+
+void Daemon::StartLicensing() {
+  const CommandLine& args = options_.args;
+  if (!args.licensing_source) return;
+  LicensingPublisher publisher(*args.licensing_source, args.licensing_dir);
+  LicensingLoop::Observer report = LicensingReporter(metrics_.registry(), publisher);
+  licensing_ = std::make_unique<LicensingLoop>(std::move(publisher), options_.licensing_interval,
+                                               std::move(report));
+}
+
+// The serving loop, then the pod sources and the lifecycle: orphans from before a restart are
+// collected on the first pass.
+void Daemon::StartLoops() {
   next_retry_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
-  // reconcile: orphans from before a restart are collected on the first pass.
   tracker_->Start(
       {[this] { reconciler_->Trigger(true); }, [this] { reconciler_->Trigger(false); }});
   reconciler_->Start();
-  return mdev::Status::Ok();
 }
 
 void Daemon::Stop() {

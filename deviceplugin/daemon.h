@@ -1,7 +1,7 @@
-// The daemon as named steps over shared state (after Falco's app actions):
-// load config -> discover -> open state -> pod sources -> metrics -> serve -> register -> watch
-// -> reconcile. Teardown (Stop) always runs the same way: stop reconciling and watching, stop
-// servers, remove sockets.
+// The node daemon, started as named steps over shared state (Daemon::Start): discover -> open
+// state -> pod sources -> resource manager and lifecycle -> metrics -> device plugin servers ->
+// kernel events -> licensing -> loops (register, rescan, reconcile). Teardown (Stop) always runs
+// the same way: stop reconciling and watching, stop servers, remove sockets.
 #pragma once
 
 #include <atomic>
@@ -91,8 +91,16 @@ class Daemon {
   void TryRegister();
   // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
   void CheckReadiness();
+  // Start's steps, in order.
+  void Discover();
   mdev::Status OpenState(StateStore*& store);
   mdev::Status OpenPodSources();
+  mdev::Status StartManager(StateStore& store);
+  mdev::Status ServeMetrics();
+  mdev::Status ServeDevicePlugins();
+  void WatchKernel();
+  void StartLicensing();
+  void StartLoops();
 
   DaemonOptions options_;
   std::unique_ptr<mdev::SysfsIo> own_io_;

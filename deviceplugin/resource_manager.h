@@ -136,7 +136,7 @@ class ResourceManager {
 
   const Config& config() const { return config_; }
 
-  // --- for the lifecycle (lifecycle.h) ---
+  // --- for the lifecycle (reconciler.h) ---
   LifecycleSnapshot Snapshot() const;
   // Records which pod holds each device ID ("namespace/name"); saved when anything changed.
   Status SetOwners(const std::map<std::string, std::string>& owners);
