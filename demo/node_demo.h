@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/cluster/daemons.h"
-#include "tests/support/cluster/fake_node.h"
-#include "tests/support/cluster/sim_mount.h"
+#include "fakes/cluster/daemons.h"
+#include "fakes/cluster/fake_node.h"
+#include "fakes/cluster/sim_mount.h"
 
 namespace kvgpu::demo {
 

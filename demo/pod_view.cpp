@@ -4,7 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "tests/support/cluster/child_process.h"
+#include "fakes/cluster/child_process.h"
 
 namespace kvgpu::demo {
 

@@ -24,9 +24,9 @@
 #include <thread>
 
 #include "deviceplugin/daemon.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/fake_kubelet.h"
 #include "sim/kernel_model.h"
-#include "tests/support/common/temp_dir.h"
-#include "tests/support/kubelet/fake_kubelet.h"
 
 extern char** environ;
 

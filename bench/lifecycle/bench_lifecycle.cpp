@@ -24,15 +24,15 @@
 #include "deviceplugin/daemon.h"
 #include "deviceplugin/reconciler.h"
 #include "deviceplugin/resource_manager.h"
+#include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/cluster/daemons.h"
+#include "fakes/cluster/fake_node.h"
+#include "fakes/cluster/sim_mount.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/fake_kubelet.h"
+#include "fakes/podresources/checkpoint_writer.h"
+#include "fakes/podresources/fake_podresources.h"
 #include "sim/kernel_model.h"
-#include "tests/support/apiserver/in_memory_kube.h"
-#include "tests/support/cluster/daemons.h"
-#include "tests/support/cluster/fake_node.h"
-#include "tests/support/cluster/sim_mount.h"
-#include "tests/support/common/temp_dir.h"
-#include "tests/support/kubelet/fake_kubelet.h"
-#include "tests/support/podresources/checkpoint_writer.h"
-#include "tests/support/podresources/fake_podresources.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

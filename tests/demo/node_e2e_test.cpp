@@ -1,6 +1,6 @@
 // A simulated node end to end: kvgpu-sim mounts the GPUs, the real kvgpu-device-plugin and
 // kvgpu-webhook run as separate processes, and the scenario plays scheduler, kubelet and API
-// server (tests/support/cluster). Each pod goes through the webhook first, as on a cluster.
+// server (fakes/cluster). Each pod goes through the webhook first, as on a cluster.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -8,10 +8,10 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/support/cluster/daemons.h"
-#include "tests/support/cluster/fake_node.h"
-#include "tests/support/cluster/sim_mount.h"
-#include "tests/support/common/temp_dir.h"
+#include "fakes/cluster/daemons.h"
+#include "fakes/cluster/fake_node.h"
+#include "fakes/cluster/sim_mount.h"
+#include "fakes/common/temp_dir.h"
 
 namespace kvgpu::testing {
 namespace {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tests/support/common/temp_dir.h"
+#include "fakes/common/temp_dir.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

@@ -32,11 +32,11 @@
 #include "deviceplugin/holder_tracker.h"
 #include "deviceplugin/reconciler.h"
 #include "deviceplugin/resource_manager.h"
+#include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/podresources/checkpoint_writer.h"
+#include "fakes/podresources/static_podresources.h"
 #include "kube/kubelet/checkpoint_watcher.h"
 #include "tests/deviceplugin/sim_node.h"
-#include "tests/support/apiserver/in_memory_kube.h"
-#include "tests/support/podresources/checkpoint_writer.h"
-#include "tests/support/podresources/static_podresources.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

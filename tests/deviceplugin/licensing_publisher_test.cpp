@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-#include "tests/support/common/temp_dir.h"
+#include "fakes/common/temp_dir.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

@@ -1,15 +1,15 @@
 // The lifecycle with a real API server client: the daemon follows the node's pods through
 // --kubeconfig (HTTPS, bearer token, list + watch) and posts Events, against the fake API
-// server; kubelet played by the fakes behind tests/support/cluster's FakeNode. What happens to
+// server; kubelet played by the fakes behind fakes/cluster's FakeNode. What happens to
 // vGPUs while the API server is down, compacts its history or cuts the watch.
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "deviceplugin/daemon.h"
+#include "fakes/cluster/fake_node.h"
+#include "fakes/common/eventually.h"
 #include "tests/deviceplugin/sim_node.h"
-#include "tests/support/cluster/fake_node.h"
-#include "tests/support/common/eventually.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

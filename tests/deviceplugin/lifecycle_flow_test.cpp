@@ -6,12 +6,12 @@
 #include <thread>
 
 #include "deviceplugin/daemon.h"
+#include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/common/eventually.h"
+#include "fakes/kubelet/fake_kubelet.h"
+#include "fakes/podresources/checkpoint_writer.h"
+#include "fakes/podresources/fake_podresources.h"
 #include "tests/deviceplugin/sim_node.h"
-#include "tests/support/apiserver/in_memory_kube.h"
-#include "tests/support/common/eventually.h"
-#include "tests/support/kubelet/fake_kubelet.h"
-#include "tests/support/podresources/checkpoint_writer.h"
-#include "tests/support/podresources/fake_podresources.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

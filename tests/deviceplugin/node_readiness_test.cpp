@@ -8,7 +8,7 @@
 
 #include <fstream>
 
-#include "tests/support/common/temp_dir.h"
+#include "fakes/common/temp_dir.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

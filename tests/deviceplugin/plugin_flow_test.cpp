@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "deviceplugin/daemon.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/fake_kubelet.h"
 #include "tests/deviceplugin/sim_node.h"
-#include "tests/support/common/temp_dir.h"
-#include "tests/support/kubelet/fake_kubelet.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "fakes/common/temp_dir.h"
 #include "mdev/node.h"
 #include "sim/kernel_model.h"
-#include "tests/support/common/temp_dir.h"
 
 namespace kvgpu::deviceplugin::testing {
 

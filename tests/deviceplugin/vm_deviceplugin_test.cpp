@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "deviceplugin/daemon.h"
-#include "tests/support/common/temp_dir.h"
-#include "tests/support/kubelet/fake_kubelet.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/fake_kubelet.h"
 #include "tests/vm/lab_support.h"
 
 namespace kvgpu::vmtest {

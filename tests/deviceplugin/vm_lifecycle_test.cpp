@@ -13,11 +13,11 @@
 #include <set>
 #include <thread>
 
-#include "tests/support/cluster/child_process.h"
-#include "tests/support/common/temp_dir.h"
-#include "tests/support/kubelet/fake_kubelet.h"
-#include "tests/support/podresources/checkpoint_writer.h"
-#include "tests/support/podresources/fake_podresources.h"
+#include "fakes/cluster/child_process.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/fake_kubelet.h"
+#include "fakes/podresources/checkpoint_writer.h"
+#include "fakes/podresources/fake_podresources.h"
 #include "tests/vm/lab_support.h"
 
 namespace kvgpu::vmtest {

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <future>
 
+#include "fakes/apiserver/fake_apiserver.h"
+#include "fakes/common/temp_dir.h"
 #include "kube/events.h"
-#include "tests/support/apiserver/fake_apiserver.h"
-#include "tests/support/common/temp_dir.h"
 
 namespace kvgpu::kube {
 namespace {

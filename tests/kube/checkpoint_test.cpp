@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tests/support/common/temp_dir.h"
+#include "fakes/common/temp_dir.h"
 
 namespace kvgpu::kubelet {
 namespace {

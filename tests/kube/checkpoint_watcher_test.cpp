@@ -7,8 +7,8 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "tests/support/common/temp_dir.h"
-#include "tests/support/podresources/checkpoint_writer.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/podresources/checkpoint_writer.h"
 
 namespace kvgpu::kubelet {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-#include "tests/support/common/temp_dir.h"
+#include "fakes/common/temp_dir.h"
 
 namespace kvgpu::kube {
 namespace {

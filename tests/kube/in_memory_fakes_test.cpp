@@ -2,8 +2,8 @@
 // deliver what the real ones would, in the order the test asks for.
 #include <gtest/gtest.h>
 
-#include "tests/support/apiserver/in_memory_kube.h"
-#include "tests/support/podresources/static_podresources.h"
+#include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/podresources/static_podresources.h"
 
 namespace kvgpu::testing {
 namespace {

@@ -2,10 +2,10 @@
 // faults a node sees: compaction, cut streams, an API server going down and up, slow answers.
 #include <gtest/gtest.h>
 
+#include "fakes/apiserver/fake_apiserver.h"
 #include "kube/api_client.h"
 #include "kube/pod_watcher.h"
 #include "tests/kube/watch_recorder.h"
-#include "tests/support/apiserver/fake_apiserver.h"
 
 namespace kvgpu::kube {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/support/common/temp_dir.h"
-#include "tests/support/podresources/fake_podresources.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/podresources/fake_podresources.h"
 
 namespace kvgpu::kubelet {
 namespace {

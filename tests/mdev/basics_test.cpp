@@ -5,10 +5,10 @@
 #include <fstream>
 #include <set>
 
+#include "fakes/common/temp_dir.h"
 #include "mdev/status.h"
 #include "mdev/sysfs_io.h"
 #include "mdev/uuid.h"
-#include "tests/support/common/temp_dir.h"
 
 namespace kvgpu::mdev {
 namespace {

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/common/mounts.h"
+#include "fakes/common/mounts.h"
 
 namespace kvgpu::sim::testing {
 

@@ -18,7 +18,7 @@
 #include <map>
 #include <thread>
 
-#include "tests/support/common/test_pki.h"
+#include "fakes/common/test_pki.h"
 #include "tests/webhook/pod_cases.h"
 #include "tests/webhook/tls_client.h"
 

@@ -18,7 +18,7 @@ BUILD = pathlib.Path(os.environ.get("KVGPU_BUILD_DIR", "build"))
 SOURCE = pathlib.Path(os.environ.get("KVGPU_SOURCE_DIR", "."))
 SIM = BUILD / "sim" / "fuse" / "kvgpu-sim"
 PLUGIN = BUILD / "deviceplugin" / "kvgpu-device-plugin"
-PROTOS = SOURCE / "deviceplugin" / "proto" / "kubelet"
+PROTOS = SOURCE / "proto" / "kubelet"
 
 def plugin_config(watch_pods: bool) -> str:
     return f"""\

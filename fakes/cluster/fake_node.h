@@ -1,7 +1,7 @@
 // A Kubernetes node as its device plugin sees it, from the other side: an API server (pods bound
 // to the node, their watch, events) and the node's kubelet (Registration, the device plugin
 // calls, the PodResources v1 socket, the device-manager checkpoint), composed from the fakes in
-// tests/support. The scenario verbs do what the scheduler, kubelet and API server do, in their
+// fakes/. The scenario verbs do what the scheduler, kubelet and API server do, in their
 // real order, so the real daemons can be driven as separate processes.
 #pragma once
 
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/apiserver/fake_apiserver.h"
-#include "tests/support/kubelet/fake_kubelet.h"
-#include "tests/support/podresources/checkpoint_writer.h"
-#include "tests/support/podresources/fake_podresources.h"
+#include "fakes/apiserver/fake_apiserver.h"
+#include "fakes/kubelet/fake_kubelet.h"
+#include "fakes/podresources/checkpoint_writer.h"
+#include "fakes/podresources/fake_podresources.h"
 
 namespace kvgpu::testing {
 

@@ -1,4 +1,4 @@
-#include "tests/support/cluster/sim_mount.h"
+#include "fakes/cluster/sim_mount.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "tests/support/cluster/fake_node.h"
+#include "fakes/cluster/fake_node.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "tests/support/podresources/checkpoint_writer.h"
+#include "fakes/podresources/checkpoint_writer.h"
 
 #include <unistd.h>
 

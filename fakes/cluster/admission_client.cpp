@@ -1,4 +1,4 @@
-#include "tests/support/cluster/admission_client.h"
+#include "fakes/cluster/admission_client.h"
 
 #include <httplib.h>
 

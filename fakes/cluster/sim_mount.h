@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "tests/support/cluster/child_process.h"
-#include "tests/support/common/mounts.h"
+#include "fakes/cluster/child_process.h"
+#include "fakes/common/mounts.h"
 
 namespace kvgpu::testing {
 

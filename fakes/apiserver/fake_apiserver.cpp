@@ -1,4 +1,4 @@
-#include "tests/support/apiserver/fake_apiserver.h"
+#include "fakes/apiserver/fake_apiserver.h"
 
 #include <httplib.h>
 #include <openssl/pem.h>

@@ -1,4 +1,4 @@
-#include "tests/support/cluster/daemons.h"
+#include "fakes/cluster/daemons.h"
 
 #include <fstream>
 

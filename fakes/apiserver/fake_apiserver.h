@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/common/test_pki.h"
+#include "fakes/common/test_pki.h"
 
 namespace httplib {
 class Server;

@@ -1,4 +1,4 @@
-#include "tests/support/kubelet/fake_kubelet.h"
+#include "fakes/kubelet/fake_kubelet.h"
 
 #include <grpcpp/grpcpp.h>
 

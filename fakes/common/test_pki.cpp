@@ -1,4 +1,4 @@
-#include "tests/support/common/test_pki.h"
+#include "fakes/common/test_pki.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>

@@ -1,4 +1,4 @@
-#include "tests/support/podresources/fake_podresources.h"
+#include "fakes/podresources/fake_podresources.h"
 
 #include <grpcpp/grpcpp.h>
 

@@ -7,10 +7,10 @@
 #include <optional>
 #include <string>
 
-#include "tests/support/cluster/admission_client.h"
-#include "tests/support/cluster/child_process.h"
-#include "tests/support/cluster/fake_node.h"
-#include "tests/support/common/test_pki.h"
+#include "fakes/cluster/admission_client.h"
+#include "fakes/cluster/child_process.h"
+#include "fakes/cluster/fake_node.h"
+#include "fakes/common/test_pki.h"
 
 namespace kvgpu::testing {
 

@@ -1,4 +1,4 @@
-#include "tests/support/cluster/child_process.h"
+#include "fakes/cluster/child_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
