@@ -127,7 +127,7 @@ TEST_F(FuseLifecycleTest, StopsWhenUnmountedFromOutside) {
 }
 
 TEST_F(FuseLifecycleTest, ADeadMountIsNamedWithTheCommandThatClearsIt) {
-  TempRoot backing;  // a killed simulator cannot delete its own
+  TempDir backing;  // a killed simulator cannot delete its own
   SimProcess first("mtty", {"--backing", (backing.path() / "tree").string()});
   ASSERT_TRUE(first.WaitReady()) << first.Log();
   first.Stop(SIGKILL);  // no chance to unmount
@@ -148,7 +148,7 @@ TEST_F(FuseLifecycleTest, ALiveSimulatorIsNotHiddenByASecond) {
 }
 
 TEST_F(FuseLifecycleTest, InTheBackgroundItServesUntilUnmounted) {
-  TempRoot dir;
+  TempDir dir;
   fs::path mount = fs::canonical(dir.path()) / "node";
   // An unnormalised path with a trailing slash: the mount must still be found by its real name.
   std::string given = (dir.path() / "x" / ".." / "node").string() + "/";
@@ -193,7 +193,7 @@ Output RunWithPrivateDev(const std::string& setup, const std::string& run_as,
 
 TEST_F(FuseLifecycleTest, WithoutDevFuseSaysWhyAndExits) {
   if (::geteuid() != 0) GTEST_SKIP() << "hiding /dev/fuse in a private mount namespace needs root";
-  TempRoot dir;
+  TempDir dir;
   Output out = RunWithPrivateDev("", "", dir.path() / "node");
   EXPECT_EQ(out.exit_code, 3) << out.err;
   EXPECT_NE(out.err.find("cannot open /dev/fuse: No such file or directory"), std::string::npos)
@@ -204,7 +204,7 @@ TEST_F(FuseLifecycleTest, WithoutDevFuseSaysWhyAndExits) {
 
 TEST_F(FuseLifecycleTest, WithoutPermissionToUseFuseSaysWhyAndExits) {
   if (::geteuid() != 0) GTEST_SKIP() << "making a root-only /dev/fuse for another user needs root";
-  TempRoot dir;
+  TempDir dir;
   Output out = RunWithPrivateDev(
       "mknod -m 600 /dev/fuse c 10 229 && mknod -m 666 /dev/null c 1 3 &&",
       "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups", dir.path() / "node");

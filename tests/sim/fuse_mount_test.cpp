@@ -104,7 +104,7 @@ TEST_F(FuseSimTest, EveryProfileMountsTheModelsTreeEntryForEntry) {
   for (const std::string& profile : ProfileNames()) {
     SCOPED_TRACE(profile);
     ASSERT_NO_FATAL_FAILURE(Start(profile));
-    TempRoot static_tree;
+    TempDir static_tree;
     fs::path root = static_tree.path() / "tree";
     Output laid = RunProgram({kSimTreePath, "--profile", profile, "--root", root.string()});
     ASSERT_EQ(laid.exit_code, 0) << laid.err;

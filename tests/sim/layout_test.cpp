@@ -14,7 +14,7 @@ using LayoutTest = ModelTest;
 TEST_F(LayoutTest, EverySymlinkOfEveryProfileResolvesInsideTheRoot) {
   for (const auto& name : ProfileNames()) {
     SCOPED_TRACE(name);
-    TempRoot root;
+    TempDir root;
     auto profile = ProfileByName(name);
     ASSERT_TRUE(profile.ok());
     auto model = KernelModel::Create(root.path() / "node", std::move(profile).value());

@@ -12,38 +12,17 @@
 #include <sstream>
 #include <string>
 
+#include "fakes/common/temp_dir.h"
 #include "sim/kernel_model.h"
 
 namespace kvgpu::sim::testing {
 
 namespace fs = std::filesystem;
 
-class TempRoot {
- public:
-  TempRoot() {
-    std::string pattern = (Base() / "kvgpu-sim-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempRoot() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempRoot(const TempRoot&) = delete;
-  TempRoot& operator=(const TempRoot&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  // tmpfs when there is one: a model lays out ~1500 entries per node, and on a disk file
-  // system mounted with `discard` each unlink or rename costs milliseconds.
-  static fs::path Base() {
-    std::error_code ec;
-    if (::access("/dev/shm", W_OK) == 0 && fs::is_directory("/dev/shm", ec)) return "/dev/shm";
-    return fs::temp_directory_path();
-  }
-
-  fs::path path_;
-};
+// A temp root per test: fakes/common's TempDir (under ctest, TMPDIR is tmpfs when the machine
+// has one: a model lays out ~1500 entries per node, and on a disk mounted with `discard` each
+// unlink costs milliseconds).
+using kvgpu::testing::TempDir;
 
 // A model of a built-in profile under a fresh temp root.
 class ModelTest : public ::testing::Test {
@@ -92,7 +71,7 @@ class ModelTest : public ::testing::Test {
     return Read(TypeDir(parent, type) / "available_instances");
   }
 
-  TempRoot root_;
+  TempDir root_;
   int loads_ = 0;
   std::unique_ptr<KernelModel> model_;
 };
