@@ -33,17 +33,17 @@
 #include "deviceplugin/reconciler.h"
 #include "deviceplugin/resource_manager.h"
 #include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/common/sim_node.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/static_podresources.h"
 #include "kube/kubelet/checkpoint_watcher.h"
-#include "tests/deviceplugin/sim_node.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
 using kvgpu::testing::CheckpointRecord;
-using testing::SimNode;
+using kvgpu::testing::SimNode;
 
 const std::vector<std::string> kResources = {"tencent.com/vgpu-222", "tencent.com/vgpu-223"};
 

@@ -9,14 +9,14 @@
 #include "deviceplugin/daemon.h"
 #include "fakes/cluster/fake_node.h"
 #include "fakes/common/eventually.h"
-#include "tests/deviceplugin/sim_node.h"
+#include "fakes/common/sim_node.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
 using kvgpu::testing::Eventually;
-using testing::SimNode;
+using kvgpu::testing::SimNode;
 
 constexpr const char* k222 = "tencent.com/vgpu-222";
 

@@ -8,17 +8,17 @@
 #include "deviceplugin/daemon.h"
 #include "fakes/apiserver/in_memory_kube.h"
 #include "fakes/common/eventually.h"
+#include "fakes/common/sim_node.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/fake_podresources.h"
-#include "tests/deviceplugin/sim_node.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
 using kvgpu::testing::Eventually;
-using testing::SimNode;
+using kvgpu::testing::SimNode;
 
 constexpr const char* k222 = "tencent.com/vgpu-222";
 constexpr const char* k223 = "tencent.com/vgpu-223";

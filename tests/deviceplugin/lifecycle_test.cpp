@@ -14,15 +14,15 @@
 #include "deviceplugin/resource_manager.h"
 #include "deviceplugin/state_rebuild.h"
 #include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/common/sim_node.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/static_podresources.h"
 #include "kubelet/deviceplugin/v1beta1/api.pb.h"
-#include "tests/deviceplugin/sim_node.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
 
-using testing::SimNode;
+using kvgpu::testing::SimNode;
 using namespace std::chrono_literals;
 
 const std::string kResource = "tencent.com/vgpu-mtty-2";

@@ -12,16 +12,16 @@
 #include <thread>
 
 #include "deviceplugin/daemon.h"
+#include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/kubelet/fake_kubelet.h"
-#include "tests/deviceplugin/sim_node.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
 
 using namespace std::chrono_literals;
 using kvgpu::testing::FakeKubelet;
-using testing::SimNode;
+using kvgpu::testing::SimNode;
 
 constexpr const char* k222 = "tencent.com/vgpu-222";
 constexpr const char* k223 = "tencent.com/vgpu-223";

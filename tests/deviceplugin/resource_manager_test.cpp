@@ -10,13 +10,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fakes/common/sim_node.h"
 #include "mdev/uuid.h"
-#include "tests/deviceplugin/sim_node.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
 
-using testing::SimNode;
+using kvgpu::testing::SimNode;
 
 class ScriptedHolders : public HolderOracle {
  public:

@@ -1,4 +1,4 @@
-// A simulated node for the mdev tests: the kernel model (sim/) laid out in a temp dir.
+// A simulated node for the mdev tests: fakes/common/sim_node.h and discovery helpers.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,29 +7,19 @@
 #include <memory>
 #include <string>
 
-#include "fakes/common/temp_dir.h"
+#include "fakes/common/sim_node.h"
 #include "mdev/node.h"
 #include "sim/kernel_model.h"
 
 namespace kvgpu::mdev {
 
-class SimulatedNode {
+// fakes/common's SimNode with what the mdev tests ask of it: discovery, and surprises.
+class SimulatedNode : public kvgpu::testing::SimNode {
  public:
-  explicit SimulatedNode(const std::string& profile_name, NodeOptions options = {}) {
-    auto profile = sim::ProfileByName(profile_name);
-    if (!profile.ok()) throw std::runtime_error(profile.status().ToString());
-    auto model = sim::KernelModel::Create(dir_.path() / "root", *profile);
-    if (!model.ok()) throw std::runtime_error(model.status().ToString());
-    model_ = std::move(*model);
-    node_ = std::make_unique<Node>(model_->root(), *model_, options);
-  }
-
-  sim::KernelModel& model() { return *model_; }
-  Node& node() { return *node_; }
-  const fs::path& root() const { return model_->root(); }
+  using SimNode::SimNode;
 
   Inventory Scan() {
-    auto inventory = node_->Scan();
+    auto inventory = node().Scan();
     EXPECT_TRUE(inventory.ok()) << inventory.status().ToString();
     return inventory.ok() ? *inventory : Inventory{};
   }
@@ -49,11 +39,6 @@ class SimulatedNode {
   void Overwrite(const fs::path& relative, const std::string& content) {
     std::ofstream(root() / relative, std::ios::trunc) << content;
   }
-
- private:
-  testing::TempDir dir_;
-  std::unique_ptr<sim::KernelModel> model_;
-  std::unique_ptr<Node> node_;
 };
 
 }  // namespace kvgpu::mdev

@@ -1,38 +1,39 @@
-// A node for device plugin tests: the kernel model of a built-in profile under a temp dir, and
-// the mdev library's Node over it.
+// A simulated node for tests and benchmarks: the kernel model of a built-in profile (sim/) laid
+// out under a temp dir, and the mdev library's Node over it. Link kvgpu_sim and kvgpu_mdev.
 #pragma once
 
-#include <gtest/gtest.h>
-
+#include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "fakes/common/temp_dir.h"
 #include "mdev/node.h"
 #include "sim/kernel_model.h"
 
-namespace kvgpu::deviceplugin::testing {
+namespace kvgpu::testing {
 
 class SimNode {
  public:
-  explicit SimNode(const std::string& profile_name) {
+  explicit SimNode(const std::string& profile_name, mdev::NodeOptions options = {}) {
     auto profile = sim::ProfileByName(profile_name);
     if (!profile.ok()) throw std::runtime_error(profile.status().ToString());
     auto model = sim::KernelModel::Create(dir_.path() / "root", *profile);
     if (!model.ok()) throw std::runtime_error(model.status().ToString());
     model_ = std::move(*model);
-    node_ = std::make_unique<mdev::Node>(model_->root(), *model_);
+    node_ = std::make_unique<mdev::Node>(model_->root(), *model_, options);
   }
 
   sim::KernelModel& model() { return *model_; }
   mdev::Node& node() { return *node_; }
   const std::filesystem::path& dir() const { return dir_.path(); }
+  const std::filesystem::path& root() const { return model_->root(); }
   std::string gpu(size_t index) const { return model_->profile().gpus.at(index).address; }
 
  private:
-  kvgpu::testing::TempDir dir_;
+  TempDir dir_;
   std::unique_ptr<sim::KernelModel> model_;
   std::unique_ptr<mdev::Node> node_;
 };
 
-}  // namespace kvgpu::deviceplugin::testing
+}  // namespace kvgpu::testing
