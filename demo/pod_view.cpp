@@ -4,7 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "fakes/cluster/child_process.h"
+#include "fakes/common/child_process.h"
 
 namespace kvgpu::demo {
 

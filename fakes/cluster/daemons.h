@@ -8,8 +8,8 @@
 #include <string>
 
 #include "fakes/cluster/admission_client.h"
-#include "fakes/cluster/child_process.h"
 #include "fakes/cluster/fake_node.h"
+#include "fakes/common/child_process.h"
 #include "fakes/common/test_pki.h"
 
 namespace kvgpu::testing {

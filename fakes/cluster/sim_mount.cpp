@@ -29,15 +29,6 @@ std::optional<std::string> FuseUnavailableReason() {
   return std::nullopt;
 }
 
-void ForceUnmount(const fs::path& path) {
-  for (int i = 0; i < 5 && IsMountPoint(path); ++i) {
-    if (::umount2(path.c_str(), MNT_DETACH) != 0) {
-      ChildProcess fusermount({kFusermount, "-u", "-z", path.string()}, "/dev/null");
-      if (fusermount.Start()) fusermount.Wait(std::chrono::seconds(5));
-    }
-  }
-}
-
 SimMount::SimMount(fs::path sim_binary, std::string profile, fs::path dir)
     : mount_(fs::weakly_canonical(dir) / "node"),
       process_({sim_binary.string(), "--profile", profile, "--mount", mount_.string(), "--quiet"},

@@ -8,16 +8,13 @@
 #include <optional>
 #include <string>
 
-#include "fakes/cluster/child_process.h"
+#include "fakes/common/child_process.h"
 #include "fakes/common/mounts.h"
 
 namespace kvgpu::testing {
 
 // Why FUSE mounts cannot be made here (no /dev/fuse, no fusermount3), or nullopt when they can.
 std::optional<std::string> FuseUnavailableReason();
-
-// Unmounts whatever serves `path` (alive, hung or dead).
-void ForceUnmount(const std::filesystem::path& path);
 
 class SimMount {
  public:

@@ -1,5 +1,5 @@
-// Whether a path is a mount point now, from /proc/self/mountinfo: for tests and harnesses that
-// mount the FUSE simulator and must take it away again whatever happened.
+// Mount points, for tests and harnesses that mount the FUSE simulator and must take it away again
+// whatever happened.
 #pragma once
 
 #include <filesystem>
@@ -20,5 +20,9 @@ inline bool IsMountPoint(const std::filesystem::path& path) {
   }
   return false;
 }
+
+// Unmounts whatever serves `path`, alive, hung or dead: a lazy unmount, else fusermount3 -u -z
+// (all an unprivileged mount's owner may do). In the kvgpu_test_process library.
+void ForceUnmount(const std::filesystem::path& path);
 
 }  // namespace kvgpu::testing

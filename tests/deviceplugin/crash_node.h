@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "fakes/cluster/child_process.h"
 #include "fakes/cluster/sim_mount.h"
+#include "fakes/common/child_process.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"

@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "fakes/cluster/child_process.h"
+#include "fakes/common/child_process.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,7 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "fakes/common/child_process.h"
 #include "fakes/common/mounts.h"
+#include "fakes/common/temp_dir.h"
 
 namespace kvgpu::sim::testing {
 
@@ -37,70 +38,32 @@ inline std::optional<std::string> NoFuseReason() {
   return std::nullopt;
 }
 
-inline std::string ReadFd(int fd) {
-  std::string out;
-  char buf[4096];
-  off_t offset = 0;
-  for (ssize_t n; (n = ::pread(fd, buf, sizeof buf, offset)) > 0; offset += n) {
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// A child process with stdout and stderr captured in memory files.
+// A program started at once with stdout and stderr kept apart, each in a file of its own temp
+// dir; fakes/common's ChildProcess spawns and reaps it.
 class Child {
  public:
-  explicit Child(const std::vector<std::string>& argv) {
-    out_ = ::memfd_create("stdout", MFD_CLOEXEC);
-    err_ = ::memfd_create("stderr", MFD_CLOEXEC);
-    std::vector<char*> args;
-    for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out_, STDOUT_FILENO);
-      ::dup2(err_, STDERR_FILENO);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
+  explicit Child(const std::vector<std::string>& argv) : process_(argv, dir_.path() / "stdout") {
+    process_.set_stderr_log(dir_.path() / "stderr");
+    process_.Start();  // a program that cannot start never has an exit code: Wait says nullopt
   }
-  ~Child() {
-    if (running()) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    ::close(out_);
-    ::close(err_);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
 
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0 && !status_; }
-
+  pid_t pid() const { return process_.pid(); }
+  bool running() { return process_.Running(); }
   // Exit code (128 + signal when killed), or nullopt while it runs past `timeout`.
-  std::optional<int> Wait(std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (running()) {
-      int status = 0;
-      pid_t done = ::waitpid(pid_, &status, WNOHANG);
-      if (done == pid_) {
-        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(5ms);
-    }
-    return status_;
-  }
-  std::string out() const { return ReadFd(out_); }
-  std::string err() const { return ReadFd(err_); }
+  std::optional<int> Wait(std::chrono::milliseconds timeout) { return process_.Wait(timeout); }
+  std::string out() const { return Read("stdout"); }
+  std::string err() const { return Read("stderr"); }
 
  private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  int err_ = -1;
-  std::optional<int> status_;
+  std::string Read(const char* name) const {
+    std::ifstream in(dir_.path() / name);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  kvgpu::testing::TempDir dir_;
+  kvgpu::testing::ChildProcess process_;
 };
 
 struct Output {
@@ -125,14 +88,7 @@ inline bool IsMounted(const fs::path& path) {
   return kvgpu::testing::IsMountPoint(path);
 }
 
-// Takes a mount away whatever state its server is in (alive, hung or dead).
-inline void ForceUnmount(const fs::path& path) {
-  for (int i = 0; i < 5 && IsMounted(path); ++i) {
-    if (::umount2(path.c_str(), MNT_DETACH) != 0) {
-      RunProgram({"/usr/bin/fusermount3", "-u", "-z", path.string()}, 5s);
-    }
-  }
-}
+using kvgpu::testing::ForceUnmount;
 
 // A kvgpu-sim process serving one profile at a fresh mount point under $TMPDIR.
 class SimProcess {

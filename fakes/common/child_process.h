@@ -41,6 +41,8 @@ class ChildProcess {
   // In a process group of its own, a terminal's Ctrl-C reaches only the caller, which then stops
   // the process itself, in its own order.
   void set_own_process_group(bool own) { own_process_group_ = own; }
+  // Stderr to a file of its own instead of the log (before Start).
+  void set_stderr_log(std::filesystem::path path) { stderr_log_ = std::move(path); }
   const std::filesystem::path& log_path() const { return log_; }
   std::string Log() const;
   const std::string& error() const { return error_; }
@@ -50,6 +52,7 @@ class ChildProcess {
  private:
   std::vector<std::string> argv_;
   std::filesystem::path log_;
+  std::filesystem::path stderr_log_;  // empty: stderr goes to the log
   pid_t pid_ = -1;
   std::optional<int> status_;
   std::string error_;

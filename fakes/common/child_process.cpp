@@ -1,4 +1,4 @@
-#include "fakes/cluster/child_process.h"
+#include "fakes/common/child_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -41,7 +41,12 @@ bool ChildProcess::Start() {
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_.c_str(),
                                    O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  if (stderr_log_.empty()) {
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_log_.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+  }
   // The child starts with default signal handling and nothing blocked, whatever the caller
   // blocked for its own signal thread.
   posix_spawnattr_t attributes;
