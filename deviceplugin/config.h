@@ -24,7 +24,7 @@ struct PinRule {
   bool operator==(const PinRule&) const = default;
 };
 
-// When vGPUs go (reconciler.h).
+// When vGPUs go (lifecycle.h).
 struct LifecycleConfig {
   std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
   std::chrono::milliseconds poll_interval{std::chrono::seconds(10)};

@@ -119,14 +119,14 @@ mdev::Status Daemon::OpenPodSources() {
       options_.podresources != nullptr ? options_.podresources : own_podresources_.get();
   tracker_ =
       std::make_unique<HolderTracker>(podresources, checkpoint_.get(), pods, options_.settle);
-  ReconcilerOptions reconcile;
+  LifecycleOptions reconcile;
   reconcile.grace_period = lifecycle.grace_period;
   reconcile.poll_interval = lifecycle.poll_interval;
   reconcile.retry_max = lifecycle.retry_max;
   reconcile.settle = options_.settle;
   lifecycle_metrics_ = std::make_unique<LifecycleMetrics>(metrics_.registry());
-  events_for_reconciler_ = events;
-  reconciler_options_ = reconcile;
+  events_for_lifecycle_ = events;
+  lifecycle_options_ = reconcile;
   return mdev::Status::Ok();
 }
 
@@ -161,14 +161,14 @@ mdev::Status Daemon::StartManager(StateStore& store) {
       std::make_unique<ResourceManager>(*node_, options_.config, store, *tracker_, &metrics_);
   mdev::Status started = manager_->Start();
   if (!started.ok()) return started;
-  reconciler_ = std::make_unique<Reconciler>(*manager_, *tracker_, events_for_reconciler_,
-                                             reconciler_options_, lifecycle_metrics_.get());
+  lifecycle_ = std::make_unique<Lifecycle>(*manager_, *tracker_, events_for_lifecycle_,
+                                           lifecycle_options_, lifecycle_metrics_.get());
   for (const std::string& resource : manager_->Resources()) {
     spdlog::info("resource offered name={} devices={}", resource,
                  manager_->Devices(resource).size());
   }
   // Before the first server: a node that is not ready never shows kubelet a device.
-  readiness_ = std::make_unique<NodeReadinessReporter>(metrics_.registry(), events_for_reconciler_,
+  readiness_ = std::make_unique<NodeReadinessReporter>(metrics_.registry(), events_for_lifecycle_,
                                                        options_.args.node_name);
   CheckReadiness();
   return mdev::Status::Ok();
@@ -205,7 +205,7 @@ mdev::Status Daemon::ServeDevicePlugins() {
     for (PluginServer* server : notify_) server->Notify();
   });
   manager_->SetRefreshRequester([this] {
-    reconciler_->OnAllocated();
+    lifecycle_->OnAllocated();
     int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
     int64_t none = 0;
     if (allocate_rescan_at_.compare_exchange_strong(none, due)) watcher_.Wake();
@@ -245,16 +245,15 @@ void Daemon::StartLicensing() {
 void Daemon::StartLoops() {
   next_retry_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
-  tracker_->Start(
-      {[this] { reconciler_->Trigger(true); }, [this] { reconciler_->Trigger(false); }});
-  reconciler_->Start();
+  tracker_->Start({[this] { lifecycle_->Trigger(true); }, [this] { lifecycle_->Trigger(false); }});
+  lifecycle_->Start();
 }
 
 void Daemon::Stop() {
   if (stop_.exchange(true)) return;
   metrics_.SetHealthCheck([] { return false; });
   if (tracker_) tracker_->Stop();
-  if (reconciler_) reconciler_->Stop();
+  if (lifecycle_) lifecycle_->Stop();
   if (async_events_) async_events_->Flush();
   if (udev_) udev_->Stop();
   licensing_.reset();
@@ -360,7 +359,7 @@ void Daemon::TryRegister() {
   for (auto& [resource, server] : pending) {
     // Registering a resource again means kubelet lost it: most often a kubelet restart, however
     // it was noticed. Removals wait until kubelet lists the node's pods again - from before the
-    // first registration on, since kubelet may admit pods (and our reconciler list it) as soon
+    // first registration on, since kubelet may admit pods (and our lifecycle list it) as soon
     // as one resource is back.
     bool note_restart = false;
     {

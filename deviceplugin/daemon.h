@@ -16,11 +16,11 @@
 #include "deviceplugin/config.h"
 #include "deviceplugin/holder_tracker.h"
 #include "deviceplugin/licensing_publisher.h"
+#include "deviceplugin/lifecycle.h"
 #include "deviceplugin/lifecycle_metrics.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_readiness.h"
 #include "deviceplugin/plugin_server.h"
-#include "deviceplugin/reconciler.h"
 #include "deviceplugin/resource_manager.h"
 #include "deviceplugin/socket_watch.h"
 #include "deviceplugin/state_store.h"
@@ -77,7 +77,7 @@ class Daemon {
   void Stop();
 
   ResourceManager& manager() { return *manager_; }
-  Reconciler& reconciler() { return *reconciler_; }
+  Lifecycle& lifecycle() { return *lifecycle_; }
   Metrics& metrics() { return metrics_; }
   // Resources currently registered with kubelet.
   std::set<std::string> Registered() const;
@@ -119,9 +119,9 @@ class Daemon {
   bool restart_noted_ = false;  // told the tracker of the registrations under way (servers_mutex_)
   std::unique_ptr<ResourceManager> manager_;
   std::unique_ptr<LifecycleMetrics> lifecycle_metrics_;
-  std::unique_ptr<Reconciler> reconciler_;
-  kube::EventRecorder* events_for_reconciler_ = nullptr;
-  ReconcilerOptions reconciler_options_;
+  std::unique_ptr<Lifecycle> lifecycle_;
+  kube::EventRecorder* events_for_lifecycle_ = nullptr;
+  LifecycleOptions lifecycle_options_;
   std::unique_ptr<mdev::UdevMonitor> udev_;
   std::unique_ptr<LicensingLoop> licensing_;
   std::unique_ptr<NodeReadinessReporter> readiness_;

@@ -70,7 +70,7 @@ struct HolderFacts {
 // Allocate since the restart also counts (HolderTracker::OnAllocated).
 bool Resynced(const std::vector<kubelet::PodResources>& listed, const HolderFacts& facts);
 
-// Who asks: the reconciler, about to remove a vGPU, or Allocate, about to hand a device ID out
+// Who asks: the lifecycle, about to remove a vGPU, or Allocate, about to hand a device ID out
 // again. kubelet calls Allocate only with IDs no active pod holds in its own books (or for the pod
 // that holds them), so there its word is final and the two rules that only guard removals (kubelet
 // just back, the API's live pod) do not apply: they would hand one pod's vGPU to the next.

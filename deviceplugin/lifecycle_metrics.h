@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "deviceplugin/reconciler.h"
+#include "deviceplugin/lifecycle.h"
 
 namespace prometheus {
 class Registry;
@@ -13,7 +13,7 @@ class Registry;
 
 namespace kvgpu::deviceplugin {
 
-class LifecycleMetrics : public ReconcilerObserver {
+class LifecycleMetrics : public LifecycleObserver {
  public:
   explicit LifecycleMetrics(prometheus::Registry& registry);
   ~LifecycleMetrics() override;

@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "deviceplugin/daemon.h"
-#include "deviceplugin/reconciler.h"
+#include "deviceplugin/lifecycle.h"
 #include "deviceplugin/resource_manager.h"
 #include "fakes/apiserver/in_memory_kube.h"
 #include "fakes/cluster/daemons.h"
@@ -201,7 +201,7 @@ void BenchPass(int iterations) {
     throw std::runtime_error(refreshed.ToString());
   }
 
-  ReconcilerOptions reconcile;                 // as deployed: grace 30 s, settle 5 s
+  LifecycleOptions reconcile;                  // as deployed: grace 30 s, settle 5 s
   const int64_t later = UnixNowMs() + 60'000;  // a minute on: no allocation is fresh any more
   for (const int live : {kPods, kPods / 2}) {
     const std::vector<kubelet::PodResources> answer(listed.begin(), listed.begin() + live);

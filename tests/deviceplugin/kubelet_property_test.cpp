@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "deviceplugin/holder_tracker.h"
-#include "deviceplugin/reconciler.h"
+#include "deviceplugin/lifecycle.h"
 #include "deviceplugin/resource_manager.h"
 #include "fakes/apiserver/in_memory_kube.h"
 #include "fakes/common/sim_node.h"
@@ -107,14 +107,14 @@ struct Plugin {
       : checkpoint(kubelet_dir),
         tracker(&podresources, &checkpoint, &pods, settle),
         manager(node, {}, store, tracker),
-        reconciler(manager, tracker, nullptr, Options(settle)) {
+        lifecycle(manager, tracker, nullptr, Options(settle)) {
     Status started = manager.Start();
     if (!started.ok()) throw std::runtime_error(started.ToString());
     tracker.Start({});
   }
   ~Plugin() { tracker.Stop(); }
-  static ReconcilerOptions Options(std::chrono::milliseconds settle) {
-    ReconcilerOptions options;
+  static LifecycleOptions Options(std::chrono::milliseconds settle) {
+    LifecycleOptions options;
     options.grace_period = 0ms;
     options.settle = settle;
     options.retry_initial = 1ms;
@@ -125,7 +125,7 @@ struct Plugin {
   kubelet::CheckpointWatcher checkpoint;
   HolderTracker tracker;
   ResourceManager manager;
-  Reconciler reconciler;
+  Lifecycle lifecycle;
 };
 
 class World {
@@ -179,7 +179,7 @@ class World {
     }
     if (restart_quiet_steps_ > 0) --restart_quiet_steps_;
     PublishPodResources();
-    plugin_->reconciler.RunPass();
+    plugin_->lifecycle.RunPass();
     CheckInvariants();
   }
 
@@ -191,9 +191,9 @@ class World {
     api_.SetFollowing(true);
     ApiCatchUp();  // kubelet's status updates land
     PublishPodResources();
-    plugin_->reconciler.RunPass();
+    plugin_->lifecycle.RunPass();
     std::this_thread::sleep_for(settle_ + 50ms);  // young vGPUs and a restart's settle time
-    for (int i = 0; i < 3; ++i) plugin_->reconciler.RunPass();
+    for (int i = 0; i < 3; ++i) plugin_->lifecycle.RunPass();
     std::set<std::string> held;
     for (const auto& [uid, pod] : pods_) {
       if (pod.active) held.insert(pod.vgpus.begin(), pod.vgpus.end());

@@ -103,12 +103,12 @@ TEST_F(LifecycleApiTest, WithTheApiServerDownKubeletsWordStillFreesEndedPodsAndK
   ASSERT_TRUE(Eventually([&] { return EventReasons("ends").size() == 1; }));
   node_.StopApiServer();
   ASSERT_TRUE(node_.DeletePod("default", "ends").ok());
-  daemon_->reconciler().Trigger(false);  // no watch event can come; the next poll would
+  daemon_->lifecycle().Trigger(false);  // no watch event can come; the next poll would
   ASSERT_TRUE(Eventually([&] { return !Exists(ends); }));
   EXPECT_TRUE(Exists(live));
   ASSERT_TRUE(node_.StartApiServer().ok());
   std::this_thread::sleep_for(500ms);  // relisted; the live pod is still there
-  daemon_->reconciler().Trigger(false);
+  daemon_->lifecycle().Trigger(false);
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(Exists(live)) << "invariant 1 after the outage";
 }

@@ -238,16 +238,16 @@ TEST_F(LifecycleFlowTest, AfterAKubeletRestartNothingIsRemovedUntilItListsPodsAg
   podresources_.SetPods({});               // restarted: answers, knows no pods yet
   checkpoint_.Write(checkpoint_entries_);  // kubelet rewrites it once plugins registered
   for (int i = 0; i < 3; ++i) {
-    daemon_->reconciler().Trigger(false);
+    daemon_->lifecycle().Trigger(false);
     std::this_thread::sleep_for(2 * settle_);
     ASSERT_TRUE(Exists(vgpu)) << "a live pod's vGPU removed after a kubelet restart";
   }
   podresources_.SetPods(running_);  // kubelet knows its pods again
-  daemon_->reconciler().Trigger(false);
+  daemon_->lifecycle().Trigger(false);
   std::this_thread::sleep_for(2 * settle_);
   EXPECT_TRUE(Exists(vgpu));
   DeletePod("uid-1", "live");
-  daemon_->reconciler().Trigger(false);
+  daemon_->lifecycle().Trigger(false);
   EXPECT_TRUE(Eventually([&] { return !Exists(vgpu); })) << "no leak once kubelet is back";
 }
 
@@ -276,7 +276,7 @@ TEST_F(LifecycleFlowTest, WhileKubeletIsDownNothingIsRemoved) {
   std::this_thread::sleep_for(500ms);
   EXPECT_TRUE(Exists(vgpu)) << "never on the API's word alone";
   ASSERT_TRUE(podresources_.Start());
-  daemon_->reconciler().Trigger(false);
+  daemon_->lifecycle().Trigger(false);
   EXPECT_TRUE(Eventually([&] { return !Exists(vgpu); }));
 }
 

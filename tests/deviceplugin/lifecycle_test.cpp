@@ -1,7 +1,9 @@
 // The lifecycle: who holds each vGPU (Judge), when a vGPU of ours goes (PlanPass, the grace
-// period) and the reconciler against the kernel model with kubelet and the API server stood in
+// period) and the lifecycle against the kernel model with kubelet and the API server stood in
 // for. Each test names the invariant it defends (ARCHITECTURE.md: 1 never destroy a vGPU a live
 // pod uses, 2 never leak one, 3 never touch another's, 4 IDs keep their meaning).
+#include "deviceplugin/lifecycle.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,7 +12,6 @@
 #include <thread>
 
 #include "deviceplugin/holder_tracker.h"
-#include "deviceplugin/reconciler.h"
 #include "deviceplugin/resource_manager.h"
 #include "deviceplugin/state_rebuild.h"
 #include "fakes/apiserver/in_memory_kube.h"
@@ -257,7 +258,7 @@ TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAg
   free_facts.kubelet_known = true;
   HolderFacts held_facts = free_facts;
   held_facts.kubelet_holders[{kResource, "d0"}] = "default/a";
-  ReconcilerOptions options;
+  LifecycleOptions options;
   options.grace_period = 30s;
   std::map<std::string, int64_t> free_since;
   const int64_t t0 = 100'000'000;
@@ -364,23 +365,23 @@ class BlockingRemoveIo : public mdev::SysfsIo {
   int scans_blocked_ = 0;
 };
 
-// The reconciler over the mtty kernel model; kubelet and the API server stood in for.
-struct Lifecycle {
-  explicit Lifecycle(MemoryStateStore* shared_store = nullptr)
+// The lifecycle over the mtty kernel model; kubelet and the API server stood in for.
+struct LifecycleFixture {
+  explicit LifecycleFixture(MemoryStateStore* shared_store = nullptr)
       : sim("mtty"),
         io(sim.model()),
         node(sim.model().root(), io),
         store(shared_store != nullptr ? *shared_store : own_store),
         tracker(&podresources, nullptr, &pods, 0ms),
         manager(node, {}, store, tracker),
-        reconciler(manager, tracker, &events, Options()) {
+        lifecycle(manager, tracker, &events, Options()) {
     Status started = manager.Start();
     if (!started.ok()) throw std::runtime_error(started.ToString());
     tracker.Start({});
     pods.Sync({});
   }
-  static ReconcilerOptions Options() {
-    ReconcilerOptions options;
+  static LifecycleOptions Options() {
+    LifecycleOptions options;
     options.grace_period = 0ms;
     options.settle = 0ms;
     options.retry_initial = 1ms;
@@ -413,16 +414,16 @@ struct Lifecycle {
   kvgpu::testing::RecordingEventRecorder events;
   HolderTracker tracker;
   ResourceManager manager;
-  Reconciler reconciler;
+  Lifecycle lifecycle;
 };
 
-TEST(ReconcilerTest, RemovesAVgpuOnlyOnceKubeletNoLongerListsItsPod) {
-  Lifecycle f;
+TEST(LifecycleTest, RemovesAVgpuOnlyOnceKubeletNoLongerListsItsPod) {
+  LifecycleFixture f;
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
   f.pods.Emit(kube::PodEventType::kAdded, Pod("uid-1", "train", "Running"));
 
-  PassPlan plan = f.reconciler.RunPass();
+  PassPlan plan = f.lifecycle.RunPass();
   EXPECT_EQ(plan.held, 1u);
   EXPECT_TRUE(f.Exists(vgpu)) << "invariant 1: a live pod's vGPU stays";
   ASSERT_EQ(f.manager.Snapshot().records.at(0).owner_pod, "default/train");
@@ -430,30 +431,30 @@ TEST(ReconcilerTest, RemovesAVgpuOnlyOnceKubeletNoLongerListsItsPod) {
   EXPECT_EQ(f.events.events().at(0).pod.uid, "uid-1");
 
   f.pods.Emit(kube::PodEventType::kDeleted, Pod("uid-1", "train", "Running", true));
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   EXPECT_TRUE(f.Exists(vgpu)) << "the API deleted it, but kubelet still lists the pod";
 
   f.podresources.SetPods({});
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2: no live pod, grace 0: removed";
   EXPECT_TRUE(f.manager.Snapshot().records.empty());
   EXPECT_EQ(f.events.reasons(), (std::vector<std::string>{"VgpuCreated", "VgpuRemoved"}));
   EXPECT_EQ(f.manager.Counts().at(kResource).available, 12u) << "capacity is back";
 }
 
-TEST(ReconcilerTest, NothingIsRemovedWhileKubeletDoesNotAnswer) {
-  Lifecycle f;
+TEST(LifecycleTest, NothingIsRemovedWhileKubeletDoesNotAnswer) {
+  LifecycleFixture f;
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetDown(true);
-  for (int i = 0; i < 3; ++i) f.reconciler.RunPass();
+  for (int i = 0; i < 3; ++i) f.lifecycle.RunPass();
   EXPECT_TRUE(f.Exists(vgpu)) << "invariant 1: without kubelet's word nothing is known";
   f.podresources.SetDown(false);
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2: once kubelet answers, the orphan goes";
 }
 
-TEST(ReconcilerTest, AKubeletThatListsNothingYetDoesNotCostALivePodItsVgpu) {
-  Lifecycle f;
+TEST(LifecycleTest, AKubeletThatListsNothingYetDoesNotCostALivePodItsVgpu) {
+  LifecycleFixture f;
   kvgpu::testing::TempDir kubelet_dir;
   kvgpu::testing::CheckpointWriter writer(kubelet_dir.path());
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
@@ -469,78 +470,78 @@ TEST(ReconcilerTest, AKubeletThatListsNothingYetDoesNotCostALivePodItsVgpu) {
   f.pods.Sync({Pod("uid-1", "train", "Running")});
   ResourceManager manager(f.node, {}, f.store, tracker);
   ASSERT_TRUE(manager.Start().ok());
-  Reconciler reconciler(manager, tracker, &f.events, Lifecycle::Options());
+  Lifecycle lifecycle(manager, tracker, &f.events, LifecycleFixture::Options());
 
   f.podresources.SetPods({});  // kubelet restarted: no pods synced yet
-  reconciler.RunPass();
+  lifecycle.RunPass();
   EXPECT_TRUE(f.Exists(vgpu)) << "invariant 1: the API shows the checkpoint's pod alive";
 
   f.pods.Emit(kube::PodEventType::kDeleted, Pod("uid-1", "train", "Running", true));
-  reconciler.RunPass();
+  lifecycle.RunPass();
   EXPECT_FALSE(f.Exists(vgpu)) << "kubelet and the API agree it is gone";
   tracker.Stop();
 }
 
-TEST(ReconcilerTest, ABusyVgpuIsRetriedUntilTheVmLetsGo) {
-  Lifecycle f;
+TEST(LifecycleTest, ABusyVgpuIsRetriedUntilTheVmLetsGo) {
+  LifecycleFixture f;
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   f.podresources.SetPods({});
   f.sim.model().SetBusy(vgpu, true);
-  f.reconciler.RunPass();
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
+  f.lifecycle.RunPass();
   EXPECT_TRUE(f.Exists(vgpu));
-  EXPECT_EQ(f.reconciler.pending_removals(), 1u);
+  EXPECT_EQ(f.lifecycle.pending_removals(), 1u);
   EXPECT_EQ(f.events.reasons(), (std::vector<std::string>{"VgpuCreated", "VgpuRemoveFailed"}))
       << "one warning, not one per retry";
   f.sim.model().SetBusy(vgpu, false);
   std::this_thread::sleep_for(5ms);  // past the backoff
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   EXPECT_FALSE(f.Exists(vgpu));
-  EXPECT_EQ(f.reconciler.pending_removals(), 0u);
+  EXPECT_EQ(f.lifecycle.pending_removals(), 0u);
 }
 
-TEST(ReconcilerTest, VgpusThisPluginDidNotCreateAreNeverTouched) {
-  Lifecycle f;
+TEST(LifecycleTest, VgpusThisPluginDidNotCreateAreNeverTouched) {
+  LifecycleFixture f;
   auto foreign = f.sim.node().Create({"mtty", "mtty-2", std::nullopt});
   ASSERT_TRUE(foreign.ok());
   ASSERT_TRUE(f.manager.Refresh().ok());
   f.podresources.SetPods({});
-  for (int i = 0; i < 3; ++i) f.reconciler.RunPass();
+  for (int i = 0; i < 3; ++i) f.lifecycle.RunPass();
   EXPECT_TRUE(f.Exists(foreign->id)) << "invariant 3";
   EXPECT_EQ(f.manager.Snapshot().foreign, std::vector<std::string>{foreign->id});
 }
 
-TEST(ReconcilerTest, OrphansFromBeforeARestartAreCollectedAndGoneOnesForgotten) {
+TEST(LifecycleTest, OrphansFromBeforeARestartAreCollectedAndGoneOnesForgotten) {
   MemoryStateStore store;
   std::string orphan, vanished;
   {
-    Lifecycle before(&store);
+    LifecycleFixture before(&store);
     orphan = before.Allocate("mtty-mtty-2-0");
     vanished = before.Allocate("mtty-mtty-2-1");
     ASSERT_EQ(store.vgpus_.size(), 2u);
   }
   // A new node model stands for the restarted plugin's view: re-create the orphan there, and
   // leave the other vGPU out, as after a reboot.
-  Lifecycle after(&store);
+  LifecycleFixture after(&store);
   for (CreatedVgpu& r : store.vgpus_) {
     if (r.vgpu_id == orphan) {
       ASSERT_TRUE(after.sim.node().Create({"mtty", "mtty-2", orphan}).ok());
     }
   }
   ASSERT_TRUE(after.manager.Refresh().ok());
-  after.reconciler.RunPass();
+  after.lifecycle.RunPass();
   EXPECT_FALSE(after.Exists(orphan)) << "invariant 2 across restarts";
   EXPECT_TRUE(after.manager.Snapshot().records.empty()) << "the vanished one is forgotten";
 }
 
-TEST(ReconcilerTest, AnIdReusedWhileItsOldVgpuIsStillBeingRemovedWaitsForTheRemoval) {
-  Lifecycle f;
+TEST(LifecycleTest, AnIdReusedWhileItsOldVgpuIsStillBeingRemovedWaitsForTheRemoval) {
+  LifecycleFixture f;
   std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({});
   f.io.Hold(true);
-  auto removal = std::async(std::launch::async, [&] { f.reconciler.RunPass(); });
+  auto removal = std::async(std::launch::async, [&] { f.lifecycle.RunPass(); });
   f.io.WaitUntilBlocked();
   auto allocation = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-0"); });
   EXPECT_EQ(allocation.wait_for(50ms), std::future_status::timeout)
@@ -553,7 +554,7 @@ TEST(ReconcilerTest, AnIdReusedWhileItsOldVgpuIsStillBeingRemovedWaitsForTheRemo
 // kubelet hands a device ID on as soon as its pod has ended, while Kata may still be tearing the
 // old VM down: the new pod waits for the old vGPU to be let go instead of failing admission.
 TEST(AllocateReuseTest, AFreeIdWhoseOldVgpuIsStillBusyGetsAFreshOneOnceTheVmLetsGo) {
-  Lifecycle f;
+  LifecycleFixture f;
   std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({});  // its pod has ended
   f.sim.model().SetBusy(old_vgpu, true);
@@ -566,7 +567,7 @@ TEST(AllocateReuseTest, AFreeIdWhoseOldVgpuIsStillBusyGetsAFreshOneOnceTheVmLets
 }
 
 TEST(AllocateReuseTest, AnOldVgpuThatStaysBusyFailsTheAllocateAfterTheWaitAndChangesNothing) {
-  Lifecycle f;
+  LifecycleFixture f;
   std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({});
   f.sim.model().SetBusy(old_vgpu, true);
@@ -585,7 +586,7 @@ TEST(AllocateReuseTest, AnOldVgpuThatStaysBusyFailsTheAllocateAfterTheWaitAndCha
 }
 
 TEST(AllocateReuseTest, ARequestThatIsRefusedRemovesNoOldVgpu) {
-  Lifecycle f;
+  LifecycleFixture f;
   std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({});
   for (const auto& bad : std::vector<std::vector<std::string>>{
@@ -598,7 +599,7 @@ TEST(AllocateReuseTest, ARequestThatIsRefusedRemovesNoOldVgpu) {
 }
 
 TEST(AllocateReuseTest, TheKernelsBlockingRemoveOfAnOldVgpuDoesNotHoldUpOtherAllocations) {
-  Lifecycle f;
+  LifecycleFixture f;
   std::string old_vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({});
   f.io.Hold(true);  // the real kernel blocks the remove while QEMU holds the device
@@ -614,14 +615,14 @@ TEST(AllocateReuseTest, TheKernelsBlockingRemoveOfAnOldVgpuDoesNotHoldUpOtherAll
 
 // #14 item 6: after a removal, the list must still hold every ID kubelet was told of until the
 // rescan; the highest free ID used to drop out (and be refused as unknown) in between.
-TEST(ReconcilerTest, BetweenARemovalAndItsRescanEveryAdvertisedIdStaysListed) {
-  Lifecycle f;
+TEST(LifecycleTest, BetweenARemovalAndItsRescanEveryAdvertisedIdStaysListed) {
+  LifecycleFixture f;
   f.Allocate("mtty-mtty-2-0");
   std::vector<std::string> before;
   for (const Device& d : f.manager.Devices(kResource)) before.push_back(d.id);
   f.podresources.SetPods({});
   f.io.HoldScansAfterRemove(true);
-  auto pass = std::async(std::launch::async, [&] { return f.reconciler.RunPass(); });
+  auto pass = std::async(std::launch::async, [&] { return f.lifecycle.RunPass(); });
   f.io.WaitUntilScanBlocked();
   std::vector<std::string> during;
   for (const Device& d : f.manager.Devices(kResource)) during.push_back(d.id);
@@ -638,7 +639,7 @@ TEST(ReconcilerTest, BetweenARemovalAndItsRescanEveryAdvertisedIdStaysListed) {
 // #14 item 3: Allocate asks kubelet who holds an earlier vGPU without the manager's lock, so a
 // hung PodResources API delays that call only: rescans, lists and other Allocates go on.
 TEST(AllocateReuseTest, AHungKubeletDelaysOnlyTheAllocateThatNeedsItsAnswer) {
-  Lifecycle f;
+  LifecycleFixture f;
   f.Allocate("mtty-mtty-2-0");
   f.podresources.Hold(true);
   auto reuse = std::async(std::launch::async,
@@ -660,7 +661,7 @@ TEST(AllocateReuseTest, AHungKubeletDelaysOnlyTheAllocateThatNeedsItsAnswer) {
 // #14 item 3: callers asking at once share one List (each gets one that started after it
 // asked), so a slow kubelet costs one call's time, not one per device ID.
 TEST(AllocateReuseTest, ConcurrentHolderChecksShareOneKubeletList) {
-  Lifecycle f;
+  LifecycleFixture f;
   f.podresources.Hold(true);
   int before = f.podresources.calls();
   auto first = std::async(std::launch::async, [&] { return f.tracker.Collect(); });
@@ -678,40 +679,40 @@ TEST(AllocateReuseTest, ConcurrentHolderChecksShareOneKubeletList) {
       << "the four that came during the first List share the next one";
 }
 
-TEST(ReconcilerTest, EventsThatCannotBePostedDoNotStopRemovals) {
-  Lifecycle f;
+TEST(LifecycleTest, EventsThatCannotBePostedDoNotStopRemovals) {
+  LifecycleFixture f;
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
   f.events.SetFailing(true);
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   f.podresources.SetPods({});
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   EXPECT_FALSE(f.Exists(vgpu));
 }
 
-TEST(ReconcilerTest, RunsOnItsOwnThreadAndRemovesSoonAfterAPodEnds) {
-  Lifecycle f;
+TEST(LifecycleTest, RunsOnItsOwnThreadAndRemovesSoonAfterAPodEnds) {
+  LifecycleFixture f;
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
   f.podresources.SetPods({PodHolding("train", {"mtty-mtty-2-0"})});
-  ReconcilerOptions options = Lifecycle::Options();
+  LifecycleOptions options = LifecycleFixture::Options();
   options.poll_interval = 1h;  // only the pod's end can wake it
-  Reconciler reconciler(f.manager, f.tracker, &f.events, options);
-  reconciler.Start();
+  Lifecycle lifecycle(f.manager, f.tracker, &f.events, options);
+  lifecycle.Start();
   std::this_thread::sleep_for(50ms);
   f.podresources.SetPods({});
   auto start = std::chrono::steady_clock::now();
-  reconciler.Trigger(true);
+  lifecycle.Trigger(true);
   while (f.Exists(vgpu) && std::chrono::steady_clock::now() - start < 5s) {
     std::this_thread::sleep_for(1ms);
   }
   EXPECT_FALSE(f.Exists(vgpu));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
-  reconciler.Stop();
+  lifecycle.Stop();
 }
 
-TEST(ReconcilerTest, AFullStateDirRefusesNewVgpusButNeverStopsRemovals) {
+TEST(LifecycleTest, AFullStateDirRefusesNewVgpusButNeverStopsRemovals) {
   MemoryStateStore store;
-  Lifecycle f(&store);
+  LifecycleFixture f(&store);
   std::string vgpu = f.Allocate("mtty-mtty-2-0");
   store.fail_saves = true;  // the disk fills up
   auto refused = f.manager.Allocate(kResource, {{"mtty-mtty-2-1"}});
@@ -720,7 +721,7 @@ TEST(ReconcilerTest, AFullStateDirRefusesNewVgpusButNeverStopsRemovals) {
       << refused.status().message();
   EXPECT_EQ(f.sim.model().VgpuIds().size(), 1u) << "nothing made that the record cannot show";
   f.podresources.SetPods({});
-  f.reconciler.RunPass();
+  f.lifecycle.RunPass();
   EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2 holds with a full disk";
   EXPECT_TRUE(f.manager.Snapshot().records.empty());
   // The file still names the removed vGPU: harmless, a restart finds it gone and forgets it.

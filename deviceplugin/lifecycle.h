@@ -1,5 +1,5 @@
 // Removes the vGPUs this plugin created once no live pod holds their device IDs, after a grace
-// period, and never any other (invariants 1-3). Passes run on the reconciler's thread: every
+// period, and never any other (invariants 1-3). Passes run on the lifecycle's thread: every
 // poll interval, soon after each Allocate (to learn the owner), and at once when a pod ends;
 // while a pod that ended is still listed by kubelet, passes follow at a quick pace for a while.
 // Removals run on a thread of their own, because the kernel's remove blocks while a VM still
@@ -23,7 +23,7 @@
 
 namespace kvgpu::deviceplugin {
 
-struct ReconcilerOptions {
+struct LifecycleOptions {
   std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
   std::chrono::milliseconds poll_interval{std::chrono::seconds(10)};
   std::chrono::milliseconds settle{5000};  // see holder_tracker.h
@@ -47,26 +47,26 @@ struct PassPlan {
 // `free_since` (device ID + vGPU -> unix ms when first seen free) carries over between passes.
 PassPlan PlanPass(const LifecycleSnapshot& snapshot, const HolderFacts& facts,
                   std::map<std::string, int64_t>& free_since, int64_t now_unix_ms,
-                  const ReconcilerOptions& options);
+                  const LifecycleOptions& options);
 
 // What operators watch (metrics.h implements it).
-class ReconcilerObserver {
+class LifecycleObserver {
  public:
-  virtual ~ReconcilerObserver() = default;
+  virtual ~LifecycleObserver() = default;
   virtual void OnPass(const PassPlan& /*plan*/, size_t /*foreign*/,
                       std::chrono::nanoseconds /*took*/) {}
   virtual void OnRemoval(const std::string& /*resource*/, const Status& /*result*/) {}
   virtual void OnSources(bool /*kubelet*/, bool /*api*/) {}
 };
 
-class Reconciler {
+class Lifecycle {
  public:
   // `events` may be null (no API server).
-  Reconciler(ResourceManager& manager, HolderTracker& tracker, kube::EventRecorder* events,
-             ReconcilerOptions options, ReconcilerObserver* observer = nullptr);
-  ~Reconciler();
-  Reconciler(const Reconciler&) = delete;
-  Reconciler& operator=(const Reconciler&) = delete;
+  Lifecycle(ResourceManager& manager, HolderTracker& tracker, kube::EventRecorder* events,
+            LifecycleOptions options, LifecycleObserver* observer = nullptr);
+  ~Lifecycle();
+  Lifecycle(const Lifecycle&) = delete;
+  Lifecycle& operator=(const Lifecycle&) = delete;
 
   void Start();
   void Stop();
@@ -101,8 +101,8 @@ class Reconciler {
   ResourceManager& manager_;
   HolderTracker& tracker_;
   kube::EventRecorder* events_;
-  ReconcilerOptions options_;
-  ReconcilerObserver* observer_;
+  LifecycleOptions options_;
+  LifecycleObserver* observer_;
 
   std::mutex pass_mutex_;  // one pass at a time; guards free_since_
   std::map<std::string, int64_t> free_since_;

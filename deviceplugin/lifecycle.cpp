@@ -1,4 +1,4 @@
-#include "deviceplugin/reconciler.h"
+#include "deviceplugin/lifecycle.h"
 
 #include <spdlog/spdlog.h>
 
@@ -28,7 +28,7 @@ const CreatedVgpu* FindRecord(const LifecycleSnapshot& snapshot, const CreatedVg
 
 PassPlan PlanPass(const LifecycleSnapshot& snapshot, const HolderFacts& facts,
                   std::map<std::string, int64_t>& free_since, int64_t now_unix_ms,
-                  const ReconcilerOptions& options) {
+                  const LifecycleOptions& options) {
   PassPlan plan;
   std::set<std::string> seen;
   for (const CreatedVgpu& r : snapshot.records) {
@@ -68,20 +68,19 @@ PassPlan PlanPass(const LifecycleSnapshot& snapshot, const HolderFacts& facts,
   return plan;
 }
 
-Reconciler::Reconciler(ResourceManager& manager, HolderTracker& tracker,
-                       kube::EventRecorder* events, ReconcilerOptions options,
-                       ReconcilerObserver* observer)
+Lifecycle::Lifecycle(ResourceManager& manager, HolderTracker& tracker, kube::EventRecorder* events,
+                     LifecycleOptions options, LifecycleObserver* observer)
     : manager_(manager),
       tracker_(tracker),
       events_(events),
       options_(options),
       observer_(observer) {}
 
-Reconciler::~Reconciler() {
+Lifecycle::~Lifecycle() {
   Stop();
 }
 
-void Reconciler::Start() {
+void Lifecycle::Start() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = false;
@@ -91,7 +90,7 @@ void Reconciler::Start() {
   removal_thread_ = std::thread([this] { RemovalLoop(); });
 }
 
-void Reconciler::Stop() {
+void Lifecycle::Stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -103,7 +102,7 @@ void Reconciler::Stop() {
   if (removal_thread_.joinable()) removal_thread_.join();
 }
 
-void Reconciler::Trigger(bool follow_up) {
+void Lifecycle::Trigger(bool follow_up) {
   {
     std::lock_guard lock(mutex_);
     scheduled_.push_back(Clock::now());
@@ -112,7 +111,7 @@ void Reconciler::Trigger(bool follow_up) {
   wake_.notify_all();
 }
 
-void Reconciler::OnAllocated() {
+void Lifecycle::OnAllocated() {
   auto now = Clock::now();
   {
     std::lock_guard lock(mutex_);
@@ -124,12 +123,12 @@ void Reconciler::OnAllocated() {
   wake_.notify_all();
 }
 
-size_t Reconciler::pending_removals() const {
+size_t Lifecycle::pending_removals() const {
   std::lock_guard lock(mutex_);
   return removals_.size();
 }
 
-void Reconciler::PassLoop() {
+void Lifecycle::PassLoop() {
   auto next_poll = Clock::now() + options_.poll_interval;
   auto last_pass = Clock::time_point{};
   std::unique_lock lock(mutex_);
@@ -156,7 +155,7 @@ void Reconciler::PassLoop() {
   }
 }
 
-PassPlan Reconciler::Pass() {
+PassPlan Lifecycle::Pass() {
   auto start = Clock::now();
   HolderFacts facts = tracker_.Collect(true);
   LifecycleSnapshot snapshot = manager_.Snapshot();
@@ -201,7 +200,7 @@ PassPlan Reconciler::Pass() {
   return plan;
 }
 
-PassPlan Reconciler::RunPass() {
+PassPlan Lifecycle::RunPass() {
   PassPlan plan = Pass();
   std::vector<std::string> due;
   {
@@ -227,7 +226,7 @@ PassPlan Reconciler::RunPass() {
   return plan;
 }
 
-void Reconciler::RemovalLoop() {
+void Lifecycle::RemovalLoop() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     auto due = Clock::time_point::max();
@@ -258,7 +257,7 @@ void Reconciler::RemovalLoop() {
   }
 }
 
-bool Reconciler::TryRemove(Removal& removal) {
+bool Lifecycle::TryRemove(Removal& removal) {
   const CreatedVgpu& wanted = removal.record;
   // A fresh look: kubelet may have handed the ID out again since the pass decided.
   HolderFacts facts = tracker_.Collect(true);
@@ -300,7 +299,7 @@ bool Reconciler::TryRemove(Removal& removal) {
   return false;
 }
 
-void Reconciler::Announce(const CreatedVgpu& record, const std::string& owner) {
+void Lifecycle::Announce(const CreatedVgpu& record, const std::string& owner) {
   spdlog::info("vgpu {} device={} belongs to pod {}", record.vgpu_id, record.device_id, owner);
   if (record.owner_pod) return;  // announced when first learned
   Event(owner, kube::EventType::kNormal, "VgpuCreated",
@@ -308,8 +307,8 @@ void Reconciler::Announce(const CreatedVgpu& record, const std::string& owner) {
             record.physical_gpu + " for device " + record.device_id);
 }
 
-void Reconciler::Event(const std::string& pod_key, kube::EventType type, const std::string& reason,
-                       const std::string& message) {
+void Lifecycle::Event(const std::string& pod_key, kube::EventType type, const std::string& reason,
+                      const std::string& message) {
   if (events_ == nullptr || pod_key.empty()) return;
   size_t slash = pod_key.find('/');
   if (slash == std::string::npos) return;

@@ -1,0 +1,70 @@
+// What the plugin knows of the node: the kernel's view from the last scan (parents, types with
+// their free instances, vGPUs) and the record of the vGPUs this plugin created. Between scans the
+// plugin's own creates and removes are applied here, the way the kernel will show them (a created
+// vGPU takes an instance, a removed one gives it back), and nowhere else: the lists computed from
+// it stay right until the next rescan confirms them.
+//
+// Not thread-safe: the resource manager holds its lock around every call.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/state_store.h"
+#include "mdev/node.h"
+
+namespace kvgpu::deviceplugin {
+
+// What the lifecycle reads, in one consistent look.
+struct LifecycleSnapshot {
+  std::vector<CreatedVgpu> records;
+  std::set<std::string> existing;    // vGPU ids the kernel showed in the last scan
+  std::set<std::string> removing;    // device IDs whose vGPU is being removed right now
+  std::vector<std::string> foreign;  // vGPUs in sysfs this plugin did not create: never touched
+};
+
+class NodeState {
+ public:
+  explicit NodeState(StateStore& store) : store_(store) {}
+
+  // Reads the record. A corrupt one is an error: starting without knowing which vGPUs are ours
+  // would break invariants 3 and 4.
+  Status Load();
+
+  // A new scan replaces the view. Returns its warnings that the last scan did not have.
+  std::vector<std::string> ReplaceInventory(mdev::Inventory inventory);
+
+  const mdev::Inventory& inventory() const { return inventory_; }
+  const std::vector<CreatedVgpu>& records() const { return records_; }
+  const CreatedVgpu* RecordFor(const std::string& device_id) const;
+
+  // Records a vGPU before the kernel is asked to create it (a crash in between must not leave a
+  // vGPU whose origin nobody knows), dropping any record of the same device ID, and saves. When
+  // the save fails the new record is not kept either.
+  Status Record(CreatedVgpu record);
+  // Forgets the record of `device_id` naming `vgpu_id`; false when there is none. Not saved:
+  // callers save once after a batch.
+  bool Forget(const std::string& device_id, const std::string& vgpu_id);
+  // Sets which pod holds each device ID ("namespace/name"); true when a record changed.
+  bool SetOwners(const std::map<std::string, std::string>& owners);
+  Status Save();
+
+  // The kernel created `vgpu`: in the view, one instance of its type fewer on its parent.
+  void VgpuCreated(const mdev::Vgpu& vgpu);
+  // The kernel removed the vGPU: out of the view, its instance free again. Nothing when a rescan
+  // already saw it go (counts included).
+  void VgpuRemoved(const std::string& vgpu_id);
+
+  LifecycleSnapshot Snapshot(const std::set<std::string>& removing) const;
+
+ private:
+  mdev::VgpuType* FindType(const std::string& parent, const std::string& type_id);
+
+  StateStore& store_;
+  mdev::Inventory inventory_;
+  std::vector<CreatedVgpu> records_;
+};
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,47 @@
+// Where a container's vGPUs should go (kubelet's GetPreferredAllocation): which of the device IDs
+// kubelet offers to pick, so that GPUs are packed (or spread) and a GPU free of vGPUs is kept for
+// other types. Pure: the answer depends only on the arguments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/device_catalogue.h"
+#include "mdev/node.h"
+
+namespace kvgpu::deviceplugin {
+
+struct PreferredRequest {
+  std::vector<std::string> available;
+  std::vector<std::string> must_include;
+  int32_t size = 0;
+};
+
+// How good a device is for the next vGPU of its resource; lower first. Member order is the
+// order of importance.
+struct PlacementRank {
+  // 0: free; 1: its earlier vGPU still exists (Allocate reuses it only when no pod holds it);
+  // 2: its GPU carries a vGPU of another type (time-sliced: one type per GPU), so it will fail.
+  int fitness = 0;
+  // 0 when the GPU already carries this resource's type (locked to it), else 1: a GPU free of
+  // vGPUs is kept for whichever type comes next.
+  int unlocked = 1;
+  // Minus the vGPUs of the type on the GPU: fuller GPUs first (pack).
+  int minus_same_type = 0;
+  // Free devices of the resource on the GPU: fewer first.
+  int free_on_gpu = 0;
+  std::string gpu;  // then by GPU and ID, for a stable answer
+  std::string id;
+
+  auto operator<=>(const PlacementRank&) const = default;
+};
+
+// One answer per request over the resource's listed devices and the node's vGPUs. Bad requests
+// (size 0, more than offered, a must-include not offered) are kInvalid. With `spread`, one device
+// per GPU per round, GPUs not yet in the answer first.
+Result<std::vector<std::vector<std::string>>> PreferDevices(
+    const std::vector<Device>& listed, const std::vector<mdev::Vgpu>& vgpus, bool spread,
+    const std::vector<PreferredRequest>& requests);
+
+}  // namespace kvgpu::deviceplugin
