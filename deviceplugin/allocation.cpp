@@ -16,7 +16,6 @@
 
 namespace kvgpu::deviceplugin {
 
-using mdev::ErrorCode;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -9,8 +9,6 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-using mdev::ErrorCode;
-
 bool IsAlnum(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0;
 }

@@ -7,12 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "mdev/status.h"
+#include "common/status.h"
 
 namespace kvgpu::deviceplugin {
-
-using mdev::Result;
-using mdev::Status;
 
 struct CdiDevice {
   std::string name;         // the device ID

@@ -13,8 +13,6 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-using mdev::ErrorCode;
-
 Status Invalid(const std::string& message) {
   return Status::Error(ErrorCode::kInvalid, message);
 }

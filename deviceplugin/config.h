@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "deviceplugin/resource_naming.h"
-#include "mdev/status.h"
 
 namespace kvgpu::deviceplugin {
 

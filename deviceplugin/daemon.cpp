@@ -10,8 +10,6 @@
 namespace kvgpu::deviceplugin {
 
 using Clock = std::chrono::steady_clock;
-using mdev::ErrorCode;
-using mdev::Result;
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 
@@ -19,14 +17,14 @@ Daemon::~Daemon() {
   Stop();
 }
 
-mdev::Status Daemon::OpenState(StateStore*& store) {
+Status Daemon::OpenState(StateStore*& store) {
   store = options_.store;
   if (store == nullptr) {
     own_store_ = std::make_unique<JsonFileStateStore>(options_.args.state_dir);
     store = own_store_.get();
   }
   Result<std::vector<CreatedVgpu>> loaded = store->Load();
-  if (loaded.ok() || loaded.status().code() != ErrorCode::kInvalid) return mdev::Status::Ok();
+  if (loaded.ok() || loaded.status().code() != ErrorCode::kInvalid) return Status::Ok();
   // Corrupt, not unreadable: keep the file for a post-mortem, then learn from the checkpoint
   // which vGPUs are ours. Unreadable (permissions, I/O) stops the start instead: Start fails.
   auto* file_store = dynamic_cast<JsonFileStateStore*>(store);
@@ -36,8 +34,8 @@ mdev::Status Daemon::OpenState(StateStore*& store) {
   std::error_code ec;
   std::filesystem::rename(file_store->file(), kept, ec);
   if (ec) {
-    return mdev::Status::Error(ErrorCode::kIo, "state file corrupt (" + loaded.status().message() +
-                                                   ") and cannot be moved aside: " + ec.message());
+    return Status::Error(ErrorCode::kIo, "state file corrupt (" + loaded.status().message() +
+                                             ") and cannot be moved aside: " + ec.message());
   }
   spdlog::error(
       "STATE FILE CORRUPT: {}; moved to {}; rebuilding from kubelet's checkpoint and "
@@ -51,7 +49,7 @@ mdev::Status Daemon::OpenState(StateStore*& store) {
     spdlog::error(
         "kubelet checkpoint unusable for the rebuild: {}; every existing vGPU is "
         "treated as someone else's",
-        checkpoint.error().message());
+        checkpoint.status().message());
   }
   Rebuilt rebuilt = RebuildRecords(checkpoint.ok() ? *checkpoint : empty, *inventory, UnixNowMs());
   for (const std::string& note : rebuilt.notes) spdlog::warn("state rebuild: {}", note);
@@ -60,7 +58,7 @@ mdev::Status Daemon::OpenState(StateStore*& store) {
   return store->Save(rebuilt.vgpus);
 }
 
-mdev::Status Daemon::OpenPodSources() {
+Status Daemon::OpenPodSources() {
   const CommandLine& args = options_.args;
   const LifecycleConfig& lifecycle = options_.config.lifecycle;
   if (options_.podresources == nullptr) {
@@ -74,16 +72,15 @@ mdev::Status Daemon::OpenPodSources() {
     if (args.kubeconfig) {
       auto loaded = kube::LoadKubeconfig(*args.kubeconfig);
       if (!loaded.ok()) {
-        return mdev::Status::Error(
-            ErrorCode::kInvalid,
-            "--kubeconfig " + args.kubeconfig->string() + ": " + loaded.error().message());
+        return Status::Error(loaded.status().code(), "--kubeconfig " + args.kubeconfig->string() +
+                                                         ": " + loaded.status().message());
       }
       api = *loaded;
     } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
       auto loaded = kube::LoadInCluster(kube::InClusterFromEnvironment());
       if (!loaded.ok()) {
-        return mdev::Status::Error(ErrorCode::kInvalid,
-                                   "in-cluster config: " + loaded.error().message());
+        return Status::Error(loaded.status().code(),
+                             "in-cluster config: " + loaded.status().message());
       }
       api = *loaded;
     }
@@ -96,7 +93,7 @@ mdev::Status Daemon::OpenPodSources() {
     } else {
       auto client = kube::ApiClient::Create(*api);
       if (!client.ok()) {
-        return mdev::Status::Error(ErrorCode::kInvalid, "API client: " + client.error().message());
+        return Status::Error(client.status().code(), "API client: " + client.status().message());
       }
       api_ = std::move(*client);
       if (pods == nullptr) {
@@ -127,15 +124,15 @@ mdev::Status Daemon::OpenPodSources() {
   lifecycle_metrics_ = std::make_unique<LifecycleMetrics>(metrics_.registry());
   events_for_lifecycle_ = events;
   lifecycle_options_ = reconcile;
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 // Start-up, step by step; each needs the ones before it, and the first failure ends start-up
 // (Stop() then tears down whatever was started).
-mdev::Status Daemon::Start() {
+Status Daemon::Start() {
   Discover();
   StateStore* store = nullptr;
-  mdev::Status status = OpenState(store);
+  Status status = OpenState(store);
   if (status.ok()) status = OpenPodSources();
   if (status.ok()) status = StartManager(*store);
   if (status.ok()) status = ServeMetrics();
@@ -144,7 +141,7 @@ mdev::Status Daemon::Start() {
   WatchKernel();
   StartLicensing();
   StartLoops();
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 void Daemon::Discover() {
@@ -156,10 +153,10 @@ void Daemon::Discover() {
   node_ = std::make_unique<mdev::Node>(options_.args.sysfs_root, *io);
 }
 
-mdev::Status Daemon::StartManager(StateStore& store) {
+Status Daemon::StartManager(StateStore& store) {
   manager_ =
       std::make_unique<ResourceManager>(*node_, options_.config, store, *tracker_, &metrics_);
-  mdev::Status started = manager_->Start();
+  Status started = manager_->Start();
   if (!started.ok()) return started;
   lifecycle_ = std::make_unique<Lifecycle>(*manager_, *tracker_, events_for_lifecycle_,
                                            lifecycle_options_, lifecycle_metrics_.get());
@@ -171,34 +168,34 @@ mdev::Status Daemon::StartManager(StateStore& store) {
   readiness_ = std::make_unique<NodeReadinessReporter>(metrics_.registry(), events_for_lifecycle_,
                                                        options_.args.node_name);
   CheckReadiness();
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 // /healthz fails when the loop that serves, registers and rescans stops turning (it wakes at
 // least once a second).
-mdev::Status Daemon::ServeMetrics() {
+Status Daemon::ServeMetrics() {
   loop_heartbeat_ = Clock::now().time_since_epoch().count();
   metrics_.SetHealthCheck([this] {
     auto beat = Clock::time_point(Clock::duration(loop_heartbeat_.load()));
     return !stop_ && Clock::now() - beat < std::chrono::seconds(10);
   });
   const std::string& address = options_.args.metrics_addr;
-  if (address.empty()) return mdev::Status::Ok();
-  mdev::Status served = metrics_.Serve(address);
+  if (address.empty()) return Status::Ok();
+  Status served = metrics_.Serve(address);
   if (!served.ok()) return served;
   spdlog::info("metrics on http://{}/metrics", address);
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
-mdev::Status Daemon::ServeDevicePlugins() {
+Status Daemon::ServeDevicePlugins() {
   const CommandLine& args = options_.args;
   std::error_code ec;
   std::filesystem::create_directories(args.DevicePluginDir(), ec);
   if (ec) {
-    return mdev::Status::Error(
-        ErrorCode::kIo, "cannot create " + args.DevicePluginDir().string() + ": " + ec.message());
+    return Status::Error(ErrorCode::kIo,
+                         "cannot create " + args.DevicePluginDir().string() + ": " + ec.message());
   }
-  mdev::Status watching = watcher_.Start(args.DevicePluginDir());
+  Status watching = watcher_.Start(args.DevicePluginDir());
   if (!watching.ok()) return watching;
   manager_->SetChangeListener([this] {
     std::lock_guard lock(notify_mutex_);
@@ -211,7 +208,7 @@ mdev::Status Daemon::ServeDevicePlugins() {
     if (allocate_rescan_at_.compare_exchange_strong(none, due)) watcher_.Wake();
   });
   EnsureServers();
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 // Kernel events make rescans immediate; periodic rescans catch everything else, and are all
@@ -223,7 +220,7 @@ void Daemon::WatchKernel() {
         spdlog::debug("udev {} {} {}", event.action, event.subsystem, event.sysname);
         RequestRefresh();
       });
-  mdev::Status udev = udev_->Start();
+  Status udev = udev_->Start();
   if (!udev.ok()) {
     spdlog::warn("no kernel device events ({}); relying on rescans every {} ms", udev.ToString(),
                  options_.config.rescan_interval.count());
@@ -303,7 +300,7 @@ void Daemon::EnsureServers() {
     }
     server->SetWithheld(!ready_);
     if (!server->serving()) {
-      mdev::Status served = server->Serve();
+      Status served = server->Serve();
       if (!served.ok()) {
         spdlog::error("serve failed resource={}: {}", resource, served.ToString());
         continue;
@@ -332,7 +329,7 @@ void Daemon::HandleDirEvents(const std::vector<DirEvent>& events) {
         lost.contains(server->socket_name()) && !std::filesystem::exists(server->socket_path());
     if (ours_lost || (kubelet_back && !std::filesystem::exists(server->socket_path()))) {
       spdlog::info("socket removed (kubelet restart?) resource={}; serving again", resource);
-      mdev::Status served = server->Serve();
+      Status served = server->Serve();
       if (!served.ok()) spdlog::error("serve failed resource={}: {}", resource, served.ToString());
     }
     if (ours_lost || kubelet_back) unregistered_.insert(resource);
@@ -369,8 +366,7 @@ void Daemon::TryRegister() {
       if (note_restart) restart_noted_ = true;
     }
     if (note_restart && tracker_) tracker_->KubeletRestarted("a resource registers again");
-    mdev::Status registered =
-        server->Register(options_.args.KubeletSocket(), options_.register_timeout);
+    Status registered = server->Register(options_.args.KubeletSocket(), options_.register_timeout);
     metrics_.OnRegistration(resource, registered.ok());
     if (registered.ok()) {
       std::lock_guard lock(servers_mutex_);

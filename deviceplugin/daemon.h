@@ -73,7 +73,7 @@ class Daemon {
 
   // Every step up to serving; registration and watching then run on the daemon's thread.
   // A failure here (unreadable state, no sysfs, busy metrics port) means the daemon must not run.
-  mdev::Status Start();
+  Status Start();
   void Stop();
 
   ResourceManager& manager() { return *manager_; }
@@ -93,11 +93,11 @@ class Daemon {
   void CheckReadiness();
   // Start's steps, in order.
   void Discover();
-  mdev::Status OpenState(StateStore*& store);
-  mdev::Status OpenPodSources();
-  mdev::Status StartManager(StateStore& store);
-  mdev::Status ServeMetrics();
-  mdev::Status ServeDevicePlugins();
+  Status OpenState(StateStore*& store);
+  Status OpenPodSources();
+  Status StartManager(StateStore& store);
+  Status ServeMetrics();
+  Status ServeDevicePlugins();
   void WatchKernel();
   void StartLicensing();
   void StartLoops();

@@ -223,12 +223,12 @@ void HolderTracker::ListKubelet() {
           }
         }
       } else {
-        if (kubelet_known_ || kubelet_problem_ != listed.error().message()) {
+        if (kubelet_known_ || kubelet_problem_ != listed.status().message()) {
           spdlog::warn("kubelet PodResources not answering: {}; no vGPU is removed meanwhile",
-                       LogSafe(listed.error().message()));
+                       LogSafe(listed.status().message()));
         }
         kubelet_known_ = false;
-        kubelet_problem_ = listed.error().message();
+        kubelet_problem_ = listed.status().message();
       }
     }
     lock.lock();

@@ -20,19 +20,12 @@ namespace kvgpu::deviceplugin {
 namespace {
 
 namespace fs = std::filesystem;
-using mdev::ErrorCode;
-using mdev::Result;
-using mdev::Status;
 
 constexpr const char* kConfigName = "gridd.conf";
 constexpr const char* kTokenDir = "ClientConfigToken";
 // Root only: the token lets anyone who holds it lease licences on the cluster's account.
 constexpr ::mode_t kFileMode = 0600;
 constexpr fs::perms kDirPerms = fs::perms::owner_all;
-
-Status Error(ErrorCode code, const std::string& message) {
-  return Status::Error(code, message);
-}
 
 // The names a ConfigMap or Secret key may have ([-._a-zA-Z0-9]+), without the hidden entries of
 // kubelet's atomic writer (..data, ..<timestamp>) and our own temp files.
@@ -49,17 +42,19 @@ bool IsPublishableName(const std::string& name) {
 Result<std::string> ReadSmallFile(const fs::path& path) {
   std::error_code ec;
   uintmax_t size = fs::file_size(path, ec);
-  if (ec) return Error(ErrorCode::kIo, "cannot stat " + path.string() + ": " + ec.message());
+  if (ec)
+    return Status::Error(ErrorCode::kIo, "cannot stat " + path.string() + ": " + ec.message());
   if (size > LicensingPublisher::kMaxFileBytes) {
-    return Error(ErrorCode::kInvalid, path.string() + " is " + std::to_string(size) +
-                                          " bytes; a licensing file is at most " +
-                                          std::to_string(LicensingPublisher::kMaxFileBytes));
+    return Status::Error(ErrorCode::kInvalid,
+                         path.string() + " is " + std::to_string(size) +
+                             " bytes; a licensing file is at most " +
+                             std::to_string(LicensingPublisher::kMaxFileBytes));
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Error(ErrorCode::kPermission, "cannot read " + path.string());
+  if (!in) return Status::Error(ErrorCode::kPermission, "cannot read " + path.string());
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return Error(ErrorCode::kIo, "cannot read " + path.string());
+  if (in.bad()) return Status::Error(ErrorCode::kIo, "cannot read " + path.string());
   return text.str();
 }
 
@@ -67,35 +62,38 @@ Result<std::string> ReadSmallFile(const fs::path& path) {
 Result<std::map<std::string, std::string>> ReadSource(const fs::path& source) {
   std::error_code ec;
   if (!fs::is_directory(source, ec)) {
-    return Error(ErrorCode::kGone, "licensing source " + source.string() +
-                                       " is not a directory (is the licensing volume mounted?)");
+    return Status::Error(ErrorCode::kGone,
+                         "licensing source " + source.string() +
+                             " is not a directory (is the licensing volume mounted?)");
   }
   std::map<std::string, std::string> files;
   fs::directory_iterator it(source, ec);
   if (ec)
-    return Error(ErrorCode::kPermission, "cannot list " + source.string() + ": " + ec.message());
+    return Status::Error(ErrorCode::kPermission,
+                         "cannot list " + source.string() + ": " + ec.message());
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     std::string name = it->path().filename().string();
     if (!name.empty() && name[0] == '.') continue;
     if (!IsPublishableName(name)) {
-      return Error(ErrorCode::kInvalid,
-                   "licensing source entry '" + name + "' is not a ConfigMap or Secret key name");
+      return Status::Error(ErrorCode::kInvalid, "licensing source entry '" + name +
+                                                    "' is not a ConfigMap or Secret key name");
     }
     // A symlink is followed (kubelet's entries all are): its target must be a regular file.
     if (!fs::is_regular_file(it->path(), ec)) {
-      return Error(ErrorCode::kInvalid,
-                   "licensing source entry " + it->path().string() + " is not a regular file");
+      return Status::Error(ErrorCode::kInvalid, "licensing source entry " + it->path().string() +
+                                                    " is not a regular file");
     }
     if (files.size() == LicensingPublisher::kMaxFiles) {
-      return Error(ErrorCode::kInvalid, "licensing source " + source.string() + " has more than " +
-                                            std::to_string(LicensingPublisher::kMaxFiles) +
-                                            " files");
+      return Status::Error(ErrorCode::kInvalid,
+                           "licensing source " + source.string() + " has more than " +
+                               std::to_string(LicensingPublisher::kMaxFiles) + " files");
     }
     Result<std::string> content = ReadSmallFile(it->path());
     if (!content.ok()) return content.status();
     files.emplace(name, std::move(*content));
   }
-  if (ec) return Error(ErrorCode::kIo, "cannot list " + source.string() + ": " + ec.message());
+  if (ec)
+    return Status::Error(ErrorCode::kIo, "cannot list " + source.string() + ": " + ec.message());
   return files;
 }
 
@@ -103,11 +101,11 @@ Status EnsurePrivateDir(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir)) {
-    return Error(ErrorCode::kIo, "cannot create directory " + dir.string() +
-                                     (ec ? ": " + ec.message() : ": a file is in the way"));
+    return Status::Error(ErrorCode::kIo, "cannot create directory " + dir.string() +
+                                             (ec ? ": " + ec.message() : ": a file is in the way"));
   }
   fs::permissions(dir, kDirPerms, fs::perm_options::replace, ec);
-  if (ec) return Error(ErrorCode::kPermission, "cannot chmod 0700 " + dir.string());
+  if (ec) return Status::Error(ErrorCode::kPermission, "cannot chmod 0700 " + dir.string());
   return Status::Ok();
 }
 
@@ -126,7 +124,8 @@ Status Publish(const fs::path& path, const std::string& content, size_t& changed
 Status Unpublish(const fs::path& path, size_t& changed) {
   std::error_code ec;
   if (fs::remove(path, ec)) ++changed;
-  if (ec) return Error(ErrorCode::kIo, "cannot remove " + path.string() + ": " + ec.message());
+  if (ec)
+    return Status::Error(ErrorCode::kIo, "cannot remove " + path.string() + ": " + ec.message());
   return Status::Ok();
 }
 
@@ -167,7 +166,8 @@ Result<LicensingSync> LicensingPublisher::Sync() {
   for (const fs::directory_entry& entry : fs::directory_iterator(tokens, ec)) {
     if (!wanted_tokens.contains(entry.path().filename().string())) stale.push_back(entry.path());
   }
-  if (ec) return Error(ErrorCode::kIo, "cannot list " + tokens.string() + ": " + ec.message());
+  if (ec)
+    return Status::Error(ErrorCode::kIo, "cannot list " + tokens.string() + ": " + ec.message());
   for (const fs::path& path : stale) {
     Status removed = Unpublish(path, sync.changed);
     if (!removed.ok()) return removed;

@@ -25,7 +25,7 @@
 #include <string>
 #include <thread>
 
-#include "mdev/status.h"
+#include "common/status.h"
 
 namespace prometheus {
 class Registry;
@@ -46,7 +46,7 @@ class LicensingPublisher {
 
   LicensingPublisher(std::filesystem::path source, std::filesystem::path target);
 
-  mdev::Result<LicensingSync> Sync();
+  Result<LicensingSync> Sync();
 
   const std::filesystem::path& source() const { return source_; }
   const std::filesystem::path& target() const { return target_; }
@@ -60,7 +60,7 @@ class LicensingPublisher {
 // `on_sync` hears every outcome (logs and metrics).
 class LicensingLoop {
  public:
-  using Observer = std::function<void(const mdev::Result<LicensingSync>&)>;
+  using Observer = std::function<void(const Result<LicensingSync>&)>;
   LicensingLoop(LicensingPublisher publisher, std::chrono::milliseconds interval, Observer on_sync);
   ~LicensingLoop();
   LicensingLoop(const LicensingLoop&) = delete;

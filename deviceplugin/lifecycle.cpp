@@ -9,7 +9,6 @@
 namespace kvgpu::deviceplugin {
 
 using Clock = std::chrono::steady_clock;
-using mdev::ErrorCode;
 
 namespace {
 
@@ -313,7 +312,7 @@ void Lifecycle::Event(const std::string& pod_key, kube::EventType type, const st
   size_t slash = pod_key.find('/');
   if (slash == std::string::npos) return;
   kube::PodRef pod{pod_key.substr(0, slash), pod_key.substr(slash + 1), tracker_.UidOf(pod_key)};
-  kube::Error recorded = events_->Record(pod, type, reason, message);
+  Status recorded = events_->Record(pod, type, reason, message);
   if (!recorded.ok()) spdlog::debug("event {} not recorded: {}", reason, recorded.message());
 }
 

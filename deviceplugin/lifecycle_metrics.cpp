@@ -65,10 +65,10 @@ void LifecycleMetrics::OnPass(const PassPlan& plan, size_t foreign, std::chrono:
 }
 
 void LifecycleMetrics::OnRemoval(const std::string& resource, const Status& result) {
-  const char* outcome = result.ok()                               ? "ok"
-                        : result.code() == mdev::ErrorCode::kBusy ? "busy"
-                        : result.code() == mdev::ErrorCode::kGone ? "ok"
-                                                                  : "error";
+  const char* outcome = result.ok()                         ? "ok"
+                        : result.code() == ErrorCode::kBusy ? "busy"
+                        : result.code() == ErrorCode::kGone ? "ok"
+                                                            : "error";
   families_->removals.Add({{"resource", resource}, {"result", outcome}}).Increment();
 }
 

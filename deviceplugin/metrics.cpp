@@ -155,18 +155,18 @@ Metrics::~Metrics() {
   for (int port : ports) HealthByPort::Get().Remove(port, health_.get());
 }
 
-mdev::Status Metrics::Serve(const std::string& host_port) {
+Status Metrics::Serve(const std::string& host_port) {
   CivetCallbacks callbacks;  // copied by the server
   callbacks.begin_request = ServeHealth;
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(host_port, 2, &callbacks);
   } catch (const std::exception& e) {
-    return mdev::Status::Error(mdev::ErrorCode::kIo,
-                               "metrics endpoint " + host_port + " not served: " + e.what());
+    return Status::Error(ErrorCode::kIo,
+                         "metrics endpoint " + host_port + " not served: " + e.what());
   }
   exposer_->RegisterCollectable(registry_);
   for (int port : Ports()) HealthByPort::Get().Add(port, health_);
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 void Metrics::SetHealthCheck(std::function<bool()> check) {
@@ -196,8 +196,7 @@ void Metrics::OnAllocation(const std::string& resource, const Status& result) {
   if (result.ok()) {
     families_->allocations.Add({{"resource", resource}}).Increment();
   } else {
-    families_->failures
-        .Add({{"resource", resource}, {"reason", mdev::ErrorCodeName(result.code())}})
+    families_->failures.Add({{"resource", resource}, {"reason", ErrorCodeName(result.code())}})
         .Increment();
   }
 }

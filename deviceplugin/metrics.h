@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "deviceplugin/resource_manager.h"
-#include "mdev/status.h"
 
 namespace prometheus {
 class Exposer;
@@ -27,7 +27,7 @@ class Metrics : public ManagerObserver {
   ~Metrics() override;
 
   // Starts the HTTP endpoint; a busy or malformed address is an error.
-  mdev::Status Serve(const std::string& host_port);
+  Status Serve(const std::string& host_port);
   // What GET /healthz answers: 200 "ok" while `check` returns true, 503 otherwise; without a
   // check, 200 as long as the endpoint answers. Called on the HTTP server's threads, so it must be
   // quick and thread-safe. May be set before or after Serve.

@@ -9,8 +9,6 @@
 
 namespace kvgpu::deviceplugin {
 
-using mdev::ErrorCode;
-
 namespace {
 
 Status Invalid(const std::string& message) {

@@ -13,7 +13,6 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-using mdev::ErrorCode;
 namespace api = ::v1beta1;
 
 grpc::Status ToGrpc(const Status& status) {
@@ -41,7 +40,17 @@ grpc::Status ToGrpc(const Status& status) {
     case ErrorCode::kTimeout:
       code = grpc::StatusCode::DEADLINE_EXCEEDED;
       break;
+    case ErrorCode::kTransport:
+    case ErrorCode::kHttp:
+    case ErrorCode::kExpired:
+      code = grpc::StatusCode::UNAVAILABLE;  // a source of ours is unreachable; kubelet retries
+      break;
+    case ErrorCode::kCancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
     case ErrorCode::kIo:
+    case ErrorCode::kConfig:
+    case ErrorCode::kDecode:
       code = grpc::StatusCode::INTERNAL;
       break;
   }
@@ -389,7 +398,7 @@ void PluginServer::Stop() {
   }
 }
 
-mdev::Status PluginServer::Serve() {
+Status PluginServer::Serve() {
   Stop();
   std::error_code ec;
   std::filesystem::create_directories(plugin_dir_, ec);
@@ -401,8 +410,8 @@ mdev::Status PluginServer::Serve() {
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
-    return mdev::Status::Error(ErrorCode::kIo,
-                               "cannot serve " + resource_ + " on " + socket_path().string());
+    return Status::Error(ErrorCode::kIo,
+                         "cannot serve " + resource_ + " on " + socket_path().string());
   }
   // Self-dial: kubelet must never be told about a socket that does not answer.
   auto channel =
@@ -417,15 +426,15 @@ mdev::Status PluginServer::Serve() {
   if (!answered.ok()) {
     streams->EndAll();
     server->Shutdown();
-    return mdev::Status::Error(ErrorCode::kIo, "socket " + socket_path().string() +
-                                                   " does not answer: " + answered.error_message());
+    return Status::Error(ErrorCode::kIo, "socket " + socket_path().string() +
+                                             " does not answer: " + answered.error_message());
   }
   std::lock_guard lock(mutex_);
   streams_ = std::move(streams);
   service_ = std::move(service);
   server_ = std::move(server);
   spdlog::info("serving resource={} socket={}", resource_, socket_path().string());
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 void PluginServer::SetWithheld(bool withheld) {
@@ -441,8 +450,8 @@ void PluginServer::Notify() {
   if (streams) streams->Notify();
 }
 
-mdev::Status PluginServer::Register(const std::filesystem::path& kubelet_socket,
-                                    std::chrono::milliseconds timeout) {
+Status PluginServer::Register(const std::filesystem::path& kubelet_socket,
+                              std::chrono::milliseconds timeout) {
   auto channel =
       grpc::CreateChannel("unix://" + kubelet_socket.string(), grpc::InsecureChannelCredentials());
   auto stub = api::Registration::NewStub(channel);
@@ -460,11 +469,11 @@ mdev::Status PluginServer::Register(const std::filesystem::path& kubelet_socket,
                              status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                          ? ErrorCode::kGone
                          : ErrorCode::kInvalid;
-    return mdev::Status::Error(code, "kubelet refused or missed the registration of " + resource_ +
-                                         ": " + status.error_message());
+    return Status::Error(code, "kubelet refused or missed the registration of " + resource_ + ": " +
+                                   status.error_message());
   }
   spdlog::info("registered resource={} endpoint={}", resource_, socket_name_);
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 }  // namespace kvgpu::deviceplugin

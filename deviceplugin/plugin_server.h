@@ -12,8 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include "common/status.h"
 #include "deviceplugin/resource_manager.h"
-#include "mdev/status.h"
 
 namespace grpc {
 class Server;
@@ -40,12 +40,11 @@ class PluginServer {
 
   // Serves on <plugin_dir>/<socket> (a stale file is replaced), then checks that the socket
   // answers by calling GetDevicePluginOptions on it. Serving again first stops the old server.
-  mdev::Status Serve();
+  Status Serve();
   // Ends ListAndWatch streams, stops the server and removes the socket.
   void Stop();
   // Registers with kubelet; fails fast when kubelet is not listening.
-  mdev::Status Register(const std::filesystem::path& kubelet_socket,
-                        std::chrono::milliseconds timeout);
+  Status Register(const std::filesystem::path& kubelet_socket, std::chrono::milliseconds timeout);
   // Some device list may have changed: the caller's thread reads this resource's list once and
   // starts the write on every open ListAndWatch stream whose kubelet does not have it yet. Must
   // not be called with the manager's lock held (the change listener is called outside it).

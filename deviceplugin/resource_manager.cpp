@@ -13,7 +13,6 @@
 
 namespace kvgpu::deviceplugin {
 
-using mdev::ErrorCode;
 using Clock = std::chrono::steady_clock;
 
 ResourceManager::ResourceManager(mdev::Node& node, Config config, StateStore& store,

@@ -8,8 +8,6 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-using mdev::ErrorCode;
-
 bool IsLowerAlnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }

@@ -4,13 +4,10 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
 #include "mdev/model.h"
-#include "mdev/status.h"
 
 namespace kvgpu::deviceplugin {
-
-using mdev::Result;
-using mdev::Status;
 
 enum class NamingStyle {
   kType,  // <domain>/vgpu-<N> for nvidia-<N> and vendor-VFIO id <N>, <domain>/vgpu-<type-id> else

@@ -15,17 +15,17 @@ DirWatcher::~DirWatcher() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-mdev::Status DirWatcher::Start(const std::filesystem::path& dir) {
+Status DirWatcher::Start(const std::filesystem::path& dir) {
   inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (inotify_fd_ < 0) return mdev::Status::FromErrno(errno, "inotify_init1");
+  if (inotify_fd_ < 0) return Status::FromErrno(errno, "inotify_init1");
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return mdev::Status::FromErrno(errno, "eventfd");
+  if (wake_fd_ < 0) return Status::FromErrno(errno, "eventfd");
   if (::inotify_add_watch(inotify_fd_, dir.c_str(),
                           IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) {
     int err = errno;
-    return mdev::Status::FromErrno(err, "watch " + dir.string() + ": " + std::strerror(err));
+    return Status::FromErrno(err, "watch " + dir.string() + ": " + std::strerror(err));
   }
-  return mdev::Status::Ok();
+  return Status::Ok();
 }
 
 std::vector<DirEvent> DirWatcher::Wait(std::chrono::milliseconds timeout) {

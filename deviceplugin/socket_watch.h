@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "mdev/status.h"
+#include "common/status.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -24,7 +24,7 @@ class DirWatcher {
   DirWatcher(const DirWatcher&) = delete;
   DirWatcher& operator=(const DirWatcher&) = delete;
 
-  mdev::Status Start(const std::filesystem::path& dir);
+  Status Start(const std::filesystem::path& dir);
   // Waits up to `timeout` for events or a Wake(); returns what arrived (maybe nothing).
   std::vector<DirEvent> Wait(std::chrono::milliseconds timeout);
   void Wake();

@@ -13,7 +13,6 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-using mdev::ErrorCode;
 using nlohmann::json;
 
 constexpr int kStateVersion = 1;

@@ -13,12 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "mdev/status.h"
+#include "common/status.h"
 
 namespace kvgpu::deviceplugin {
-
-using mdev::Result;
-using mdev::Status;
 
 struct CreatedVgpu {
   std::string device_id;     // "0000:3b:00.0-nvidia-222-0"

@@ -76,10 +76,10 @@ bool ParseServer(const std::string& server, bool* https, std::string* host, int*
   return true;
 }
 
-Error HttpError(int status, const std::string& body, const std::string& what) {
+Status HttpError(int status, const std::string& body, const std::string& what) {
   const std::string message =
       what + ": HTTP " + std::to_string(status) + (body.empty() ? "" : ": " + StatusMessage(body));
-  return Error(status == 410 ? ErrorKind::kGone : ErrorKind::kHttp, message, status);
+  return Status::Remote(status == 410 ? ErrorCode::kExpired : ErrorCode::kHttp, message, status);
 }
 
 }  // namespace
@@ -113,12 +113,13 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(const Config& config, Clien
   std::unique_ptr<ApiClient> client(new ApiClient(config, options));
   if (!ParseServer(config.server, &client->https_, &client->host_, &client->port_,
                    &client->path_prefix_)) {
-    return Error(ErrorKind::kConfig, "server \"" + config.server + "\" is not a valid URL");
+    return Status::Error(ErrorCode::kConfig, "server \"" + config.server + "\" is not a valid URL");
   }
   if (!config.ca_pem.empty()) {
     int count = 0;
     X509_STORE_free(StoreFromPem(config.ca_pem, &count));
-    if (count == 0) return Error(ErrorKind::kConfig, "the CA bundle holds no PEM certificate");
+    if (count == 0)
+      return Status::Error(ErrorCode::kConfig, "the CA bundle holds no PEM certificate");
   }
   if (!config.client_cert_pem.empty()) {
     BioPtr cert_bio = MemoryBio(config.client_cert_pem);
@@ -129,12 +130,12 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(const Config& config, Clien
     X509_free(cert);
     EVP_PKEY_free(key);
     if (!good) {
-      return Error(ErrorKind::kConfig,
-                   "the client certificate or key is not valid PEM, or they do not match");
+      return Status::Error(ErrorCode::kConfig,
+                           "the client certificate or key is not valid PEM, or they do not match");
     }
   }
   auto token = client->token_.Get();
-  if (!token.ok()) return token.error();
+  if (!token.ok()) return token.status();
   return client;
 }
 
@@ -176,7 +177,7 @@ std::string ApiClient::FullPath(const std::string& path) const {
 }
 
 std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::milliseconds read_timeout,
-                                                        Error* error) {
+                                                        Status* error) {
   std::shared_ptr<httplib::ClientImpl> client;
   if (https_) {
     std::shared_ptr<httplib::SSLClient> ssl;
@@ -214,7 +215,7 @@ std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::millisecond
 
   auto token = token_.Get();
   if (!token.ok()) {
-    *error = token.error();
+    *error = token.status();
     return nullptr;
   }
   httplib::Headers headers = {{"Accept", "application/json"}, {"User-Agent", options_.user_agent}};
@@ -249,25 +250,26 @@ class ArmedRequest {
 Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,
                                        const nlohmann::json* body, const std::string& content_type,
                                        Canceller* cancel) {
-  Error error;
+  Status error;
   auto client = Connect(options_.request_timeout, &error);
   if (!client) return error;
   const std::string full = FullPath(path);
   const std::string what = method + " " + full;
   ArmedRequest armed(cancel, client);
-  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   httplib::Result res = [&] {
     if (method == "GET") return client->Get(full.c_str());
     if (method == "POST") return client->Post(full.c_str(), body->dump(), content_type.c_str());
     return client->Patch(full.c_str(), body->dump(), content_type.c_str());
   }();
-  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   if (!res) {
-    return Error(ErrorKind::kTransport, what + ": " + httplib::to_string(res.error()));
+    return Status::Error(ErrorCode::kTransport, what + ": " + httplib::to_string(res.error()));
   }
   if (res->status < 200 || res->status > 299) return HttpError(res->status, res->body, what);
   auto json = nlohmann::json::parse(res->body, nullptr, false);
-  if (json.is_discarded()) return Error(ErrorKind::kDecode, what + ": the answer is not JSON");
+  if (json.is_discarded())
+    return Status::Error(ErrorCode::kDecode, what + ": the answer is not JSON");
   return json;
 }
 
@@ -284,17 +286,17 @@ Result<nlohmann::json> ApiClient::Patch(const std::string& path, const nlohmann:
   return Send("PATCH", path, &body, content_type, nullptr);
 }
 
-Error ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
-                        const std::function<void()>& on_open,
-                        const std::function<bool(std::string_view line)>& on_line,
-                        Canceller* cancel) {
-  Error error;
+Status ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
+                         const std::function<void()>& on_open,
+                         const std::function<bool(std::string_view line)>& on_line,
+                         Canceller* cancel) {
+  Status error;
   auto client = Connect(idle_timeout, &error);
   if (!client) return error;
   const std::string full = FullPath(path);
   const std::string what = "GET " + full;
   ArmedRequest armed(cancel, client);
-  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   int status = 0;
   std::string pending;     // a line not yet complete
   std::string error_body;  // the body of a non-200 answer, for the message
@@ -325,16 +327,16 @@ Error ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle_
         pending.erase(0, start);
         return true;
       });
-  if (stopped_by_caller) return Error();
-  if (armed.cancelled()) return Error(ErrorKind::kCancelled, what + ": cancelled");
+  if (stopped_by_caller) return Status();
+  if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   if (!res) {
     if (status != 0 && status != 200) return HttpError(status, error_body, what);
-    return Error(ErrorKind::kTransport, what + ": " + httplib::to_string(res.error()));
+    return Status::Error(ErrorCode::kTransport, what + ": " + httplib::to_string(res.error()));
   }
   if (res->status != 200) return HttpError(res->status, error_body, what);
   // A last object without its newline still counts: the stream ended cleanly after it.
-  if (!pending.empty() && !on_line(pending)) return Error();
-  return Error();
+  if (!pending.empty() && !on_line(pending)) return Status();
+  return Status();
 }
 
 }  // namespace kvgpu::kube

@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
 #include "kube/config.h"
-#include "kube/result.h"
 
 namespace httplib {
 class ClientImpl;
@@ -50,7 +50,7 @@ class ApiTransport {
  public:
   virtual ~ApiTransport() = default;
   // GET/POST/PATCH a JSON document. A non-2xx answer is an Error carrying the status and the
-  // message of the API's Status object; 410 is ErrorKind::kGone.
+  // message of the API's Status object; 410 is ErrorCode::kExpired.
   virtual Result<nlohmann::json> Get(const std::string& path, Canceller* cancel = nullptr) = 0;
   virtual Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) = 0;
   // `content_type` is the patch flavour: application/merge-patch+json,
@@ -61,10 +61,10 @@ class ApiTransport {
   // non-empty line of the body as it arrives, until the server ends the body (ok), `on_line`
   // returns false (ok), the stream breaks or stays silent longer than `idle_timeout`
   // (kTransport), or `cancel` fires (kCancelled).
-  virtual Error Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
-                       const std::function<void()>& on_open,
-                       const std::function<bool(std::string_view line)>& on_line,
-                       Canceller* cancel) = 0;
+  virtual Status Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
+                        const std::function<void()>& on_open,
+                        const std::function<bool(std::string_view line)>& on_line,
+                        Canceller* cancel) = 0;
 };
 
 class ApiClient : public ApiTransport {
@@ -78,17 +78,17 @@ class ApiClient : public ApiTransport {
   Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
   Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
                                const std::string& content_type) override;
-  Error Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
-               const std::function<void()>& on_open,
-               const std::function<bool(std::string_view line)>& on_line,
-               Canceller* cancel) override;
+  Status Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
+                const std::function<void()>& on_open,
+                const std::function<bool(std::string_view line)>& on_line,
+                Canceller* cancel) override;
 
  private:
   ApiClient(const Config& config, ClientOptions options);
 
   // A fresh connection with the current token; nullptr (with `error`) when none can be made.
   std::shared_ptr<httplib::ClientImpl> Connect(std::chrono::milliseconds read_timeout,
-                                               Error* error);
+                                               Status* error);
   Result<nlohmann::json> Send(const std::string& method, const std::string& path,
                               const nlohmann::json* body, const std::string& content_type,
                               Canceller* cancel);

@@ -18,11 +18,12 @@ namespace {
 Result<std::string> ReadWholeFile(const std::filesystem::path& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return Error(ErrorKind::kConfig, "cannot read " + what + " " + path.string());
+    return Status::Error(ErrorCode::kConfig, "cannot read " + what + " " + path.string());
   }
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return Error(ErrorKind::kConfig, "error reading " + what + " " + path.string());
+  if (in.bad())
+    return Status::Error(ErrorCode::kConfig, "error reading " + what + " " + path.string());
   return text.str();
 }
 
@@ -58,13 +59,14 @@ Result<std::string> DataOrFile(const YAML::Node& node, const std::string& key,
   const std::string data = StringField(node, (key + "-data").c_str());
   const std::string file = StringField(node, key.c_str());
   if (!data.empty() && !file.empty()) {
-    return Error(ErrorKind::kConfig,
-                 where + ": both " + key + " and " + key + "-data are set; keep one");
+    return Status::Error(ErrorCode::kConfig,
+                         where + ": both " + key + " and " + key + "-data are set; keep one");
   }
   if (!data.empty()) {
     auto decoded = DecodeBase64(data);
     if (!decoded.ok()) {
-      return Error(ErrorKind::kConfig, where + ": " + key + "-data: " + decoded.error().message());
+      return Status::Error(ErrorCode::kConfig,
+                           where + ": " + key + "-data: " + decoded.status().message());
     }
     return decoded;
   }
@@ -87,23 +89,24 @@ InClusterSource InClusterFromEnvironment() {
 
 Result<Config> LoadInCluster(const InClusterSource& source) {
   if (source.host.empty() || source.port.empty()) {
-    return Error(ErrorKind::kConfig,
-                 "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be "
-                 "set (or pass --kubeconfig)");
+    return Status::Error(
+        ErrorCode::kConfig,
+        "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be "
+        "set (or pass --kubeconfig)");
   }
   Config config;
   // An IPv6 service address needs brackets in a URL.
   const bool ipv6 = source.host.find(':') != std::string::npos;
   config.server = "https://" + (ipv6 ? "[" + source.host + "]" : source.host) + ":" + source.port;
   auto ca = ReadWholeFile(source.secrets_dir / "ca.crt", "service account CA");
-  if (!ca.ok()) return ca.error();
+  if (!ca.ok()) return ca.status();
   config.ca_pem = std::move(ca.value());
   config.token_file = source.secrets_dir / "token";
   auto token = ReadWholeFile(config.token_file, "service account token");
-  if (!token.ok()) return token.error();
+  if (!token.ok()) return token.status();
   if (TrimSpace(token.value()).empty()) {
-    return Error(ErrorKind::kConfig,
-                 "service account token " + config.token_file.string() + " is empty");
+    return Status::Error(ErrorCode::kConfig,
+                         "service account token " + config.token_file.string() + " is empty");
   }
   // The namespace file is optional in practice (automount can project only the token).
   auto ns = ReadWholeFile(source.secrets_dir / "namespace", "namespace");
@@ -113,10 +116,10 @@ Result<Config> LoadInCluster(const InClusterSource& source) {
 
 Result<Config> LoadKubeconfig(const std::filesystem::path& path, const std::string& context) {
   auto text = ReadWholeFile(path, "kubeconfig");
-  if (!text.ok()) return text.error();
+  if (!text.ok()) return text.status();
   auto config = ParseKubeconfig(text.value(), path.parent_path(), context);
   if (!config.ok()) {
-    return Error(ErrorKind::kConfig, path.string() + ": " + config.error().message());
+    return Status::Error(ErrorCode::kConfig, path.string() + ": " + config.status().message());
   }
   return config;
 }
@@ -127,66 +130,69 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return Error(ErrorKind::kConfig, std::string("not valid YAML: ") + e.what());
+    return Status::Error(ErrorCode::kConfig, std::string("not valid YAML: ") + e.what());
   }
-  if (!root.IsMap()) return Error(ErrorKind::kConfig, "kubeconfig is not a YAML mapping");
+  if (!root.IsMap()) return Status::Error(ErrorCode::kConfig, "kubeconfig is not a YAML mapping");
   try {
     const std::string context_name =
         context.empty() ? StringField(root, "current-context") : context;
     if (context_name.empty()) {
-      return Error(ErrorKind::kConfig, "no current-context set and no context asked for");
+      return Status::Error(ErrorCode::kConfig, "no current-context set and no context asked for");
     }
     const auto found_ctx = FindNamed(root["contexts"], context_name, "context");
-    if (!found_ctx) return Error(ErrorKind::kConfig, "context \"" + context_name + "\" not found");
+    if (!found_ctx)
+      return Status::Error(ErrorCode::kConfig, "context \"" + context_name + "\" not found");
     const YAML::Node& ctx = *found_ctx;
     const std::string cluster_name = StringField(ctx, "cluster");
     const std::string user_name = StringField(ctx, "user");
     const auto found_cluster = FindNamed(root["clusters"], cluster_name, "cluster");
     if (!found_cluster) {
-      return Error(ErrorKind::kConfig, "cluster \"" + cluster_name + "\" of context \"" +
-                                           context_name + "\" not found");
+      return Status::Error(ErrorCode::kConfig, "cluster \"" + cluster_name + "\" of context \"" +
+                                                   context_name + "\" not found");
     }
     const YAML::Node& cluster = *found_cluster;
     Config config;
     config.server = StringField(cluster, "server");
     if (config.server.empty()) {
-      return Error(ErrorKind::kConfig, "cluster \"" + cluster_name + "\" has no server");
+      return Status::Error(ErrorCode::kConfig, "cluster \"" + cluster_name + "\" has no server");
     }
     if (config.server.rfind("https://", 0) != 0 && config.server.rfind("http://", 0) != 0) {
-      return Error(ErrorKind::kConfig, "cluster \"" + cluster_name + "\": server \"" +
-                                           config.server + "\" is not an http(s) URL");
+      return Status::Error(ErrorCode::kConfig, "cluster \"" + cluster_name + "\": server \"" +
+                                                   config.server + "\" is not an http(s) URL");
     }
     if (!StringField(cluster, "tls-server-name").empty()) {
-      return Error(ErrorKind::kConfig,
-                   "cluster \"" + cluster_name + "\": tls-server-name is not supported");
+      return Status::Error(ErrorCode::kConfig,
+                           "cluster \"" + cluster_name + "\": tls-server-name is not supported");
     }
     if (cluster["insecure-skip-tls-verify"]) {
       config.insecure_skip_tls_verify = cluster["insecure-skip-tls-verify"].as<bool>();
     }
     auto ca =
         DataOrFile(cluster, "certificate-authority", base_dir, "cluster \"" + cluster_name + "\"");
-    if (!ca.ok()) return ca.error();
+    if (!ca.ok()) return ca.status();
     config.ca_pem = std::move(ca.value());
     config.namespace_name = StringField(ctx, "namespace");
 
     if (!user_name.empty()) {
       const auto found_user = FindNamed(root["users"], user_name, "user");
-      if (!found_user) return Error(ErrorKind::kConfig, "user \"" + user_name + "\" not found");
+      if (!found_user)
+        return Status::Error(ErrorCode::kConfig, "user \"" + user_name + "\" not found");
       const YAML::Node& user = *found_user;
       const std::string where = "user \"" + user_name + "\"";
       if (user["exec"] || user["auth-provider"]) {
-        return Error(ErrorKind::kConfig,
-                     where +
-                         ": exec and auth-provider credentials are not supported; use a "
-                         "token or a client certificate");
+        return Status::Error(ErrorCode::kConfig,
+                             where +
+                                 ": exec and auth-provider credentials are not supported; use a "
+                                 "token or a client certificate");
       }
       auto cert = DataOrFile(user, "client-certificate", base_dir, where);
-      if (!cert.ok()) return cert.error();
+      if (!cert.ok()) return cert.status();
       auto key = DataOrFile(user, "client-key", base_dir, where);
-      if (!key.ok()) return key.error();
+      if (!key.ok()) return key.status();
       if (cert->empty() != key->empty()) {
-        return Error(ErrorKind::kConfig,
-                     where + ": a client certificate needs its key and the other way round");
+        return Status::Error(
+            ErrorCode::kConfig,
+            where + ": a client certificate needs its key and the other way round");
       }
       config.client_cert_pem = std::move(cert.value());
       config.client_key_pem = std::move(key.value());
@@ -199,7 +205,8 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
     }
     return config;
   } catch (const YAML::Exception& e) {
-    return Error(ErrorKind::kConfig, std::string("unexpected kubeconfig shape: ") + e.what());
+    return Status::Error(ErrorCode::kConfig,
+                         std::string("unexpected kubeconfig shape: ") + e.what());
   }
 }
 
@@ -220,7 +227,7 @@ Result<std::string> TokenSource::Get() {
       spdlog::warn("kube: cannot re-read token {}; keeping the previous one", file_.string());
       return cached_;
     }
-    return Error(ErrorKind::kConfig, "cannot read a token from " + file_.string());
+    return Status::Error(ErrorCode::kConfig, "cannot read a token from " + file_.string());
   }
   cached_ = std::move(token);
   mtime_ = mtime;
@@ -231,7 +238,7 @@ Result<std::string> TokenSource::Get() {
 
 Result<std::string> DecodeBase64(const std::string& text) {
   Base64Decoded decoded = Base64Decode(text);
-  if (!decoded.ok()) return Error(ErrorKind::kDecode, decoded.error);
+  if (!decoded.ok()) return Status::Error(ErrorCode::kDecode, decoded.error);
   return std::move(decoded.bytes);
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "kube/result.h"
+#include "common/status.h"
 
 namespace kvgpu::kube {
 

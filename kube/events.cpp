@@ -51,15 +51,16 @@ nlohmann::json BuildEvent(const PodRef& pod, EventType type, const std::string& 
 ApiEventRecorder::ApiEventRecorder(ApiTransport& transport, std::string component, std::string host)
     : transport_(transport), component_(std::move(component)), host_(std::move(host)) {}
 
-Error ApiEventRecorder::Record(const PodRef& pod, EventType type, const std::string& reason,
-                               const std::string& message) {
+Status ApiEventRecorder::Record(const PodRef& pod, EventType type, const std::string& reason,
+                                const std::string& message) {
   if (pod.name.empty() || (pod.kind == "Pod" && pod.namespace_name.empty())) {
-    return Error(ErrorKind::kConfig, "an event needs the object's name (and a pod's namespace)");
+    return Status::Error(ErrorCode::kConfig,
+                         "an event needs the object's name (and a pod's namespace)");
   }
   const auto event =
       BuildEvent(pod, type, reason, message, component_, host_, std::chrono::system_clock::now());
   auto answer = transport_.Post("/api/v1/namespaces/" + pod.EventNamespace() + "/events", event);
-  return answer.ok() ? Error() : answer.error();
+  return answer.ok() ? Status() : answer.status();
 }
 
 AsyncEventRecorder::AsyncEventRecorder(EventRecorder& inner, std::size_t capacity)
@@ -74,8 +75,8 @@ AsyncEventRecorder::~AsyncEventRecorder() {
   thread_.join();
 }
 
-Error AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::string& reason,
-                                 const std::string& message) {
+Status AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::string& reason,
+                                  const std::string& message) {
   {
     std::lock_guard lock(mutex_);
     if (queue_.size() >= capacity_) {
@@ -85,7 +86,7 @@ Error AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::s
     queue_.push_back({pod, type, reason, message});
   }
   wake_.notify_one();
-  return Error();
+  return Status();
 }
 
 void AsyncEventRecorder::Flush() {
@@ -118,7 +119,7 @@ void AsyncEventRecorder::Run() {
     queue_.pop_front();
     sending_ = true;
     lock.unlock();
-    const Error error = inner_.Record(event.pod, event.type, event.reason, event.message);
+    const Status error = inner_.Record(event.pod, event.type, event.reason, event.message);
     if (!error.ok()) {
       spdlog::warn("kube: event {} on pod {}/{} not recorded: {}", event.reason,
                    event.pod.namespace_name, event.pod.name, error.ToString());

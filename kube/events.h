@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "common/status.h"
 #include "kube/api_client.h"
-#include "kube/result.h"
 
 namespace kvgpu::kube {
 
@@ -38,8 +38,8 @@ class EventRecorder {
  public:
   virtual ~EventRecorder() = default;
   // `reason` is short CamelCase (VgpuCreated); `message` is for humans.
-  virtual Error Record(const PodRef& pod, EventType type, const std::string& reason,
-                       const std::string& message) = 0;
+  virtual Status Record(const PodRef& pod, EventType type, const std::string& reason,
+                        const std::string& message) = 0;
 };
 
 // The core/v1 Event as the API takes it; `now` makes the timestamps and the name.
@@ -52,8 +52,8 @@ class ApiEventRecorder : public EventRecorder {
  public:
   // `component` and `host` fill source/reportingController/reportingInstance.
   ApiEventRecorder(ApiTransport& transport, std::string component, std::string host);
-  Error Record(const PodRef& pod, EventType type, const std::string& reason,
-               const std::string& message) override;
+  Status Record(const PodRef& pod, EventType type, const std::string& reason,
+                const std::string& message) override;
 
  private:
   ApiTransport& transport_;
@@ -73,8 +73,8 @@ class AsyncEventRecorder : public EventRecorder {
   AsyncEventRecorder& operator=(const AsyncEventRecorder&) = delete;
 
   // Queues the event; always ok.
-  Error Record(const PodRef& pod, EventType type, const std::string& reason,
-               const std::string& message) override;
+  Status Record(const PodRef& pod, EventType type, const std::string& reason,
+                const std::string& message) override;
   // Waits until the queue is empty and the event in hand sent (tests, shutdown).
   void Flush();
   std::size_t dropped() const;

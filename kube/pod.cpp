@@ -48,7 +48,7 @@ bool PodInfo::Requests(const std::string& resource) const {
 
 Result<PodInfo> ParsePod(const nlohmann::json& pod) {
   if (!pod.is_object() || !pod.contains("metadata") || !pod["metadata"].is_object()) {
-    return Error(ErrorKind::kDecode, "pod has no metadata");
+    return Status::Error(ErrorCode::kDecode, "pod has no metadata");
   }
   const auto& meta = pod["metadata"];
   PodInfo info;
@@ -56,7 +56,7 @@ Result<PodInfo> ParsePod(const nlohmann::json& pod) {
   info.namespace_name = StringAt(meta, "namespace");
   info.name = StringAt(meta, "name");
   if (info.uid.empty() || info.namespace_name.empty() || info.name.empty()) {
-    return Error(ErrorKind::kDecode, "pod lacks metadata.uid, .namespace or .name");
+    return Status::Error(ErrorCode::kDecode, "pod lacks metadata.uid, .namespace or .name");
   }
   info.resource_version = StringAt(meta, "resourceVersion");
   info.deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();

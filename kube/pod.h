@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kube/result.h"
+#include "common/status.h"
 
 namespace kvgpu::kube {
 

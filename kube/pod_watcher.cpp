@@ -135,8 +135,8 @@ void ApiPodWatcher::Run() {
 bool ApiPodWatcher::List() {
   auto answer = transport_.Get(PodsPath(), &cancel_);
   if (!answer.ok()) {
-    if (answer.error().kind() != ErrorKind::kCancelled) {
-      SetFollowing(false, "list failed: " + answer.error().ToString());
+    if (answer.status().code() != ErrorCode::kCancelled) {
+      SetFollowing(false, "list failed: " + answer.status().ToString());
     }
     return false;
   }
@@ -155,7 +155,7 @@ bool ApiPodWatcher::List() {
   for (const auto& item : list["items"]) {
     auto pod = ParsePod(item);
     if (!pod.ok()) {
-      spdlog::error("kube: skipping a pod in the list: {}", pod.error().message());
+      spdlog::error("kube: skipping a pod in the list: {}", pod.status().message());
       continue;
     }
     pods.push_back(std::move(pod.value()));
@@ -180,7 +180,7 @@ ApiPodWatcher::WatchEnd ApiPodWatcher::Watch() {
   ++watches_;
   WatchEnd end = WatchEnd::kTimedOut;
   bool ended_by_line = false;
-  const Error error = transport_.Stream(
+  const Status error = transport_.Stream(
       path, options_.idle_timeout, [this] { SetFollowing(true, "watching"); },
       [&](std::string_view line) {
         if (HandleLine(line, &end)) return true;
@@ -188,10 +188,10 @@ ApiPodWatcher::WatchEnd ApiPodWatcher::Watch() {
         return false;
       },
       &cancel_);
-  if (error.kind() == ErrorKind::kCancelled) return WatchEnd::kStopped;
+  if (error.code() == ErrorCode::kCancelled) return WatchEnd::kStopped;
   if (ended_by_line) return end;
   if (error.ok()) return WatchEnd::kTimedOut;
-  if (error.kind() == ErrorKind::kGone) return WatchEnd::kGone;
+  if (error.code() == ErrorCode::kExpired) return WatchEnd::kGone;
   SetFollowing(false, "watch failed: " + error.ToString());
   return WatchEnd::kBroken;
 }
@@ -254,7 +254,7 @@ bool ApiPodWatcher::HandleLine(std::string_view line, WatchEnd* end) {
     resource_version_ = version;
   }
   if (!pod.ok()) {
-    spdlog::error("kube: skipping a {} event: {}", type, pod.error().message());
+    spdlog::error("kube: skipping a {} event: {}", type, pod.status().message());
     return true;
   }
   if (callbacks_.on_event) callbacks_.on_event(kind, pod.value());

@@ -11,8 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "common/status.h"
 #include "mdev/model.h"
-#include "mdev/status.h"
 #include "mdev/sysfs_io.h"
 
 namespace kvgpu::mdev {

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/status.h"
 #include "mdev/model.h"
-#include "mdev/status.h"
 
 namespace kvgpu::mdev {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "mdev/status.h"
+#include "common/status.h"
 
 namespace kvgpu::mdev {
 

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "mdev/status.h"
+#include "common/status.h"
 
 namespace kvgpu::mdev {
 

@@ -17,8 +17,6 @@
 
 namespace kvgpu::sim {
 
-using mdev::ErrorCode;
-
 namespace {
 
 bool IsHex(char c) {

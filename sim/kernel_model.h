@@ -18,14 +18,12 @@
 #include <string_view>
 #include <vector>
 
-#include "mdev/status.h"
+#include "common/status.h"
 #include "mdev/sysfs_io.h"
 
 namespace kvgpu::sim {
 
 namespace fs = std::filesystem;
-using mdev::Result;
-using mdev::Status;
 
 struct TypeSpec {
   std::string id;                          // "nvidia-222", "mtty-2", vendor VFIO: "1414"

@@ -145,7 +145,7 @@ Result<NodeProfile> ProfileByName(std::string_view name) {
   }
   std::string known;
   for (const auto& profile : ProfileNames()) known += (known.empty() ? "" : ", ") + profile;
-  return Status::Error(mdev::ErrorCode::kInvalid,
+  return Status::Error(ErrorCode::kInvalid,
                        "unknown node profile '" + std::string(name) + "' (known: " + known + ")");
 }
 

@@ -10,8 +10,6 @@
 
 namespace kvgpu::sim::tree {
 
-using mdev::Status;
-
 namespace {
 
 std::atomic<unsigned long> temp_counter{0};

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string_view>
 
-#include "mdev/status.h"
+#include "common/status.h"
 
 namespace kvgpu::sim::tree {
 
@@ -21,16 +21,16 @@ constexpr mode_t kReadOnly = 0444;
 constexpr mode_t kWriteOnly = 0200;
 constexpr mode_t kReadWrite = 0644;
 
-mdev::Status MakeDirs(const fs::path& dir);
+Status MakeDirs(const fs::path& dir);
 
 // Writes `content` to `file` (atomically, through `scratch_dir` on the same file system) with
 // `mode`. Works for a new file and for replacing an existing one.
-mdev::Status PutFile(const fs::path& file, std::string_view content, mode_t mode,
-                     const fs::path& scratch_dir);
+Status PutFile(const fs::path& file, std::string_view content, mode_t mode,
+               const fs::path& scratch_dir);
 
 // A symlink at `link` pointing at `target`, stored relative to the link's directory as sysfs
 // stores its links ("../../../devices/..."). Both paths must be free of symlinks.
-mdev::Status Link(const fs::path& link, const fs::path& target);
+Status Link(const fs::path& link, const fs::path& target);
 
 // Removes a file, link or whole directory; absent is fine.
 void RemoveAll(const fs::path& path);

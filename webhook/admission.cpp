@@ -134,7 +134,7 @@ ReviewReply HandleDocument(const json& review, const Config& config) {
   const json& pod = Member(request, "object");
   if (!pod.is_object()) return BadRequest("request.object must hold the Pod being created");
   auto decision = DecidePod(pod, StringOr(Member(request, "namespace"), ""), config);
-  if (!decision.ok()) return BadRequest(decision.error());
+  if (!decision.ok()) return BadRequest(decision.status().message());
   ReviewReply reply = Respond(uid.get<std::string>(), decision.value());
   reply.namespace_name = StringOr(Member(request, "namespace"), "");
   reply.pod_name = StringOr(Member(request, "name"), "");

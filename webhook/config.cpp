@@ -559,11 +559,11 @@ bool IsEnvName(const std::string& name) {
   return std::all_of(name.begin() + 1, name.end(), [&](char c) { return allowed(c, false); });
 }
 
-Expected<std::shared_ptr<const Config>> Build(const json& in) {
+Result<std::shared_ptr<const Config>> Build(const json& in) {
   Checker check;
   auto config = std::make_shared<Config>();
-  auto fail = [&]() -> Expected<std::shared_ptr<const Config>> {
-    return Error{"invalid webhook config: " + check.failure};
+  auto fail = [&]() -> Result<std::shared_ptr<const Config>> {
+    return Status::Error(ErrorCode::kConfig, "invalid webhook config: " + check.failure);
   };
   if (!check.KnownKeys(
           in, "the config",
@@ -715,14 +715,14 @@ Expected<std::shared_ptr<const Config>> Build(const json& in) {
   return std::shared_ptr<const Config>(std::move(config));
 }
 
-Expected<json> ParseYaml(std::string_view text, const std::string& what) {
+Result<json> ParseYaml(std::string_view text, const std::string& what) {
   try {
     YAML::Node node = YAML::Load(std::string(text));
     if (node.IsNull()) return json::object();
-    if (!node.IsMap()) return Error{what + " must be a YAML mapping"};
+    if (!node.IsMap()) return Status::Error(ErrorCode::kConfig, what + " must be a YAML mapping");
     return YamlToJson(node);
   } catch (const YAML::Exception& e) {
-    return Error{what + " is not valid YAML: " + e.what()};
+    return Status::Error(ErrorCode::kConfig, what + " is not valid YAML: " + e.what());
   }
 }
 
@@ -771,7 +771,7 @@ std::shared_ptr<const Config> DefaultConfig() {
   static const std::shared_ptr<const Config> config = [] {
     auto parsed = ParseConfig("");
     if (!parsed.ok()) {  // the built-in defaults are tested; this cannot happen
-      std::fprintf(stderr, "built-in config broken: %s\n", parsed.error().c_str());
+      std::fprintf(stderr, "built-in config broken: %s\n", parsed.status().message().c_str());
       std::abort();
     }
     return parsed.value();
@@ -779,23 +779,24 @@ std::shared_ptr<const Config> DefaultConfig() {
   return config;
 }
 
-Expected<std::shared_ptr<const Config>> ParseConfig(std::string_view yaml_text) {
+Result<std::shared_ptr<const Config>> ParseConfig(std::string_view yaml_text) {
   auto defaults = ParseYaml(kDefaultYaml, "the built-in default config");
-  if (!defaults.ok()) return Error{defaults.error()};
+  if (!defaults.ok()) return defaults.status();
   auto user = ParseYaml(yaml_text, "the webhook config");
-  if (!user.ok()) return Error{user.error()};
+  if (!user.ok()) return user.status();
   json merged = std::move(defaults.value());
   Merge(merged, user.value());
   return Build(merged);
 }
 
-Expected<std::shared_ptr<const Config>> LoadConfigFile(const std::string& path) {
+Result<std::shared_ptr<const Config>> LoadConfigFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read webhook config " + path};
+  if (!in) return Status::Error(ErrorCode::kConfig, "cannot read webhook config " + path);
   std::ostringstream text;
   text << in.rdbuf();
   auto config = ParseConfig(text.str());
-  if (!config.ok()) return Error{path + ": " + config.error()};
+  if (!config.ok())
+    return Status::Error(ErrorCode::kConfig, path + ": " + config.status().message());
   return config;
 }
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "webhook/expected.h"
+#include "common/status.h"
 
 namespace kvgpu::webhook {
 
@@ -101,8 +101,8 @@ struct Config {
 std::shared_ptr<const Config> DefaultConfig();
 
 // Parses YAML text. Unknown keys are errors, so a typo never silently falls back to a default.
-Expected<std::shared_ptr<const Config>> ParseConfig(std::string_view yaml_text);
-Expected<std::shared_ptr<const Config>> LoadConfigFile(const std::string& path);
+Result<std::shared_ptr<const Config>> ParseConfig(std::string_view yaml_text);
+Result<std::shared_ptr<const Config>> LoadConfigFile(const std::string& path);
 
 // Kubernetes name rules, shared with the admission code.
 bool IsDnsLabel(std::string_view name);

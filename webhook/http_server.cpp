@@ -333,17 +333,17 @@ HttpsServer::~HttpsServer() {
   impl_->io.run_for(std::chrono::seconds(2));
 }
 
-Expected<int> HttpsServer::Listen(const std::string& host, int port) {
+Result<int> HttpsServer::Listen(const std::string& host, int port) {
   beast::error_code ec;
   auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
-  if (ec) return Error{"'" + host + "' is not an IP address"};
+  if (ec) return Status::Error(ErrorCode::kInvalid, "'" + host + "' is not an IP address");
   tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
   auto& acceptor = impl_->acceptor;
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Error{ec.message()};
+  if (ec) return Status::Error(ErrorCode::kIo, ec.message());
   return static_cast<int>(acceptor.local_endpoint().port());
 }
 

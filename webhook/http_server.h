@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-#include "webhook/expected.h"
+#include "common/status.h"
 
 namespace kvgpu::webhook {
 
@@ -74,7 +74,7 @@ class HttpsServer {
   HttpsServer& operator=(const HttpsServer&) = delete;
 
   // Binds and listens; returns the port (useful with port 0).
-  Expected<int> Listen(const std::string& host, int port);
+  Result<int> Listen(const std::string& host, int port);
   // Serves on the worker threads until Stop(); returns when they have finished.
   void Run();
   void Stop();

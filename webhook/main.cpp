@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
 
   auto server = kvgpu::webhook::Server::Create(options);
   if (!server.ok()) {
-    spdlog::error("{}", server.error());
+    spdlog::error("{}", server.status().message());
     return 1;
   }
   std::thread waiter([&] {

@@ -57,25 +57,29 @@ struct PodView {
   const json* volumes = &kNull;
 };
 
-Expected<PodView> View(const json& pod) {
+Result<PodView> View(const json& pod) {
   PodView view;
-  if (!pod.is_object()) return Error{"request.object must be a Pod object"};
+  if (!pod.is_object())
+    return Status::Error(ErrorCode::kInvalid, "request.object must be a Pod object");
   view.metadata = &Field(pod, "metadata");
   if (!view.metadata->is_object() && !AbsentOrNull(*view.metadata))
-    return Error{"request.object.metadata must be an object"};
+    return Status::Error(ErrorCode::kInvalid, "request.object.metadata must be an object");
   view.annotations = &Field(*view.metadata, "annotations");
   if (!view.annotations->is_object() && !AbsentOrNull(*view.annotations))
-    return Error{"request.object.metadata.annotations must be an object"};
+    return Status::Error(ErrorCode::kInvalid,
+                         "request.object.metadata.annotations must be an object");
   view.spec = &Field(pod, "spec");
-  if (!view.spec->is_object()) return Error{"request.object.spec must be an object"};
+  if (!view.spec->is_object())
+    return Status::Error(ErrorCode::kInvalid, "request.object.spec must be an object");
   view.containers = &Field(*view.spec, "containers");
-  if (!view.containers->is_array()) return Error{"request.object.spec.containers must be a list"};
+  if (!view.containers->is_array())
+    return Status::Error(ErrorCode::kInvalid, "request.object.spec.containers must be a list");
   view.init_containers = &Field(*view.spec, "initContainers");
   if (!view.init_containers->is_array() && !AbsentOrNull(*view.init_containers))
-    return Error{"request.object.spec.initContainers must be a list"};
+    return Status::Error(ErrorCode::kInvalid, "request.object.spec.initContainers must be a list");
   view.volumes = &Field(*view.spec, "volumes");
   if (!view.volumes->is_array() && !AbsentOrNull(*view.volumes))
-    return Error{"request.object.spec.volumes must be a list"};
+    return Status::Error(ErrorCode::kInvalid, "request.object.spec.volumes must be a list");
   return view;
 }
 
@@ -92,17 +96,19 @@ std::vector<ContainerRef> AllContainers(const PodView& view) {
 }
 
 // The first vGPU resource a container asks for, or "" if none. Errors on malformed containers.
-Expected<std::string> VgpuRequest(const json& container, const std::string& where,
-                                  const Config& config) {
+Result<std::string> VgpuRequest(const json& container, const std::string& where,
+                                const Config& config) {
   if (!container.is_object() || !Field(container, "name").is_string())
-    return Error{where + " must be an object with a name"};
+    return Status::Error(ErrorCode::kInvalid, where + " must be an object with a name");
   const json& resources = Field(container, "resources");
   if (!resources.is_object() && !AbsentOrNull(resources))
-    return Error{where + ".resources must be an object"};
+    return Status::Error(ErrorCode::kInvalid, where + ".resources must be an object");
   for (const char* kind : {"limits", "requests"}) {
     const json& list = Field(resources, kind);
     if (AbsentOrNull(list)) continue;
-    if (!list.is_object()) return Error{where + ".resources." + kind + " must be an object"};
+    if (!list.is_object())
+      return Status::Error(ErrorCode::kInvalid,
+                           where + ".resources." + kind + " must be an object");
     for (const auto& [name, quantity] : list.items()) {
       for (const auto& prefix : config.resource_prefixes) {
         if (name.starts_with(prefix) && !IsZeroQuantity(quantity)) return name;
@@ -120,13 +126,14 @@ std::string UniqueName(const std::string& base, std::set<std::string>& taken) {
 }
 
 // Names every entry of a list of named objects (containers, volumes, env vars, mounts by path).
-Expected<std::set<std::string>> Keys(const json& list, const char* key, const std::string& where) {
+Result<std::set<std::string>> Keys(const json& list, const char* key, const std::string& where) {
   std::set<std::string> out;
   if (AbsentOrNull(list)) return out;
-  if (!list.is_array()) return Error{where + " must be a list"};
+  if (!list.is_array()) return Status::Error(ErrorCode::kInvalid, where + " must be a list");
   for (const auto& item : list) {
     const json& value = Field(item, key);
-    if (!value.is_string()) return Error{where + " entries must have a string " + key};
+    if (!value.is_string())
+      return Status::Error(ErrorCode::kInvalid, where + " entries must have a string " + key);
     out.insert(value.get<std::string>());
   }
   return out;
@@ -205,8 +212,8 @@ std::map<std::string, std::string> InjectedVolumeNames(const json& pod_volumes,
 // Adds to each vGPU container the workload mounts (by mount path) and env entries (by name) it
 // does not have yet. `mount_texts[i]` is the rendered mount `config.workload_mounts[i]`; an
 // empty text is skipped (its volume is not in the pod).
-Expected<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<ContainerRef>& containers,
-                                const std::vector<std::string>& mount_texts, const Config& config) {
+Result<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<ContainerRef>& containers,
+                              const std::vector<std::string>& mount_texts, const Config& config) {
   bool added = false;
   for (const auto& ref : containers) {
     const std::string where =
@@ -214,7 +221,7 @@ Expected<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<Container
     const std::string path = std::string("/spec/") + ref.list + "/" + std::to_string(ref.index);
     const json& mounts = Field(*ref.container, "volumeMounts");
     auto paths = Keys(mounts, "mountPath", where + ".volumeMounts");
-    if (!paths.ok()) return Error{paths.error()};
+    if (!paths.ok()) return paths.status();
     std::vector<std::string> add_mounts;
     for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
       const auto& mount_path = config.workload_mounts[i]["mountPath"].get_ref<const std::string&>();
@@ -225,7 +232,7 @@ Expected<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<Container
 
     const json& env = Field(*ref.container, "env");
     auto names = Keys(env, "name", where + ".env");
-    if (!names.ok()) return Error{names.error()};
+    if (!names.ok()) return names.status();
     std::vector<std::string> add_env;
     for (size_t i = 0; i < config.workload_env.size(); ++i) {
       if (!names->contains(config.workload_env[i]["name"].get_ref<const std::string&>()))
@@ -240,9 +247,9 @@ Expected<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<Container
 // The marker says this pod was set up already; a webhook that ran after us (re-invocation) may
 // have added a container that asks for a vGPU. It gets the workload mounts and env the others
 // got, on the volumes already injected; nothing is injected twice.
-Expected<PodDecision> CompleteInjectedPod(const PodView& view,
-                                          const std::vector<ContainerRef>& vgpu_containers,
-                                          const Config& config) {
+Result<PodDecision> CompleteInjectedPod(const PodView& view,
+                                        const std::vector<ContainerRef>& vgpu_containers,
+                                        const Config& config) {
   PodDecision decision;
   decision.outcome = PodOutcome::kAlreadyInjected;
   const std::map<std::string, std::string> names = InjectedVolumeNames(*view.volumes, config);
@@ -257,7 +264,7 @@ Expected<PodDecision> CompleteInjectedPod(const PodView& view,
   }
   PatchBuilder patch;
   auto added = AddWorkloadSetup(patch, vgpu_containers, mount_texts, config);
-  if (!added.ok()) return Error{added.error()};
+  if (!added.ok()) return added.status();
   if (!added.value()) return decision;
   for (size_t i = 0; i < mount_texts.size(); ++i) {
     if (mount_texts[i].empty())
@@ -293,10 +300,10 @@ const char* PodOutcomeName(PodOutcome outcome) {
   return "unknown";
 }
 
-Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
-                                const Config& config) {
+Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
+                              const Config& config) {
   auto view_or = View(pod);
-  if (!view_or.ok()) return Error{view_or.error()};
+  if (!view_or.ok()) return view_or.status();
   const PodView& view = view_or.value();
   PodDecision decision;
 
@@ -315,7 +322,7 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
     auto resource = VgpuRequest(
         *ref.container, "spec." + std::string(ref.list) + "[" + std::to_string(ref.index) + "]",
         config);
-    if (!resource.ok()) return Error{resource.error()};
+    if (!resource.ok()) return resource.status();
     if (resource->empty()) continue;
     if (first_resource.empty()) {
       first_resource = resource.value();
@@ -328,7 +335,8 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
   // Invariant: a pod outside Kata never gets privileged injected containers.
   const json& runtime_class = Field(*view.spec, "runtimeClassName");
   if (!runtime_class.is_string() && !AbsentOrNull(runtime_class))
-    return Error{"request.object.spec.runtimeClassName must be a string"};
+    return Status::Error(ErrorCode::kInvalid,
+                         "request.object.spec.runtimeClassName must be a string");
   std::string runtime = runtime_class.is_string() ? runtime_class.get<std::string>() : "";
   const auto& kata = config.runtime_class_names;
   bool set_runtime_class = false;
@@ -362,11 +370,11 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
   std::set<std::string> container_names;
   for (const char* list : {"containers", "initContainers", "ephemeralContainers"}) {
     auto names = Keys(Field(*view.spec, list), "name", std::string("spec.") + list);
-    if (!names.ok()) return Error{names.error()};
+    if (!names.ok()) return names.status();
     container_names.merge(names.value());
   }
   auto volume_names_or = Keys(*view.volumes, "name", "spec.volumes");
-  if (!volume_names_or.ok()) return Error{volume_names_or.error()};
+  if (!volume_names_or.ok()) return volume_names_or.status();
   std::set<std::string> taken_volumes = std::move(volume_names_or.value());
   // A mount naming a volume the pod does not have would be refused by the API server, unless
   // this patch adds a volume by that name: the node's /dev, licence files or a writable driver
@@ -427,7 +435,7 @@ Expected<PodDecision> DecidePod(const json& pod, std::string_view namespace_name
     for (size_t i = 0; i < renamed.size(); ++i) mount_texts[i] = renamed[i].dump();
   }
   auto added = AddWorkloadSetup(patch, vgpu_containers, mount_texts, config);
-  if (!added.ok()) return Error{added.error()};
+  if (!added.ok()) return added.status();
 
   const AttachMode mode =
       config.AttachModeOf(set_runtime_class ? config.runtime_class_to_set : runtime);

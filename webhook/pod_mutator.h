@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "webhook/config.h"
-#include "webhook/expected.h"
 
 namespace kvgpu::webhook {
 
@@ -35,7 +35,7 @@ struct PodDecision {
 // `pod` is request.object; `namespace_name` is request.namespace (the object's own
 // metadata.namespace may be empty on CREATE; it is the fallback when the request names none). An
 // error means the object is not a well-formed Pod; the message names the offending field.
-Expected<PodDecision> DecidePod(const nlohmann::json& pod, std::string_view namespace_name,
-                                const Config& config);
+Result<PodDecision> DecidePod(const nlohmann::json& pod, std::string_view namespace_name,
+                              const Config& config);
 
 }  // namespace kvgpu::webhook

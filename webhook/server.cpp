@@ -17,9 +17,10 @@
 
 namespace kvgpu::webhook {
 
-Expected<HostPort> ParseHostPort(const std::string& text) {
+Result<HostPort> ParseHostPort(const std::string& text) {
   auto colon = text.rfind(':');
-  if (colon == std::string::npos) return Error{"address '" + text + "' must be HOST:PORT"};
+  if (colon == std::string::npos)
+    return Status::Error(ErrorCode::kInvalid, "address '" + text + "' must be HOST:PORT");
   HostPort out;
   out.host = text.substr(0, colon);
   if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']')
@@ -27,7 +28,7 @@ Expected<HostPort> ParseHostPort(const std::string& text) {
   std::string port = text.substr(colon + 1);
   if (port.empty() || port.size() > 5 ||
       port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
-    return Error{"address '" + text + "' has no valid port (0-65535)"};
+    return Status::Error(ErrorCode::kInvalid, "address '" + text + "' has no valid port (0-65535)");
   out.port = std::stoi(port);
   return out;
 }
@@ -132,7 +133,7 @@ void Server::Impl::CheckFiles() {
       // Keep serving with the old pair; the new files are retried until they make a pair.
       if (changed_since_last_try) {
         metrics.Reload("certificate", false);
-        spdlog::error("keeping the previous TLS certificate: {}", loaded.error());
+        spdlog::error("keeping the previous TLS certificate: {}", loaded.status().message());
       }
       tls_pending = true;
     }
@@ -148,7 +149,7 @@ void Server::Impl::CheckFiles() {
         spdlog::info("reloaded config {}", options.config_file);
       } else {
         metrics.Reload("config", false);
-        spdlog::error("keeping the previous config: {}", loaded.error());
+        spdlog::error("keeping the previous config: {}", loaded.status().message());
       }
     }
   }
@@ -169,22 +170,24 @@ Server::~Server() {
   Stop();
 }
 
-Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
+Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   auto listen = ParseHostPort(options.listen);
-  if (!listen.ok()) return Error{"--listen: " + listen.error()};
+  if (!listen.ok())
+    return Status::Error(ErrorCode::kInvalid, "--listen: " + listen.status().message());
   if (options.tls_cert_file.empty() || options.tls_key_file.empty())
-    return Error{
+    return Status::Error(
+        ErrorCode::kInvalid,
         "--tls-cert-file and --tls-key-file are required (the API server only calls "
-        "webhooks over HTTPS)"};
+        "webhooks over HTTPS)");
 
   impl->cert_stamp = FileStamp::Of(options.tls_cert_file);
   impl->key_stamp = FileStamp::Of(options.tls_key_file);
   impl->ca_stamp = FileStamp::Of(options.client_ca_file);
   auto credentials =
       TlsCredentials::Load(options.tls_cert_file, options.tls_key_file, options.client_ca_file);
-  if (!credentials.ok()) return Error{credentials.error()};
+  if (!credentials.ok()) return credentials.status();
   impl->credentials = std::make_unique<TlsCredentialStore>(credentials.value());
   impl->metrics.CertificateExpiry(credentials.value()->NotAfterUnixSeconds());
 
@@ -192,7 +195,7 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   if (!options.config_file.empty()) {
     impl->config_stamp = FileStamp::Of(options.config_file);
     auto loaded = LoadConfigFile(options.config_file);
-    if (!loaded.ok()) return Error{loaded.error()};
+    if (!loaded.ok()) return loaded.status();
     config = loaded.value();
   }
   impl->config = std::make_unique<ConfigHolder>(config);
@@ -201,7 +204,7 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   if (ctx == nullptr ||
       !ConfigureServerContext(*ctx, impl->credentials.get(), !options.client_ca_file.empty())) {
     SSL_CTX_free(ctx);
-    return Error{"cannot set up TLS: " + OpenSslErrors()};
+    return Status::Error(ErrorCode::kInvalid, "cannot set up TLS: " + OpenSslErrors());
   }
   HttpsServerOptions http_options;
   http_options.worker_threads = options.worker_threads;
@@ -213,12 +216,15 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   impl->http = std::make_unique<HttpsServer>(
       ctx, [raw](const HttpRequest& request) { return raw->Route(request); }, http_options);
   auto port = impl->http->Listen(listen->host, listen->port);
-  if (!port.ok()) return Error{"cannot listen on " + options.listen + ": " + port.error()};
+  if (!port.ok())
+    return Status::Error(ErrorCode::kInvalid,
+                         "cannot listen on " + options.listen + ": " + port.status().message());
   impl->port = port.value();
 
   if (!options.metrics_addr.empty()) {
     auto metrics_at = ParseHostPort(options.metrics_addr);
-    if (!metrics_at.ok()) return Error{"--metrics-addr: " + metrics_at.error()};
+    if (!metrics_at.ok())
+      return Status::Error(ErrorCode::kInvalid, "--metrics-addr: " + metrics_at.status().message());
     std::string bind = (metrics_at->host.empty() ? "0.0.0.0" : metrics_at->host) + ":" +
                        std::to_string(metrics_at->port);
     if (metrics_at->host.find(':') != std::string::npos)
@@ -226,7 +232,8 @@ Expected<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
     try {
       impl->exposer = std::make_unique<prometheus::Exposer>(bind, 2);
     } catch (const std::exception& e) {
-      return Error{"cannot listen for metrics on " + options.metrics_addr + ": " + e.what()};
+      return Status::Error(ErrorCode::kInvalid, "cannot listen for metrics on " +
+                                                    options.metrics_addr + ": " + e.what());
     }
     impl->exposer->RegisterCollectable(impl->metrics.registry());
     auto ports = impl->exposer->GetListeningPorts();

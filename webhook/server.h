@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "common/status.h"
 #include "webhook/config.h"
-#include "webhook/expected.h"
 
 namespace kvgpu::webhook {
 
@@ -18,7 +18,7 @@ struct HostPort {
   int port = 0;
 };
 // "HOST:PORT", ":PORT" or "[v6]:PORT". Port 0 asks for any free port (tests).
-Expected<HostPort> ParseHostPort(const std::string& text);
+Result<HostPort> ParseHostPort(const std::string& text);
 
 struct ServerOptions {
   std::string listen = ":8443";
@@ -43,7 +43,7 @@ class Server {
  public:
   // Loads the TLS pair and config and binds both listeners; any failure is returned, nothing
   // is left running.
-  static Expected<std::unique_ptr<Server>> Create(const ServerOptions& options);
+  static Result<std::unique_ptr<Server>> Create(const ServerOptions& options);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -35,33 +35,37 @@ std::string OpenSslErrors() {
   return out.empty() ? "no OpenSSL error recorded" : out;
 }
 
-Expected<std::shared_ptr<const TlsCredentials>> TlsCredentials::Load(
+Result<std::shared_ptr<const TlsCredentials>> TlsCredentials::Load(
     const std::string& cert_file, const std::string& key_file, const std::string& client_ca_file) {
   std::shared_ptr<TlsCredentials> out(new TlsCredentials());
   ERR_clear_error();
   File cert(std::fopen(cert_file.c_str(), "r"));
-  if (!cert) return Error{"cannot open TLS certificate " + cert_file};
+  if (!cert) return Status::Error(ErrorCode::kInvalid, "cannot open TLS certificate " + cert_file);
   out->leaf_ = PEM_read_X509(cert.get(), nullptr, nullptr, nullptr);
   if (out->leaf_ == nullptr)
-    return Error{"no PEM certificate in " + cert_file + ": " + OpenSslErrors()};
+    return Status::Error(ErrorCode::kInvalid,
+                         "no PEM certificate in " + cert_file + ": " + OpenSslErrors());
   out->chain_ = sk_X509_new_null();
   while (X509* extra = PEM_read_X509(cert.get(), nullptr, nullptr, nullptr))
     sk_X509_push(out->chain_, extra);
   ERR_clear_error();  // the loop ends on "no start line", which is no error
 
   File key(std::fopen(key_file.c_str(), "r"));
-  if (!key) return Error{"cannot open TLS key " + key_file};
+  if (!key) return Status::Error(ErrorCode::kInvalid, "cannot open TLS key " + key_file);
   out->key_ = PEM_read_PrivateKey(key.get(), nullptr, nullptr, nullptr);
   if (out->key_ == nullptr)
-    return Error{"no PEM private key in " + key_file + ": " + OpenSslErrors()};
+    return Status::Error(ErrorCode::kInvalid,
+                         "no PEM private key in " + key_file + ": " + OpenSslErrors());
   if (X509_check_private_key(out->leaf_, out->key_) != 1)
-    return Error{"TLS key " + key_file + " does not belong to certificate " + cert_file +
-                 " (a rotation may be half written)"};
+    return Status::Error(ErrorCode::kInvalid, "TLS key " + key_file +
+                                                  " does not belong to certificate " + cert_file +
+                                                  " (a rotation may be half written)");
 
   if (!client_ca_file.empty()) {
     out->client_cas_ = X509_STORE_new();
     if (X509_STORE_load_file(out->client_cas_, client_ca_file.c_str()) != 1)
-      return Error{"cannot load client CA bundle " + client_ca_file + ": " + OpenSslErrors()};
+      return Status::Error(ErrorCode::kInvalid, "cannot load client CA bundle " + client_ca_file +
+                                                    ": " + OpenSslErrors());
   }
   return std::shared_ptr<const TlsCredentials>(std::move(out));
 }

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "webhook/expected.h"
+#include "common/status.h"
 
 namespace kvgpu::webhook {
 
@@ -19,9 +19,9 @@ namespace kvgpu::webhook {
 class TlsCredentials {
  public:
   // Reads PEM files; fails unless the key belongs to the leaf certificate.
-  static Expected<std::shared_ptr<const TlsCredentials>> Load(const std::string& cert_file,
-                                                              const std::string& key_file,
-                                                              const std::string& client_ca_file);
+  static Result<std::shared_ptr<const TlsCredentials>> Load(const std::string& cert_file,
+                                                            const std::string& key_file,
+                                                            const std::string& client_ca_file);
   ~TlsCredentials();
   TlsCredentials(const TlsCredentials&) = delete;
   TlsCredentials& operator=(const TlsCredentials&) = delete;

@@ -63,10 +63,10 @@ class RecordingEventRecorder : public kube::EventRecorder {
     std::string message;
   };
 
-  kube::Error Record(const kube::PodRef& pod, kube::EventType type, const std::string& reason,
-                     const std::string& message) override {
+  Status Record(const kube::PodRef& pod, kube::EventType type, const std::string& reason,
+                const std::string& message) override {
     std::lock_guard lock(mutex_);
-    if (fail_) return kube::Error(kube::ErrorKind::kTransport, "API server unreachable (test)");
+    if (fail_) return Status::Error(ErrorCode::kTransport, "API server unreachable (test)");
     events_.push_back({pod, type, reason, message});
     return {};
   }

@@ -35,7 +35,7 @@ class StaticPodResources : public kubelet::PodResourcesSource {
     changed_.wait(lock, [&] { return hanging_ >= n; });
   }
 
-  kube::Result<std::vector<kubelet::PodResources>> List() override {
+  Result<std::vector<kubelet::PodResources>> List() override {
     std::unique_lock lock(mutex_);
     ++calls_;
     if (hold_) {
@@ -47,8 +47,8 @@ class StaticPodResources : public kubelet::PodResourcesSource {
     if (down_) return Down();
     return pods_;
   }
-  kube::Result<std::optional<kubelet::PodResources>> Get(const std::string& namespace_name,
-                                                         const std::string& name) override {
+  Result<std::optional<kubelet::PodResources>> Get(const std::string& namespace_name,
+                                                   const std::string& name) override {
     std::lock_guard lock(mutex_);
     ++calls_;
     if (down_) return Down();
@@ -65,9 +65,8 @@ class StaticPodResources : public kubelet::PodResourcesSource {
   }
 
  private:
-  static kube::Error Down() {
-    return kube::Error(kube::ErrorKind::kTransport,
-                       "PodResources: kubelet.sock unavailable (test)");
+  static Status Down() {
+    return Status::Error(ErrorCode::kTransport, "PodResources: kubelet.sock unavailable (test)");
   }
   mutable std::mutex mutex_;
   std::condition_variable changed_;

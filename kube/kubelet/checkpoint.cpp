@@ -13,8 +13,8 @@ namespace kvgpu::kubelet {
 
 namespace {
 
-Error Bad(const std::string& what) {
-  return Error(ErrorKind::kDecode, "checkpoint: " + what);
+Status Bad(const std::string& what) {
+  return Status::Error(ErrorCode::kDecode, "checkpoint: " + what);
 }
 
 bool StringList(const nlohmann::json& value, std::vector<std::string>* out) {
@@ -73,7 +73,7 @@ Result<CheckpointEntry> ParseEntry(const nlohmann::json& json, size_t index,
   if (resp != json.end() && !resp->is_null()) {
     if (!resp->is_string()) return Bad(where + ".AllocResp is not a string");
     auto bytes = kube::DecodeBase64(resp->get<std::string>());
-    if (!bytes.ok()) return Bad(where + ".AllocResp: " + bytes.error().message());
+    if (!bytes.ok()) return Bad(where + ".AllocResp: " + bytes.status().message());
     entry.alloc_resp = std::move(bytes.value());
   }
   return entry;
@@ -118,7 +118,7 @@ Result<Checkpoint> ParseCheckpoint(const std::string& text) {
     if (!entries->is_array()) return Bad("Data.PodDeviceEntries is not a list");
     for (size_t i = 0; i < entries->size(); ++i) {
       auto entry = ParseEntry((*entries)[i], i, &checkpoint.format);
-      if (!entry.ok()) return entry.error();
+      if (!entry.ok()) return entry.status();
       checkpoint.entries.push_back(std::move(entry.value()));
     }
   }
@@ -138,14 +138,16 @@ Result<Checkpoint> ReadCheckpoint(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
-    if (err == ENOENT) return Error(ErrorKind::kNotFound, path.string() + " does not exist");
-    return Error(ErrorKind::kTransport, "cannot open " + path.string() + ": " + std::strerror(err));
+    if (err == ENOENT) return Status::Error(ErrorCode::kGone, path.string() + " does not exist");
+    return Status::Error(ErrorCode::kTransport,
+                         "cannot open " + path.string() + ": " + std::strerror(err));
   }
   std::ostringstream text;
   text << in.rdbuf();
   auto checkpoint = ParseCheckpoint(text.str());
   if (!checkpoint.ok()) {
-    return Error(checkpoint.error().kind(), path.string() + ": " + checkpoint.error().message());
+    return Status::Error(checkpoint.status().code(),
+                         path.string() + ": " + checkpoint.status().message());
   }
   return checkpoint;
 }

@@ -18,13 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "kube/result.h"
+#include "common/status.h"
 
 namespace kvgpu::kubelet {
-
-using kube::Error;
-using kube::ErrorKind;
-using kube::Result;
 
 enum class CheckpointFormat {
   kEmpty,    // no entries, so no telling

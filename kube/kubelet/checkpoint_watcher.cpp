@@ -29,12 +29,12 @@ CheckpointView CheckpointWatcher::ReadLocked() {
     view_.problem.clear();
   } else {
     // Say it once per problem, not once per inotify event.
-    if (view_.current || view_.problem != checkpoint.error().message()) {
-      spdlog::warn("kubelet checkpoint: {}; {}", checkpoint.error().message(),
+    if (view_.current || view_.problem != checkpoint.status().message()) {
+      spdlog::warn("kubelet checkpoint: {}; {}", checkpoint.status().message(),
                    view_.checkpoint ? "keeping the last good view" : "no good view yet");
     }
     view_.current = false;
-    view_.problem = checkpoint.error().message();
+    view_.problem = checkpoint.status().message();
   }
   return view_;
 }

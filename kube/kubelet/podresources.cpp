@@ -30,10 +30,10 @@ PodResources Convert(const v1::PodResources& pod) {
   return out;
 }
 
-Error FromStatus(const grpc::Status& status, const std::string& what) {
+Status FromStatus(const grpc::Status& status, const std::string& what) {
   const std::string message =
       what + ": " + std::to_string(status.error_code()) + " " + status.error_message();
-  return Error(ErrorKind::kTransport, message);
+  return Status::Error(ErrorCode::kTransport, message);
 }
 
 }  // namespace
@@ -109,7 +109,7 @@ Result<std::optional<PodResources>> PodResourcesClient::Get(const std::string& n
     get_unavailable_ = true;
   }
   auto pods = List();
-  if (!pods.ok()) return pods.error();
+  if (!pods.ok()) return pods.status();
   for (auto& pod : pods.value()) {
     if (pod.namespace_name == namespace_name && pod.name == name) {
       return std::optional<PodResources>(std::move(pod));

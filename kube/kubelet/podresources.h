@@ -11,13 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kube/result.h"
+#include "common/status.h"
 
 namespace kvgpu::kubelet {
-
-using kube::Error;
-using kube::ErrorKind;
-using kube::Result;
 
 struct ContainerDevices {
   std::string resource_name;

@@ -64,7 +64,7 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
   }
 
   mdev::Node node(sysfs_root, io);
-  auto fail = [&](const mdev::Status& status) {
+  auto fail = [&](const Status& status) {
     err << "vgpuctl: " << status.message() << "\n";
     return kFailed;
   };
@@ -88,7 +88,7 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
     return 0;
   }
   if (remove->parsed()) {
-    mdev::Status status = node.Remove(remove_id);
+    Status status = node.Remove(remove_id);
     if (!status.ok()) return fail(status);
     return 0;
   }

@@ -11,8 +11,6 @@ namespace kvgpu::sim {
 
 namespace {
 
-using mdev::ErrorCode;
-
 std::vector<std::string> Words(std::string_view line) {
   std::vector<std::string> words;
   std::istringstream in{std::string(line)};

@@ -285,7 +285,7 @@ class World {
       }
       auto answer = plugin_->manager.Allocate(p.resource, {ids});
       if (!answer.ok()) {
-        EXPECT_NE(answer.status().code(), mdev::ErrorCode::kInvalid)
+        EXPECT_NE(answer.status().code(), ErrorCode::kInvalid)
             << "step " << step_ << ": an advertised ID was refused: " << answer.status().ToString();
         ok = false;
         break;

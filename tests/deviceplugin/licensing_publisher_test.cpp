@@ -208,7 +208,7 @@ TEST_F(LicensingPublisherTest, TheLoopSyncsBeforeItReturnsThenEveryIntervalAndSt
   auto started = std::chrono::steady_clock::now();
   {
     LicensingLoop loop(LicensingPublisher(source_.dir(), target_), std::chrono::milliseconds(20),
-                       [&](const mdev::Result<LicensingSync>& r) {
+                       [&](const Result<LicensingSync>& r) {
                          EXPECT_TRUE(r.ok());
                          ++syncs;
                        });
@@ -241,8 +241,8 @@ TEST_F(LicensingPublisherTest, TheReporterExportsWhatWasPublishedAndCountsFailur
   EXPECT_NE(text.find("kvgpu_licensing_sync_failures_total 0"), std::string::npos);
   EXPECT_EQ(text.find("kvgpu_licensing_last_success_timestamp_seconds 0"), std::string::npos);
 
-  report(mdev::Status::Error(mdev::ErrorCode::kGone, "unmounted"));
-  report(mdev::Status::Error(mdev::ErrorCode::kGone, "unmounted"));
+  report(Status::Error(ErrorCode::kGone, "unmounted"));
+  report(Status::Error(ErrorCode::kGone, "unmounted"));
   text = render();
   EXPECT_NE(text.find("kvgpu_licensing_sync_failures_total 2"), std::string::npos) << text;
   EXPECT_NE(text.find("kvgpu_licensing_published_files{kind=\"token\"} 2"), std::string::npos)

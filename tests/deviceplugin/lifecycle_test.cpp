@@ -574,7 +574,7 @@ TEST(AllocateReuseTest, AnOldVgpuThatStaysBusyFailsTheAllocateAfterTheWaitAndCha
   f.manager.SetRemovalWait(200ms);
   auto answer = f.manager.Allocate(kResource, {{"mtty-mtty-2-0"}});
   ASSERT_FALSE(answer.ok());
-  EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kBusy);
+  EXPECT_EQ(answer.status().code(), ErrorCode::kBusy);
   EXPECT_NE(answer.status().message().find("mtty-mtty-2-0"), std::string::npos)
       << answer.status().ToString();
   EXPECT_NE(answer.status().message().find(old_vgpu), std::string::npos)
@@ -593,7 +593,7 @@ TEST(AllocateReuseTest, ARequestThatIsRefusedRemovesNoOldVgpu) {
            {"mtty-mtty-2-0", "no-such-device"}, {"mtty-mtty-2-0", "mtty-mtty-2-0"}}) {
     auto answer = f.manager.Allocate(kResource, {bad});
     ASSERT_FALSE(answer.ok());
-    EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kInvalid) << answer.status().ToString();
+    EXPECT_EQ(answer.status().code(), ErrorCode::kInvalid) << answer.status().ToString();
     EXPECT_TRUE(f.Exists(old_vgpu)) << "bad input changes nothing: " << bad.back();
   }
 }
@@ -764,7 +764,7 @@ TEST(StateRebuildTest, OnlyVgpusOurAnswersInKubeletsCheckpointNameBecomeOursAgai
        AllocResp("mtty-mtty-2-7,mtty-mtty-2-8", ours->id)},  // malformed: lengths differ
   });
   auto checkpoint = kubelet::ReadCheckpoint(writer.path());
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().message();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
   Rebuilt rebuilt = RebuildRecords(*checkpoint, *inventory, 42'000);
   ASSERT_EQ(rebuilt.vgpus.size(), 1u);
   EXPECT_EQ(rebuilt.vgpus[0].vgpu_id, ours->id);

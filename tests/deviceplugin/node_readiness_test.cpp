@@ -76,8 +76,8 @@ TEST_F(NodeReadinessTest, EveryItemIsOneTheMetricKnows) {
 
 class Recorder : public kube::EventRecorder {
  public:
-  kube::Error Record(const kube::ObjectRef& ref, kube::EventType type, const std::string& reason,
-                     const std::string& message) override {
+  Status Record(const kube::ObjectRef& ref, kube::EventType type, const std::string& reason,
+                const std::string& message) override {
     events.push_back({ref.kind + "/" + ref.name, type, reason, message});
     return {};
   }

@@ -127,7 +127,7 @@ TEST(NodeStateTest, ACorruptRecordRefusesToLoad) {
   class Corrupt : public StateStore {
    public:
     Result<std::vector<CreatedVgpu>> Load() override {
-      return Status::Error(mdev::ErrorCode::kInvalid, "not JSON");
+      return Status::Error(ErrorCode::kInvalid, "not JSON");
     }
     Status Save(const std::vector<CreatedVgpu>&) override { return Status::Ok(); }
   } store;

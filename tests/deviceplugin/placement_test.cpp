@@ -103,7 +103,7 @@ TEST(PlacementTest, RequestsKubeletCouldNotHaveMeantAreRefusedAsInvalid) {
   for (const PreferredRequest& request : bad) {
     auto answer = PreferDevices(listed, {}, false, {request});
     ASSERT_FALSE(answer.ok());
-    EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kInvalid);
+    EXPECT_EQ(answer.status().code(), ErrorCode::kInvalid);
   }
 }
 

@@ -329,7 +329,7 @@ TEST(ResourceManagerTest, PreferredAllocationRefusesImpossibleRequests) {
     SCOPED_TRACE(c.description);
     auto answer = f.manager.PreferredAllocation(r, {c.request});
     ASSERT_FALSE(answer.ok());
-    EXPECT_EQ(answer.status().code(), mdev::ErrorCode::kInvalid);
+    EXPECT_EQ(answer.status().code(), ErrorCode::kInvalid);
   }
 }
 
@@ -410,7 +410,7 @@ TEST(ResourceManagerTest, AFailedCreateRemovesWhatTheRequestCreatedAndNamesDevic
   auto result = f.manager.Allocate("tencent.com/vgpu-222", {{first}, {second}});
   ASSERT_FALSE(result.ok());
   EXPECT_NE(result.status().message().find(second), std::string::npos) << result.status().message();
-  EXPECT_EQ(result.status().code(), mdev::ErrorCode::kNoRoom) << result.status().ToString();
+  EXPECT_EQ(result.status().code(), ErrorCode::kNoRoom) << result.status().ToString();
   EXPECT_TRUE(f.sim.model().VgpuIds().empty()) << "the first container's vGPU is rolled back";
   EXPECT_TRUE(f.store.vgpus_.empty());
   EXPECT_EQ(f.Devices("tencent.com/vgpu-223").size(), 16u) << "both GPUs unlocked again";
@@ -458,7 +458,7 @@ TEST(ResourceManagerTest, BadRequestsAreRefusedAndChangeNothing) {
     SCOPED_TRACE(c.description);
     auto result = f.manager.Allocate(c.resource, c.containers);
     ASSERT_FALSE(result.ok());
-    EXPECT_EQ(result.status().code(), mdev::ErrorCode::kInvalid);
+    EXPECT_EQ(result.status().code(), ErrorCode::kInvalid);
     EXPECT_NE(result.status().message().find(c.message_part), std::string::npos)
         << result.status().message();
     EXPECT_TRUE(f.sim.model().VgpuIds().empty());

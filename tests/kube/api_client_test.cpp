@@ -44,7 +44,7 @@ class ApiClientTest : public ::testing::Test {
 
   std::unique_ptr<ApiClient> Client(const Config& config, ClientOptions options = {}) {
     auto client = ApiClient::Create(config, options);
-    EXPECT_TRUE(client.ok()) << client.error().ToString();
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
     return client.ok() ? std::move(client.value()) : nullptr;
   }
 
@@ -55,7 +55,7 @@ TEST_F(ApiClientTest, ListsPodsWithTokenAndCa) {
   server_.AddPod(MakePod("ml", "a", "node-a"));
   auto client = Client(GoodConfig());
   auto list = client->Get("/api/v1/pods");
-  ASSERT_TRUE(list.ok()) << list.error().ToString();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
   EXPECT_EQ(list.value()["items"].size(), 1u);
   EXPECT_FALSE(list.value()["metadata"]["resourceVersion"].get<std::string>().empty());
 }
@@ -65,17 +65,17 @@ TEST_F(ApiClientTest, RefusalsAreTypedErrors) {
   struct Case {
     std::string description;
     std::function<void(Config&)> change;
-    ErrorKind kind;
+    ErrorCode kind;
     int status;
     std::string in_message;
   };
   const std::vector<Case> cases = {
-      {"no token", [](Config& c) { c.token.clear(); }, ErrorKind::kHttp, 401, "Unauthorized"},
-      {"wrong token", [](Config& c) { c.token = "nope"; }, ErrorKind::kHttp, 401, "Unauthorized"},
+      {"no token", [](Config& c) { c.token.clear(); }, ErrorCode::kHttp, 401, "Unauthorized"},
+      {"wrong token", [](Config& c) { c.token = "nope"; }, ErrorCode::kHttp, 401, "Unauthorized"},
       {"server signed by another CA", [&](Config& c) { c.ca_pem = stranger.cert_pem(); },
-       ErrorKind::kTransport, 0, "GET /api/v1/pods"},
+       ErrorCode::kTransport, 0, "GET /api/v1/pods"},
       {"nothing listening", [](Config& c) { c.server = "https://127.0.0.1:1"; },
-       ErrorKind::kTransport, 0, "Connection"},
+       ErrorCode::kTransport, 0, "Connection"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.description);
@@ -85,10 +85,10 @@ TEST_F(ApiClientTest, RefusalsAreTypedErrors) {
     ASSERT_NE(client, nullptr);
     auto list = client->Get("/api/v1/pods");
     ASSERT_FALSE(list.ok());
-    EXPECT_EQ(list.error().kind(), c.kind) << list.error().ToString();
-    EXPECT_EQ(list.error().http_status(), c.status);
-    EXPECT_NE(list.error().message().find(c.in_message), std::string::npos)
-        << list.error().message();
+    EXPECT_EQ(list.status().code(), c.kind) << list.status().ToString();
+    EXPECT_EQ(list.status().http_status(), c.status);
+    EXPECT_NE(list.status().message().find(c.in_message), std::string::npos)
+        << list.status().message();
   }
 }
 
@@ -116,7 +116,7 @@ TEST_F(ApiClientTest, TheSystemTrustStoreIsNotConsultedWhenACaIsGiven) {
   }
   EXPECT_FALSE(list.ok());
   EXPECT_TRUE(system_only.ok()) << "without a CA the system store is the trust: "
-                                << system_only.error().ToString();
+                                << system_only.status().ToString();
 }
 
 TEST_F(ApiClientTest, InsecureSkipTrustsAnyServer) {
@@ -150,7 +150,7 @@ TEST_F(ApiClientTest, BadConfigIsRefusedBeforeAnyRequest) {
     c.change(config);
     auto client = ApiClient::Create(config);
     ASSERT_FALSE(client.ok());
-    EXPECT_EQ(client.error().kind(), ErrorKind::kConfig);
+    EXPECT_EQ(client.status().code(), ErrorCode::kConfig);
   }
 }
 
@@ -168,7 +168,7 @@ TEST_F(ApiClientTest, RotatedTokenFileIsUsedOnTheNextRequest) {
   std::filesystem::rename(dir.path() / "next", token_path);
   server_.SetTokens({"new-token-rotated"});
   auto after = client->Get("/api/v1/pods");
-  EXPECT_TRUE(after.ok()) << after.error().ToString();
+  EXPECT_TRUE(after.ok()) << after.status().ToString();
 }
 
 TEST_F(ApiClientTest, KubeconfigWithInlineCaReachesTheServer) {
@@ -182,7 +182,7 @@ TEST_F(ApiClientTest, KubeconfigWithInlineCaReachesTheServer) {
       FakeApiServer::kToken + "}\n";
   std::ofstream(dir.path() / "kubeconfig") << text;
   auto config = LoadKubeconfig(dir.path() / "kubeconfig");
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   auto client = Client(config.value());
   EXPECT_TRUE(client->Get("/api/v1/pods").ok());
 }
@@ -203,11 +203,11 @@ TEST(ApiClientCertificateTest, KubeconfigClientCertificateFilesAuthenticate) {
          "user: u}\nusers:\n- name: u\n  user:\n    client-certificate: client.crt\n"
          "    client-key: client.key\n";
   auto config = LoadKubeconfig(dir.path() / "kubeconfig");
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   auto client = ApiClient::Create(config.value());
-  ASSERT_TRUE(client.ok()) << client.error().ToString();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto list = client.value()->Get("/api/v1/pods");
-  ASSERT_TRUE(list.ok()) << list.error().ToString();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
   EXPECT_EQ(list.value()["items"].size(), 1u);
 
   Config without = config.value();
@@ -215,14 +215,14 @@ TEST(ApiClientCertificateTest, KubeconfigClientCertificateFilesAuthenticate) {
   without.client_key_pem.clear();
   auto refused = ApiClient::Create(without).value()->Get("/api/v1/pods");
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.error().kind(), ErrorKind::kTransport) << refused.error().ToString();
+  EXPECT_EQ(refused.status().code(), ErrorCode::kTransport) << refused.status().ToString();
 }
 
 TEST_F(ApiClientTest, EventsArePostedAboutThePod) {
   auto client = Client(GoodConfig());
   ApiEventRecorder recorder(*client, "kata-vgpu-device-plugin", "node-a");
-  const Error error = recorder.Record({"ml", "train", "uid-1"}, EventType::kNormal, "VgpuCreated",
-                                      "vGPU nvidia-492 created on 0000:3b:00.0");
+  const Status error = recorder.Record({"ml", "train", "uid-1"}, EventType::kNormal, "VgpuCreated",
+                                       "vGPU nvidia-492 created on 0000:3b:00.0");
   ASSERT_TRUE(error.ok()) << error.ToString();
   const auto events = server_.events();
   ASSERT_EQ(events.size(), 1u);
@@ -237,13 +237,13 @@ TEST_F(ApiClientTest, MergePatchChangesThePod) {
   auto patched = client->Patch("/api/v1/namespaces/ml/pods/a",
                                {{"metadata", {{"annotations", {{"kata-vgpu/uuid", "x"}}}}}},
                                "application/merge-patch+json");
-  ASSERT_TRUE(patched.ok()) << patched.error().ToString();
+  ASSERT_TRUE(patched.ok()) << patched.status().ToString();
   EXPECT_EQ(patched.value()["metadata"]["annotations"]["kata-vgpu/uuid"], "x");
   auto missing = client->Patch("/api/v1/namespaces/ml/pods/nope", nlohmann::json::object(),
                                "application/merge-patch+json");
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.error().http_status(), 404);
-  EXPECT_NE(missing.error().message().find("not found"), std::string::npos);
+  EXPECT_EQ(missing.status().http_status(), 404);
+  EXPECT_NE(missing.status().message().find("not found"), std::string::npos);
 }
 
 TEST_F(ApiClientTest, SlowServerTimesOut) {
@@ -253,7 +253,7 @@ TEST_F(ApiClientTest, SlowServerTimesOut) {
   auto client = Client(GoodConfig(), options);
   auto list = client->Get("/api/v1/pods");
   ASSERT_FALSE(list.ok());
-  EXPECT_EQ(list.error().kind(), ErrorKind::kTransport) << list.error().ToString();
+  EXPECT_EQ(list.status().code(), ErrorCode::kTransport) << list.status().ToString();
   server_.SetResponseDelay(std::chrono::milliseconds(0));
 }
 
@@ -270,7 +270,7 @@ TEST_F(ApiClientTest, CancelBreaksAnOpenStream) {
   const auto start = std::chrono::steady_clock::now();
   cancel.Cancel();
   ASSERT_EQ(done.wait_for(std::chrono::seconds(2)), std::future_status::ready);
-  EXPECT_EQ(done.get().kind(), ErrorKind::kCancelled);
+  EXPECT_EQ(done.get().code(), ErrorCode::kCancelled);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
@@ -292,8 +292,8 @@ TEST_F(ApiClientTest, StreamDeliversLinesAndReportsACut) {
   ASSERT_EQ(got_one.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
   server_.DropWatches();
   ASSERT_EQ(done.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  const Error error = done.get();
-  EXPECT_EQ(error.kind(), ErrorKind::kTransport) << error.ToString();
+  const Status error = done.get();
+  EXPECT_EQ(error.code(), ErrorCode::kTransport) << error.ToString();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(nlohmann::json::parse(lines[0])["type"], "ADDED");
 }

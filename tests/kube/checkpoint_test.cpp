@@ -21,7 +21,7 @@ std::string Fixture(const std::string& name) {
 
 TEST(CheckpointTest, ReadsThePre120ListFormat) {
   auto checkpoint = ParseCheckpoint(Fixture("checkpoint-v1-list.json"));
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().ToString();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
   EXPECT_EQ(checkpoint->format, CheckpointFormat::kList);
   EXPECT_EQ(checkpoint->checksum, 229855270u);
   ASSERT_EQ(checkpoint->entries.size(), 1u);
@@ -39,7 +39,7 @@ TEST(CheckpointTest, ReadsThePre120ListFormat) {
 
 TEST(CheckpointTest, ReadsThe120NumaMapFormat) {
   auto checkpoint = ParseCheckpoint(Fixture("checkpoint-v2-numa.json"));
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().ToString();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
   EXPECT_EQ(checkpoint->format, CheckpointFormat::kNumaMap);
   EXPECT_EQ(checkpoint->checksum, 2530956716u);
   ASSERT_EQ(checkpoint->entries.size(), 1u);
@@ -67,7 +67,7 @@ TEST(CheckpointTest, AReusedIdShowsBothEntries) {
     {"PodUID":"new","ContainerName":"c","ResourceName":"r","DeviceIDs":{"-1":["d1"]},"AllocResp":""}],
     "RegisteredDevices":null},"Checksum":1})";
   auto checkpoint = ParseCheckpoint(text);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().ToString();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
   EXPECT_EQ(checkpoint->EntriesWith("r", "d1").size(), 2u);
 }
 
@@ -75,7 +75,7 @@ TEST(CheckpointTest, EmptyKubeletStateIsValid) {
   // What a fresh kubelet writes: Go's nil slice and map are null.
   auto checkpoint =
       ParseCheckpoint(R"({"Data":{"PodDeviceEntries":null,"RegisteredDevices":{}},"Checksum":0})");
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.error().ToString();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
   EXPECT_EQ(checkpoint->format, CheckpointFormat::kEmpty);
   EXPECT_TRUE(checkpoint->entries.empty());
 }
@@ -136,9 +136,9 @@ TEST(CheckpointTest, DamageIsAClearError) {
     SCOPED_TRACE(c.description);
     auto checkpoint = ParseCheckpoint(c.text);
     ASSERT_FALSE(checkpoint.ok());
-    EXPECT_EQ(checkpoint.error().kind(), ErrorKind::kDecode);
-    EXPECT_NE(checkpoint.error().message().find(c.expected_in_message), std::string::npos)
-        << checkpoint.error().message();
+    EXPECT_EQ(checkpoint.status().code(), ErrorCode::kDecode);
+    EXPECT_NE(checkpoint.status().message().find(c.expected_in_message), std::string::npos)
+        << checkpoint.status().message();
   }
 }
 
@@ -146,8 +146,8 @@ TEST(CheckpointTest, MissingFileIsNotFoundAndNamesThePath) {
   kvgpu::testing::TempDir dir;
   auto checkpoint = ReadCheckpoint(CheckpointPath(dir.path()));
   ASSERT_FALSE(checkpoint.ok());
-  EXPECT_EQ(checkpoint.error().kind(), ErrorKind::kNotFound);
-  EXPECT_NE(checkpoint.error().message().find("device-plugins/kubelet_internal_checkpoint"),
+  EXPECT_EQ(checkpoint.status().code(), ErrorCode::kGone);
+  EXPECT_NE(checkpoint.status().message().find("device-plugins/kubelet_internal_checkpoint"),
             std::string::npos);
 }
 

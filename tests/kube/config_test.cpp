@@ -38,7 +38,7 @@ TEST(Base64Test, DecodesWhatKubeconfigDataFieldsHold) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.description);
     auto decoded = DecodeBase64(c.input);
-    ASSERT_EQ(decoded.ok(), c.ok) << (decoded.ok() ? "" : decoded.error().message());
+    ASSERT_EQ(decoded.ok(), c.ok) << (decoded.ok() ? "" : decoded.status().message());
     if (c.ok) {
       EXPECT_EQ(decoded.value(), c.output);
     }
@@ -77,7 +77,7 @@ TEST(KubeconfigTest, CurrentContextPicksClusterUserAndNamespace) {
   Write(dir.path() / "ca.pem", "DEV-CA");
   Write(dir.path() / "config", kKubeconfig);
   auto config = LoadKubeconfig(dir.path() / "config");
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->server, "https://127.0.0.1:6443");
   EXPECT_EQ(config->ca_pem, "DEV-CA") << "relative CA path is taken from the kubeconfig's dir";
   EXPECT_EQ(config->token, "dev-token");
@@ -87,7 +87,7 @@ TEST(KubeconfigTest, CurrentContextPicksClusterUserAndNamespace) {
 
 TEST(KubeconfigTest, NamedContextWithInlineClientCertificate) {
   auto config = ParseKubeconfig(kKubeconfig, "/nowhere", "prod");
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->server, "https://prod.example:6443");
   EXPECT_EQ(config->ca_pem, "PROD-CA");
   EXPECT_EQ(config->client_cert_pem, "CERT");
@@ -140,9 +140,9 @@ TEST(KubeconfigTest, BadConfigurationsSayWhatIsWrong) {
     SCOPED_TRACE(c.description);
     auto config = ParseKubeconfig(c.text, "/nowhere", c.context);
     ASSERT_FALSE(config.ok());
-    EXPECT_EQ(config.error().kind(), ErrorKind::kConfig);
-    EXPECT_NE(config.error().message().find(c.expected_in_message), std::string::npos)
-        << config.error().message();
+    EXPECT_EQ(config.status().code(), ErrorCode::kConfig);
+    EXPECT_NE(config.status().message().find(c.expected_in_message), std::string::npos)
+        << config.status().message();
   }
 }
 
@@ -152,7 +152,7 @@ TEST(KubeconfigTest, InsecureSkipAndTokenFile) {
       "    insecure-skip-tls-verify: true\ncontexts:\n- name: x\n  context: {cluster: c, user: "
       "u}\nusers:\n- name: u\n  user: {tokenFile: tok}\n";
   auto config = ParseKubeconfig(text, "/etc/k");
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_TRUE(config->insecure_skip_tls_verify);
   EXPECT_EQ(config->token_file, std::filesystem::path("/etc/k/tok"));
 }
@@ -163,7 +163,7 @@ TEST(InClusterTest, ReadsTheServiceAccountMount) {
   Write(dir.path() / "token", "sa-token\n");
   Write(dir.path() / "namespace", "kube-system");
   auto config = LoadInCluster({"10.96.0.1", "443", dir.path()});
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->server, "https://10.96.0.1:443");
   EXPECT_EQ(config->ca_pem, "CLUSTER-CA");
   EXPECT_EQ(config->token_file, dir.path() / "token");
@@ -177,7 +177,7 @@ TEST(InClusterTest, Ipv6ServiceAddressIsBracketed) {
   Write(dir.path() / "ca.crt", "CA");
   Write(dir.path() / "token", "t");
   auto config = LoadInCluster({"fd00::1", "443", dir.path()});
-  ASSERT_TRUE(config.ok()) << config.error().ToString();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->server, "https://[fd00::1]:443");
 }
 
@@ -196,14 +196,14 @@ TEST(InClusterTest, MissingPiecesAreClearErrors) {
     SCOPED_TRACE(c.description);
     auto config = LoadInCluster(c.source);
     ASSERT_FALSE(config.ok());
-    EXPECT_NE(config.error().message().find(c.expected_in_message), std::string::npos)
-        << config.error().message();
+    EXPECT_NE(config.status().message().find(c.expected_in_message), std::string::npos)
+        << config.status().message();
   }
   Write(dir.path() / "ca.crt", "CA");
   Write(dir.path() / "token", "  \n");
   auto empty_token = LoadInCluster({"h", "1", dir.path()});
   ASSERT_FALSE(empty_token.ok());
-  EXPECT_NE(empty_token.error().message().find("empty"), std::string::npos);
+  EXPECT_NE(empty_token.status().message().find("empty"), std::string::npos);
 }
 
 TEST(TokenSourceTest, RotatedTokenIsPickedUpAndALostFileKeepsTheLastOne) {

@@ -40,8 +40,8 @@ TEST(RecordingEventRecorderTest, RecordsOrFailsLikeAnUnreachableServer) {
   RecordingEventRecorder recorder;
   EXPECT_TRUE(recorder.Record({"ns", "p", "u"}, kube::EventType::kNormal, "VgpuCreated", "").ok());
   recorder.SetFailing(true);
-  EXPECT_EQ(recorder.Record({"ns", "p", "u"}, kube::EventType::kNormal, "VgpuRemoved", "").kind(),
-            kube::ErrorKind::kTransport);
+  EXPECT_EQ(recorder.Record({"ns", "p", "u"}, kube::EventType::kNormal, "VgpuRemoved", "").code(),
+            ErrorCode::kTransport);
   EXPECT_EQ(recorder.reasons(), (std::vector<std::string>{"VgpuCreated"}));
 }
 

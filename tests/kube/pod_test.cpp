@@ -25,7 +25,7 @@ TEST(ParsePodTest, KeepsWhatLifecycleDecisionsNeed) {
                             {"name": "side"}]},
     "status": {"phase": "Running"}})");
   auto pod = ParsePod(json);
-  ASSERT_TRUE(pod.ok()) << pod.error().ToString();
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
   EXPECT_EQ(pod->uid, "u1");
   EXPECT_EQ(pod->Key(), "ml/train");
   EXPECT_EQ(pod->node_name, "node-a");
@@ -73,7 +73,7 @@ TEST(ParsePodTest, PhasesAndMissingParts) {
     auto pod = ParsePod(nlohmann::json::parse(c.json));
     ASSERT_EQ(pod.ok(), c.ok);
     if (!c.ok) {
-      EXPECT_EQ(pod.error().kind(), ErrorKind::kDecode);
+      EXPECT_EQ(pod.status().code(), ErrorCode::kDecode);
       continue;
     }
     EXPECT_EQ(pod->Finished(), c.finished);
@@ -145,14 +145,14 @@ namespace {
 // Records what it is given; can be made slow or failing.
 class SlowRecorder : public EventRecorder {
  public:
-  Error Record(const PodRef& pod, EventType, const std::string& reason,
-               const std::string&) override {
+  Status Record(const PodRef& pod, EventType, const std::string& reason,
+                const std::string&) override {
     std::unique_lock lock(mutex_);
     ++entered_;
     released_.notify_all();
     released_.wait(lock, [this] { return open_; });
     seen_.push_back(pod.name + ":" + reason);
-    return fail_ ? Error(ErrorKind::kTransport, "down") : Error();
+    return fail_ ? Status::Error(ErrorCode::kTransport, "down") : Status();
   }
   void Open() {
     std::lock_guard lock(mutex_);

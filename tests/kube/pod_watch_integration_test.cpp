@@ -27,7 +27,7 @@ class PodWatchIntegrationTest : public ::testing::Test {
     ClientOptions client_options;
     client_options.request_timeout = std::chrono::seconds(2);
     auto client = ApiClient::Create(config, client_options);
-    ASSERT_TRUE(client.ok()) << client.error().ToString();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::move(client.value());
     PodWatchOptions options;
     options.node_name = "node-a";

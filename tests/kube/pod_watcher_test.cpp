@@ -27,7 +27,7 @@ std::string EventLine(const std::string& type, const std::string& name,
 }
 
 struct StreamScript {
-  Error end;  // how the stream ends after its lines
+  Status end;  // how the stream ends after its lines
   std::vector<std::string> lines;
   bool opened = true;  // the server answered 200 before the lines
 };
@@ -41,21 +41,21 @@ class ScriptedTransport : public ApiTransport {
   Result<nlohmann::json> Get(const std::string& path, Canceller*) override {
     std::lock_guard lock(mutex_);
     paths_.push_back(path);
-    if (lists.empty()) return Error(ErrorKind::kTransport, "nothing scripted");
+    if (lists.empty()) return Status::Error(ErrorCode::kTransport, "nothing scripted");
     auto answer = lists.front();
     lists.pop_front();
     return answer;
   }
   Result<nlohmann::json> Post(const std::string&, const nlohmann::json&) override {
-    return Error(ErrorKind::kHttp, "unused");
+    return Status::Error(ErrorCode::kHttp, "unused");
   }
   Result<nlohmann::json> Patch(const std::string&, const nlohmann::json&,
                                const std::string&) override {
-    return Error(ErrorKind::kHttp, "unused");
+    return Status::Error(ErrorCode::kHttp, "unused");
   }
-  Error Stream(const std::string& path, std::chrono::milliseconds,
-               const std::function<void()>& on_open,
-               const std::function<bool(std::string_view)>& on_line, Canceller* cancel) override {
+  Status Stream(const std::string& path, std::chrono::milliseconds,
+                const std::function<void()>& on_open,
+                const std::function<bool(std::string_view)>& on_line, Canceller* cancel) override {
     std::optional<StreamScript> script;
     {
       std::lock_guard lock(mutex_);
@@ -68,7 +68,7 @@ class ScriptedTransport : public ApiTransport {
     if (script) {
       if (script->opened) on_open();
       for (const auto& line : script->lines) {
-        if (!on_line(line)) return Error();
+        if (!on_line(line)) return Status();
       }
       return script->end;
     }
@@ -80,12 +80,12 @@ class ScriptedTransport : public ApiTransport {
           woken = true;
           idle_.notify_all();
         })) {
-      return Error(ErrorKind::kCancelled, "cancelled");
+      return Status::Error(ErrorCode::kCancelled, "cancelled");
     }
     idle_.wait(lock, [&] { return woken; });
     lock.unlock();
     cancel->Disarm();
-    return Error(ErrorKind::kCancelled, "cancelled");
+    return Status::Error(ErrorCode::kCancelled, "cancelled");
   }
 
   std::vector<std::string> paths() const {
@@ -122,7 +122,7 @@ TEST(PodWatcherTest, ListThenWatchFromItsVersionWithBookmarks) {
   ScriptedTransport transport;
   transport.lists.push_back(List("10", {"a", "b"}));
   transport.streams.push_back(
-      {Error(), {EventLine("ADDED", "c", "11"), EventLine("DELETED", "a", "12")}});
+      {Status(), {EventLine("ADDED", "c", "11"), EventLine("DELETED", "a", "12")}});
   WatchRecorder recorder;
   ApiPodWatcher watcher(transport, FastOptions());
   watcher.Start(recorder.Callbacks());
@@ -142,7 +142,7 @@ TEST(PodWatcherTest, BookmarkMovesTheResumeVersion) {
   ScriptedTransport transport;
   transport.lists.push_back(List("10", {}));
   transport.streams.push_back(
-      {Error(ErrorKind::kTransport, "connection reset"),
+      {Status::Error(ErrorCode::kTransport, "connection reset"),
        {R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"55"}}})"}});
   WatchRecorder recorder;
   ApiPodWatcher watcher(transport, FastOptions());
@@ -160,9 +160,9 @@ TEST(PodWatcherTest, GoneInEitherFormRelists) {
   };
   const std::vector<Case> cases = {
       {"ERROR event with code 410",
-       {Error(),
+       {Status(),
         {R"json({"type":"ERROR","object":{"kind":"Status","status":"Failure","reason":"Expired","code":410,"message":"too old resource version: 10 (20)"}})json"}}},
-      {"HTTP 410", {Error(ErrorKind::kGone, "HTTP 410", 410), {}, false}},
+      {"HTTP 410", {Status::Remote(ErrorCode::kExpired, "HTTP 410", 410), {}, false}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.description);
@@ -184,11 +184,11 @@ TEST(PodWatcherTest, GoneInEitherFormRelists) {
 
 TEST(PodWatcherTest, FailuresBackOffAndReportTheLoss) {
   ScriptedTransport transport;
-  transport.lists.push_back(Error(ErrorKind::kTransport, "connection refused"));
-  transport.lists.push_back(Error(ErrorKind::kHttp, "HTTP 503", 503));
+  transport.lists.push_back(Status::Error(ErrorCode::kTransport, "connection refused"));
+  transport.lists.push_back(Status::Remote(ErrorCode::kHttp, "HTTP 503", 503));
   transport.lists.push_back(List("10", {}));
-  transport.streams.push_back({Error(ErrorKind::kHttp, "HTTP 500", 500), {}, false});
-  transport.streams.push_back({Error(ErrorKind::kTransport, "reset"), {}});
+  transport.streams.push_back({Status::Remote(ErrorCode::kHttp, "HTTP 500", 500), {}, false});
+  transport.streams.push_back({Status::Error(ErrorCode::kTransport, "reset"), {}});
   WatchRecorder recorder;
   ApiPodWatcher watcher(transport, FastOptions());
   watcher.Start(recorder.Callbacks());
@@ -202,7 +202,7 @@ TEST(PodWatcherTest, FailuresBackOffAndReportTheLoss) {
 TEST(PodWatcherTest, GarbageLineResumesFromTheLastGoodVersion) {
   ScriptedTransport transport;
   transport.lists.push_back(List("10", {}));
-  transport.streams.push_back({Error(), {EventLine("ADDED", "c", "11"), "{not json"}});
+  transport.streams.push_back({Status(), {EventLine("ADDED", "c", "11"), "{not json"}});
   WatchRecorder recorder;
   ApiPodWatcher watcher(transport, FastOptions());
   watcher.Start(recorder.Callbacks());

@@ -36,7 +36,7 @@ class PodResourcesTest : public ::testing::Test {
 
 TEST_F(PodResourcesTest, ListGivesEveryContainersDevices) {
   auto pods = client_.List();
-  ASSERT_TRUE(pods.ok()) << pods.error().ToString();
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
   EXPECT_EQ(pods.value(), TwoPods());
   EXPECT_TRUE(pods.value()[0].Holds(kResource, "dev-1"));
   EXPECT_FALSE(pods.value()[0].Holds(kResource, "dev-2"));
@@ -59,11 +59,11 @@ TEST_F(PodResourcesTest, GetOnEachKubeletGeneration) {
     server_.SetGetSupport(c.support);
     PodResourcesClient client(server_.socket());
     auto pod = client.Get("ml", "infer");
-    ASSERT_TRUE(pod.ok()) << pod.error().ToString();
+    ASSERT_TRUE(pod.ok()) << pod.status().ToString();
     ASSERT_TRUE(pod.value().has_value());
     EXPECT_EQ(*pod.value(), TwoPods()[1]);
     auto missing = client.Get("ml", "gone");
-    ASSERT_TRUE(missing.ok()) << missing.error().ToString();
+    ASSERT_TRUE(missing.ok()) << missing.status().ToString();
     EXPECT_FALSE(missing.value().has_value());
     EXPECT_EQ(client.get_available(), c.uses_get_after);
     const int gets = server_.get_calls();
@@ -76,18 +76,18 @@ TEST_F(PodResourcesTest, KubeletDownIsAnErrorThenRestartIsFollowed) {
   server_.Stop();
   auto down = client_.List();
   ASSERT_FALSE(down.ok());
-  EXPECT_EQ(down.error().kind(), ErrorKind::kTransport);
-  EXPECT_NE(down.error().message().find("kubelet.sock"), std::string::npos)
-      << down.error().message();
+  EXPECT_EQ(down.status().code(), ErrorCode::kTransport);
+  EXPECT_NE(down.status().message().find("kubelet.sock"), std::string::npos)
+      << down.status().message();
   ASSERT_TRUE(server_.Start());
   // gRPC reconnects on its own; the channel's backoff is capped at a second.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  Result<std::vector<PodResources>> up = Error(ErrorKind::kTransport, "not yet");
+  Result<std::vector<PodResources>> up = Status::Error(ErrorCode::kTransport, "not yet");
   while (!up.ok() && std::chrono::steady_clock::now() < deadline) {
     up = client_.List();
     if (!up.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_TRUE(up.ok()) << up.error().ToString();
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
   EXPECT_EQ(up.value().size(), 2u);
 }
 

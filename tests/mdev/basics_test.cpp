@@ -5,8 +5,8 @@
 #include <fstream>
 #include <set>
 
+#include "common/status.h"
 #include "fakes/common/temp_dir.h"
-#include "mdev/status.h"
 #include "mdev/sysfs_io.h"
 #include "mdev/uuid.h"
 

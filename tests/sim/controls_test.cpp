@@ -159,10 +159,10 @@ TEST_F(ControlsTest, EveryKindOfGpuCanBeUnpluggedAndRestored) {
 
 TEST_F(ControlsTest, UnplugAndRestoreRefuseWhatCannotBeDone) {
   Load("t4x2");
-  EXPECT_EQ(model_->RemoveGpu("0000:01:00.0").code(), mdev::ErrorCode::kUnknownParent);
-  EXPECT_EQ(model_->RestoreGpu(kT4a).code(), mdev::ErrorCode::kExists);
+  EXPECT_EQ(model_->RemoveGpu("0000:01:00.0").code(), ErrorCode::kUnknownParent);
+  EXPECT_EQ(model_->RestoreGpu(kT4a).code(), ErrorCode::kExists);
   ASSERT_TRUE(model_->RemoveGpu(kT4a).ok());
-  EXPECT_EQ(model_->RemoveGpu(kT4a).code(), mdev::ErrorCode::kGone);
+  EXPECT_EQ(model_->RemoveGpu(kT4a).code(), ErrorCode::kGone);
 }
 
 // available_instances is replaced by rename, so a reader that bypasses the model (as the FUSE

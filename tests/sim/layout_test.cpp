@@ -216,7 +216,7 @@ TEST_F(LayoutTest, BadProfilesAreRefusedBeforeTouchingTheDisk) {
     fs::path dir = root_.path() / "bad";
     auto model = KernelModel::Create(dir, c.profile);
     ASSERT_FALSE(model.ok());
-    EXPECT_EQ(model.status().code(), mdev::ErrorCode::kInvalid);
+    EXPECT_EQ(model.status().code(), ErrorCode::kInvalid);
     EXPECT_FALSE(fs::exists(dir));
   }
 }
@@ -227,14 +227,14 @@ TEST_F(LayoutTest, ANonEmptyRootIsRefusedAndLeftAlone) {
   std::ofstream(dir / "keep") << "x";
   auto model = KernelModel::Create(dir, ProfileByName("mtty").value());
   ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().code(), mdev::ErrorCode::kInvalid);
+  EXPECT_EQ(model.status().code(), ErrorCode::kInvalid);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
 }
 
 TEST_F(LayoutTest, UnknownProfileNameListsTheKnownOnes) {
   auto profile = ProfileByName("v100");
   ASSERT_FALSE(profile.ok());
-  EXPECT_EQ(profile.status().code(), mdev::ErrorCode::kInvalid);
+  EXPECT_EQ(profile.status().code(), ErrorCode::kInvalid);
   for (const auto& name : ProfileNames()) {
     EXPECT_NE(profile.status().message().find(name), std::string::npos) << name;
   }

@@ -306,7 +306,7 @@ TEST_F(KataAttachVmTest, RemoveWhileQemuHoldsTheMdevBlocksUntilQemuLetsGo) {
     ::sigaction(SIGUSR1, &action, nullptr);
     mdev::PosixSysfsIo io;
     mdev::Node node("/", io);
-    mdev::Status status = node.Remove(uuid_);
+    Status status = node.Remove(uuid_);
     std::string report = std::to_string(static_cast<int>(status.code())) + " " +
                          std::to_string(status.sys_errno()) + " " + status.ToString();
     ssize_t ignored = ::write(result_pipe[1], report.data(), report.size());

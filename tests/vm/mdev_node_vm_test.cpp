@@ -19,7 +19,6 @@ namespace kvgpu::vmtest {
 namespace {
 
 using mdev::CreateRequest;
-using mdev::ErrorCode;
 
 class NodeVmTest : public LabTest {
  protected:
@@ -127,7 +126,7 @@ TEST_F(NodeVmTest, CreateShowsTheDeviceWithACharacterVfioGroupAndRemoveTakesItAw
     EXPECT_EQ(listed->type_id, type);
     EXPECT_EQ(listed->iommu_group, vgpu.iommu_group);
 
-    mdev::Status removed = node_.Remove(vgpu.id);
+    Status removed = node_.Remove(vgpu.id);
     ASSERT_TRUE(removed.ok()) << removed.ToString();
     EXPECT_FALSE(fs::exists(device));
     EXPECT_FALSE(fs::exists(vgpu.vfio_device)) << "the group's node outlived its only device";
@@ -163,7 +162,7 @@ KernelState Snapshot() {
 struct ErrorCase {
   std::string description;
   std::function<void(mdev::Node&)> arrange;  // brings the kernel into the state the case needs
-  std::function<mdev::Status(mdev::Node&)> act;
+  std::function<Status(mdev::Node&)> act;
   ErrorCode code;
   int sys_errno;  // the kernel's errno carried in the Status; 0 when the library refuses first
   std::string message_part;
@@ -227,7 +226,7 @@ TEST_F(NodeVmTest, EveryKernelRefusalIsATypedErrorThatChangesNothing) {
     RemoveAllMdevs();
     c.arrange(node_);
     KernelState before = Snapshot();
-    mdev::Status status = c.act(node_);
+    Status status = c.act(node_);
     EXPECT_EQ(status.code(), c.code) << status.ToString();
     EXPECT_EQ(status.sys_errno(), c.sys_errno) << status.ToString();
     EXPECT_NE(status.message().find(c.message_part), std::string::npos) << status.ToString();
@@ -315,7 +314,7 @@ TEST_F(NodeVmTest, TwoHundredCreateRemoveCyclesLeaveNothingBehind) {
     ASSERT_TRUE(created.ok()) << "cycle " << i << ": " << created.status().ToString();
     uuids.insert(created->id);
     start = std::chrono::steady_clock::now();
-    mdev::Status removed = node_.Remove(created->id);
+    Status removed = node_.Remove(created->id);
     remove_ms.push_back(MillisecondsSince(start));
     ASSERT_TRUE(removed.ok()) << "cycle " << i << ": " << removed.ToString();
   }

@@ -46,7 +46,7 @@ class UdevMonitorVmTest : public LabTest {
     monitor_ = std::make_unique<mdev::UdevMonitor>(
         mdev::UdevMonitorOptions{"kernel", {"mdev"}},
         [this](const mdev::DeviceEvent& event) { log_.Add(event); });
-    mdev::Status started = monitor_->Start();
+    Status started = monitor_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
   }
   void TearDown() override {

@@ -51,7 +51,7 @@ TEST(Config, HotPlugDriverLoaderWaitsForTheNvidiaFunctionThenStays) {
 
 TEST(Config, ClassicModeAndDroppedProbes) {
   auto config = ParseConfig("sidecarMode: classic\ngridd: {readinessProbe: null}\n");
-  ASSERT_TRUE(config.ok()) << config.error();
+  ASSERT_TRUE(config.ok()) << config.status().message();
   for (const auto* injection : {&config.value()->hot_plug, &config.value()->cold_plug}) {
     EXPECT_FALSE(injection->driver.object.contains("restartPolicy"));
     EXPECT_FALSE(injection->gridd.object.contains("restartPolicy"));
@@ -69,7 +69,7 @@ gridd:
   startupProbe: {periodSeconds: 2}
 excludedNamespaces: []
 )");
-  ASSERT_TRUE(config.ok()) << config.error();
+  ASSERT_TRUE(config.ok()) << config.status().message();
   EXPECT_EQ(config.value()->cold_plug.driver.object["image"], "registry.example/loader:2");
   EXPECT_EQ(config.value()->hot_plug.driver.object["image"], "registry.example/loader:2");
   EXPECT_EQ(config.value()->cold_plug.driver.object["command"],
@@ -93,7 +93,7 @@ volumes:
   - name: kvgpu-client-token
     secret: {secretName: x}
 )");
-  ASSERT_TRUE(config.ok()) << config.error();
+  ASSERT_TRUE(config.ok()) << config.status().message();
   const auto& secret = config.value()->volumes[0].object["secret"];
   EXPECT_TRUE(secret["defaultMode"].is_number_integer());
   EXPECT_EQ(secret["optional"], true);
@@ -185,7 +185,8 @@ TEST(Config, BrokenConfigsAreRefusedNamingTheProblem) {
     SCOPED_TRACE(bad.description);
     auto config = ParseConfig(bad.yaml);
     ASSERT_FALSE(config.ok());
-    EXPECT_NE(config.error().find(bad.message_part), std::string::npos) << config.error();
+    EXPECT_NE(config.status().message().find(bad.message_part), std::string::npos)
+        << config.status().message();
   }
 }
 
@@ -204,7 +205,7 @@ TEST(Config, ValidNamesAndQuantitiesAreAccepted) {
        }) {
     SCOPED_TRACE(yaml);
     auto config = ParseConfig(yaml);
-    EXPECT_TRUE(config.ok()) << config.error();
+    EXPECT_TRUE(config.ok()) << config.status().message();
   }
 }
 
@@ -221,7 +222,7 @@ TEST(Config, ProbeNumbersMustBeWholeNumbers) {
 TEST(Config, MissingFileIsAnError) {
   auto config = LoadConfigFile("/nonexistent/kvgpu-webhook.yaml");
   ASSERT_FALSE(config.ok());
-  EXPECT_NE(config.error().find("/nonexistent/kvgpu-webhook.yaml"), std::string::npos);
+  EXPECT_NE(config.status().message().find("/nonexistent/kvgpu-webhook.yaml"), std::string::npos);
 }
 
 TEST(Config, DnsLabels) {

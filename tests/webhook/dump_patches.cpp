@@ -21,14 +21,14 @@ int main(int argc, char** argv) {
   for (const auto& c : testing::PodCases()) {
     auto config = ParseConfig(c.config_yaml);
     if (!config.ok()) {
-      std::cerr << c.description << ": " << config.error() << "\n";
+      std::cerr << c.description << ": " << config.status().message() << "\n";
       return 1;
     }
     nlohmann::json pod = review["request"]["object"];
     c.shape(pod);
     auto decision = DecidePod(pod, c.namespace_name, *config.value());
     if (!decision.ok()) {
-      std::cerr << c.description << ": " << decision.error() << "\n";
+      std::cerr << c.description << ": " << decision.status().message() << "\n";
       return 1;
     }
     if (decision->outcome != PodOutcome::kMutated) continue;

@@ -18,7 +18,7 @@ using testing::PodCase;
 
 std::shared_ptr<const Config> ConfigFor(const PodCase& c) {
   auto config = ParseConfig(c.config_yaml);
-  EXPECT_TRUE(config.ok()) << config.error();
+  EXPECT_TRUE(config.ok()) << config.status().message();
   return config.ok() ? config.value() : DefaultConfig();
 }
 
@@ -113,7 +113,7 @@ TEST(PodMutator, EveryCaseDecidesAsExpectedAndEveryPatchApplies) {
     json pod = review["request"]["object"];
     c.shape(pod);
     auto decision = DecidePod(pod, c.namespace_name, *config);
-    ASSERT_TRUE(decision.ok()) << decision.error();
+    ASSERT_TRUE(decision.ok()) << decision.status().message();
     EXPECT_STREQ(PodOutcomeName(decision->outcome), PodOutcomeName(c.expected));
     EXPECT_EQ(decision->allowed, c.expected != PodOutcome::kDenied);
     if (decision->outcome != PodOutcome::kMutated) {
@@ -187,7 +187,7 @@ TEST(PodMutator, ReinvocationGivesAContainerAddedLaterTheDriverMount) {
     pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
     shape.before(pod);
     auto first = DecidePod(pod, "default", *config);
-    ASSERT_TRUE(first.ok()) << first.error();
+    ASSERT_TRUE(first.ok()) << first.status().message();
     ASSERT_EQ(first->outcome, PodOutcome::kMutated);
     json injected = testing::ApplyPatch(pod, json::parse(first->patch));
     // The API server defaults what it decodes: a hostPath without a type gets type "".
@@ -201,7 +201,7 @@ TEST(PodMutator, ReinvocationGivesAContainerAddedLaterTheDriverMount) {
          {"resources", {{"limits", {{"tencent.com/vgpu-492", "1"}}}}}});
 
     auto again = DecidePod(injected, "default", *config);
-    ASSERT_TRUE(again.ok()) << again.error();
+    ASSERT_TRUE(again.ok()) << again.status().message();
     EXPECT_EQ(again->outcome, PodOutcome::kCompleted);
     json completed = testing::ApplyPatch(injected, json::parse(again->patch));
     EXPECT_EQ(completed["spec"]["volumes"], injected["spec"]["volumes"]) << "no volume twice";
@@ -288,7 +288,8 @@ TEST(PodMutator, MalformedPodFieldsAreErrorsNamingTheField) {
     bad.shape(pod);
     auto decision = DecidePod(pod, "default", *DefaultConfig());
     ASSERT_FALSE(decision.ok());
-    EXPECT_NE(decision.error().find(bad.field), std::string::npos) << decision.error();
+    EXPECT_NE(decision.status().message().find(bad.field), std::string::npos)
+        << decision.status().message();
   }
 }
 

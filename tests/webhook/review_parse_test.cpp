@@ -28,7 +28,7 @@ TEST(ReviewParse, EveryPodCaseGetsTheAnswerOfTheWholeDocument) {
   for (const auto& c : testing::PodCases()) {
     SCOPED_TRACE(c.description);
     auto config = ParseConfig(c.config_yaml);
-    ASSERT_TRUE(config.ok()) << config.error();
+    ASSERT_TRUE(config.ok()) << config.status().message();
     json review = testing::FixtureReview();
     c.shape(review["request"]["object"]);
     review["request"]["namespace"] = c.namespace_name;

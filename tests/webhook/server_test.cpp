@@ -70,7 +70,7 @@ class ServerTest : public ::testing::Test {
 
   void Start() {
     auto server = Server::Create(options_);
-    ASSERT_TRUE(server.ok()) << server.error();
+    ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = std::move(server.value());
     thread_ = std::thread([this] { server_->Run(); });
   }
@@ -577,7 +577,8 @@ TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
     bad.edit(options);
     auto server = Server::Create(options);
     ASSERT_FALSE(server.ok());
-    EXPECT_NE(server.error().find(bad.message_part), std::string::npos) << server.error();
+    EXPECT_NE(server.status().message().find(bad.message_part), std::string::npos)
+        << server.status().message();
   }
 }
 

@@ -1,9 +1,9 @@
-#include "mdev/status.h"
+#include "common/status.h"
 
 #include <cerrno>
 #include <cstring>
 
-namespace kvgpu::mdev {
+namespace kvgpu {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
@@ -31,6 +31,18 @@ const char* ErrorCodeName(ErrorCode code) {
       return "timeout";
     case ErrorCode::kIo:
       return "io-error";
+    case ErrorCode::kConfig:
+      return "config";
+    case ErrorCode::kTransport:
+      return "transport";
+    case ErrorCode::kHttp:
+      return "http";
+    case ErrorCode::kExpired:
+      return "expired";
+    case ErrorCode::kDecode:
+      return "decode";
+    case ErrorCode::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -71,4 +83,4 @@ std::string Status::ToString() const {
   return std::string(ErrorCodeName(code_)) + ": " + message_;
 }
 
-}  // namespace kvgpu::mdev
+}  // namespace kvgpu

@@ -1,5 +1,8 @@
-// Status and Result: errors a caller can act on, with a message that says what happened and what
-// to do. Kept tiny on purpose (after leveldb's Status); gRPC/HTTP codes are mapped at the edges.
+// Status and Result: the one error type of every component. An error a caller can act on: a
+// generic code to decide by (never parse messages), a message that says what happened and what to
+// do, and the detail of where it came from (the errno of a sysfs write, the HTTP status of an API
+// server answer). Kept small on purpose, after leveldb's Status; gRPC codes and HTTP answers of
+// our own servers are mapped at the edges.
 #pragma once
 
 #include <cassert>
@@ -8,7 +11,7 @@
 #include <utility>
 #include <variant>
 
-namespace kvgpu::mdev {
+namespace kvgpu {
 
 enum class ErrorCode {
   kOk = 0,
@@ -23,6 +26,13 @@ enum class ErrorCode {
   kInvalid,        // bad input or unparseable sysfs content
   kTimeout,        // the kernel did not show the expected result in time
   kIo,             // any other errno
+  // Remote APIs and configuration (the API server, kubelet's sockets and files, kubeconfig):
+  kConfig,     // missing or malformed configuration (kubeconfig, service account files)
+  kTransport,  // could not connect, TLS failure, connection dropped, timed out
+  kHttp,       // the server answered with a status other than 2xx (http_status() says which)
+  kExpired,    // HTTP 410: the resourceVersion asked for is compacted away; relist
+  kDecode,     // the body was not what the API promises
+  kCancelled,  // Stop() was called
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -36,10 +46,17 @@ class Status {
   }
   // Maps an errno from a sysfs write or open to the typed error.
   static Status FromErrno(int sys_errno, std::string message);
+  // An answer of a remote HTTP API (`http_status` 0 when it never answered).
+  static Status Remote(ErrorCode code, std::string message, int http_status) {
+    Status s(code, std::move(message), 0);
+    s.http_status_ = http_status;
+    return s;
+  }
 
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }
   int sys_errno() const { return errno_; }
+  int http_status() const { return http_status_; }
   const std::string& message() const { return message_; }
   // "<code name>: <message>"
   std::string ToString() const;
@@ -50,6 +67,7 @@ class Status {
 
   ErrorCode code_ = ErrorCode::kOk;
   int errno_ = 0;
+  int http_status_ = 0;
   std::string message_;
 };
 
@@ -77,4 +95,4 @@ class Result {
   Status status_;
 };
 
-}  // namespace kvgpu::mdev
+}  // namespace kvgpu
