@@ -55,9 +55,16 @@ struct Injection {
   bool driver_is_init_container = true;
 };
 
+// A JSON object the webhook adds, with its text rendered once at load (see InjectedContainer).
+struct RenderedObject {
+  nlohmann::json object;
+  std::string text;
+};
+
 struct InjectedVolume {
   std::string name;
   nlohmann::json object;  // the whole Volume: {"name": ..., "hostPath": {...}}
+  std::string text;       // `object` rendered
 };
 
 struct Config {
@@ -78,13 +85,8 @@ struct Config {
   Injection cold_plug;
   // Added to every container that asks for a vGPU (skipped per item when the container already
   // has a mount at that path or an env var of that name: the pod author wins).
-  nlohmann::json workload_mounts = nlohmann::json::array();
-  nlohmann::json workload_env = nlohmann::json::array();
-
-  // The same objects as JSON text, rendered once at load (see InjectedContainer::text).
-  std::vector<std::string> volume_texts;  // parallel to `volumes`
-  std::vector<std::string> workload_mount_texts;
-  std::vector<std::string> workload_env_texts;
+  std::vector<RenderedObject> workload_mounts;  // VolumeMounts
+  std::vector<RenderedObject> workload_env;     // EnvVars
 
   AttachMode AttachModeOf(std::string_view runtime_class) const;
   bool IsInjectedVolumeName(std::string_view name) const {
@@ -103,11 +105,5 @@ std::shared_ptr<const Config> DefaultConfig();
 // Parses YAML text. Unknown keys are errors, so a typo never silently falls back to a default.
 Result<std::shared_ptr<const Config>> ParseConfig(std::string_view yaml_text);
 Result<std::shared_ptr<const Config>> LoadConfigFile(const std::string& path);
-
-// Kubernetes name rules, shared with the admission code.
-bool IsDnsLabel(std::string_view name);
-bool IsDnsSubdomain(std::string_view name);
-// An annotation or label key, or a resource name: [DNS subdomain/]name.
-bool IsQualifiedName(std::string_view key);
 
 }  // namespace kvgpu::webhook

@@ -157,6 +157,26 @@ json RenameMounts(json mounts, const std::map<std::string, std::string>& volume_
   return mounts;
 }
 
+// The workload mounts as JSON text, on the volumes' names in this pod (`pod_names`: config name
+// -> name in the pod): the pre-rendered text unless renamed; empty for a volume not in the pod.
+std::vector<std::string> WorkloadMountTexts(const Config& config,
+                                            const std::map<std::string, std::string>& pod_names) {
+  std::vector<std::string> texts;
+  for (const RenderedObject& mount : config.workload_mounts) {
+    auto it = pod_names.find(mount.object["name"].get_ref<const std::string&>());
+    if (it == pod_names.end()) {
+      texts.emplace_back();
+    } else if (it->first == it->second) {
+      texts.push_back(mount.text);
+    } else {
+      json renamed = mount.object;
+      renamed["name"] = it->second;
+      texts.push_back(renamed.dump());
+    }
+  }
+  return texts;
+}
+
 // The injected container as JSON text: the pre-rendered one unless a clash renamed it or a
 // volume it mounts.
 std::string ContainerText(const InjectedContainer& container, const std::string& name,
@@ -224,7 +244,8 @@ Result<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<ContainerRe
     if (!paths.ok()) return paths.status();
     std::vector<std::string> add_mounts;
     for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
-      const auto& mount_path = config.workload_mounts[i]["mountPath"].get_ref<const std::string&>();
+      const auto& mount_path =
+          config.workload_mounts[i].object["mountPath"].get_ref<const std::string&>();
       if (!mount_texts[i].empty() && !paths->contains(mount_path))
         add_mounts.push_back(mount_texts[i]);
     }
@@ -234,9 +255,9 @@ Result<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<ContainerRe
     auto names = Keys(env, "name", where + ".env");
     if (!names.ok()) return names.status();
     std::vector<std::string> add_env;
-    for (size_t i = 0; i < config.workload_env.size(); ++i) {
-      if (!names->contains(config.workload_env[i]["name"].get_ref<const std::string&>()))
-        add_env.push_back(config.workload_env_texts[i]);
+    for (const RenderedObject& var : config.workload_env) {
+      if (!names->contains(var.object["name"].get_ref<const std::string&>()))
+        add_env.push_back(var.text);
     }
     AppendAll(patch, path + "/env", env, add_env);
     added = added || !add_mounts.empty() || !add_env.empty();
@@ -253,25 +274,18 @@ Result<PodDecision> CompleteInjectedPod(const PodView& view,
   PodDecision decision;
   decision.outcome = PodOutcome::kAlreadyInjected;
   const std::map<std::string, std::string> names = InjectedVolumeNames(*view.volumes, config);
-  std::vector<std::string> mount_texts(config.workload_mounts.size());
-  for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
-    const std::string& volume = config.workload_mounts[i]["name"].get_ref<const std::string&>();
-    auto it = names.find(volume);
-    if (it == names.end()) continue;
-    json mount = config.workload_mounts[i];
-    mount["name"] = it->second;
-    mount_texts[i] = mount.dump();
-  }
+  const std::vector<std::string> mount_texts = WorkloadMountTexts(config, names);
   PatchBuilder patch;
   auto added = AddWorkloadSetup(patch, vgpu_containers, mount_texts, config);
   if (!added.ok()) return added.status();
   if (!added.value()) return decision;
   for (size_t i = 0; i < mount_texts.size(); ++i) {
     if (mount_texts[i].empty())
-      decision.warnings.push_back("kata-vgpu: the injected volume " +
-                                  Quote(config.workload_mounts[i]["name"].get<std::string>()) +
-                                  " is gone from this pod, so a vGPU container added after "
-                                  "injection does not get it mounted");
+      decision.warnings.push_back(
+          "kata-vgpu: the injected volume " +
+          Quote(config.workload_mounts[i].object["name"].get<std::string>()) +
+          " is gone from this pod, so a vGPU container added after "
+          "injection does not get it mounted");
   }
   decision.outcome = PodOutcome::kCompleted;
   decision.patch = patch.Text();
@@ -398,11 +412,10 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
   std::map<std::string, std::string> volume_name;  // config name -> name in this pod
   std::vector<std::string> volumes;
   bool volumes_renamed = false;
-  for (size_t i = 0; i < config.volumes.size(); ++i) {
-    const auto& volume = config.volumes[i];
+  for (const InjectedVolume& volume : config.volumes) {
     const std::string& name = volume_name[volume.name] = UniqueName(volume.name, taken_volumes);
     if (name == volume.name) {
-      volumes.push_back(config.volume_texts[i]);
+      volumes.push_back(volume.text);
       continue;
     }
     volumes_renamed = true;
@@ -429,11 +442,7 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
   AppendAll(patch, "/spec/volumes", *view.volumes, volumes);
 
   // Mounts and environment for each vGPU container, before any insertion shifts indexes.
-  std::vector<std::string> mount_texts = config.workload_mount_texts;
-  if (volumes_renamed) {
-    const json renamed = RenameMounts(config.workload_mounts, volume_name);
-    for (size_t i = 0; i < renamed.size(); ++i) mount_texts[i] = renamed[i].dump();
-  }
+  const std::vector<std::string> mount_texts = WorkloadMountTexts(config, volume_name);
   auto added = AddWorkloadSetup(patch, vgpu_containers, mount_texts, config);
   if (!added.ok()) return added.status();
 

@@ -225,15 +225,5 @@ TEST(Config, MissingFileIsAnError) {
   EXPECT_NE(config.status().message().find("/nonexistent/kvgpu-webhook.yaml"), std::string::npos);
 }
 
-TEST(Config, DnsLabels) {
-  EXPECT_TRUE(IsDnsLabel("nvidia-gridd"));
-  EXPECT_TRUE(IsDnsLabel("a1"));
-  EXPECT_FALSE(IsDnsLabel("-a"));
-  EXPECT_FALSE(IsDnsLabel("a-"));
-  EXPECT_FALSE(IsDnsLabel("A"));
-  EXPECT_FALSE(IsDnsLabel(std::string(64, 'a')));
-  EXPECT_FALSE(IsDnsLabel(""));
-}
-
 }  // namespace
 }  // namespace kvgpu::webhook

@@ -94,7 +94,7 @@ void ExpectValidInjectedPod(const json& before, const json& pod, const Config& c
     }
   }
   EXPECT_EQ(injected, 2);
-  std::string driver_path = config.workload_mounts[0]["mountPath"];
+  std::string driver_path = config.workload_mounts[0].object["mountPath"];
   for (const char* list : {"containers", "initContainers"}) {
     for (const auto& c : pod["spec"].value(list, json::array())) {
       if (!AsksForVgpu(c, config)) continue;
