@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <variant>
 
 #include "webhook/json_patch.h"
 
@@ -314,23 +315,32 @@ const char* PodOutcomeName(PodOutcome outcome) {
   return "unknown";
 }
 
-Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
-                              const Config& config) {
-  auto view_or = View(pod);
-  if (!view_or.ok()) return view_or.status();
-  const PodView& view = view_or.value();
-  PodDecision decision;
+namespace {
 
+// Scope: whether the pod is the webhook's business. Which containers ask for a vGPU, under which
+// runtime class the pod will run; or the decision that ends here (no vGPU, excluded, opted out,
+// denied outside Kata).
+struct PodScope {
+  std::vector<ContainerRef> vgpu_containers;
+  std::string runtime_class;  // as the pod will run: the one set when the policy sets it
+  bool set_runtime_class = false;
+  bool already_injected = false;  // the marker is there
+};
+using ScopeOrDecision = std::variant<PodScope, PodDecision>;
+
+Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace_name,
+                                 const Config& config) {
+  PodDecision decision;
   std::string pod_namespace(namespace_name);
   if (pod_namespace.empty() && Field(*view.metadata, "namespace").is_string())
     pod_namespace = Field(*view.metadata, "namespace").get<std::string>();
   const auto& excluded = config.excluded_namespaces;
   if (std::find(excluded.begin(), excluded.end(), pod_namespace) != excluded.end()) {
     decision.outcome = PodOutcome::kExcludedNamespace;
-    return decision;
+    return ScopeOrDecision(decision);
   }
 
-  std::vector<ContainerRef> vgpu_containers;
+  PodScope scope;
   std::string first_resource, first_container;
   for (const ContainerRef& ref : AllContainers(view)) {
     auto resource = VgpuRequest(
@@ -342,9 +352,9 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
       first_resource = resource.value();
       first_container = (*ref.container)["name"].get<std::string>();
     }
-    vgpu_containers.push_back(ref);
+    scope.vgpu_containers.push_back(ref);
   }
-  if (vgpu_containers.empty()) return decision;
+  if (scope.vgpu_containers.empty()) return ScopeOrDecision(decision);
 
   // Invariant: a pod outside Kata never gets privileged injected containers.
   const json& runtime_class = Field(*view.spec, "runtimeClassName");
@@ -353,10 +363,11 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
                          "request.object.spec.runtimeClassName must be a string");
   std::string runtime = runtime_class.is_string() ? runtime_class.get<std::string>() : "";
   const auto& kata = config.runtime_class_names;
-  bool set_runtime_class = false;
+  scope.runtime_class = runtime;
   if (std::find(kata.begin(), kata.end(), runtime) == kata.end()) {
     if (config.non_kata_policy == NonKataPolicy::kSetRuntimeClass && runtime.empty()) {
-      set_runtime_class = true;
+      scope.set_runtime_class = true;
+      scope.runtime_class = config.runtime_class_to_set;
     } else {
       decision.outcome = PodOutcome::kDenied;
       decision.allowed = false;
@@ -366,7 +377,7 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
           (runtime.empty() ? std::string("this pod sets no runtimeClassName")
                            : "this pod's runtimeClassName is " + Quote(runtime)) +
           ": add `runtimeClassName: " + config.runtime_class_to_set + "` to the pod spec";
-      return decision;
+      return ScopeOrDecision(decision);
     }
   }
 
@@ -375,12 +386,24 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
   };
   if (annotation(config.opt_out_annotation) == "false") {
     decision.outcome = PodOutcome::kOptedOut;
-    return decision;
+    return ScopeOrDecision(decision);
   }
-  if (!AbsentOrNull(annotation(config.marker_annotation)))
-    return CompleteInjectedPod(view, vgpu_containers, config);
+  scope.already_injected = !AbsentOrNull(annotation(config.marker_annotation));
+  return ScopeOrDecision(scope);
+}
 
-  // Names the pod already uses; injected ones step around them.
+// Plan: the names what is injected takes in this pod (stepping around the pod's own), and the
+// one refusal that depends on them: a mount of an injected volume the pod does not define.
+struct InjectionPlan {
+  std::map<std::string, std::string> volume_names;  // config name -> name in this pod
+  bool volumes_renamed = false;
+  std::string driver_name;
+  std::string gridd_name;
+};
+using PlanOrDecision = std::variant<InjectionPlan, PodDecision>;
+
+Result<PlanOrDecision> PlanInjection(const PodView& view, const Injection& injection,
+                                     const Config& config) {
   std::set<std::string> container_names;
   for (const char* list : {"containers", "initContainers", "ephemeralContainers"}) {
     auto names = Keys(Field(*view.spec, list), "name", std::string("spec.") + list);
@@ -400,25 +423,39 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
       const json& name = Field(mount, "name");
       if (!name.is_string() || taken_volumes.contains(name.get<std::string>())) continue;
       if (!config.IsInjectedVolumeName(name.get_ref<const std::string&>())) continue;
+      PodDecision decision;
       decision.outcome = PodOutcome::kDenied;
       decision.allowed = false;
       decision.message = "container " + Quote(Field(*ref.container, "name").get<std::string>()) +
                          " mounts volume " + Quote(name.get<std::string>()) +
                          ", which this pod does not define; that name belongs to a volume "
                          "kata-vgpu injects, and only its own mounts may use it";
-      return decision;
+      return PlanOrDecision(decision);
     }
   }
-  std::map<std::string, std::string> volume_name;  // config name -> name in this pod
-  std::vector<std::string> volumes;
-  bool volumes_renamed = false;
+  InjectionPlan plan;
   for (const InjectedVolume& volume : config.volumes) {
-    const std::string& name = volume_name[volume.name] = UniqueName(volume.name, taken_volumes);
+    const std::string& name = plan.volume_names[volume.name] =
+        UniqueName(volume.name, taken_volumes);
+    plan.volumes_renamed = plan.volumes_renamed || name != volume.name;
+  }
+  plan.driver_name = UniqueName(injection.driver.name, container_names);
+  plan.gridd_name = UniqueName(injection.gridd.name, container_names);
+  return PlanOrDecision(plan);
+}
+
+// Render: the JSON Patch for a planned injection, and the warnings the pod author should see.
+Result<PodDecision> RenderInjection(const PodView& view, const PodScope& scope,
+                                    const InjectionPlan& plan, const Injection& injection,
+                                    AttachMode mode, const Config& config) {
+  PodDecision decision;
+  std::vector<std::string> volumes;
+  for (const InjectedVolume& volume : config.volumes) {
+    const std::string& name = plan.volume_names.at(volume.name);
     if (name == volume.name) {
       volumes.push_back(volume.text);
       continue;
     }
-    volumes_renamed = true;
     json object = volume.object;
     object["name"] = name;
     volumes.push_back(object.dump());
@@ -434,7 +471,7 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
   } else {
     patch.Add(marker_path, "true");
   }
-  if (set_runtime_class) {
+  if (scope.set_runtime_class) {
     patch.Add("/spec/runtimeClassName", config.runtime_class_to_set);
     decision.warnings.push_back("kata-vgpu: set runtimeClassName to " +
                                 config.runtime_class_to_set + " because the pod asks for a vGPU");
@@ -442,19 +479,14 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
   AppendAll(patch, "/spec/volumes", *view.volumes, volumes);
 
   // Mounts and environment for each vGPU container, before any insertion shifts indexes.
-  const std::vector<std::string> mount_texts = WorkloadMountTexts(config, volume_name);
-  auto added = AddWorkloadSetup(patch, vgpu_containers, mount_texts, config);
+  const std::vector<std::string> mount_texts = WorkloadMountTexts(config, plan.volume_names);
+  auto added = AddWorkloadSetup(patch, scope.vgpu_containers, mount_texts, config);
   if (!added.ok()) return added.status();
 
-  const AttachMode mode =
-      config.AttachModeOf(set_runtime_class ? config.runtime_class_to_set : runtime);
-  const Injection& injection = config.InjectionFor(mode);
   std::string driver =
-      ContainerText(injection.driver, UniqueName(injection.driver.name, container_names),
-                    volumes_renamed, volume_name);
+      ContainerText(injection.driver, plan.driver_name, plan.volumes_renamed, plan.volume_names);
   std::string gridd =
-      ContainerText(injection.gridd, UniqueName(injection.gridd.name, container_names),
-                    volumes_renamed, volume_name);
+      ContainerText(injection.gridd, plan.gridd_name, plan.volumes_renamed, plan.volume_names);
 
   // Init containers run in order, so the driver loader goes first; the containers that live as
   // long as the pod go where the sidecar mode puts them.
@@ -479,7 +511,7 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
   for (const auto& container : back) patch.AddJson("/spec/containers/-", container);
 
   bool init_uses_vgpu = std::any_of(
-      vgpu_containers.begin(), vgpu_containers.end(),
+      scope.vgpu_containers.begin(), scope.vgpu_containers.end(),
       [](const ContainerRef& ref) { return ref.list == std::string_view("initContainers"); });
   if (init_uses_vgpu && mode == AttachMode::kHotPlug) {
     decision.warnings.push_back(
@@ -502,6 +534,26 @@ Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
   decision.outcome = PodOutcome::kMutated;
   decision.patch = patch.Text();
   return decision;
+}
+
+}  // namespace
+
+Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
+                              const Config& config) {
+  auto view = View(pod);
+  if (!view.ok()) return view.status();
+  auto scoped = ScopePod(*view, namespace_name, config);
+  if (!scoped.ok()) return scoped.status();
+  if (const auto* done = std::get_if<PodDecision>(&*scoped)) return *done;
+  const PodScope& scope = std::get<PodScope>(*scoped);
+  if (scope.already_injected) return CompleteInjectedPod(*view, scope.vgpu_containers, config);
+
+  const AttachMode mode = config.AttachModeOf(scope.runtime_class);
+  const Injection& injection = config.InjectionFor(mode);
+  auto planned = PlanInjection(*view, injection, config);
+  if (!planned.ok()) return planned.status();
+  if (const auto* done = std::get_if<PodDecision>(&*planned)) return *done;
+  return RenderInjection(*view, scope, std::get<InjectionPlan>(*planned), injection, mode, config);
 }
 
 }  // namespace kvgpu::webhook
