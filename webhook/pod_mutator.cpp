@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "webhook/json_patch.h"
+#include "webhook/pod_fields.h"
 
 namespace kvgpu::webhook {
 namespace {
@@ -14,11 +15,19 @@ using nlohmann::json;
 
 const json kNull;
 
-// Field access that tolerates absent and null the way the API server does ("omitempty").
-const json& Field(const json& object, const char* key) {
+// Field access that tolerates absent and null the way the API server does ("omitempty"). Only
+// the fields in pod_fields.h: the review parser keeps exactly those.
+const json& Field(const json& object, PodField field) {
   if (!object.is_object()) return kNull;
-  auto it = object.find(key);
+  auto it = object.find(field.key);
   return it == object.end() ? kNull : *it;
+}
+
+// One annotation (the parser keeps the configured keys).
+const json& Annotation(const json& annotations, const std::string& key) {
+  if (!annotations.is_object()) return kNull;
+  auto it = annotations.find(key);
+  return it == annotations.end() ? kNull : *it;
 }
 
 bool AbsentOrNull(const json& value) {
@@ -62,23 +71,23 @@ Result<PodView> View(const json& pod) {
   PodView view;
   if (!pod.is_object())
     return Status::Error(ErrorCode::kInvalid, "request.object must be a Pod object");
-  view.metadata = &Field(pod, "metadata");
+  view.metadata = &Field(pod, pod_fields::kMetadata);
   if (!view.metadata->is_object() && !AbsentOrNull(*view.metadata))
     return Status::Error(ErrorCode::kInvalid, "request.object.metadata must be an object");
-  view.annotations = &Field(*view.metadata, "annotations");
+  view.annotations = &Field(*view.metadata, pod_fields::kAnnotations);
   if (!view.annotations->is_object() && !AbsentOrNull(*view.annotations))
     return Status::Error(ErrorCode::kInvalid,
                          "request.object.metadata.annotations must be an object");
-  view.spec = &Field(pod, "spec");
+  view.spec = &Field(pod, pod_fields::kSpec);
   if (!view.spec->is_object())
     return Status::Error(ErrorCode::kInvalid, "request.object.spec must be an object");
-  view.containers = &Field(*view.spec, "containers");
+  view.containers = &Field(*view.spec, pod_fields::kContainers);
   if (!view.containers->is_array())
     return Status::Error(ErrorCode::kInvalid, "request.object.spec.containers must be a list");
-  view.init_containers = &Field(*view.spec, "initContainers");
+  view.init_containers = &Field(*view.spec, pod_fields::kInitContainers);
   if (!view.init_containers->is_array() && !AbsentOrNull(*view.init_containers))
     return Status::Error(ErrorCode::kInvalid, "request.object.spec.initContainers must be a list");
-  view.volumes = &Field(*view.spec, "volumes");
+  view.volumes = &Field(*view.spec, pod_fields::kVolumes);
   if (!view.volumes->is_array() && !AbsentOrNull(*view.volumes))
     return Status::Error(ErrorCode::kInvalid, "request.object.spec.volumes must be a list");
   return view;
@@ -99,17 +108,17 @@ std::vector<ContainerRef> AllContainers(const PodView& view) {
 // The first vGPU resource a container asks for, or "" if none. Errors on malformed containers.
 Result<std::string> VgpuRequest(const json& container, const std::string& where,
                                 const Config& config) {
-  if (!container.is_object() || !Field(container, "name").is_string())
+  if (!container.is_object() || !Field(container, pod_fields::kName).is_string())
     return Status::Error(ErrorCode::kInvalid, where + " must be an object with a name");
-  const json& resources = Field(container, "resources");
+  const json& resources = Field(container, pod_fields::kResources);
   if (!resources.is_object() && !AbsentOrNull(resources))
     return Status::Error(ErrorCode::kInvalid, where + ".resources must be an object");
-  for (const char* kind : {"limits", "requests"}) {
+  for (PodField kind : {pod_fields::kLimits, pod_fields::kRequests}) {
     const json& list = Field(resources, kind);
     if (AbsentOrNull(list)) continue;
     if (!list.is_object())
       return Status::Error(ErrorCode::kInvalid,
-                           where + ".resources." + kind + " must be an object");
+                           where + ".resources." + std::string(kind.key) + " must be an object");
     for (const auto& [name, quantity] : list.items()) {
       for (const auto& prefix : config.resource_prefixes) {
         if (name.starts_with(prefix) && !IsZeroQuantity(quantity)) return name;
@@ -127,14 +136,15 @@ std::string UniqueName(const std::string& base, std::set<std::string>& taken) {
 }
 
 // Names every entry of a list of named objects (containers, volumes, env vars, mounts by path).
-Result<std::set<std::string>> Keys(const json& list, const char* key, const std::string& where) {
+Result<std::set<std::string>> Keys(const json& list, PodField key, const std::string& where) {
   std::set<std::string> out;
   if (AbsentOrNull(list)) return out;
   if (!list.is_array()) return Status::Error(ErrorCode::kInvalid, where + " must be a list");
   for (const auto& item : list) {
     const json& value = Field(item, key);
     if (!value.is_string())
-      return Status::Error(ErrorCode::kInvalid, where + " entries must have a string " + key);
+      return Status::Error(ErrorCode::kInvalid,
+                           where + " entries must have a string " + std::string(key.key));
     out.insert(value.get<std::string>());
   }
   return out;
@@ -220,7 +230,7 @@ std::map<std::string, std::string> InjectedVolumeNames(const json& pod_volumes,
     source.erase("name");
     const std::string* found = nullptr;
     for (const auto& candidate : pod_volumes) {
-      const json& name = Field(candidate, "name");
+      const json& name = Field(candidate, pod_fields::kName);
       if (!name.is_string() || !Covers(candidate, source)) continue;
       found = &name.get_ref<const std::string&>();
       if (*found == volume.name) break;  // the unrenamed one wins over a look-alike
@@ -240,8 +250,8 @@ Result<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<ContainerRe
     const std::string where =
         std::string("spec.") + ref.list + "[" + std::to_string(ref.index) + "]";
     const std::string path = std::string("/spec/") + ref.list + "/" + std::to_string(ref.index);
-    const json& mounts = Field(*ref.container, "volumeMounts");
-    auto paths = Keys(mounts, "mountPath", where + ".volumeMounts");
+    const json& mounts = Field(*ref.container, pod_fields::kVolumeMounts);
+    auto paths = Keys(mounts, pod_fields::kMountPath, where + ".volumeMounts");
     if (!paths.ok()) return paths.status();
     std::vector<std::string> add_mounts;
     for (size_t i = 0; i < config.workload_mounts.size(); ++i) {
@@ -252,8 +262,8 @@ Result<bool> AddWorkloadSetup(PatchBuilder& patch, const std::vector<ContainerRe
     }
     AppendAll(patch, path + "/volumeMounts", mounts, add_mounts);
 
-    const json& env = Field(*ref.container, "env");
-    auto names = Keys(env, "name", where + ".env");
+    const json& env = Field(*ref.container, pod_fields::kEnv);
+    auto names = Keys(env, pod_fields::kName, where + ".env");
     if (!names.ok()) return names.status();
     std::vector<std::string> add_env;
     for (const RenderedObject& var : config.workload_env) {
@@ -332,8 +342,8 @@ Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace
                                  const Config& config) {
   PodDecision decision;
   std::string pod_namespace(namespace_name);
-  if (pod_namespace.empty() && Field(*view.metadata, "namespace").is_string())
-    pod_namespace = Field(*view.metadata, "namespace").get<std::string>();
+  if (pod_namespace.empty() && Field(*view.metadata, pod_fields::kNamespace).is_string())
+    pod_namespace = Field(*view.metadata, pod_fields::kNamespace).get<std::string>();
   const auto& excluded = config.excluded_namespaces;
   if (std::find(excluded.begin(), excluded.end(), pod_namespace) != excluded.end()) {
     decision.outcome = PodOutcome::kExcludedNamespace;
@@ -350,14 +360,14 @@ Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace
     if (resource->empty()) continue;
     if (first_resource.empty()) {
       first_resource = resource.value();
-      first_container = (*ref.container)["name"].get<std::string>();
+      first_container = Field(*ref.container, pod_fields::kName).get<std::string>();
     }
     scope.vgpu_containers.push_back(ref);
   }
   if (scope.vgpu_containers.empty()) return ScopeOrDecision(decision);
 
   // Invariant: a pod outside Kata never gets privileged injected containers.
-  const json& runtime_class = Field(*view.spec, "runtimeClassName");
+  const json& runtime_class = Field(*view.spec, pod_fields::kRuntimeClassName);
   if (!runtime_class.is_string() && !AbsentOrNull(runtime_class))
     return Status::Error(ErrorCode::kInvalid,
                          "request.object.spec.runtimeClassName must be a string");
@@ -382,7 +392,7 @@ Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace
   }
 
   auto annotation = [&](const std::string& key) -> const json& {
-    return Field(*view.annotations, key.c_str());
+    return Annotation(*view.annotations, key);
   };
   if (annotation(config.opt_out_annotation) == "false") {
     decision.outcome = PodOutcome::kOptedOut;
@@ -405,28 +415,30 @@ using PlanOrDecision = std::variant<InjectionPlan, PodDecision>;
 Result<PlanOrDecision> PlanInjection(const PodView& view, const Injection& injection,
                                      const Config& config) {
   std::set<std::string> container_names;
-  for (const char* list : {"containers", "initContainers", "ephemeralContainers"}) {
-    auto names = Keys(Field(*view.spec, list), "name", std::string("spec.") + list);
+  for (PodField list :
+       {pod_fields::kContainers, pod_fields::kInitContainers, pod_fields::kEphemeralContainers}) {
+    auto names = Keys(Field(*view.spec, list), pod_fields::kName, "spec." + std::string(list.key));
     if (!names.ok()) return names.status();
     container_names.merge(names.value());
   }
-  auto volume_names_or = Keys(*view.volumes, "name", "spec.volumes");
+  auto volume_names_or = Keys(*view.volumes, pod_fields::kName, "spec.volumes");
   if (!volume_names_or.ok()) return volume_names_or.status();
   std::set<std::string> taken_volumes = std::move(volume_names_or.value());
   // A mount naming a volume the pod does not have would be refused by the API server, unless
   // this patch adds a volume by that name: the node's /dev, licence files or a writable driver
   // bundle, reached by a container that never declared them. Refused instead.
   for (const ContainerRef& ref : AllContainers(view)) {
-    const json& mounts = Field(*ref.container, "volumeMounts");
+    const json& mounts = Field(*ref.container, pod_fields::kVolumeMounts);
     if (!mounts.is_array()) continue;
     for (const auto& mount : mounts) {
-      const json& name = Field(mount, "name");
+      const json& name = Field(mount, pod_fields::kName);
       if (!name.is_string() || taken_volumes.contains(name.get<std::string>())) continue;
       if (!config.IsInjectedVolumeName(name.get_ref<const std::string&>())) continue;
       PodDecision decision;
       decision.outcome = PodOutcome::kDenied;
       decision.allowed = false;
-      decision.message = "container " + Quote(Field(*ref.container, "name").get<std::string>()) +
+      decision.message = "container " +
+                         Quote(Field(*ref.container, pod_fields::kName).get<std::string>()) +
                          " mounts volume " + Quote(name.get<std::string>()) +
                          ", which this pod does not define; that name belongs to a volume "
                          "kata-vgpu injects, and only its own mounts may use it";
@@ -525,7 +537,7 @@ Result<PodDecision> RenderInjection(const PodView& view, const PodScope& scope,
         "kata-vgpu: classic sidecar mode: init containers run before nvidia-gridd and so "
         "without a vGPU licence");
   }
-  const json& restart = Field(*view.spec, "restartPolicy");
+  const json& restart = Field(*view.spec, pod_fields::kRestartPolicy);
   if (!back.empty() && restart.is_string() && restart != "Always")
     decision.warnings.push_back(
         "kata-vgpu: classic sidecar mode: the injected containers keep running, so this pod "

@@ -5,49 +5,16 @@
 #include <string>
 #include <utility>
 
+#include "webhook/pod_fields.h"
+
 namespace kvgpu::webhook {
 namespace {
 
 using nlohmann::json;
 
-// Which part of a value to keep. A container whose type does not match its rule (an array where
-// an object is expected) is kept empty: the decision only needs its type to report the error.
-struct Rule {
-  enum class Kind { kAll, kObject, kArray, kAnnotations };
-  Kind kind;
-  std::initializer_list<std::pair<std::string_view, const Rule*>> fields = {};  // kObject
-  const Rule* items = nullptr;                                                  // kArray
-};
+using Rule = FieldRule;
 
-const Rule kAll{Rule::Kind::kAll};
-const Rule kNamed{Rule::Kind::kObject, {{"name", &kAll}}};
-const Rule kNamedList{Rule::Kind::kArray, {}, &kNamed};
-const Rule kMount{Rule::Kind::kObject, {{"name", &kAll}, {"mountPath", &kAll}}};
-const Rule kMounts{Rule::Kind::kArray, {}, &kMount};
-const Rule kResources{Rule::Kind::kObject, {{"limits", &kAll}, {"requests", &kAll}}};
-const Rule kContainer{Rule::Kind::kObject,
-                      {{"name", &kAll},
-                       {"resources", &kResources},
-                       {"volumeMounts", &kMounts},
-                       {"env", &kNamedList}}};
-const Rule kContainers{Rule::Kind::kArray, {}, &kContainer};
-// Whole: on re-invocation the injected volumes are found by their source.
-const Rule kVolumes{Rule::Kind::kArray, {}, &kAll};
-const Rule kSpec{Rule::Kind::kObject,
-                 {{"runtimeClassName", &kAll},
-                  {"restartPolicy", &kAll},
-                  {"containers", &kContainers},
-                  {"initContainers", &kContainers},
-                  {"ephemeralContainers", &kNamedList},
-                  {"volumes", &kVolumes}}};
-const Rule kAnnotations{Rule::Kind::kAnnotations};
-// name and generateName: the decision log names the pod.
-const Rule kMetadata{Rule::Kind::kObject,
-                     {{"namespace", &kAll},
-                      {"name", &kAll},
-                      {"generateName", &kAll},
-                      {"annotations", &kAnnotations}}};
-const Rule kPod{Rule::Kind::kObject, {{"metadata", &kMetadata}, {"spec", &kSpec}}};
+const Rule& kAll = KeepAll();
 const Rule kRequest{Rule::Kind::kObject,
                     {{"uid", &kAll},
                      {"kind", &kAll},
@@ -56,14 +23,14 @@ const Rule kRequest{Rule::Kind::kObject,
                      {"operation", &kAll},
                      {"namespace", &kAll},
                      {"name", &kAll},
-                     {"object", &kPod}}};
+                     {"object", &PodRule()}}};
 const Rule kReview{Rule::Kind::kObject,
                    {{"apiVersion", &kAll}, {"kind", &kAll}, {"request", &kRequest}}};
 
 const Rule* ChildOfObject(const Rule* rule, std::string_view key,
                           const std::vector<std::string_view>& annotation_keys) {
   if (rule == &kAll) return &kAll;
-  if (rule->kind == Rule::Kind::kAnnotations) {
+  if (rule->kind == FieldRule::Kind::kAnnotations) {
     bool wanted =
         std::find(annotation_keys.begin(), annotation_keys.end(), key) != annotation_keys.end();
     return wanted ? &kAll : nullptr;

@@ -1,0 +1,68 @@
+#include "webhook/pod_fields.h"
+
+namespace kvgpu::webhook {
+namespace {
+
+using namespace pod_fields;  // NOLINT(google-build-using-namespace): the table reads as the Pod
+
+using Kind = FieldRule::Kind;
+
+const FieldRule kAll{Kind::kAll};
+const FieldRule kNamed{Kind::kObject, {{kName.key, &kAll}}};
+const FieldRule kNamedList{Kind::kArray, {}, &kNamed};
+const FieldRule kMount{Kind::kObject, {{kName.key, &kAll}, {kMountPath.key, &kAll}}};
+const FieldRule kMounts{Kind::kArray, {}, &kMount};
+const FieldRule kResourceLists{Kind::kObject, {{kLimits.key, &kAll}, {kRequests.key, &kAll}}};
+const FieldRule kContainer{Kind::kObject,
+                           {{kName.key, &kAll},
+                            {kResources.key, &kResourceLists},
+                            {kVolumeMounts.key, &kMounts},
+                            {kEnv.key, &kNamedList}}};
+const FieldRule kContainerList{Kind::kArray, {}, &kContainer};
+const FieldRule kWholeList{Kind::kArray, {}, &kAll};
+const FieldRule kSpecRule{Kind::kObject,
+                          {{kRuntimeClassName.key, &kAll},
+                           {kRestartPolicy.key, &kAll},
+                           {kContainers.key, &kContainerList},
+                           {kInitContainers.key, &kContainerList},
+                           {kEphemeralContainers.key, &kNamedList},
+                           {kVolumes.key, &kWholeList}}};
+const FieldRule kAnnotationRule{Kind::kAnnotations};
+const FieldRule kMetadataRule{Kind::kObject,
+                              {{kNamespace.key, &kAll},
+                               {kName.key, &kAll},
+                               {kGenerateName.key, &kAll},
+                               {kAnnotations.key, &kAnnotationRule}}};
+const FieldRule kPod{Kind::kObject, {{kMetadata.key, &kMetadataRule}, {kSpec.key, &kSpecRule}}};
+
+}  // namespace
+
+const FieldRule& PodRule() {
+  return kPod;
+}
+const FieldRule& KeepAll() {
+  return kAll;
+}
+
+std::vector<PodField> AllPodFields() {
+  return {kMetadata,
+          kNamespace,
+          kName,
+          kGenerateName,
+          kAnnotations,
+          kSpec,
+          kRuntimeClassName,
+          kRestartPolicy,
+          kContainers,
+          kInitContainers,
+          kEphemeralContainers,
+          kVolumes,
+          kResources,
+          kLimits,
+          kRequests,
+          kVolumeMounts,
+          kMountPath,
+          kEnv};
+}
+
+}  // namespace kvgpu::webhook
