@@ -1,7 +1,8 @@
 // Resource names: the default and profile styles, and the checks kubelet applies.
+#include "deviceplugin/resource_naming.h"
+
 #include <gtest/gtest.h>
 
-#include "deviceplugin/resource_naming.h"
 #include "mdev/nvidia.h"
 
 namespace kvgpu::deviceplugin {
