@@ -231,11 +231,16 @@ TEST_F(LifecycleFlowTest, AfterAKubeletRestartNothingIsRemovedUntilItListsPodsAg
   pods_.SetFollowing(false);
   std::this_thread::sleep_for(2 * settle_);
   size_t registrations = kubelet_.Registrations().size();
+  // As kubelet does: its PodResources goes with it, and the restarted one answers with no pods
+  // (the fake must not serve the old list after the restart: a pass that saw it took kubelet
+  // for back with its pods, and the test then failed on a removal the product was right to make).
+  podresources_.Stop();
   ASSERT_TRUE(kubelet_.Restart());
+  podresources_.SetPods({});  // restarted: answers, knows no pods yet
+  ASSERT_TRUE(podresources_.Start());
   ASSERT_TRUE(kubelet_.WaitUntil([&] {
     return kubelet_.Registrations().size() >= registrations + 2 && kubelet_.Connected(k222);
   }));
-  podresources_.SetPods({});               // restarted: answers, knows no pods yet
   checkpoint_.Write(checkpoint_entries_);  // kubelet rewrites it once plugins registered
   for (int i = 0; i < 3; ++i) {
     daemon_->lifecycle().Trigger(false);
