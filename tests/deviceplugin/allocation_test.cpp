@@ -27,8 +27,7 @@ struct Node {
     inv.parents.push_back(gpu);
     if (ours_on_slot0) {
       inv.vgpus.push_back(VgpuOn("u0", kGpu, "nvidia-222", 40));
-      EXPECT_TRUE(
-          state.Record({kId0, k222, "u0", kGpu, kGpu, "nvidia-222", 0, 1, std::nullopt}).ok());
+      EXPECT_TRUE(state.Record(Record222(kId0, "u0", kGpu)).ok());
     }
     state.ReplaceInventory(inv);
     catalogue.Rebuild(state.inventory(), state.records(), Config{});

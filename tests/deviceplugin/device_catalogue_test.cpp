@@ -54,15 +54,7 @@ TEST(DeviceCatalogueTest, FreeIdsKubeletWasGivenStayListedWhenTheCountShrinks) {
   catalogue.Rebuild(inv, {}, Config{});
   // Slot 0 became ours (recorded), and someone else's vGPU took an instance: 1 free left. Slot 1
   // or 2 may go, but the survivor must be one kubelet already holds, never a new ID.
-  CreatedVgpu ours{"0000:3b:00.0-nvidia-222-0",
-                   k222,
-                   "u0",
-                   "0000:3b:00.0",
-                   "0000:3b:00.0",
-                   "nvidia-222",
-                   0,
-                   1,
-                   std::nullopt};
+  CreatedVgpu ours = Record222("0000:3b:00.0-nvidia-222-0", "u0");
   inv.vgpus = {VgpuOn("u0", "0000:3b:00.0", "nvidia-222")};
   inv.parents = {T4("0000:3b:00.0", 1, 0)};
   catalogue.Rebuild(inv, {ours}, Config{});
@@ -108,15 +100,7 @@ TEST(DeviceCatalogueTest, PinnedGpusOfferOnlyTheirTypeButKeepListingOurVgpus) {
   inv.parents = {T4("0000:3b:00.0", 2, 2)};
   Config config;
   config.pinning.push_back(PinRule{"0000:3b:00.0", std::nullopt, false, "nvidia-223"});
-  CreatedVgpu ours{"0000:3b:00.0-nvidia-222-0",
-                   k222,
-                   "u0",
-                   "0000:3b:00.0",
-                   "0000:3b:00.0",
-                   "nvidia-222",
-                   0,
-                   1,
-                   std::nullopt};
+  CreatedVgpu ours = Record222("0000:3b:00.0-nvidia-222-0", "u0");
   DeviceCatalogue catalogue;
   catalogue.Rebuild(inv, {ours}, config);
   EXPECT_EQ(Ids(catalogue, k222), std::vector<std::string>{"0000:3b:00.0-nvidia-222-0"})

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "deviceplugin/state_store.h"
 #include "mdev/model.h"
 
 namespace kvgpu::deviceplugin::testing {
@@ -40,6 +41,13 @@ inline mdev::Vgpu VgpuOn(const std::string& id, const std::string& parent,
   v.iommu_group = group;
   if (group) v.vfio_device = "/dev/vfio/" + std::to_string(*group);
   return v;
+}
+
+// Our record of an nvidia-222 vGPU on slot 0 of `parent`.
+inline CreatedVgpu Record222(const std::string& device_id, const std::string& vgpu_id,
+                             const std::string& parent = "0000:3b:00.0") {
+  return {device_id,   "tencent.com/vgpu-222", vgpu_id, parent, parent, "nvidia-222", 0, 1,
+          std::nullopt};
 }
 
 }  // namespace kvgpu::deviceplugin::testing

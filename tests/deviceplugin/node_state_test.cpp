@@ -25,12 +25,6 @@ mdev::Vgpu Vgpu222(const std::string& id) {
   return VgpuOn(id, "0000:3b:00.0", "nvidia-222", 40);
 }
 
-CreatedVgpu RecordOf(const std::string& device_id, const std::string& vgpu_id) {
-  return {device_id,      "tencent.com/vgpu-222", vgpu_id, "0000:3b:00.0",
-          "0000:3b:00.0", "nvidia-222",           0,       1,
-          std::nullopt};
-}
-
 uint32_t Free(const NodeState& state, const std::string& type) {
   for (const mdev::VgpuType& t : state.inventory().parents[0].types) {
     if (t.id == type) return t.available_instances;
@@ -72,8 +66,8 @@ TEST(NodeStateTest, ACountAtZeroIsNotTakenBelowZero) {
 TEST(NodeStateTest, ARecordIsSavedBeforeItCountsAndReplacesTheSameDeviceIdsRecord) {
   MemoryStateStore store;
   NodeState state(store);
-  ASSERT_TRUE(state.Record(RecordOf("d-0", "u1")).ok());
-  ASSERT_TRUE(state.Record(RecordOf("d-0", "u2")).ok());
+  ASSERT_TRUE(state.Record(Record222("d-0", "u1")).ok());
+  ASSERT_TRUE(state.Record(Record222("d-0", "u2")).ok());
   ASSERT_EQ(store.vgpus_.size(), 1u);
   EXPECT_EQ(store.vgpus_[0].vgpu_id, "u2");
   ASSERT_NE(state.RecordFor("d-0"), nullptr);
@@ -84,7 +78,7 @@ TEST(NodeStateTest, ARecordThatCannotBeSavedIsNotKept) {
   MemoryStateStore store;
   NodeState state(store);
   store.fail_saves = true;
-  EXPECT_FALSE(state.Record(RecordOf("d-0", "u1")).ok());
+  EXPECT_FALSE(state.Record(Record222("d-0", "u1")).ok());
   EXPECT_EQ(state.RecordFor("d-0"), nullptr);
   EXPECT_TRUE(state.records().empty());
 }
@@ -92,7 +86,7 @@ TEST(NodeStateTest, ARecordThatCannotBeSavedIsNotKept) {
 TEST(NodeStateTest, ForgetDropsOnlyTheRecordNamingThatVgpu) {
   MemoryStateStore store;
   NodeState state(store);
-  ASSERT_TRUE(state.Record(RecordOf("d-0", "u1")).ok());
+  ASSERT_TRUE(state.Record(Record222("d-0", "u1")).ok());
   EXPECT_FALSE(state.Forget("d-0", "u-other")) << "kubelet handed d-0 out again meanwhile";
   EXPECT_NE(state.RecordFor("d-0"), nullptr);
   EXPECT_TRUE(state.Forget("d-0", "u1"));
@@ -102,7 +96,7 @@ TEST(NodeStateTest, ForgetDropsOnlyTheRecordNamingThatVgpu) {
 TEST(NodeStateTest, SetOwnersReportsAChangeOnlyWhenAnOwnerChanged) {
   MemoryStateStore store;
   NodeState state(store);
-  ASSERT_TRUE(state.Record(RecordOf("d-0", "u1")).ok());
+  ASSERT_TRUE(state.Record(Record222("d-0", "u1")).ok());
   EXPECT_TRUE(state.SetOwners({{"d-0", "team/a"}}));
   EXPECT_FALSE(state.SetOwners({{"d-0", "team/a"}}));
   EXPECT_FALSE(state.SetOwners({{"d-unknown", "team/b"}}));
@@ -115,7 +109,7 @@ TEST(NodeStateTest, SnapshotTellsOurVgpusFromForeignOnes) {
   mdev::Inventory inv = OneT4(14);
   inv.vgpus = {Vgpu222("ours"), Vgpu222("someone-elses")};
   state.ReplaceInventory(inv);
-  ASSERT_TRUE(state.Record(RecordOf("d-0", "ours")).ok());
+  ASSERT_TRUE(state.Record(Record222("d-0", "ours")).ok());
   LifecycleSnapshot snap = state.Snapshot({"d-0"});
   EXPECT_EQ(snap.existing, (std::set<std::string>{"ours", "someone-elses"}));
   EXPECT_EQ(snap.foreign, std::vector<std::string>{"someone-elses"});
