@@ -197,17 +197,35 @@ Status Daemon::ServeDevicePlugins() {
   }
   Status watching = watcher_.Start(args.DevicePluginDir());
   if (!watching.ok()) return watching;
-  manager_->SetChangeListener([this] {
-    std::lock_guard lock(notify_mutex_);
-    for (PluginServer* server : notify_) server->Notify();
-  });
+  registrar_ = std::make_unique<Registrar>(
+      RegistrarOptions{.kubelet_socket = args.KubeletSocket(),
+                       .retry_initial = options_.retry_initial,
+                       .retry_max = options_.retry_max,
+                       .register_timeout = options_.register_timeout},
+      RegistrarHooks{.make_server =
+                         [this](const std::string& resource) {
+                           return std::make_unique<PluginServer>(
+                               resource, options_.args.DevicePluginDir(), *manager_,
+                               [this](const std::string& r, std::chrono::nanoseconds took) {
+                                 metrics_.OnPush(r, took);
+                                 if (options_.on_push) options_.on_push(r, took);
+                               });
+                         },
+                     .kubelet_restarted =
+                         [this](const std::string& how) {
+                           if (tracker_) tracker_->KubeletRestarted(how);
+                         },
+                     .attempted = [this](const std::string& resource,
+                                         bool ok) { metrics_.OnRegistration(resource, ok); }});
+  registrar_->SetWithheld(!ready_);
+  manager_->SetChangeListener([this] { registrar_->Notify(); });
   manager_->SetRefreshRequester([this] {
     lifecycle_->OnAllocated();
     int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
     int64_t none = 0;
     if (allocate_rescan_at_.compare_exchange_strong(none, due)) watcher_.Wake();
   });
-  EnsureServers();
+  registrar_->EnsureServers(manager_->Resources());
   return Status::Ok();
 }
 
@@ -240,7 +258,6 @@ void Daemon::StartLicensing() {
 // The serving loop, then the pod sources and the lifecycle: orphans from before a restart are
 // collected on the first pass.
 void Daemon::StartLoops() {
-  next_retry_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
   tracker_->Start({[this] { lifecycle_->Trigger(true); }, [this] { lifecycle_->Trigger(false); }});
   lifecycle_->Start();
@@ -260,135 +277,17 @@ void Daemon::Stop() {
     manager_->SetChangeListener(nullptr);
     manager_->SetRefreshRequester(nullptr);
   }
-  {
-    std::lock_guard lock(notify_mutex_);
-    notify_.clear();
-  }
-  std::lock_guard lock(servers_mutex_);
-  for (auto& [resource, server] : servers_) server->Stop();
-  servers_.clear();
+  if (registrar_) registrar_->Stop();
   spdlog::info("stopped");
 }
 
 std::set<std::string> Daemon::Registered() const {
-  std::lock_guard lock(servers_mutex_);
-  std::set<std::string> out;
-  for (const auto& [resource, server] : servers_) {
-    if (!unregistered_.contains(resource)) out.insert(resource);
-  }
-  return out;
+  return registrar_ ? registrar_->Registered() : std::set<std::string>{};
 }
 
 void Daemon::RequestRefresh() {
   refresh_requested_ = true;
   watcher_.Wake();
-}
-
-void Daemon::EnsureServers() {
-  for (const std::string& resource : manager_->Resources()) {
-    std::lock_guard lock(servers_mutex_);
-    auto& server = servers_[resource];
-    if (!server) {
-      server = std::make_unique<PluginServer>(
-          resource, options_.args.DevicePluginDir(), *manager_,
-          [this](const std::string& r, std::chrono::nanoseconds took) {
-            metrics_.OnPush(r, took);
-            if (options_.on_push) options_.on_push(r, took);
-          });
-      std::lock_guard notify_lock(notify_mutex_);
-      notify_.push_back(server.get());
-    }
-    server->SetWithheld(!ready_);
-    if (!server->serving()) {
-      Status served = server->Serve();
-      if (!served.ok()) {
-        spdlog::error("serve failed resource={}: {}", resource, served.ToString());
-        continue;
-      }
-      unregistered_.insert(resource);
-      next_retry_ = Clock::now();
-      backoff_ = std::chrono::milliseconds(0);
-    }
-  }
-}
-
-void Daemon::HandleDirEvents(const std::vector<DirEvent>& events) {
-  bool kubelet_back = false;
-  std::set<std::string> lost;
-  for (const DirEvent& e : events) {
-    if (e.name == kKubeletSocketName) {
-      if (e.created) kubelet_back = true;
-      continue;
-    }
-    if (!e.created) lost.insert(e.name);
-  }
-  if (!kubelet_back && lost.empty()) return;
-  std::lock_guard lock(servers_mutex_);
-  for (auto& [resource, server] : servers_) {
-    bool ours_lost =
-        lost.contains(server->socket_name()) && !std::filesystem::exists(server->socket_path());
-    if (ours_lost || (kubelet_back && !std::filesystem::exists(server->socket_path()))) {
-      spdlog::info("socket removed (kubelet restart?) resource={}; serving again", resource);
-      Status served = server->Serve();
-      if (!served.ok()) spdlog::error("serve failed resource={}: {}", resource, served.ToString());
-    }
-    if (ours_lost || kubelet_back) unregistered_.insert(resource);
-  }
-  if (kubelet_back) {
-    spdlog::info("kubelet.sock created (kubelet started); registering again");
-    if (tracker_) tracker_->KubeletRestarted("kubelet.sock created");
-  }
-  next_retry_ = Clock::now();
-  backoff_ = std::chrono::milliseconds(0);
-}
-
-void Daemon::TryRegister() {
-  std::vector<std::pair<std::string, PluginServer*>> pending;
-  {
-    std::lock_guard lock(servers_mutex_);
-    for (const std::string& resource : unregistered_) {
-      auto it = servers_.find(resource);
-      if (it != servers_.end() && it->second->serving())
-        pending.emplace_back(resource, it->second.get());
-    }
-  }
-  bool failed = false;
-  for (auto& [resource, server] : pending) {
-    // Registering a resource again means kubelet lost it: most often a kubelet restart, however
-    // it was noticed. Removals wait until kubelet lists the node's pods again - from before the
-    // first registration on, since kubelet may admit pods (and our lifecycle list it) as soon
-    // as one resource is back.
-    bool note_restart = false;
-    {
-      std::lock_guard lock(servers_mutex_);
-      // Noted once per restart, not once per resource or retry: until all are registered again.
-      note_restart = registered_resources_.contains(resource) && !restart_noted_;
-      if (note_restart) restart_noted_ = true;
-    }
-    if (note_restart && tracker_) tracker_->KubeletRestarted("a resource registers again");
-    Status registered = server->Register(options_.args.KubeletSocket(), options_.register_timeout);
-    metrics_.OnRegistration(resource, registered.ok());
-    if (registered.ok()) {
-      std::lock_guard lock(servers_mutex_);
-      unregistered_.erase(resource);
-      if (unregistered_.empty()) restart_noted_ = false;
-      kubelet_missing_logged_ = false;
-      registered_resources_.insert(resource);
-      continue;
-    }
-    failed = true;
-    if (!kubelet_missing_logged_) {
-      spdlog::warn("{}; retrying", registered.message());
-      kubelet_missing_logged_ = true;
-    } else {
-      spdlog::debug("{}; retrying", registered.message());
-    }
-  }
-  if (failed) {
-    backoff_ =
-        std::min(options_.retry_max, backoff_.count() == 0 ? options_.retry_initial : backoff_ * 2);
-    next_retry_ = Clock::now() + backoff_;
-  }
 }
 
 void Daemon::Loop() {
@@ -400,16 +299,13 @@ void Daemon::Loop() {
     if (int64_t due = allocate_rescan_at_.load(); due != 0) {
       until = std::min(until, Clock::time_point(Clock::duration(due)));
     }
-    {
-      std::lock_guard lock(servers_mutex_);
-      if (!unregistered_.empty()) until = std::min(until, next_retry_);
-    }
+    if (auto attempt = registrar_->NextAttempt()) until = std::min(until, *attempt);
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
     wait = std::clamp(wait + std::chrono::milliseconds(1), std::chrono::milliseconds(0),
                       std::chrono::milliseconds(1000));  // +1: poll's ms would round down
     std::vector<DirEvent> events = watcher_.Wait(wait);
     if (stop_) break;
-    HandleDirEvents(events);
+    registrar_->HandleDirEvents(events);
     now = Clock::now();
     int64_t rescan_at = allocate_rescan_at_.load();
     bool allocate_due = rescan_at != 0 && now >= Clock::time_point(Clock::duration(rescan_at));
@@ -417,17 +313,12 @@ void Daemon::Loop() {
     if (refresh_requested_.exchange(false) || allocate_due || now >= next_rescan) {
       (void)manager_->Refresh();
       CheckReadiness();
-      EnsureServers();
+      registrar_->EnsureServers(manager_->Resources());
       next_rescan = Clock::now() + options_.config.rescan_interval;
     } else if (now >= next_readiness_) {
       CheckReadiness();
     }
-    bool due = false;
-    {
-      std::lock_guard lock(servers_mutex_);
-      due = !unregistered_.empty() && Clock::now() >= next_retry_;
-    }
-    if (due) TryRegister();
+    registrar_->RegisterIfDue(Clock::now());
   }
 }
 
@@ -441,8 +332,7 @@ void Daemon::CheckReadiness() {
         CheckNodeReadiness(options_.args.sysfs_root, !manager_->Resources().empty()));
   }
   if (ready_.exchange(ready) == ready) return;
-  std::lock_guard lock(servers_mutex_);
-  for (auto& [resource, server] : servers_) server->SetWithheld(!ready);
+  if (registrar_) registrar_->SetWithheld(!ready);
 }
 
 }  // namespace kvgpu::deviceplugin

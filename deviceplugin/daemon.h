@@ -21,6 +21,7 @@
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_readiness.h"
 #include "deviceplugin/plugin_server.h"
+#include "deviceplugin/registrar.h"
 #include "deviceplugin/resource_manager.h"
 #include "deviceplugin/socket_watch.h"
 #include "deviceplugin/state_store.h"
@@ -86,9 +87,6 @@ class Daemon {
 
  private:
   void Loop();
-  void EnsureServers();
-  void HandleDirEvents(const std::vector<DirEvent>& events);
-  void TryRegister();
   // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
   void CheckReadiness();
   // Start's steps, in order.
@@ -115,8 +113,6 @@ class Daemon {
   std::unique_ptr<kube::EventRecorder> api_events_;
   std::unique_ptr<kube::AsyncEventRecorder> async_events_;
   std::unique_ptr<HolderTracker> tracker_;
-  std::set<std::string> registered_resources_;  // registered at least once (servers_mutex_)
-  bool restart_noted_ = false;  // told the tracker of the registrations under way (servers_mutex_)
   std::unique_ptr<ResourceManager> manager_;
   std::unique_ptr<LifecycleMetrics> lifecycle_metrics_;
   std::unique_ptr<Lifecycle> lifecycle_;
@@ -125,18 +121,11 @@ class Daemon {
   std::unique_ptr<mdev::UdevMonitor> udev_;
   std::unique_ptr<LicensingLoop> licensing_;
   std::unique_ptr<NodeReadinessReporter> readiness_;
-  std::atomic<bool> ready_{true};  // written by the loop (and Start), read by EnsureServers
+  std::atomic<bool> ready_{true};  // written by the loop (and Start)
   std::chrono::steady_clock::time_point next_readiness_{};
   DirWatcher watcher_;
 
-  // The change listener only needs the servers to notify; it must never wait for servers_mutex_,
-  // which is held while a server stops (and stopping waits for in-flight calls to return).
-  std::mutex notify_mutex_;
-  std::vector<PluginServer*> notify_;
-
-  mutable std::mutex servers_mutex_;
-  std::map<std::string, std::unique_ptr<PluginServer>> servers_;
-  std::set<std::string> unregistered_;
+  std::unique_ptr<Registrar> registrar_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> refresh_requested_{false};
@@ -144,9 +133,6 @@ class Daemon {
   // steady_clock nanoseconds when the rescan an Allocate asked for is due; 0: none pending.
   std::atomic<int64_t> allocate_rescan_at_{0};
   std::thread thread_;
-  std::chrono::steady_clock::time_point next_retry_{};
-  std::chrono::milliseconds backoff_{0};
-  bool kubelet_missing_logged_ = false;
 };
 
 }  // namespace kvgpu::deviceplugin

@@ -188,7 +188,9 @@ PassPlan Lifecycle::Pass() {
       if (removals_.contains(r.device_id)) continue;
       spdlog::info("vgpu {} of device {} has no live pod{} for the grace period; removing",
                    r.vgpu_id, r.device_id, r.owner_pod ? " (was " + *r.owner_pod + ")" : "");
-      removals_[r.device_id] = Removal{r, Clock::now(), std::chrono::milliseconds(0), 0};
+      removals_.emplace(
+          r.device_id,
+          Removal{r, Clock::now(), Backoff(options_.retry_initial, options_.retry_max), 0});
     }
     removal_wake_.notify_all();
   }
@@ -209,17 +211,16 @@ PassPlan Lifecycle::RunPass() {
     }
   }
   for (const std::string& id : due) {
-    Removal removal;
-    {
+    Removal removal = [&] {
       std::lock_guard lock(mutex_);
-      removal = removals_.at(id);
-    }
+      return removals_.at(id);
+    }();
     bool done = TryRemove(removal);
     std::lock_guard lock(mutex_);
     if (done) {
       removals_.erase(id);
     } else {
-      removals_[id] = removal;
+      removals_.insert_or_assign(id, removal);
     }
   }
   return plan;
@@ -251,7 +252,7 @@ void Lifecycle::RemovalLoop() {
     if (done) {
       removals_.erase(next);
     } else {
-      removals_[next] = removal;
+      removals_.insert_or_assign(next, removal);
     }
   }
 }
@@ -281,14 +282,12 @@ bool Lifecycle::TryRemove(Removal& removal) {
     return true;
   }
   if (removed.code() == ErrorCode::kGone) return true;
-  removal.backoff =
-      std::min(options_.retry_max,
-               removal.backoff.count() == 0 ? options_.retry_initial : removal.backoff * 2);
-  removal.due = Clock::now() + removal.backoff;
+  const std::chrono::milliseconds delay = removal.backoff.Next();
+  removal.due = Clock::now() + delay;
   bool busy = removed.code() == ErrorCode::kBusy;
   spdlog::log(busy ? spdlog::level::info : spdlog::level::warn,
               "vgpu {} not removed (attempt {}): {}; retrying in {} ms", wanted.vgpu_id,
-              removal.attempts, removed.ToString(), removal.backoff.count());
+              removal.attempts, removed.ToString(), delay.count());
   if (removal.attempts == 1 || removal.attempts % 10 == 0) {
     Event(owner, kube::EventType::kWarning, "VgpuRemoveFailed",
           "vGPU " + wanted.vgpu_id + " (device " + wanted.device_id +

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/backoff.h"
 #include "deviceplugin/holder_tracker.h"
 #include "deviceplugin/resource_manager.h"
 #include "kube/events.h"
@@ -85,7 +86,7 @@ class Lifecycle {
   struct Removal {
     CreatedVgpu record;
     std::chrono::steady_clock::time_point due;
-    std::chrono::milliseconds backoff{0};
+    Backoff backoff;
     int attempts = 0;
   };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/backoff.h"
 #include "common/log_safe.h"
 #include "deviceplugin/cdi.h"
 #include "deviceplugin/failpoint.h"
@@ -258,23 +259,23 @@ Status ResourceManager::RemoveEarlierVgpus(const std::string& resource,
   }
   const auto deadline = Clock::now() + wait;
   for (const auto& [id, vgpu] : free) {
-    auto backoff = std::chrono::milliseconds(50);
+    Backoff backoff(std::chrono::milliseconds(50), std::chrono::milliseconds(500));
     for (;;) {
       Status removed = RemoveVgpu(id, vgpu);
       // kGone: the record moved on meanwhile (a removal finished, the vGPU vanished).
       if (removed.ok() || removed.code() == ErrorCode::kGone) break;
-      if (removed.code() != ErrorCode::kBusy || Clock::now() + backoff > deadline) {
+      const std::chrono::milliseconds delay = backoff.Next();
+      if (removed.code() != ErrorCode::kBusy || Clock::now() + delay > deadline) {
         return Status::Error(removed.code(),
                              "device " + id + ": its earlier vGPU " + vgpu +
                                  " could not be removed for the new pod (" + removed.ToString() +
                                  "); the last pod's VM may still hold it, try again");
       }
-      if (backoff.count() == 50) {
+      if (backoff.failures() == 1) {
         spdlog::info("device {}: its earlier vGPU {} is still busy; waiting for the VM to let go",
                      id, vgpu);
       }
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+      std::this_thread::sleep_for(delay);
     }
   }
   return Status::Ok();

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/backoff.h"
 #include "kube/api_client.h"
 #include "kube/pod.h"
 
@@ -55,23 +56,6 @@ struct PodWatchOptions {
   // A watch that stays silent this long is taken as dead (bookmarks arrive about every minute).
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(330)};
   std::uint32_t seed = std::random_device{}();
-};
-
-// The backoff between reconnects: initial, doubled per failure up to max, times a jitter factor.
-class Backoff {
- public:
-  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, double jitter,
-          std::uint32_t seed);
-  std::chrono::milliseconds Next();
-  void Reset() { failures_ = 0; }
-  int failures() const { return failures_; }
-
- private:
-  std::chrono::milliseconds initial_;
-  std::chrono::milliseconds max_;
-  double jitter_;
-  std::mt19937 random_;
-  int failures_ = 0;
 };
 
 class ApiPodWatcher : public PodWatcher {

@@ -1,7 +1,8 @@
-// The lifecycle: who holds each vGPU (Judge), when a vGPU of ours goes (PlanPass, the grace
-// period) and the lifecycle against the kernel model with kubelet and the API server stood in
-// for. Each test names the invariant it defends (ARCHITECTURE.md: 1 never destroy a vGPU a live
-// pod uses, 2 never leak one, 3 never touch another's, 4 IDs keep their meaning).
+// The lifecycle: when a vGPU of ours goes (PlanPass, the grace period) and the lifecycle against
+// the kernel model with kubelet and the API server stood in for (who holds a vGPU, Judge, is
+// holder_tracker_test's). Each test names the invariant it defends (ARCHITECTURE.md: 1 never
+// destroy a vGPU a live pod uses, 2 never leak one, 3 never touch another's, 4 IDs keep their
+// meaning).
 #include "deviceplugin/lifecycle.h"
 
 #include <gtest/gtest.h>
@@ -13,12 +14,11 @@
 
 #include "deviceplugin/holder_tracker.h"
 #include "deviceplugin/resource_manager.h"
-#include "deviceplugin/state_rebuild.h"
 #include "fakes/apiserver/in_memory_kube.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/static_podresources.h"
-#include "kubelet/deviceplugin/v1beta1/api.pb.h"
+#include "tests/deviceplugin/holder_builders.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
@@ -26,229 +26,10 @@ namespace {
 using kvgpu::testing::SimNode;
 using namespace std::chrono_literals;
 
-const std::string kResource = "tencent.com/vgpu-mtty-2";
-
-CreatedVgpu Record(const std::string& id, int64_t created_unix_ms = 1'000'000) {
-  CreatedVgpu r;
-  r.device_id = id;
-  r.resource = kResource;
-  r.vgpu_id = "uuid-" + id;
-  r.parent = "mtty";
-  r.physical_gpu = "mtty";
-  r.type_id = "mtty-2";
-  r.created_unix_ms = created_unix_ms;
-  return r;
-}
-
-kube::PodInfo Pod(const std::string& uid, const std::string& name, const std::string& phase,
-                  bool deleting = false) {
-  kube::PodInfo pod;
-  pod.uid = uid;
-  pod.namespace_name = "default";
-  pod.name = name;
-  pod.node_name = "node-1";
-  pod.phase = phase;
-  pod.deleting = deleting;
-  return pod;
-}
-
-kubelet::PodResources PodHolding(const std::string& name, const std::vector<std::string>& ids) {
-  return {"default", name, {{"main", {{kResource, ids}}}}};
-}
-
-TEST(JudgeTest, DecidesFromKubeletFirstAndNeverOnTheApisWordAlone) {
-  const int64_t now = 10'000'000;
-  struct Case {
-    std::string description;
-    std::function<void(HolderFacts&)> facts;
-    int64_t created;
-    Holding want;
-  };
-  auto kubelet_up = [](HolderFacts& f) {
-    f.kubelet_known = true;
-    f.kubelet_up_unix_ms = 1;
-  };
-  const std::vector<Case> cases = {
-      {"kubelet lists a pod with the device: held (invariant 1)",
-       [&](HolderFacts& f) {
-         kubelet_up(f);
-         f.kubelet_holders[{kResource, "d0"}] = "default/a";
-       },
-       1'000'000, Holding::kHeld},
-      {"kubelet lists it though the API says the pod is deleted: held (API's word alone)",
-       [&](HolderFacts& f) {
-         kubelet_up(f);
-         f.kubelet_holders[{kResource, "d0"}] = "default/a";
-         f.api_following = true;
-       },
-       1'000'000, Holding::kHeld},
-      {"kubelet not answering: unknown, nothing removed",
-       [&](HolderFacts& f) { f.kubelet_problem = "connection refused"; }, 1'000'000,
-       Holding::kUnknown},
-      {"kubelet answering again only since a moment: unknown",
-       [&](HolderFacts& f) {
-         f.kubelet_known = true;
-         f.kubelet_up_unix_ms = now - 1;
-       },
-       1'000'000, Holding::kUnknown},
-      {"allocated a moment ago, kubelet not yet recording the pod: held",
-       [&](HolderFacts& f) { kubelet_up(f); }, now - 1, Holding::kHeld},
-      {"kubelet lists nobody, the API shows the checkpoint's pod alive: held",
-       [&](HolderFacts& f) {
-         kubelet_up(f);
-         f.api_following = true;
-         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-         f.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
-       },
-       1'000'000, Holding::kHeld},
-      {"the checkpoint's pod has Succeeded: free",
-       [&](HolderFacts& f) {
-         kubelet_up(f);
-         f.api_following = true;
-         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-         f.api_pods["uid-a"] = Pod("uid-a", "a", "Succeeded");
-       },
-       1'000'000, Holding::kFree},
-      {"the checkpoint's pod is being deleted and kubelet let go: free",
-       [&](HolderFacts& f) {
-         kubelet_up(f);
-         f.api_following = true;
-         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-         f.api_pods["uid-a"] = Pod("uid-a", "a", "Running", true);
-       },
-       1'000'000, Holding::kFree},
-      {"API unreachable: kubelet's word decides (free)",
-       [&](HolderFacts& f) {
-         kubelet_up(f);
-         f.api_following = false;
-         f.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-         f.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
-       },
-       1'000'000, Holding::kFree},
-      {"another resource's device of the same ID does not hold this one",
-       [&](HolderFacts& f) {
-         kubelet_up(f);
-         f.kubelet_holders[{"tencent.com/vgpu-other", "d0"}] = "default/a";
-       },
-       1'000'000, Holding::kFree},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.description);
-    HolderFacts facts;
-    c.facts(facts);
-    Verdict verdict = Judge(Record("d0", c.created), facts, now, 5s);
-    EXPECT_EQ(verdict.holding, c.want) << verdict.why;
-  }
-}
-
-TEST(JudgeTest, ForAllocateKubeletsBooksAreFinalSoAnEndedPodsVgpuIsNeverHandedOn) {
-  const int64_t now = 10'000'000;
-  HolderFacts facts;
-  facts.kubelet_known = true;
-  facts.kubelet_up_unix_ms = now - 1;  // just back: only guards removals
-  facts.api_following = true;
-  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");  // its Succeeded not yet seen
-  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kRemoval).holding, Holding::kUnknown);
-  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kFree)
-      << "kubelet hands the ID to a new pod: the old vGPU is made anew, not passed on";
-  facts.kubelet_holders[{kResource, "d0"}] = "default/a";
-  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kHeld)
-      << "the pod kubelet lists asks again: same vGPU";
-  facts.kubelet_holders.clear();
-  facts.kubelet_pods.insert("default/a");
-  facts.checkpoint_known = true;
-  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kHeld)
-      << "the checkpoint gives it to a pod kubelet and the API both show alive: its app "
-         "container asks for its init container's device";
-}
-
-// #14 item 1: age never makes a vGPU held for Allocate. Pod a got d0 a second ago and was
-// deleted; kubelet hands d0 to pod b: b must get a vGPU of its own.
-TEST(JudgeTest, ForAllocateAYoungVgpuOfAPodThatIsGoneIsNotHandedOn) {
-  const int64_t now = 10'000'000;
-  HolderFacts facts;
-  facts.kubelet_known = true;
-  facts.kubelet_up_unix_ms = 1;
-  facts.checkpoint_known = true;
-  facts.api_following = true;
-  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running", true);  // being deleted
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
-            Holding::kFree)
-      << "allocated 1 s ago, its pod deleted: a fresh vGPU for the next pod";
-  facts.api_pods.erase("uid-a");
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
-            Holding::kFree)
-      << "its pod gone from the API server too";
-  facts.api_following = false;
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
-            Holding::kUnknown)
-      << "the checkpoint names a pod and nobody can say whether it lives: nothing handed on";
-  EXPECT_EQ(Judge(Record("d0", now - 60000), facts, now, 5s, Purpose::kAllocation).holding,
-            Holding::kUnknown)
-      << "however old: age tells nothing about who asks";
-  facts.api_configured = false;
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
-            Holding::kFree)
-      << "no API server at all: kubelet's word alone, which no longer lists the old pod";
-  facts.checkpoint_uids.clear();
-  facts.checkpoint_known = false;
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s, Purpose::kAllocation).holding,
-            Holding::kUnknown)
-      << "no checkpoint at all: a young vGPU's next container cannot be told from a new pod";
-  EXPECT_EQ(Judge(Record("d0", now - 6000), facts, now, 5s, Purpose::kAllocation).holding,
-            Holding::kFree);
-}
-
-// #14 item 1, removal side: a young vGPU is protected (kubelet records its pod only after
-// Allocate returns) until its pod is gone from kubelet and the API server alike.
-TEST(JudgeTest, AYoungVgpusProtectionEndsWithItsPodInKubeletAndTheApiServer) {
-  const int64_t now = 10'000'000;
-  HolderFacts facts;
-  facts.kubelet_known = true;
-  facts.kubelet_up_unix_ms = 1;
-  facts.api_following = true;
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld)
-      << "no pod recorded yet: protected";
-  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld);
-  facts.api_pods["uid-a"].deleting = true;
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kFree)
-      << "its pod deleted and kubelet does not list it: no longer protected by its age";
-  facts.api_following = false;
-  EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld)
-      << "API server not followed: its age still protects it";
-}
-
-// #14 item 2: a restarted kubelet answers PodResources with nothing for a while.
-TEST(JudgeTest, NothingIsRemovedUntilARestartedKubeletListsTheNodesPodsAgain) {
-  const int64_t now = 10'000'000;
-  HolderFacts facts;
-  facts.kubelet_known = true;
-  facts.kubelet_up_unix_ms = 1;
-  facts.kubelet_resynced = false;
-  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s).holding, Holding::kUnknown);
-  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kFree)
-      << "Allocate goes by kubelet's books";
-
-  HolderFacts api;
-  api.api_following = true;
-  api.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
-  api.checkpoint_uids[{kResource, "d1"}] = {"uid-gone"};
-  api.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
-  EXPECT_FALSE(Resynced({}, api)) << "the API shows a with a device, kubelet lists nothing";
-  EXPECT_TRUE(Resynced({PodHolding("a", {})}, api));
-  HolderFacts no_api;
-  no_api.checkpoint_uids = api.checkpoint_uids;
-  EXPECT_FALSE(Resynced({}, no_api)) << "no API: an empty answer is no proof";
-  EXPECT_TRUE(Resynced({PodHolding("x", {})}, no_api));
-  EXPECT_FALSE(Resynced({}, HolderFacts{})) << "no checkpoint read: an empty answer is no proof";
-  HolderFacts empty_checkpoint;
-  empty_checkpoint.checkpoint_known = true;
-  EXPECT_TRUE(Resynced({}, empty_checkpoint)) << "the checkpoint gives nobody a device";
-}
+using kvgpu::deviceplugin::testing::kResource;
+using kvgpu::deviceplugin::testing::Pod;
+using kvgpu::deviceplugin::testing::PodHolding;
+using kvgpu::deviceplugin::testing::Record;
 
 TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAgain) {
   LifecycleSnapshot snapshot;
@@ -728,50 +509,6 @@ TEST(LifecycleTest, AFullStateDirRefusesNewVgpusButNeverStopsRemovals) {
   store.fail_saves = false;
   ASSERT_TRUE(f.manager.Allocate(kResource, {{"mtty-mtty-2-1"}}).ok());
   EXPECT_EQ(store.vgpus_.size(), 1u) << "the next save catches up";
-}
-
-std::string AllocResp(const std::string& ids, const std::string& uuids) {
-  v1beta1::ContainerAllocateResponse response;
-  (*response.mutable_envs())["KVGPU_VGPU_MTTY_2_DEVICE_IDS"] = ids;
-  (*response.mutable_envs())["KVGPU_VGPU_MTTY_2_UUIDS"] = uuids;
-  (*response.mutable_envs())["KVGPU_VGPU_MTTY_2_TYPES"] = "mtty-2";
-  return response.SerializeAsString();
-}
-
-TEST(StateRebuildTest, OnlyVgpusOurAnswersInKubeletsCheckpointNameBecomeOursAgain) {
-  SimNode sim("mtty");
-  auto ours = sim.node().Create({"mtty", "mtty-2", std::nullopt});
-  auto foreign = sim.node().Create({"mtty", "mtty-2", std::nullopt});
-  ASSERT_TRUE(ours.ok() && foreign.ok());
-  auto inventory = sim.node().Scan();
-  ASSERT_TRUE(inventory.ok());
-
-  kvgpu::testing::TempDir kubelet_dir;
-  kvgpu::testing::CheckpointWriter writer(kubelet_dir.path());
-  writer.Write({
-      {"uid-1", "main", kResource, {"mtty-mtty-2-3"}, -1, AllocResp("mtty-mtty-2-3", ours->id)},
-      {"uid-0",
-       "main",
-       kResource,
-       {"mtty-mtty-2-5"},
-       -1,
-       AllocResp("mtty-mtty-2-5", "0b5d1e1c-4c3a-4d6e-9a53-2f1d7c9e8a11")},  // long gone
-      {"uid-2",
-       "main",
-       kResource,
-       {"mtty-mtty-2-7"},
-       -1,
-       AllocResp("mtty-mtty-2-7,mtty-mtty-2-8", ours->id)},  // malformed: lengths differ
-  });
-  auto checkpoint = kubelet::ReadCheckpoint(writer.path());
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
-  Rebuilt rebuilt = RebuildRecords(*checkpoint, *inventory, 42'000);
-  ASSERT_EQ(rebuilt.vgpus.size(), 1u);
-  EXPECT_EQ(rebuilt.vgpus[0].vgpu_id, ours->id);
-  EXPECT_EQ(rebuilt.vgpus[0].device_id, "mtty-mtty-2-3") << "invariant 4: the same ID as before";
-  EXPECT_EQ(rebuilt.vgpus[0].slot, 3u);
-  EXPECT_EQ(rebuilt.vgpus[0].resource, kResource);
-  EXPECT_EQ(rebuilt.notes.size(), 1u);
 }
 
 }  // namespace

@@ -81,27 +81,6 @@ TEST(ParsePodTest, PhasesAndMissingParts) {
   }
 }
 
-TEST(BackoffTest, DoublesUpToTheCapWithJitterBelowTheBase) {
-  Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000), 0.5, 7);
-  const std::vector<int> bases = {100, 200, 400, 800, 1000, 1000, 1000};
-  for (size_t i = 0; i < bases.size(); ++i) {
-    SCOPED_TRACE(i);
-    const auto delay = backoff.Next().count();
-    EXPECT_LE(delay, bases[i]);
-    EXPECT_GE(delay, bases[i] / 2);
-  }
-  backoff.Reset();
-  EXPECT_LE(backoff.Next().count(), 100);
-}
-
-TEST(BackoffTest, JitterSpreadsDelays) {
-  Backoff a(std::chrono::milliseconds(1000), std::chrono::milliseconds(1000), 0.5, 1);
-  Backoff b(std::chrono::milliseconds(1000), std::chrono::milliseconds(1000), 0.5, 2);
-  int differing = 0;
-  for (int i = 0; i < 10; ++i) differing += a.Next() != b.Next() ? 1 : 0;
-  EXPECT_GT(differing, 5);
-}
-
 TEST(BuildEventTest, CoreV1EventAboutThePod) {
   const auto when = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
   const auto event =
