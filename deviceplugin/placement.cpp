@@ -46,13 +46,11 @@ PlacementRank RankOf(const Device& d, const GpuLoads& loads) {
     auto it = m.find(gpu);
     return it == m.end() ? 0 : it->second;
   };
-  const int same = count(loads.same_type, d.physical_gpu);
-  return PlacementRank{loads.other_type.contains(d.physical_gpu) ? 2 : (d.vgpu_exists ? 1 : 0),
-                       same > 0 ? 0 : 1,
-                       -same,
-                       count(loads.free, d.physical_gpu),
-                       d.physical_gpu,
-                       d.id};
+  const bool other_type = loads.other_type.contains(d.physical_gpu);
+  const scheduling::GpuLoad load{count(loads.same_type, d.physical_gpu),
+                                 count(loads.free, d.physical_gpu), other_type};
+  return PlacementRank{other_type ? 2 : (d.vgpu_exists ? 1 : 0), scheduling::RankGpu(load),
+                       d.physical_gpu, d.id};
 }
 
 struct Candidate {

@@ -1,6 +1,7 @@
 // Where a container's vGPUs should go (kubelet's GetPreferredAllocation): which of the device IDs
 // kubelet offers to pick, so that GPUs are packed (or spread) and a GPU free of vGPUs is kept for
-// other types. Pure: the answer depends only on the arguments.
+// other types. GPUs are ranked by scheduling::RankGpu, the rule the scheduler extender places
+// pods by. Pure: the answer depends only on the arguments.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "deviceplugin/device_catalogue.h"
 #include "mdev/node.h"
+#include "scheduling/gpu_fit.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -24,14 +26,8 @@ struct PlacementRank {
   // 0: free; 1: its earlier vGPU still exists (Allocate reuses it only when no pod holds it);
   // 2: its GPU carries a vGPU of another type (time-sliced: one type per GPU), so it will fail.
   int fitness = 0;
-  // 0 when the GPU already carries this resource's type (locked to it), else 1: a GPU free of
-  // vGPUs is kept for whichever type comes next.
-  int unlocked = 1;
-  // Minus the vGPUs of the type on the GPU: fuller GPUs first (pack).
-  int minus_same_type = 0;
-  // Free devices of the resource on the GPU: fewer first.
-  int free_on_gpu = 0;
-  std::string gpu;  // then by GPU and ID, for a stable answer
+  scheduling::GpuRank on_gpu;  // then its GPU, as the scheduler extender ranks it
+  std::string gpu;             // then by GPU and ID, for a stable answer
   std::string id;
 
   auto operator<=>(const PlacementRank&) const = default;

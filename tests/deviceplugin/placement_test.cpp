@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <random>
+
 #include "tests/deviceplugin/inventory_builders.h"
 
 namespace kvgpu::deviceplugin {
@@ -108,12 +112,82 @@ TEST(PlacementTest, RequestsKubeletCouldNotHaveMeantAreRefusedAsInvalid) {
 }
 
 TEST(PlacementTest, RanksCompareByImportanceInMemberOrder) {
-  PlacementRank free_far{0, 1, 0, 0, "", ""};
-  PlacementRank reused_locked{1, 0, 0, 0, "", ""};
+  PlacementRank free_far{0, {0, 1, 0, 0}, "", ""};
+  PlacementRank reused_locked{1, {0, 0, 0, 0}, "", ""};
   EXPECT_LT(free_far, reused_locked) << "fitness outranks the GPU lock";
-  PlacementRank fuller{0, 0, -3, 0, "", ""};
-  PlacementRank emptier{0, 0, -1, 0, "", ""};
+  PlacementRank fuller{0, {0, 0, -3, 0}, "", ""};
+  PlacementRank emptier{0, {0, 0, -1, 0}, "", ""};
   EXPECT_LT(fuller, emptier);
+}
+
+// The extender assumes a pod lands where scheduling::PlaceDemand puts it; the node then answers
+// kubelet with PreferDevices. On random T4 nodes (GPUs free or locked to 222 or 223 with some
+// used), both must pick the same number of devices on every GPU, packed and spread.
+TEST(PlacementTest, TheDevicesPreferredAreWhereTheExtendersModelPutsThem) {
+  std::mt19937 random(20261126);
+  const std::string resource = "tencent.com/vgpu-222";
+  for (int round = 0; round < 300; ++round) {
+    SCOPED_TRACE(round);
+    const int gpu_count = std::uniform_int_distribution<int>(1, 8)(random);
+    std::vector<Device> listed;
+    std::vector<mdev::Vgpu> vgpus;
+    std::vector<scheduling::GpuSlots> model;
+    uint32_t creatable = 0;
+    for (int g = 0; g < gpu_count; ++g) {
+      const std::string gpu = "0000:" + std::to_string(10 + g) + ":00.0";
+      const int lock = std::uniform_int_distribution<int>(0, 2)(random);  // free, 222, 223
+      const uint32_t used =
+          lock == 0 ? 0 : std::uniform_int_distribution<uint32_t>(1, lock == 1 ? 16 : 8)(random);
+      scheduling::GpuSlots slots;
+      slots.id = gpu;
+      slots.locked_type = lock == 0 ? "" : lock == 1 ? "nvidia-222" : "nvidia-223";
+      const uint32_t used222 = lock == 1 ? used : 0;
+      const uint32_t free222 = lock == 2 ? 0 : 16 - used222;
+      slots.resources[resource] = {"nvidia-222", used222, free222};
+      model.push_back(slots);
+      creatable += free222;
+      for (uint32_t i = 0; i < used; ++i) {
+        vgpus.push_back(VgpuOn("u-" + gpu + "-" + std::to_string(i), gpu,
+                               lock == 1 ? "nvidia-222" : "nvidia-223"));
+      }
+      for (uint32_t slot = 0; slot < 16; ++slot) {
+        if (lock == 2) break;  // the kernel shows no 222 on a GPU locked to 223
+        Device d = Free222(gpu, slot);
+        d.ours = d.vgpu_exists = slot < used222;
+        listed.push_back(d);
+      }
+    }
+    if (creatable == 0) continue;
+    std::vector<std::string> available;
+    for (const Device& d : listed) {
+      if (!d.vgpu_exists) available.push_back(d.id);
+    }
+    const auto size = std::uniform_int_distribution<uint32_t>(1, creatable)(random);
+    for (bool spread : {false, true}) {
+      SCOPED_TRACE(spread ? "spread" : "pack");
+      auto preferred =
+          PreferDevices(listed, vgpus, spread, {{available, {}, static_cast<int32_t>(size)}});
+      ASSERT_TRUE(preferred.ok()) << preferred.status().ToString();
+      std::map<std::string, uint32_t> by_plugin;
+      for (const std::string& id : (*preferred)[0]) {
+        auto it =
+            std::find_if(listed.begin(), listed.end(), [&](const Device& d) { return d.id == id; });
+        ASSERT_NE(it, listed.end()) << id;
+        ++by_plugin[it->physical_gpu];
+      }
+      std::vector<scheduling::GpuSlots> placed = model;
+      ASSERT_TRUE(scheduling::PlaceDemand(
+          placed, {{resource, size}},
+          spread ? scheduling::Policy::kSpread : scheduling::Policy::kPack));
+      std::map<std::string, uint32_t> by_model;
+      for (size_t g = 0; g < placed.size(); ++g) {
+        const uint32_t taken =
+            placed[g].resources.at(resource).used - model[g].resources.at(resource).used;
+        if (taken > 0) by_model[placed[g].id] = taken;
+      }
+      EXPECT_EQ(by_plugin, by_model);
+    }
+  }
 }
 
 }  // namespace

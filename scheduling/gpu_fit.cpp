@@ -1,0 +1,119 @@
+#include "scheduling/gpu_fit.h"
+
+#include <algorithm>
+
+namespace kvgpu::scheduling {
+
+GpuRank RankGpu(const GpuLoad& load) {
+  return GpuRank{load.other_type ? 1 : 0, load.same_type > 0 ? 0 : 1, -load.same_type, load.free};
+}
+
+const char* PolicyName(Policy policy) {
+  return policy == Policy::kSpread ? "spread" : "pack";
+}
+
+std::optional<Policy> ParsePolicy(const std::string& name) {
+  if (name == "pack") return Policy::kPack;
+  if (name == "spread") return Policy::kSpread;
+  return std::nullopt;
+}
+
+namespace {
+
+bool LockedToOther(const GpuSlots& gpu, const std::string& type_id) {
+  return gpu.one_type && !gpu.locked_type.empty() && gpu.locked_type != type_id;
+}
+
+// How many vGPUs of `resource` each GPU takes (index -> count); empty when they do not fit.
+std::map<size_t, uint32_t> Choose(const std::vector<GpuSlots>& gpus, const std::string& resource,
+                                  uint32_t count, Policy policy) {
+  struct Candidate {
+    GpuRank rank;
+    std::string id;
+    size_t index;
+    uint32_t free;
+  };
+  std::vector<Candidate> candidates;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    auto it = gpus[i].resources.find(resource);
+    if (it == gpus[i].resources.end() || it->second.free == 0) continue;
+    if (LockedToOther(gpus[i], it->second.type_id)) continue;
+    GpuLoad load{static_cast<int>(it->second.used), static_cast<int>(it->second.free), false};
+    candidates.push_back({RankGpu(load), gpus[i].id, i, it->second.free});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.rank, a.id) < std::tie(b.rank, b.id);
+  });
+  std::map<size_t, uint32_t> taken;
+  uint32_t left = count;
+  if (policy == Policy::kPack) {
+    for (const Candidate& c : candidates) {
+      if (left == 0) break;
+      const uint32_t n = std::min(left, c.free);
+      taken[c.index] = n;
+      left -= n;
+    }
+  } else {
+    bool progressed = true;
+    while (left > 0 && progressed) {
+      progressed = false;
+      for (const Candidate& c : candidates) {
+        if (left == 0) break;
+        uint32_t& n = taken[c.index];
+        if (n == c.free) continue;
+        ++n;
+        --left;
+        progressed = true;
+      }
+    }
+  }
+  if (left > 0) return {};
+  return taken;
+}
+
+void Apply(GpuSlots& gpu, const std::string& resource, uint32_t n) {
+  ResourceSlots& slots = gpu.resources.at(resource);
+  slots.used += n;
+  slots.free -= n;
+  if (n == 0) return;
+  if (gpu.locked_type.empty()) gpu.locked_type = slots.type_id;
+  if (!gpu.one_type) return;
+  for (auto& [other, other_slots] : gpu.resources) {
+    if (other_slots.type_id != slots.type_id) other_slots.free = 0;
+  }
+}
+
+}  // namespace
+
+bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy policy,
+                 std::string* why) {
+  std::vector<GpuSlots> placed = gpus;
+  for (const auto& [resource, count] : demand) {
+    if (count == 0) continue;
+    std::map<size_t, uint32_t> taken = Choose(placed, resource, count, policy);
+    if (taken.empty()) {
+      if (why != nullptr) {
+        uint32_t free = 0;
+        for (const GpuSlots& gpu : placed) {
+          auto it = gpu.resources.find(resource);
+          if (it != gpu.resources.end() && !LockedToOther(gpu, it->second.type_id)) {
+            free += it->second.free;
+          }
+        }
+        *why = resource + ": " + std::to_string(count) + " wanted, " + std::to_string(free) +
+               " can be made on GPUs free or locked to its type";
+      }
+      return false;
+    }
+    for (const auto& [index, n] : taken) Apply(placed[index], resource, n);
+  }
+  gpus = std::move(placed);
+  return true;
+}
+
+size_t FreeGpus(const std::vector<GpuSlots>& gpus) {
+  return static_cast<size_t>(std::count_if(
+      gpus.begin(), gpus.end(), [](const GpuSlots& gpu) { return gpu.locked_type.empty(); }));
+}
+
+}  // namespace kvgpu::scheduling

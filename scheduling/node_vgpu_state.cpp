@@ -1,0 +1,167 @@
+#include "scheduling/node_vgpu_state.h"
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace kvgpu::scheduling {
+
+using nlohmann::json;
+
+bool NodeVgpuState::SameContent(const NodeVgpuState& other) const {
+  return version == other.version && node == other.node && policy == other.policy &&
+         gpus == other.gpus && holders == other.holders && unattributed == other.unattributed;
+}
+
+std::string RenderNodeState(const NodeVgpuState& state) {
+  json gpus = json::array();
+  for (const GpuSlots& gpu : state.gpus) {
+    json resources = json::object();
+    for (const auto& [name, slots] : gpu.resources) {
+      resources[name] = {{"type", slots.type_id}, {"used", slots.used}, {"free", slots.free}};
+    }
+    gpus.push_back({{"id", gpu.id},
+                    {"oneType", gpu.one_type},
+                    {"lockedType", gpu.locked_type},
+                    {"resources", std::move(resources)}});
+  }
+  json doc = {{"version", state.version},           {"node", state.node},
+              {"generation", state.generation},     {"publishedUnixMs", state.published_unix_ms},
+              {"policy", PolicyName(state.policy)}, {"gpus", std::move(gpus)},
+              {"holders", state.holders},           {"unattributed", state.unattributed}};
+  return doc.dump();
+}
+
+namespace {
+
+// Field readers that say which field is wrong; the first error sticks.
+class Reader {
+ public:
+  const json* Field(const json& object, const char* key, json::value_t type,
+                    const std::string& where) {
+    if (!error_.empty()) return nullptr;
+    auto it = object.find(key);
+    const bool number = type == json::value_t::number_unsigned;
+    if (it == object.end() || (number ? !it->is_number_unsigned() : it->type() != type)) {
+      error_ = where + key + ": missing or not " + TypeName(type);
+      return nullptr;
+    }
+    return &*it;
+  }
+  std::string String(const json& object, const char* key, const std::string& where) {
+    const json* v = Field(object, key, json::value_t::string, where);
+    return v != nullptr ? v->get<std::string>() : std::string();
+  }
+  uint64_t Unsigned(const json& object, const char* key, const std::string& where,
+                    uint64_t max = std::numeric_limits<uint32_t>::max()) {
+    const json* v = Field(object, key, json::value_t::number_unsigned, where);
+    if (v == nullptr) return 0;
+    uint64_t n = v->get<uint64_t>();
+    if (n > max) error_ = where + key + ": out of range";
+    return n;
+  }
+  void Fail(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  static const char* TypeName(json::value_t type) {
+    switch (type) {
+      case json::value_t::string:
+        return "a string";
+      case json::value_t::boolean:
+        return "a boolean";
+      case json::value_t::array:
+        return "an array";
+      case json::value_t::object:
+        return "an object";
+      default:
+        return "a non-negative integer";
+    }
+  }
+  std::string error_;
+};
+
+}  // namespace
+
+Result<NodeVgpuState> ParseNodeState(const std::string& text) {
+  json doc = json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Status::Error(ErrorCode::kInvalid, "vGPU state is not a JSON object");
+  }
+  Reader read;
+  NodeVgpuState state;
+  const uint64_t version = read.Unsigned(doc, "version", "");
+  if (read.error().empty() && version != static_cast<uint64_t>(kNodeStateVersion)) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "vGPU state version " + std::to_string(version) + " is not the " +
+                             std::to_string(kNodeStateVersion) + " this extender reads");
+  }
+  state.node = read.String(doc, "node", "");
+  state.generation = read.Unsigned(doc, "generation", "", std::numeric_limits<uint64_t>::max());
+  state.published_unix_ms = static_cast<int64_t>(read.Unsigned(
+      doc, "publishedUnixMs", "", static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+  const std::string policy = read.String(doc, "policy", "");
+  if (read.error().empty()) {
+    if (auto parsed = ParsePolicy(policy)) {
+      state.policy = *parsed;
+    } else {
+      read.Fail("policy: \"" + policy + "\" is neither pack nor spread");
+    }
+  }
+  if (const json* gpus = read.Field(doc, "gpus", json::value_t::array, "")) {
+    for (size_t i = 0; i < gpus->size() && read.error().empty(); ++i) {
+      const json& g = (*gpus)[i];
+      const std::string where = "gpus[" + std::to_string(i) + "].";
+      if (!g.is_object()) {
+        read.Fail(where + ": not an object");
+        break;
+      }
+      GpuSlots gpu;
+      gpu.id = read.String(g, "id", where);
+      if (const json* one = read.Field(g, "oneType", json::value_t::boolean, where)) {
+        gpu.one_type = one->get<bool>();
+      }
+      gpu.locked_type = read.String(g, "lockedType", where);
+      if (const json* resources = read.Field(g, "resources", json::value_t::object, where)) {
+        for (const auto& [name, r] : resources->items()) {
+          const std::string at = where + "resources[" + name + "].";
+          if (!r.is_object()) {
+            read.Fail(at + ": not an object");
+            break;
+          }
+          ResourceSlots slots;
+          slots.type_id = read.String(r, "type", at);
+          slots.used = static_cast<uint32_t>(read.Unsigned(r, "used", at));
+          slots.free = static_cast<uint32_t>(read.Unsigned(r, "free", at));
+          gpu.resources[name] = slots;
+        }
+      }
+      state.gpus.push_back(std::move(gpu));
+    }
+  }
+  if (const json* holders = read.Field(doc, "holders", json::value_t::array, "")) {
+    for (const json& h : *holders) {
+      if (!h.is_string()) {
+        read.Fail("holders: not all strings");
+        break;
+      }
+      state.holders.insert(h.get<std::string>());
+    }
+  }
+  if (const json* counts = read.Field(doc, "unattributed", json::value_t::object, "")) {
+    for (const auto& [name, n] : counts->items()) {
+      if (!n.is_number_unsigned() || n.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+        read.Fail("unattributed[" + name + "]: not a count");
+        break;
+      }
+      state.unattributed[name] = n.get<uint32_t>();
+    }
+  }
+  if (!read.error().empty()) {
+    return Status::Error(ErrorCode::kInvalid, "vGPU state: " + read.error());
+  }
+  return state;
+}
+
+}  // namespace kvgpu::scheduling

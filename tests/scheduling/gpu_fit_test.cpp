@@ -1,0 +1,115 @@
+// The placement rule both the plugin and the extender follow: a type packs onto the GPUs it holds
+// (fullest first), a free GPU is taken only when those are full and is then locked to the type,
+// GPUs locked to another type are never used, spread takes one device per GPU per round, and a
+// demand that does not fit changes nothing.
+#include "scheduling/gpu_fit.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgpu::scheduling {
+namespace {
+
+constexpr const char* k222 = "tencent.com/vgpu-222";  // T4-1Q: 16 per GPU
+constexpr const char* k223 = "tencent.com/vgpu-223";  // T4-2Q: 8 per GPU
+
+// A T4 as the plugin publishes it: `used` vGPUs of `locked` (or none), the kernel's counts.
+GpuSlots T4(const std::string& id, const std::string& locked = "", uint32_t used = 0) {
+  GpuSlots gpu;
+  gpu.id = id;
+  gpu.locked_type = locked.empty() ? "" : "nvidia-" + locked;
+  const uint32_t used222 = locked == "222" ? used : 0;
+  const uint32_t used223 = locked == "223" ? used : 0;
+  gpu.resources[k222] = {"nvidia-222", used222,
+                         locked.empty() || locked == "222" ? 16 - used222 : 0};
+  gpu.resources[k223] = {"nvidia-223", used223,
+                         locked.empty() || locked == "223" ? 8 - used223 : 0};
+  return gpu;
+}
+
+uint32_t Used(const std::vector<GpuSlots>& gpus, size_t gpu, const std::string& resource) {
+  return gpus[gpu].resources.at(resource).used;
+}
+
+TEST(RankGpuTest, LockedToAnotherTypeLastThenCarryingTheTypeFullestFirstThenFewestFree) {
+  const GpuRank other = RankGpu({0, 0, true});
+  const GpuRank free_gpu = RankGpu({0, 16, false});
+  const GpuRank holds_two = RankGpu({2, 14, false});
+  const GpuRank holds_five = RankGpu({5, 11, false});
+  EXPECT_LT(free_gpu, other);
+  EXPECT_LT(holds_two, free_gpu) << "a GPU already locked to the type before a free one";
+  EXPECT_LT(holds_five, holds_two) << "the fuller GPU first: pack";
+  EXPECT_LT(RankGpu({0, 4, false}), RankGpu({0, 16, false})) << "then fewer devices left";
+}
+
+TEST(PlaceDemandTest, ATypePacksOntoTheGpuItHoldsBeforeTakingAFreeOne) {
+  std::vector<GpuSlots> gpus = {T4("0000:3b:00.0"), T4("0000:af:00.0", "222", 3)};
+  ASSERT_TRUE(PlaceDemand(gpus, {{k222, 2}}, Policy::kPack));
+  EXPECT_EQ(Used(gpus, 1, k222), 5u);
+  EXPECT_EQ(Used(gpus, 0, k222), 0u);
+  EXPECT_EQ(FreeGpus(gpus), 1u) << "the free GPU is kept for another type";
+}
+
+TEST(PlaceDemandTest, TakingAFreeGpuLocksItAndHidesTheOtherTypes) {
+  std::vector<GpuSlots> gpus = {T4("0000:3b:00.0"), T4("0000:af:00.0")};
+  ASSERT_TRUE(PlaceDemand(gpus, {{k223, 1}}, Policy::kPack));
+  EXPECT_EQ(gpus[0].locked_type, "nvidia-223");
+  EXPECT_EQ(gpus[0].resources.at(k222).free, 0u);
+  EXPECT_EQ(gpus[0].resources.at(k223).free, 7u);
+  ASSERT_TRUE(PlaceDemand(gpus, {{k222, 16}}, Policy::kPack));
+  EXPECT_EQ(Used(gpus, 1, k222), 16u) << "222 cannot go to the GPU 223 holds";
+  std::string why;
+  EXPECT_FALSE(PlaceDemand(gpus, {{k222, 1}}, Policy::kPack, &why));
+  EXPECT_NE(why.find("1 wanted, 0 can be made"), std::string::npos) << why;
+}
+
+TEST(PlaceDemandTest, ADemandThatDoesNotFitChangesNothing) {
+  std::vector<GpuSlots> gpus = {T4("0000:3b:00.0", "223", 6), T4("0000:af:00.0")};
+  const std::vector<GpuSlots> before = gpus;
+  // 223 fits (2 + 8 free); 222 then finds no GPU: nothing of the container is applied.
+  EXPECT_FALSE(PlaceDemand(gpus, {{k222, 1}, {k223, 10}}, Policy::kPack));
+  EXPECT_EQ(gpus, before);
+}
+
+TEST(PlaceDemandTest, ABigRequestSpansGpusFillingEachInTurn) {
+  std::vector<GpuSlots> gpus = {T4("0000:3b:00.0"), T4("0000:af:00.0", "223", 7)};
+  ASSERT_TRUE(PlaceDemand(gpus, {{k223, 5}}, Policy::kPack));
+  EXPECT_EQ(Used(gpus, 1, k223), 8u) << "the held GPU is filled first";
+  EXPECT_EQ(Used(gpus, 0, k223), 4u);
+}
+
+TEST(PlaceDemandTest, SpreadTakesOneDevicePerGpuPerRound) {
+  std::vector<GpuSlots> gpus = {T4("0000:3b:00.0"), T4("0000:af:00.0"), T4("0000:d8:00.0")};
+  ASSERT_TRUE(PlaceDemand(gpus, {{k222, 4}}, Policy::kSpread));
+  EXPECT_EQ(Used(gpus, 0, k222) + Used(gpus, 1, k222) + Used(gpus, 2, k222), 4u);
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    EXPECT_GE(Used(gpus, i, k222), 1u) << i;
+    EXPECT_LE(Used(gpus, i, k222), 2u) << i;
+  }
+}
+
+TEST(PlaceDemandTest, WithoutTheOneTypeRuleTypesShareAGpu) {
+  GpuSlots mtty;
+  mtty.id = "mtty";
+  mtty.one_type = false;
+  mtty.resources["tencent.com/vgpu-mtty-1"] = {"mtty-1", 0, 2};
+  mtty.resources["tencent.com/vgpu-mtty-2"] = {"mtty-2", 0, 1};
+  std::vector<GpuSlots> gpus = {mtty};
+  ASSERT_TRUE(PlaceDemand(gpus, {{"tencent.com/vgpu-mtty-1", 1}}, Policy::kPack));
+  EXPECT_EQ(gpus[0].resources.at("tencent.com/vgpu-mtty-2").free, 1u);
+  EXPECT_TRUE(PlaceDemand(gpus, {{"tencent.com/vgpu-mtty-2", 1}}, Policy::kPack));
+}
+
+TEST(PlaceDemandTest, AResourceTheNodeDoesNotOfferNeverFits) {
+  std::vector<GpuSlots> gpus = {T4("0000:3b:00.0")};
+  EXPECT_FALSE(PlaceDemand(gpus, {{"tencent.com/vgpu-nvidia-999", 1}}, Policy::kPack));
+  EXPECT_TRUE(PlaceDemand(gpus, {}, Policy::kPack)) << "no demand fits anywhere";
+}
+
+TEST(PolicyTest, NamesRoundTripAndUnknownOnesAreRefused) {
+  EXPECT_EQ(ParsePolicy(PolicyName(Policy::kPack)), Policy::kPack);
+  EXPECT_EQ(ParsePolicy(PolicyName(Policy::kSpread)), Policy::kSpread);
+  EXPECT_FALSE(ParsePolicy("binpack").has_value());
+}
+
+}  // namespace
+}  // namespace kvgpu::scheduling
