@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "common/config_keys.h"
 
@@ -134,11 +135,34 @@ Status ApplyLifecycle(const YAML::Node& node, LifecycleConfig& lifecycle) {
   return Status::Ok();
 }
 
+Status ApplySchedulerState(const YAML::Node& node, SchedulerStateConfig& state) {
+  if (!node.IsMap()) return Invalid("config key schedulerState: expected a map");
+  Status keys = CheckKeys(node, "schedulerState", {"publish", "minInterval", "heartbeat"});
+  if (!keys.ok()) return keys;
+  if (node["publish"]) {
+    Result<bool> v = Bool(node["publish"], "schedulerState.publish");
+    if (!v.ok()) return v.status();
+    state.publish = *v;
+  }
+  for (auto [key, value, minimum] :
+       {std::tuple{"minInterval", &state.min_interval, std::chrono::milliseconds(100)},
+        std::tuple{"heartbeat", &state.heartbeat, std::chrono::milliseconds(1000)}}) {
+    if (!node[key]) continue;
+    auto d = DurationKey(node[key], std::string("schedulerState.") + key, minimum);
+    if (!d.ok()) return d.status();
+    *value = *d;
+  }
+  if (state.heartbeat < state.min_interval) {
+    return Invalid("config key schedulerState.heartbeat: must be at least minInterval");
+  }
+  return Status::Ok();
+}
+
 Status Apply(const YAML::Node& root, Config& config) {
   Status keys =
       CheckKeys(root, "the config",
                 {"resourceDomain", "namingStyle", "allowedTypes", "pinning", "spreadAcrossGPUs",
-                 "cdi", "rescanInterval", "udevEvents", "logLevel", "lifecycle"});
+                 "cdi", "rescanInterval", "udevEvents", "logLevel", "lifecycle", "schedulerState"});
   if (!keys.ok()) return keys;
   if (root["resourceDomain"]) {
     Result<std::string> v = Scalar(root["resourceDomain"], "resourceDomain");
@@ -197,6 +221,10 @@ Status Apply(const YAML::Node& root, Config& config) {
   if (root["lifecycle"]) {
     Status lifecycle = ApplyLifecycle(root["lifecycle"], config.lifecycle);
     if (!lifecycle.ok()) return lifecycle;
+  }
+  if (root["schedulerState"]) {
+    Status state = ApplySchedulerState(root["schedulerState"], config.scheduler_state);
+    if (!state.ok()) return state;
   }
   if (root["udevEvents"]) {
     Result<bool> v = Bool(root["udevEvents"], "udevEvents");
@@ -320,6 +348,10 @@ const char* ConfigKeysHelp() {
     watchPods: true             follow this node's pods at the API server (--kubeconfig or
                                 in-cluster); false: kubelet's word alone
     events: true                post Events (VgpuCreated, VgpuRemoved, VgpuRemoveFailed) on pods
+  schedulerState:               the node's vGPU state on its Node, for the scheduler extender
+    publish: true               needs the API server and --node-name
+    minInterval: 1s             looks for changes this often; at most one write per interval
+    heartbeat: 2m               written at least this often, so readers can tell it is live
 )";
 }
 

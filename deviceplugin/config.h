@@ -35,6 +35,15 @@ struct LifecycleConfig {
   bool operator==(const LifecycleConfig&) const = default;
 };
 
+// The node's vGPU state for the scheduler extender (state_publisher.h).
+struct SchedulerStateConfig {
+  bool publish = true;  // needs the API server and --node-name
+  std::chrono::milliseconds min_interval{1000};
+  std::chrono::milliseconds heartbeat{std::chrono::minutes(2)};
+
+  bool operator==(const SchedulerStateConfig&) const = default;
+};
+
 struct Config {
   NamingOptions naming;
   std::vector<std::string> allowed_types;  // empty: every type the node shows
@@ -46,6 +55,7 @@ struct Config {
   bool udev_events = true;
   std::string log_level = "info";
   LifecycleConfig lifecycle;
+  SchedulerStateConfig scheduler_state;
 };
 
 // Parses YAML text. Unknown keys, wrong types and contradictions are errors naming the key; the

@@ -58,6 +58,46 @@ Status Daemon::OpenState(StateStore*& store) {
   return store->Save(rebuilt.vgpus);
 }
 
+// The API server, from --kubeconfig or in-cluster; none (a warning) outside a cluster or without
+// --node-name, since everything the plugin asks of it is about its own node.
+Status Daemon::ConnectApi() {
+  const CommandLine& args = options_.args;
+  std::optional<kube::Config> api;
+  if (args.kubeconfig) {
+    auto loaded = kube::LoadKubeconfig(*args.kubeconfig);
+    if (!loaded.ok()) {
+      return Status::Error(loaded.status().code(), "--kubeconfig " + args.kubeconfig->string() +
+                                                       ": " + loaded.status().message());
+    }
+    api = *loaded;
+  } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
+    auto loaded = kube::LoadInCluster(kube::InClusterFromEnvironment());
+    if (!loaded.ok()) {
+      return Status::Error(loaded.status().code(),
+                           "in-cluster config: " + loaded.status().message());
+    }
+    api = *loaded;
+  }
+  if (!api) {
+    spdlog::warn(
+        "no API server (no --kubeconfig, not in a cluster): pods are tracked through kubelet "
+        "alone, no Events are posted and the scheduler extender gets no state from this node");
+    return Status::Ok();
+  }
+  if (args.node_name.empty()) {
+    spdlog::warn(
+        "no --node-name: the API server's pods cannot be followed and the node's vGPU state "
+        "is not published");
+    return Status::Ok();
+  }
+  auto client = kube::ApiClient::Create(*api);
+  if (!client.ok()) {
+    return Status::Error(client.status().code(), "API client: " + client.status().message());
+  }
+  api_ = std::move(*client);
+  return Status::Ok();
+}
+
 Status Daemon::OpenPodSources() {
   const CommandLine& args = options_.args;
   const LifecycleConfig& lifecycle = options_.config.lifecycle;
@@ -67,43 +107,19 @@ Status Daemon::OpenPodSources() {
   checkpoint_ = std::make_unique<kubelet::CheckpointWatcher>(args.kubelet_dir);
   kube::PodWatcher* pods = options_.pods;
   kube::EventRecorder* events = options_.events;
-  if (lifecycle.watch_pods && (pods == nullptr || events == nullptr)) {
-    std::optional<kube::Config> api;
-    if (args.kubeconfig) {
-      auto loaded = kube::LoadKubeconfig(*args.kubeconfig);
-      if (!loaded.ok()) {
-        return Status::Error(loaded.status().code(), "--kubeconfig " + args.kubeconfig->string() +
-                                                         ": " + loaded.status().message());
-      }
-      api = *loaded;
-    } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
-      auto loaded = kube::LoadInCluster(kube::InClusterFromEnvironment());
-      if (!loaded.ok()) {
-        return Status::Error(loaded.status().code(),
-                             "in-cluster config: " + loaded.status().message());
-      }
-      api = *loaded;
+  const bool publish = options_.config.scheduler_state.publish && options_.api == nullptr;
+  if ((lifecycle.watch_pods && (pods == nullptr || events == nullptr)) || publish) {
+    Status connected = ConnectApi();
+    if (!connected.ok()) return connected;
+  }
+  if (api_ && lifecycle.watch_pods) {
+    if (pods == nullptr) {
+      own_pods_ = std::make_unique<kube::ApiPodWatcher>(
+          *api_, kube::PodWatchOptions{.node_name = args.node_name});
     }
-    if (!api) {
-      spdlog::warn(
-          "no API server (no --kubeconfig, not in a cluster): pods are tracked through "
-          "kubelet alone and no Events are posted");
-    } else if (args.node_name.empty()) {
-      spdlog::warn("no --node-name: the API server's pods cannot be followed");
-    } else {
-      auto client = kube::ApiClient::Create(*api);
-      if (!client.ok()) {
-        return Status::Error(client.status().code(), "API client: " + client.status().message());
-      }
-      api_ = std::move(*client);
-      if (pods == nullptr) {
-        own_pods_ = std::make_unique<kube::ApiPodWatcher>(
-            *api_, kube::PodWatchOptions{.node_name = args.node_name});
-      }
-      if (events == nullptr && lifecycle.events) {
-        api_events_ =
-            std::make_unique<kube::ApiEventRecorder>(*api_, "kvgpu-device-plugin", args.node_name);
-      }
+    if (events == nullptr && lifecycle.events) {
+      api_events_ =
+          std::make_unique<kube::ApiEventRecorder>(*api_, "kvgpu-device-plugin", args.node_name);
     }
   }
   if (pods == nullptr) pods = own_pods_.get();
@@ -140,6 +156,7 @@ Status Daemon::Start() {
   if (!status.ok()) return status;
   WatchKernel();
   StartLicensing();
+  PublishSchedulerState();
   StartLoops();
   return Status::Ok();
 }
@@ -255,6 +272,20 @@ void Daemon::StartLicensing() {
                                                std::move(report));
 }
 
+// For the scheduler extender (docs/scheduler-extender.md): the node's vGPU state on its Node.
+void Daemon::PublishSchedulerState() {
+  const SchedulerStateConfig& config = options_.config.scheduler_state;
+  kube::ApiTransport* api = options_.api != nullptr ? options_.api : api_.get();
+  if (!config.publish || api == nullptr || options_.args.node_name.empty()) return;
+  publisher_ = std::make_unique<StatePublisher>(
+      *api, [this] { return manager_->SchedulerState(); },
+      StatePublisherOptions{.node_name = options_.args.node_name,
+                            .min_interval = config.min_interval,
+                            .heartbeat = config.heartbeat},
+      [this](bool ok, uint64_t generation) { metrics_.OnStatePublished(ok, generation); });
+  publisher_->Start();
+}
+
 // The serving loop, then the pod sources and the lifecycle: orphans from before a restart are
 // collected on the first pass.
 void Daemon::StartLoops() {
@@ -266,6 +297,7 @@ void Daemon::StartLoops() {
 void Daemon::Stop() {
   if (stop_.exchange(true)) return;
   metrics_.SetHealthCheck([] { return false; });
+  if (publisher_) publisher_->Stop();
   if (tracker_) tracker_->Stop();
   if (lifecycle_) lifecycle_->Stop();
   if (async_events_) async_events_->Flush();

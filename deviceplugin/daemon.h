@@ -1,7 +1,7 @@
 // The node daemon, started as named steps over shared state (Daemon::Start): discover -> open
 // state -> pod sources -> resource manager and lifecycle -> metrics -> device plugin servers ->
-// kernel events -> licensing -> loops (register, rescan, reconcile). Teardown (Stop) always runs
-// the same way: stop reconciling and watching, stop servers, remove sockets.
+// kernel events -> licensing -> scheduler state -> loops (register, rescan, reconcile). Teardown
+// (Stop) always runs the same way: stop reconciling and watching, stop servers, remove sockets.
 #pragma once
 
 #include <atomic>
@@ -24,6 +24,7 @@
 #include "deviceplugin/registrar.h"
 #include "deviceplugin/resource_manager.h"
 #include "deviceplugin/socket_watch.h"
+#include "deviceplugin/state_publisher.h"
 #include "deviceplugin/state_store.h"
 #include "kube/api_client.h"
 #include "kube/events.h"
@@ -46,6 +47,9 @@ struct DaemonOptions {
   kubelet::PodResourcesSource* podresources = nullptr;
   kube::PodWatcher* pods = nullptr;
   kube::EventRecorder* events = nullptr;
+  // Where the node's vGPU state is published (state_publisher.h); nullptr: the API server the
+  // pods come from. Tests give a fake one.
+  kube::ApiTransport* api = nullptr;
   // See holder_tracker.h; tests shorten it.
   std::chrono::milliseconds settle{5000};
   // Registration retry: starts here, doubles, capped so a restarted kubelet is found within 5 s.
@@ -92,12 +96,14 @@ class Daemon {
   // Start's steps, in order.
   void Discover();
   Status OpenState(StateStore*& store);
+  Status ConnectApi();
   Status OpenPodSources();
   Status StartManager(StateStore& store);
   Status ServeMetrics();
   Status ServeDevicePlugins();
   void WatchKernel();
   void StartLicensing();
+  void PublishSchedulerState();
   void StartLoops();
 
   DaemonOptions options_;
@@ -121,6 +127,7 @@ class Daemon {
   std::unique_ptr<mdev::UdevMonitor> udev_;
   std::unique_ptr<LicensingLoop> licensing_;
   std::unique_ptr<NodeReadinessReporter> readiness_;
+  std::unique_ptr<StatePublisher> publisher_;
   std::atomic<bool> ready_{true};  // written by the loop (and Start)
   std::chrono::steady_clock::time_point next_readiness_{};
   DirWatcher watcher_;

@@ -109,6 +109,8 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Histogram>& remove_seconds;
   prometheus::Family<prometheus::Counter>& registrations;
   prometheus::Family<prometheus::Histogram>& push_seconds;
+  prometheus::Family<prometheus::Counter>& state_publications;
+  prometheus::Gauge& state_generation;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
 };
 
@@ -146,6 +148,15 @@ Metrics::Metrics()
           .Name("kvgpu_deviceplugin_listandwatch_push_seconds")
           .Help("From a change of the device lists to the new list written to kubelet's stream")
           .Register(reg),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_state_publications_total")
+          .Help("Writes of the node's vGPU state to its Node for the scheduler extender, by result")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_state_generation")
+          .Help("Generation of the node's vGPU state last written to its Node")
+          .Register(reg)
+          .Add({}),
       {}});
 }
 
@@ -219,6 +230,11 @@ void Metrics::OnPush(const std::string& resource, std::chrono::nanoseconds took)
 void Metrics::OnRegistration(const std::string& resource, bool ok) {
   families_->registrations.Add({{"resource", resource}, {"result", ok ? "ok" : "error"}})
       .Increment();
+}
+
+void Metrics::OnStatePublished(bool ok, uint64_t generation) {
+  families_->state_publications.Add({{"result", ok ? "ok" : "error"}}).Increment();
+  if (ok) families_->state_generation.Set(static_cast<double>(generation));
 }
 
 std::string Metrics::Render() const {

@@ -41,6 +41,8 @@ class Metrics : public ManagerObserver {
   void OnDevices(const std::map<std::string, DeviceCounts>& per_resource) override;
   void OnRegistration(const std::string& resource, bool ok);
   void OnPush(const std::string& resource, std::chrono::nanoseconds took);
+  // The node's vGPU state written to its Node (ok), or not; the generation it carries.
+  void OnStatePublished(bool ok, uint64_t generation);
 
   // Text exposition of everything, for tests.
   std::string Render() const;

@@ -300,6 +300,12 @@ Status ResourceManager::WaitForRemovals(std::unique_lock<std::mutex>& lock,
                                              "kernel has not let go yet); try again");
 }
 
+scheduling::NodeVgpuState ResourceManager::SchedulerState() const {
+  std::lock_guard lock(mutex_);
+  return BuildSchedulerState(state_.inventory(), state_.records(), catalogue_,
+                             config_.spread_across_gpus);
+}
+
 LifecycleSnapshot ResourceManager::Snapshot() const {
   std::lock_guard lock(mutex_);
   return state_.Snapshot(removing_);

@@ -26,6 +26,7 @@
 #include "deviceplugin/manager_observer.h"
 #include "deviceplugin/node_state.h"
 #include "deviceplugin/placement.h"
+#include "deviceplugin/scheduler_state.h"
 #include "deviceplugin/state_store.h"
 #include "mdev/node.h"
 
@@ -67,6 +68,8 @@ class ResourceManager {
       const std::string& resource, const std::vector<std::vector<std::string>>& containers);
 
   const Config& config() const { return config_; }
+  // The node's vGPU state for the scheduler extender (scheduler_state.h), in one consistent look.
+  scheduling::NodeVgpuState SchedulerState() const;
 
   // --- for the lifecycle (lifecycle.h) ---
   LifecycleSnapshot Snapshot() const;

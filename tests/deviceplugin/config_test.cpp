@@ -35,6 +35,10 @@ lifecycle:
   retryMax: 5m
   watchPods: false
   events: false
+schedulerState:
+  publish: false
+  minInterval: 500ms
+  heartbeat: 5m
 )");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->naming.domain, "gpu.example.org");
@@ -55,6 +59,8 @@ lifecycle:
   EXPECT_EQ(config->lifecycle.retry_max, std::chrono::minutes(5));
   EXPECT_FALSE(config->lifecycle.watch_pods);
   EXPECT_FALSE(config->lifecycle.events);
+  EXPECT_EQ(config->scheduler_state,
+            (SchedulerStateConfig{false, std::chrono::milliseconds(500), std::chrono::minutes(5)}));
 }
 
 TEST(DevicePluginConfigTest, EmptyFileMeansDefaults) {
@@ -100,6 +106,12 @@ TEST(DevicePluginConfigTest, BadInputIsRefusedWithTheKeyNamed) {
       {"negative-looking grace", "lifecycle: {gracePeriod: -1s}\n", "lifecycle.gracePeriod"},
       {"too fast a poll", "lifecycle: {pollInterval: 5ms}\n", "lifecycle.pollInterval"},
       {"boolean expected in lifecycle", "lifecycle: {events: often}\n", "lifecycle.events"},
+      {"unknown schedulerState key", "schedulerState: {every: 1s}\n",
+       "unknown key 'every' in schedulerState"},
+      {"too fast a state look", "schedulerState: {minInterval: 1ms}\n",
+       "schedulerState.minInterval"},
+      {"a heartbeat inside the interval", "schedulerState: {minInterval: 10s, heartbeat: 5s}\n",
+       "must be at least minInterval"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.description);
