@@ -1,29 +1,25 @@
-// The pods on one node, as the API server sees them: list, then watch from the list's
-// resourceVersion with bookmarks. 410 Gone (as an HTTP status or an ERROR event) means the
-// version was compacted away: list again. A dropped connection, a 5xx or a silent stream:
-// reconnect from the last version seen, after a capped exponential backoff with jitter.
+// The pods on one node, as the API server sees them, followed by a ListWatcher (list_watch.h:
+// list, watch from the list's version, relist on 410, reconnect with backoff) and decoded.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "common/backoff.h"
 #include "kube/api_client.h"
+#include "kube/list_watch.h"
 #include "kube/pod.h"
 
 namespace kvgpu::kube {
 
-enum class PodEventType { kAdded, kModified, kDeleted };
+using PodEventType = WatchEventType;
 
-const char* PodEventTypeName(PodEventType type);
+inline const char* PodEventTypeName(PodEventType type) {
+  return WatchEventTypeName(type);
+}
 
 struct PodWatchCallbacks {
   // After every (re)list: all pods on the node at that moment. A pod the consumer knew that is
@@ -67,39 +63,12 @@ class ApiPodWatcher : public PodWatcher {
   void Stop() override;
 
   // For tests and metrics.
-  int lists() const { return lists_.load(); }
-  int watches() const { return watches_.load(); }
-  std::string resource_version() const;
+  int lists() const { return watcher_.lists(); }
+  int watches() const { return watcher_.watches(); }
+  std::string resource_version() const { return watcher_.resource_version(); }
 
  private:
-  enum class WatchEnd { kTimedOut, kGone, kBroken, kStopped };
-
-  void Run();
-  bool List();
-  WatchEnd Watch();
-  // Handles one watch line; false ends the watch with `*end`.
-  bool HandleLine(std::string_view line, WatchEnd* end);
-  void SetFollowing(bool following, const std::string& reason);
-  // Sleeps `delay` or until Stop(); false when stopping.
-  bool Sleep(std::chrono::milliseconds delay);
-  std::string PodsPath() const;
-
-  ApiTransport& transport_;
-  PodWatchOptions options_;
-  PodWatchCallbacks callbacks_;
-  Backoff backoff_;
-  Canceller cancel_;
-  std::thread thread_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::string resource_version_;
-
-  bool following_ = false;
-  bool watch_progressed_ = false;
-  std::atomic<int> lists_{0};
-  std::atomic<int> watches_{0};
+  ListWatcher watcher_;
 };
 
 }  // namespace kvgpu::kube
