@@ -8,14 +8,24 @@
 #include <mutex>
 #include <thread>
 
+#include "https/file_stamp.h"
+#include "https/http_server.h"
+#include "https/tls.h"
 #include "webhook/admission.h"
 #include "webhook/decision_log.h"
-#include "webhook/file_stamp.h"
-#include "webhook/http_server.h"
 #include "webhook/metrics.h"
-#include "webhook/tls.h"
 
 namespace kvgpu::webhook {
+
+using https::ConfigureServerContext;
+using https::FileStamp;
+using https::HttpRequest;
+using https::HttpResponse;
+using https::HttpsServer;
+using https::HttpsServerOptions;
+using https::TlsCredentials;
+using https::TlsCredentialStore;
+using https::OpenSslErrors;
 
 Result<HostPort> ParseHostPort(const std::string& text) {
   auto colon = text.rfind(':');

@@ -1,7 +1,7 @@
 // The HTTPS server around HandleReview: POST /mutate, GET /healthz, /readyz, /metrics; a second
 // plain-HTTP listener for Prometheus on --metrics-addr; a watcher that reloads the TLS pair and
-// the config when their files change. HTTPS by webhook/https_server.h with OpenSSL configured
-// by webhook/tls.h.
+// the config when their files change. HTTPS by https/http_server.h with OpenSSL configured
+// by https/tls.h.
 #pragma once
 
 #include <chrono>

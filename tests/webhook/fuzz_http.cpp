@@ -5,11 +5,11 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "webhook/http_server.h"
+#include "https/http_server.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
-  int status = kvgpu::webhook::FrameRequestForFuzzing(in, 1024, 4096);
+  int status = kvgpu::https::FrameRequestForFuzzing(in, 1024, 4096);
   if (!(status == 0 || status == -1 || (status >= 400 && status < 500))) std::abort();
   return 0;
 }

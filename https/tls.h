@@ -1,7 +1,7 @@
-// Server-side TLS for the webhook: TLS 1.2 as the floor, optional client-certificate checks, and
-// a certificate/key pair that can be replaced while connections are being served. The pair in
-// use is picked per handshake (OpenSSL's certificate callback), so a rotation never touches a
-// context another thread is using and never drops a connection.
+// Server-side TLS for the webhook and the scheduler extender: TLS 1.2 as the floor, optional
+// client-certificate checks, and a certificate/key pair that can be replaced while connections are
+// being served. The pair in use is picked per handshake (OpenSSL's certificate callback), so a
+// rotation never touches a context another thread is using and never drops a connection.
 #pragma once
 
 #include <openssl/ssl.h>
@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 
-namespace kvgpu::webhook {
+namespace kvgpu::https {
 
 // One loaded certificate chain + key (+ optional client CA store), immutable once built.
 class TlsCredentials {
@@ -68,4 +68,4 @@ bool ConfigureServerContext(SSL_CTX& ctx, TlsCredentialStore* store, bool verify
 // The OpenSSL error queue as one line (and clears it).
 std::string OpenSslErrors();
 
-}  // namespace kvgpu::webhook
+}  // namespace kvgpu::https

@@ -1,4 +1,4 @@
-#include "webhook/http_server.h"
+#include "https/http_server.h"
 
 #include <spdlog/spdlog.h>
 
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-namespace kvgpu::webhook {
+namespace kvgpu::https {
 namespace {
 
 namespace asio = boost::asio;
@@ -417,4 +417,4 @@ int FrameRequestForFuzzing(std::string_view bytes, size_t max_header_bytes, size
   return parser.is_done() ? 0 : -1;
 }
 
-}  // namespace kvgpu::webhook
+}  // namespace kvgpu::https

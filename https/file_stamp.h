@@ -8,7 +8,7 @@
 #include <string>
 #include <tuple>
 
-namespace kvgpu::webhook {
+namespace kvgpu::https {
 
 struct FileStamp {
   dev_t device = 0;
@@ -34,4 +34,4 @@ struct FileStamp {
   }
 };
 
-}  // namespace kvgpu::webhook
+}  // namespace kvgpu::https

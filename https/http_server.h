@@ -1,6 +1,7 @@
-// The webhook's HTTPS/1.1 server on Boost.Beast (Asio + OpenSSL): the parser, framing and
-// timeouts are Beast's, fuzzed and kept upstream; what this file adds are the limits a webhook
-// that fails closed needs against clients that try to stall it (docs/webhook.md, "Limits"):
+// The HTTPS/1.1 server of the webhook and the scheduler extender, on Boost.Beast (Asio + OpenSSL):
+// the parser, framing and timeouts are Beast's, fuzzed and kept upstream; what this file adds are
+// the limits a webhook that fails closed needs against clients that try to stall it
+// (docs/webhook.md, "Limits"):
 //
 // - one request at a time per connection: the next is not read until the answer is written, so
 //   a client that pipelines and never reads its answers stops being read (TCP pushes back);
@@ -28,7 +29,7 @@
 
 #include "common/status.h"
 
-namespace kvgpu::webhook {
+namespace kvgpu::https {
 
 struct HttpRequest {
   std::string method;
@@ -94,4 +95,4 @@ class HttpsServer {
 // refused request with, 0 for a complete acceptable request, -1 when more bytes are needed.
 int FrameRequestForFuzzing(std::string_view bytes, size_t max_header_bytes, size_t max_body_bytes);
 
-}  // namespace kvgpu::webhook
+}  // namespace kvgpu::https

@@ -1,4 +1,4 @@
-#include "webhook/tls.h"
+#include "https/tls.h"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-namespace kvgpu::webhook {
+namespace kvgpu::https {
 namespace {
 
 struct FileCloser {
@@ -135,4 +135,4 @@ bool ConfigureServerContext(SSL_CTX& ctx, TlsCredentialStore* store, bool verify
   return true;
 }
 
-}  // namespace kvgpu::webhook
+}  // namespace kvgpu::https
