@@ -23,9 +23,9 @@ using https::HttpRequest;
 using https::HttpResponse;
 using https::HttpsServer;
 using https::HttpsServerOptions;
+using https::OpenSslErrors;
 using https::TlsCredentials;
 using https::TlsCredentialStore;
-using https::OpenSslErrors;
 
 Result<HostPort> ParseHostPort(const std::string& text) {
   auto colon = text.rfind(':');
