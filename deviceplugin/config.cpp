@@ -256,20 +256,6 @@ Status Apply(const YAML::Node& root, Config& config) {
 
 }  // namespace
 
-Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  std::string_view unit = text.substr(digits);
-  if (digits == 0 || digits > 9) {
-    return Invalid("duration \"" + std::string(text) + "\" must be a number with ms, s or m");
-  }
-  int64_t n = std::stoll(std::string(text.substr(0, digits)));
-  if (unit == "ms") return std::chrono::milliseconds(n);
-  if (unit == "s") return std::chrono::milliseconds(n * 1000);
-  if (unit == "m") return std::chrono::milliseconds(n * 60000);
-  return Invalid("duration \"" + std::string(text) + "\" must end in ms, s or m");
-}
-
 Result<Config> ParseConfig(std::string_view yaml_text) {
   YAML::Node root;
   try {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/duration.h"
 #include "common/status.h"
 #include "deviceplugin/resource_naming.h"
 
@@ -62,9 +63,6 @@ struct Config {
 // caller keeps its defaults then (bad input changes nothing).
 Result<Config> ParseConfig(std::string_view yaml_text);
 Result<Config> LoadConfigFile(const std::filesystem::path& path);
-
-// "500ms", "5s", "2m" -> duration.
-Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
 
 // The text --help shows for the config file.
 const char* ConfigKeysHelp();

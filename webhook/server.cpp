@@ -10,38 +10,21 @@
 
 #include "https/file_stamp.h"
 #include "https/http_server.h"
-#include "https/tls.h"
+#include "https/tls_files.h"
 #include "webhook/admission.h"
 #include "webhook/decision_log.h"
 #include "webhook/metrics.h"
 
 namespace kvgpu::webhook {
 
-using https::ConfigureServerContext;
 using https::FileStamp;
+using https::HostPort;
 using https::HttpRequest;
 using https::HttpResponse;
 using https::HttpsServer;
 using https::HttpsServerOptions;
-using https::OpenSslErrors;
-using https::TlsCredentials;
-using https::TlsCredentialStore;
-
-Result<HostPort> ParseHostPort(const std::string& text) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos)
-    return Status::Error(ErrorCode::kInvalid, "address '" + text + "' must be HOST:PORT");
-  HostPort out;
-  out.host = text.substr(0, colon);
-  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']')
-    out.host = out.host.substr(1, out.host.size() - 2);
-  std::string port = text.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
-    return Status::Error(ErrorCode::kInvalid, "address '" + text + "' has no valid port (0-65535)");
-  out.port = std::stoi(port);
-  return out;
-}
+using https::ParseHostPort;
+using https::TlsFiles;
 
 class ConfigHolder {
  public:
@@ -62,7 +45,7 @@ class ConfigHolder {
 
 struct Server::Impl {
   ServerOptions options;
-  std::unique_ptr<TlsCredentialStore> credentials;
+  std::unique_ptr<TlsFiles> tls;
   std::unique_ptr<ConfigHolder> config;
   Metrics metrics;
   std::unique_ptr<HttpsServer> http;
@@ -72,8 +55,7 @@ struct Server::Impl {
 
   // File watching: stamps of what is loaded now.
   std::mutex reload_mutex;
-  FileStamp cert_stamp, key_stamp, ca_stamp, config_stamp;
-  bool tls_pending = false;  // a change was seen but could not be loaded yet
+  FileStamp config_stamp;
   std::thread watcher;
   std::mutex stop_mutex;
   std::condition_variable stop_cv;
@@ -123,30 +105,22 @@ HttpResponse Server::Impl::Route(const HttpRequest& request) {
 
 void Server::Impl::CheckFiles() {
   std::lock_guard lock(reload_mutex);
-  FileStamp cert = FileStamp::Of(options.tls_cert_file);
-  FileStamp key = FileStamp::Of(options.tls_key_file);
-  FileStamp ca = FileStamp::Of(options.client_ca_file);
-  if (tls_pending || !(cert == cert_stamp) || !(key == key_stamp) || !(ca == ca_stamp)) {
-    auto loaded =
-        TlsCredentials::Load(options.tls_cert_file, options.tls_key_file, options.client_ca_file);
-    bool changed_since_last_try = !(cert == cert_stamp) || !(key == key_stamp) || !(ca == ca_stamp);
-    cert_stamp = cert;
-    key_stamp = key;
-    ca_stamp = ca;
-    if (loaded.ok()) {
-      credentials->Replace(loaded.value());
-      tls_pending = false;
+  std::string error;
+  switch (tls->CheckFiles(&error)) {
+    case TlsFiles::Change::kNone:
+      break;
+    case TlsFiles::Change::kReloaded: {
+      auto current = tls->store().Current();
       metrics.Reload("certificate", true);
-      metrics.CertificateExpiry(loaded.value()->NotAfterUnixSeconds());
-      spdlog::info("reloaded TLS certificate: {}", loaded.value()->Describe());
-    } else {
-      // Keep serving with the old pair; the new files are retried until they make a pair.
-      if (changed_since_last_try) {
-        metrics.Reload("certificate", false);
-        spdlog::error("keeping the previous TLS certificate: {}", loaded.status().message());
-      }
-      tls_pending = true;
+      metrics.CertificateExpiry(current->NotAfterUnixSeconds());
+      spdlog::info("reloaded TLS certificate: {}", current->Describe());
+      break;
     }
+    case TlsFiles::Change::kFailed:
+      // Keep serving with the old pair; the new files are retried until they make a pair.
+      metrics.Reload("certificate", false);
+      spdlog::error("keeping the previous TLS certificate: {}", error);
+      break;
   }
   if (!options.config_file.empty()) {
     FileStamp stamp = FileStamp::Of(options.config_file);
@@ -192,14 +166,10 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
         "--tls-cert-file and --tls-key-file are required (the API server only calls "
         "webhooks over HTTPS)");
 
-  impl->cert_stamp = FileStamp::Of(options.tls_cert_file);
-  impl->key_stamp = FileStamp::Of(options.tls_key_file);
-  impl->ca_stamp = FileStamp::Of(options.client_ca_file);
-  auto credentials =
-      TlsCredentials::Load(options.tls_cert_file, options.tls_key_file, options.client_ca_file);
-  if (!credentials.ok()) return credentials.status();
-  impl->credentials = std::make_unique<TlsCredentialStore>(credentials.value());
-  impl->metrics.CertificateExpiry(credentials.value()->NotAfterUnixSeconds());
+  auto tls = TlsFiles::Load(options.tls_cert_file, options.tls_key_file, options.client_ca_file);
+  if (!tls.ok()) return tls.status();
+  impl->tls = std::move(*tls);
+  impl->metrics.CertificateExpiry(impl->tls->store().Current()->NotAfterUnixSeconds());
 
   std::shared_ptr<const Config> config = DefaultConfig();
   if (!options.config_file.empty()) {
@@ -210,12 +180,9 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   }
   impl->config = std::make_unique<ConfigHolder>(config);
 
-  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-  if (ctx == nullptr ||
-      !ConfigureServerContext(*ctx, impl->credentials.get(), !options.client_ca_file.empty())) {
-    SSL_CTX_free(ctx);
-    return Status::Error(ErrorCode::kInvalid, "cannot set up TLS: " + OpenSslErrors());
-  }
+  std::string tls_error;
+  SSL_CTX* ctx = impl->tls->NewServerContext(&tls_error);
+  if (ctx == nullptr) return Status::Error(ErrorCode::kInvalid, tls_error);
   HttpsServerOptions http_options;
   http_options.worker_threads = options.worker_threads;
   http_options.idle_timeout = options.idle_timeout;

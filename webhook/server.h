@@ -13,13 +13,6 @@
 
 namespace kvgpu::webhook {
 
-struct HostPort {
-  std::string host;  // "" means every IPv4 address
-  int port = 0;
-};
-// "HOST:PORT", ":PORT" or "[v6]:PORT". Port 0 asks for any free port (tests).
-Result<HostPort> ParseHostPort(const std::string& text);
-
 struct ServerOptions {
   std::string listen = ":8443";
   std::string tls_cert_file;

@@ -1,0 +1,149 @@
+#include "extender/cluster_view.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "extender/protocol.h"
+#include "scheduling/node_vgpu_state.h"
+
+namespace kvgpu::extender {
+
+namespace {
+
+std::optional<std::pair<std::string, std::optional<std::string>>> NameAndAnnotation(
+    const nlohmann::json& node) {
+  const auto metadata = node.find("metadata");
+  if (metadata == node.end() || !metadata->is_object()) return std::nullopt;
+  const auto name = metadata->find("name");
+  if (name == metadata->end() || !name->is_string()) return std::nullopt;
+  std::optional<std::string> annotation;
+  if (auto annotations = metadata->find("annotations");
+      annotations != metadata->end() && annotations->is_object()) {
+    if (auto it = annotations->find(scheduling::kNodeStateAnnotation);
+        it != annotations->end() && it->is_string()) {
+      annotation = it->get<std::string>();
+    }
+  }
+  return std::pair{name->get<std::string>(), annotation};
+}
+
+}  // namespace
+
+ClusterView::ClusterView(std::string resource_prefix) : prefix_(std::move(resource_prefix)) {}
+
+void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
+  std::map<std::string, std::string> annotations;
+  for (const nlohmann::json& node : nodes) {
+    auto parsed = NameAndAnnotation(node);
+    if (parsed && parsed->second) annotations[parsed->first] = *parsed->second;
+  }
+  std::lock_guard lock(mutex_);
+  annotations_ = std::move(annotations);
+}
+
+void ClusterView::NodeChanged(kube::WatchEventType type, const nlohmann::json& node) {
+  auto parsed = NameAndAnnotation(node);
+  if (!parsed) return;
+  std::lock_guard lock(mutex_);
+  if (type == kube::WatchEventType::kDeleted || !parsed->second) {
+    annotations_.erase(parsed->first);
+  } else {
+    annotations_[parsed->first] = *parsed->second;
+  }
+}
+
+std::optional<std::string> ClusterView::StateAnnotation(const std::string& node) const {
+  std::lock_guard lock(mutex_);
+  auto it = annotations_.find(node);
+  if (it == annotations_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ClusterView::PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed) {
+  if (node.empty() || pod.Finished()) {
+    pods_.erase(pod.uid);
+    return;
+  }
+  Result<std::vector<scheduling::Demand>> demand = PodDemand(pod, prefix_);
+  if (!demand.ok()) {
+    spdlog::warn("pod {}: {}; its vGPUs are not counted", pod.Key(), demand.status().message());
+    pods_.erase(pod.uid);
+    return;
+  }
+  if (demand->empty()) {
+    pods_.erase(pod.uid);
+    return;
+  }
+  std::optional<std::chrono::steady_clock::time_point> assumed_at;
+  if (assumed) assumed_at = std::chrono::steady_clock::now();
+  auto it = pods_.find(pod.uid);
+  if (it != pods_.end() && it->second.node == node) {
+    it->second.demand = std::move(*demand);
+    it->second.assumed_at = assumed_at;
+    return;
+  }
+  pods_[pod.uid] =
+      BoundPod{pod.uid, pod.Key(), node, std::move(*demand), next_order_++, assumed_at};
+}
+
+void ClusterView::SyncPods(const std::vector<kube::PodInfo>& pods) {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, BoundPod> previous = std::move(pods_);
+  pods_.clear();
+  for (const kube::PodInfo& pod : pods) {
+    // Pods seen before keep their bind order.
+    if (auto it = previous.find(pod.uid); it != previous.end()) pods_[pod.uid] = it->second;
+    PutPod(pod, pod.node_name, false);
+  }
+  // A bind of ours that the list does not show yet stays assumed.
+  for (auto& [uid, pod] : previous) {
+    if (pod.assumed_at && !pods_.contains(uid)) pods_[uid] = std::move(pod);
+  }
+}
+
+void ClusterView::PodChanged(kube::WatchEventType type, const kube::PodInfo& pod) {
+  std::lock_guard lock(mutex_);
+  if (type == kube::WatchEventType::kDeleted) {
+    pods_.erase(pod.uid);
+    return;
+  }
+  // An event without a node says nothing of a bind of ours still on its way.
+  auto it = pods_.find(pod.uid);
+  if (pod.node_name.empty() && it != pods_.end() && it->second.assumed_at) return;
+  PutPod(pod, pod.node_name, false);
+}
+
+void ClusterView::Assume(const kube::PodInfo& pod, const std::string& node) {
+  std::lock_guard lock(mutex_);
+  PutPod(pod, node, true);
+}
+
+std::vector<BoundPod> ClusterView::BoundPods(const std::string& node) const {
+  std::vector<BoundPod> out;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [uid, pod] : pods_) {
+      if (pod.node != node) continue;
+      if (pod.assumed_at && now - *pod.assumed_at > kAssumeFor) continue;
+      out.push_back(pod);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const BoundPod& a, const BoundPod& b) { return a.order < b.order; });
+  return out;
+}
+
+void ClusterView::SetFollowing(const std::string& source, bool following) {
+  std::lock_guard lock(mutex_);
+  following_[source] = following;
+}
+
+bool ClusterView::Following() const {
+  std::lock_guard lock(mutex_);
+  return !following_.empty() && std::all_of(following_.begin(), following_.end(),
+                                            [](const auto& entry) { return entry.second; });
+}
+
+}  // namespace kvgpu::extender

@@ -1,0 +1,67 @@
+// What the extender knows beyond one request: each node's published vGPU state (from the Node
+// watch; needed with nodeCacheCapable, when the scheduler sends only names) and the vGPU pods
+// bound to each node (from the watch of assigned pods, and from the extender's own bind verb
+// before the watch shows them). Written by the watch threads, read by the HTTP handlers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kube/list_watch.h"
+#include "kube/pod.h"
+#include "scheduling/gpu_fit.h"
+
+namespace kvgpu::extender {
+
+struct BoundPod {
+  std::string uid;
+  std::string key;  // "namespace/name"
+  std::string node;
+  std::vector<scheduling::Demand> demand;  // per container, as kubelet admits them
+  uint64_t order = 0;                      // when the view first saw it bound
+  // Bound by the extender and not yet seen bound by the watch: counted until the watch shows it,
+  // or for kAssumeFor at most (the binding may have failed).
+  std::optional<std::chrono::steady_clock::time_point> assumed_at;
+};
+
+inline constexpr std::chrono::seconds kAssumeFor{30};
+
+class ClusterView {
+ public:
+  explicit ClusterView(std::string resource_prefix);
+
+  void SyncNodes(const std::vector<nlohmann::json>& nodes);
+  void NodeChanged(kube::WatchEventType type, const nlohmann::json& node);
+  // The node's vGPU-state annotation; nullopt when the node or its annotation is unknown.
+  std::optional<std::string> StateAnnotation(const std::string& node) const;
+
+  void SyncPods(const std::vector<kube::PodInfo>& pods);
+  void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);
+  // The extender bound `pod` to `node` itself: count it before the watch shows it.
+  void Assume(const kube::PodInfo& pod, const std::string& node);
+  // vGPU pods bound to `node` that have not finished, in the order they were bound.
+  std::vector<BoundPod> BoundPods(const std::string& node) const;
+
+  // Whether a watch follows the API server ("nodes", "pods"); readiness needs both.
+  void SetFollowing(const std::string& source, bool following);
+  bool Following() const;
+
+ private:
+  // With mutex_ held.
+  void PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed);
+
+  std::string prefix_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::string> annotations_;  // node -> vGPU-state text
+  std::map<std::string, BoundPod> pods_;            // by uid
+  uint64_t next_order_ = 0;
+  std::map<std::string, bool> following_;
+};
+
+}  // namespace kvgpu::extender

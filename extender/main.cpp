@@ -1,0 +1,71 @@
+// kvgpu-scheduler-extender: kube-scheduler's extender for vGPU pods (docs/scheduler-extender.md).
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <thread>
+
+#include "common/duration.h"
+#include "extender/service.h"
+
+int main(int argc, char** argv) {
+  kvgpu::extender::ServiceOptions options;
+  std::string policy = "pack";
+  std::string max_age = "10m";
+  CLI::App app{"kvgpu-scheduler-extender: places vGPU pods where their GPUs can take them"};
+  app.add_option("--listen", options.listen, "HTTPS address HOST:PORT")->capture_default_str();
+  app.add_option("--tls-cert-file", options.tls_cert_file,
+                 "PEM certificate (chain), reloaded on change")
+      ->required();
+  app.add_option("--tls-key-file", options.tls_key_file, "PEM private key, reloaded on change")
+      ->required();
+  app.add_option("--client-ca-file", options.client_ca_file,
+                 "PEM CA bundle; when set, kube-scheduler must present a certificate it signed");
+  app.add_option("--kubeconfig", options.kubeconfig,
+                 "kubeconfig for the API server (default: in-cluster)");
+  app.add_option("--resource-prefix", options.extender.resource_prefix,
+                 "extended resources this extender places")
+      ->capture_default_str();
+  app.add_option("--policy", policy, "pack: fill nodes a type holds; spread: most free GPUs")
+      ->check(CLI::IsMember({"pack", "spread"}))
+      ->capture_default_str();
+  app.add_option("--max-state-age", max_age,
+                 "a node whose vGPU state is older is failed (beyond the plugins' heartbeat)")
+      ->capture_default_str();
+  app.add_flag("--bind", options.bind, "serve the bind verb (bindVerb in the scheduler config)");
+  app.add_option("--workers", options.worker_threads, "event loops serving HTTPS")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("kvgpu-scheduler-extender"));
+  options.extender.fit.policy = *kvgpu::scheduling::ParsePolicy(policy);
+  auto age = kvgpu::ParseDuration(max_age);
+  if (!age.ok()) {
+    spdlog::error("--max-state-age: {}", age.status().message());
+    return 1;
+  }
+  options.extender.fit.max_state_age = *age;
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto service = kvgpu::extender::Service::Create(options);
+  if (!service.ok()) {
+    spdlog::error("{}", service.status().message());
+    return 1;
+  }
+  std::thread waiter([&] {
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    spdlog::info("signal {}: stopping", signal_number);
+    (*service)->Stop();
+  });
+  (*service)->Run();
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return 0;
+}

@@ -1,0 +1,196 @@
+#include "extender/protocol.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include "kube/pod.h"
+
+namespace kvgpu::extender {
+
+using nlohmann::json;
+
+namespace {
+
+bool SameIgnoringCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Go's encoding/json: the exact name first, else the first case-insensitive match.
+const json* Field(const json& object, std::string_view name) {
+  if (!object.is_object()) return nullptr;
+  if (auto it = object.find(std::string(name)); it != object.end()) return &*it;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (SameIgnoringCase(it.key(), name)) return &*it;
+  }
+  return nullptr;
+}
+
+Status Invalid(const std::string& message) {
+  return Status::Error(ErrorCode::kInvalid, message);
+}
+
+Result<CandidateNode> NodeFromObject(const json& node) {
+  const json* metadata = node.is_object() ? Field(node, "metadata") : nullptr;
+  const json* name = metadata != nullptr ? Field(*metadata, "name") : nullptr;
+  if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
+    return Invalid("Nodes.items: a node without metadata.name");
+  }
+  CandidateNode candidate{name->get<std::string>(), node, std::nullopt};
+  if (const json* annotations = Field(*metadata, "annotations");
+      annotations != nullptr && annotations->is_object()) {
+    auto it = annotations->find(scheduling::kNodeStateAnnotation);
+    if (it != annotations->end() && it->is_string()) {
+      candidate.state_annotation = it->get<std::string>();
+    }
+  }
+  return candidate;
+}
+
+Result<uint32_t> WholeCount(const std::string& quantity, const std::string& what) {
+  uint32_t n = 0;
+  auto [end, error] = std::from_chars(quantity.data(), quantity.data() + quantity.size(), n);
+  if (error != std::errc() || end != quantity.data() + quantity.size()) {
+    return Invalid(what + ": \"" + quantity + "\" is not a whole number");
+  }
+  return n;
+}
+
+Result<scheduling::Demand> ContainerDemand(const kube::ContainerInfo& container,
+                                           const std::string& prefix) {
+  scheduling::Demand demand;
+  auto add = [&](const std::map<std::string, std::string>& quantities) -> Status {
+    for (const auto& [resource, quantity] : quantities) {
+      if (!resource.starts_with(prefix) || demand.contains(resource)) continue;
+      Result<uint32_t> n = WholeCount(quantity, "container " + container.name + " " + resource);
+      if (!n.ok()) return n.status();
+      if (*n > 0) demand[resource] = *n;
+    }
+    return Status::Ok();
+  };
+  Status limits = add(container.limits);  // the limit wins where both are given
+  if (!limits.ok()) return limits;
+  Status requests = add(container.requests);
+  if (!requests.ok()) return requests;
+  return demand;
+}
+
+}  // namespace
+
+Result<ExtenderArgs> ParseExtenderArgs(const json& body) {
+  if (!body.is_object()) return Invalid("ExtenderArgs: not a JSON object");
+  const json* pod = Field(body, "Pod");
+  if (pod == nullptr || !pod->is_object()) return Invalid("ExtenderArgs.Pod: missing");
+  Result<kube::PodInfo> parsed = kube::ParsePod(*pod);
+  if (!parsed.ok()) return Invalid("ExtenderArgs.Pod: " + parsed.status().message());
+  ExtenderArgs args;
+  args.pod = std::move(*parsed);
+  const json* names = Field(body, "NodeNames");
+  const json* nodes = Field(body, "Nodes");
+  if (names != nullptr && names->is_array()) {
+    args.names_only = true;
+    for (const json& name : *names) {
+      if (!name.is_string()) return Invalid("ExtenderArgs.NodeNames: not all strings");
+      args.nodes.push_back({name.get<std::string>(), nullptr, std::nullopt});
+    }
+    return args;
+  }
+  if (nodes != nullptr && nodes->is_object()) {
+    const json* items = Field(*nodes, "items");
+    if (items == nullptr || !items->is_array()) {
+      if (items == nullptr || items->is_null()) return args;  // an empty list
+      return Invalid("ExtenderArgs.Nodes.items: not a list");
+    }
+    for (const json& node : *items) {
+      Result<CandidateNode> candidate = NodeFromObject(node);
+      if (!candidate.ok()) return candidate.status();
+      args.nodes.push_back(std::move(*candidate));
+    }
+    return args;
+  }
+  return Invalid("ExtenderArgs: neither Nodes nor NodeNames");
+}
+
+json FilterResult(const ExtenderArgs& args, const std::vector<std::string>& kept,
+                  const std::map<std::string, std::string>& failed,
+                  const std::map<std::string, std::string>& unresolvable) {
+  json result = {{"Nodes", nullptr},
+                 {"NodeNames", nullptr},
+                 {"FailedNodes", failed},
+                 {"FailedAndUnresolvableNodes", unresolvable},
+                 {"Error", ""}};
+  if (args.names_only) {
+    result["NodeNames"] = kept;
+    return result;
+  }
+  json items = json::array();
+  for (const CandidateNode& node : args.nodes) {
+    if (std::find(kept.begin(), kept.end(), node.name) != kept.end()) items.push_back(node.object);
+  }
+  result["Nodes"] = {{"metadata", json::object()}, {"items", std::move(items)}};
+  return result;
+}
+
+json FilterError(const std::string& message) {
+  return {{"Nodes", nullptr},
+          {"NodeNames", nullptr},
+          {"FailedNodes", json::object()},
+          {"FailedAndUnresolvableNodes", json::object()},
+          {"Error", message}};
+}
+
+json PriorityList(const std::vector<std::pair<std::string, int64_t>>& scores) {
+  json list = json::array();
+  for (const auto& [host, score] : scores) list.push_back({{"Host", host}, {"Score", score}});
+  return list;
+}
+
+Result<BindingArgs> ParseBindingArgs(const json& body) {
+  BindingArgs args;
+  for (auto [name, value] :
+       {std::pair{"PodName", &args.pod_name}, std::pair{"PodNamespace", &args.pod_namespace},
+        std::pair{"PodUID", &args.pod_uid}, std::pair{"Node", &args.node}}) {
+    const json* field = Field(body, name);
+    if (field == nullptr || !field->is_string() || field->get<std::string>().empty()) {
+      return Invalid(std::string("ExtenderBindingArgs.") + name + ": missing");
+    }
+    *value = field->get<std::string>();
+  }
+  return args;
+}
+
+json BindingResult(const std::string& error) {
+  return {{"Error", error}};
+}
+
+Result<std::vector<scheduling::Demand>> PodDemand(const kube::PodInfo& pod,
+                                                  const std::string& prefix) {
+  std::vector<scheduling::Demand> apps;
+  scheduling::Demand app_total;
+  scheduling::Demand init_peak;
+  for (const kube::ContainerInfo& container : pod.containers) {
+    Result<scheduling::Demand> demand = ContainerDemand(container, prefix);
+    if (!demand.ok()) return demand.status();
+    for (const auto& [resource, n] : *demand) {
+      if (container.init) {
+        init_peak[resource] = std::max(init_peak[resource], n);
+      } else {
+        app_total[resource] += n;
+      }
+    }
+    if (!container.init && !demand->empty()) apps.push_back(std::move(*demand));
+  }
+  scheduling::Demand beyond_apps;
+  for (const auto& [resource, n] : init_peak) {
+    if (n > app_total[resource]) beyond_apps[resource] = n - app_total[resource];
+  }
+  std::vector<scheduling::Demand> out;
+  if (!beyond_apps.empty()) out.push_back(std::move(beyond_apps));
+  for (scheduling::Demand& demand : apps) out.push_back(std::move(demand));
+  return out;
+}
+
+}  // namespace kvgpu::extender

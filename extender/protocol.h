@@ -1,0 +1,74 @@
+// kube-scheduler's extender protocol (k8s.io/kube-scheduler/extender/v1, types.go): the Go types
+// carry no json tags, so the wire names are the Go field names ("Pod", "Nodes", "NodeNames",
+// "FailedNodes", "Host", "Score", ...), and Go's decoder matches a name case-insensitively when
+// no exact match exists; both hold here. With nodeCacheCapable the scheduler sends only
+// NodeNames and expects NodeNames back; without, it sends the Node objects in Nodes.items and
+// expects the kept ones back there.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kube/pod.h"
+#include "scheduling/gpu_fit.h"
+#include "scheduling/node_vgpu_state.h"
+
+namespace kvgpu::extender {
+
+inline constexpr int64_t kMaxExtenderPriority = 10;  // MaxExtenderPriority in types.go
+
+struct CandidateNode {
+  std::string name;
+  // The Node object as sent (nodeCacheCapable: false); null when only its name came.
+  nlohmann::json object;
+  // Its vGPU-state annotation, when the object came and carries one.
+  std::optional<std::string> state_annotation;
+};
+
+struct ExtenderArgs {
+  kube::PodInfo pod;
+  std::vector<CandidateNode> nodes;
+  bool names_only = false;  // NodeNames was sent (nodeCacheCapable)
+};
+
+// kInvalid, naming what is wrong, for anything but the documented shape.
+Result<ExtenderArgs> ParseExtenderArgs(const nlohmann::json& body);
+
+// ExtenderFilterResult in the shape the arguments came in. `failed` go to FailedNodes (the
+// scheduler may preempt there); `unresolvable` to FailedAndUnresolvableNodes (preemption would
+// not help: no vGPU state, or no GPU of the node offers the type).
+nlohmann::json FilterResult(const ExtenderArgs& args, const std::vector<std::string>& kept,
+                            const std::map<std::string, std::string>& failed,
+                            const std::map<std::string, std::string>& unresolvable);
+// An ExtenderFilterResult that only carries Error: the scheduler fails this attempt for the pod
+// (ignorable: false) and tries again later.
+nlohmann::json FilterError(const std::string& message);
+
+// HostPriorityList.
+nlohmann::json PriorityList(const std::vector<std::pair<std::string, int64_t>>& scores);
+
+struct BindingArgs {
+  std::string pod_name;
+  std::string pod_namespace;
+  std::string pod_uid;
+  std::string node;
+};
+Result<BindingArgs> ParseBindingArgs(const nlohmann::json& body);
+// ExtenderBindingResult; an empty message is success.
+nlohmann::json BindingResult(const std::string& error);
+
+// The pod's vGPU demand per container, in the order kubelet admits them, for resources starting
+// with `prefix`: each app container's own, and before them the part of an init container's
+// demand that the app containers do not cover (kubelet hands init containers' devices on to the
+// app containers). A container's count is its limit, else its request (extended resources are
+// whole numbers, and the API server makes request and limit equal). kInvalid for a count that is
+// not a whole number.
+Result<std::vector<scheduling::Demand>> PodDemand(const kube::PodInfo& pod,
+                                                  const std::string& prefix);
+
+}  // namespace kvgpu::extender

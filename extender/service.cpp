@@ -1,0 +1,183 @@
+#include "extender/service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "https/http_server.h"
+#include "https/tls_files.h"
+#include "kube/config.h"
+#include "kube/list_watch.h"
+
+namespace kvgpu::extender {
+
+namespace {
+
+Result<std::unique_ptr<kube::ApiClient>> ConnectApi(const std::string& kubeconfig) {
+  Result<kube::Config> config = Status::Error(ErrorCode::kConfig, "");
+  if (!kubeconfig.empty()) {
+    config = kube::LoadKubeconfig(kubeconfig);
+  } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
+    config = kube::LoadInCluster(kube::InClusterFromEnvironment());
+  } else {
+    return Status::Error(ErrorCode::kConfig,
+                         "no API server: give --kubeconfig or run in a cluster (the extender "
+                         "follows the nodes' vGPU state and the pods bound to them)");
+  }
+  if (!config.ok()) return config.status();
+  return kube::ApiClient::Create(*config);
+}
+
+}  // namespace
+
+struct Service::Impl {
+  ServiceOptions options;
+  std::unique_ptr<kube::ApiClient> own_api;
+  kube::ApiTransport* api = nullptr;
+  std::unique_ptr<ClusterView> view;
+  std::unique_ptr<Extender> extender;
+  std::unique_ptr<kube::ListWatcher> nodes;
+  std::unique_ptr<kube::ListWatcher> pods;
+  std::unique_ptr<https::TlsFiles> tls;
+  std::unique_ptr<https::HttpsServer> http;
+  int port = 0;
+
+  std::thread reloader;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+
+  void Watch() {
+    nodes = std::make_unique<kube::ListWatcher>(
+        *api, kube::ListWatchOptions{.path = "/api/v1/nodes", .what = "nodes"});
+    nodes->Start(
+        {[this](const std::vector<nlohmann::json>& all) { view->SyncNodes(all); },
+         [this](kube::WatchEventType type, const nlohmann::json& node) {
+           view->NodeChanged(type, node);
+         },
+         [this](bool following, const std::string&) { view->SetFollowing("nodes", following); }});
+    // Assigned pods only: a pod shows up here when it is bound.
+    pods = std::make_unique<kube::ListWatcher>(
+        *api, kube::ListWatchOptions{
+                  .path = "/api/v1/pods?fieldSelector=" + kube::QueryEscape("spec.nodeName!="),
+                  .what = "assigned pods"});
+    pods->Start(
+        {[this](const std::vector<nlohmann::json>& all) {
+           std::vector<kube::PodInfo> parsed;
+           for (const nlohmann::json& object : all) {
+             if (auto pod = kube::ParsePod(object); pod.ok()) parsed.push_back(*pod);
+           }
+           view->SyncPods(parsed);
+         },
+         [this](kube::WatchEventType type, const nlohmann::json& object) {
+           if (auto pod = kube::ParsePod(object); pod.ok()) view->PodChanged(type, *pod);
+         },
+         [this](bool following, const std::string&) { view->SetFollowing("pods", following); }});
+  }
+
+  void ReloadLoop() {
+    std::unique_lock lock(mutex);
+    while (!wake.wait_for(lock, options.reload_interval, [this] { return stopping; })) {
+      lock.unlock();
+      std::string error;
+      switch (tls->CheckFiles(&error)) {
+        case https::TlsFiles::Change::kNone:
+          break;
+        case https::TlsFiles::Change::kReloaded:
+          spdlog::info("reloaded TLS certificate: {}", tls->store().Current()->Describe());
+          break;
+        case https::TlsFiles::Change::kFailed:
+          spdlog::error("keeping the previous TLS certificate: {}", error);
+          break;
+      }
+      lock.lock();
+    }
+  }
+};
+
+Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Service::~Service() {
+  Stop();
+}
+
+Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  auto listen = https::ParseHostPort(options.listen);
+  if (!listen.ok())
+    return Status::Error(ErrorCode::kInvalid, "--listen: " + listen.status().message());
+  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "--tls-cert-file and --tls-key-file are required (kube-scheduler calls "
+                         "the extender with enableHTTPS)");
+  }
+  auto tls =
+      https::TlsFiles::Load(options.tls_cert_file, options.tls_key_file, options.client_ca_file);
+  if (!tls.ok()) return tls.status();
+  impl->tls = std::move(*tls);
+  impl->api = options.api;
+  if (impl->api == nullptr) {
+    auto api = ConnectApi(options.kubeconfig);
+    if (!api.ok()) return api.status();
+    impl->own_api = std::move(*api);
+    impl->api = impl->own_api.get();
+  }
+  impl->view = std::make_unique<ClusterView>(options.extender.resource_prefix);
+  impl->extender =
+      std::make_unique<Extender>(*impl->view, options.extender, options.bind ? impl->api : nullptr);
+  std::string tls_error;
+  SSL_CTX* ctx = impl->tls->NewServerContext(&tls_error);
+  if (ctx == nullptr) return Status::Error(ErrorCode::kInvalid, tls_error);
+  https::HttpsServerOptions http_options;
+  http_options.worker_threads = options.worker_threads;
+  // ExtenderArgs with whole Node objects: ~5 KiB a node, so 5,000 nodes fit in 32 MiB.
+  http_options.max_body_bytes = 32 * 1024 * 1024;
+  http_options.max_buffered_body_bytes = 128 * 1024 * 1024;
+  Extender* extender = impl->extender.get();
+  impl->http = std::make_unique<https::HttpsServer>(
+      ctx, [extender](const https::HttpRequest& request) { return extender->Handle(request); },
+      http_options);
+  auto port = impl->http->Listen(listen->host, listen->port);
+  if (!port.ok()) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "cannot listen on " + options.listen + ": " + port.status().message());
+  }
+  impl->port = *port;
+  impl->Watch();
+  Impl* raw = impl.get();
+  impl->reloader = std::thread([raw] { raw->ReloadLoop(); });
+  spdlog::info("scheduler extender on port {} (filter, prioritize{}), policy {}", impl->port,
+               options.bind ? ", bind" : "", scheduling::PolicyName(options.extender.fit.policy));
+  return std::unique_ptr<Service>(new Service(std::move(impl)));
+}
+
+int Service::port() const {
+  return impl_->port;
+}
+
+ClusterView& Service::view() {
+  return *impl_->view;
+}
+
+void Service::Run() {
+  impl_->http->Run();
+}
+
+void Service::Stop() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->reloader.joinable()) impl_->reloader.join();
+  if (impl_->http) impl_->http->Stop();
+  if (impl_->nodes) impl_->nodes->Stop();
+  if (impl_->pods) impl_->pods->Stop();
+}
+
+}  // namespace kvgpu::extender
