@@ -30,7 +30,8 @@ std::optional<std::pair<std::string, std::optional<std::string>>> NameAndAnnotat
 
 }  // namespace
 
-ClusterView::ClusterView(std::string resource_prefix) : prefix_(std::move(resource_prefix)) {}
+ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds assume_for)
+    : prefix_(std::move(resource_prefix)), assume_for_(assume_for) {}
 
 void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
   std::map<std::string, std::string> annotations;
@@ -126,7 +127,7 @@ std::vector<BoundPod> ClusterView::BoundPods(const std::string& node) const {
     const auto now = std::chrono::steady_clock::now();
     for (const auto& [uid, pod] : pods_) {
       if (pod.node != node) continue;
-      if (pod.assumed_at && now - *pod.assumed_at > kAssumeFor) continue;
+      if (pod.assumed_at && now - *pod.assumed_at > assume_for_) continue;
       out.push_back(pod);
     }
   }

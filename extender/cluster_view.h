@@ -26,7 +26,8 @@ struct BoundPod {
   std::vector<scheduling::Demand> demand;  // per container, as kubelet admits them
   uint64_t order = 0;                      // when the view first saw it bound
   // Bound by the extender and not yet seen bound by the watch: counted until the watch shows it,
-  // or for kAssumeFor at most (the binding may have failed).
+  // or for kAssumeFor at most (the binding may have failed; kube-scheduler forgets an assumed
+  // pod the same way).
   std::optional<std::chrono::steady_clock::time_point> assumed_at;
 };
 
@@ -34,7 +35,8 @@ inline constexpr std::chrono::seconds kAssumeFor{30};
 
 class ClusterView {
  public:
-  explicit ClusterView(std::string resource_prefix);
+  explicit ClusterView(std::string resource_prefix,
+                       std::chrono::milliseconds assume_for = kAssumeFor);
 
   void SyncNodes(const std::vector<nlohmann::json>& nodes);
   void NodeChanged(kube::WatchEventType type, const nlohmann::json& node);
@@ -57,6 +59,7 @@ class ClusterView {
   void PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed);
 
   std::string prefix_;
+  std::chrono::milliseconds assume_for_;
   mutable std::mutex mutex_;
   std::map<std::string, std::string> annotations_;  // node -> vGPU-state text
   std::map<std::string, BoundPod> pods_;            // by uid

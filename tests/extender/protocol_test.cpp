@@ -1,0 +1,137 @@
+// The extender's wire format against kube-scheduler's Go types (fixtures/SOURCES.md): arguments
+// in both shapes read, names matched as Go's decoder does, and answers carrying exactly the
+// field names of types.go. Also the pod's vGPU demand per container, as kubelet admits it.
+#include "extender/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace kvgpu::extender {
+namespace {
+
+using nlohmann::json;
+
+json Fixture(const std::string& name) {
+  std::ifstream in(std::string(KVGPU_EXTENDER_FIXTURES) + "/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+std::set<std::string> Keys(const json& object) {
+  std::set<std::string> keys;
+  for (const auto& [key, value] : object.items()) keys.insert(key);
+  return keys;
+}
+
+TEST(ExtenderProtocolTest, ArgsWithWholeNodesGiveEachNodesNameAndStateAnnotation) {
+  Result<ExtenderArgs> args = ParseExtenderArgs(Fixture("args_with_nodes.json"));
+  ASSERT_TRUE(args.ok()) << args.status().ToString();
+  EXPECT_FALSE(args->names_only);
+  EXPECT_EQ(args->pod.Key(), "ml/train-0");
+  EXPECT_EQ(args->pod.uid, "3f1c2b9e-8d1a-4e55-9a57-0c6f3d2a1b10");
+  ASSERT_EQ(args->nodes.size(), 2u);
+  EXPECT_EQ(args->nodes[0].name, "gpu-node-1");
+  EXPECT_EQ(args->nodes[0].state_annotation, "STATE-1");
+  EXPECT_EQ(args->nodes[1].name, "gpu-node-2");
+  EXPECT_FALSE(args->nodes[1].state_annotation.has_value());
+}
+
+TEST(ExtenderProtocolTest, ArgsWithNodeNamesAreNamesOnly) {
+  Result<ExtenderArgs> args = ParseExtenderArgs(Fixture("args_with_node_names.json"));
+  ASSERT_TRUE(args.ok()) << args.status().ToString();
+  EXPECT_TRUE(args->names_only);
+  ASSERT_EQ(args->nodes.size(), 3u);
+  EXPECT_EQ(args->nodes[2].name, "gpu-node-3");
+  EXPECT_TRUE(args->nodes[2].object.is_null());
+}
+
+TEST(ExtenderProtocolTest, NamesAreMatchedIgnoringCaseAsGosDecoderDoes) {
+  json body = Fixture("args_with_node_names.json");
+  json lower = {{"pod", body["Pod"]}, {"nodenames", body["NodeNames"]}, {"nodes", nullptr}};
+  Result<ExtenderArgs> args = ParseExtenderArgs(lower);
+  ASSERT_TRUE(args.ok()) << args.status().ToString();
+  EXPECT_EQ(args->nodes.size(), 3u);
+}
+
+TEST(ExtenderProtocolTest, MalformedArgsAreRefusedWithWhatIsWrong) {
+  const json pod = Fixture("args_with_node_names.json")["Pod"];
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json::array(), "not a JSON object"},
+      {{{"NodeNames", json::array()}}, "Pod"},
+      {{{"Pod", pod}}, "neither Nodes nor NodeNames"},
+      {{{"Pod", pod}, {"NodeNames", {1, 2}}}, "NodeNames"},
+      {{{"Pod", pod}, {"Nodes", {{"items", {{{"metadata", json::object()}}}}}}}, "metadata.name"},
+      {{{"Pod", {{"metadata", {{"name", "x"}}}}}, {"NodeNames", json::array()}}, "Pod"},
+  };
+  for (const auto& [body, says] : cases) {
+    Result<ExtenderArgs> args = ParseExtenderArgs(body);
+    ASSERT_FALSE(args.ok()) << body.dump();
+    EXPECT_NE(args.status().message().find(says), std::string::npos) << args.status().message();
+  }
+}
+
+TEST(ExtenderProtocolTest, TheFilterResultHasTypesGosFieldsInTheShapeTheArgsCameIn) {
+  const std::set<std::string> go_fields = {"Nodes", "NodeNames", "FailedNodes",
+                                           "FailedAndUnresolvableNodes", "Error"};
+  Result<ExtenderArgs> whole = ParseExtenderArgs(Fixture("args_with_nodes.json"));
+  json result = FilterResult(*whole, {"gpu-node-1"}, {}, {{"gpu-node-2", "no state"}});
+  EXPECT_EQ(Keys(result), go_fields);
+  EXPECT_TRUE(result["NodeNames"].is_null());
+  ASSERT_EQ(result["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(result["Nodes"]["items"][0], Fixture("args_with_nodes.json")["Nodes"]["items"][0])
+      << "the kept Node is handed back as it came";
+  EXPECT_EQ(result["FailedAndUnresolvableNodes"]["gpu-node-2"], "no state");
+
+  Result<ExtenderArgs> names = ParseExtenderArgs(Fixture("args_with_node_names.json"));
+  result = FilterResult(*names, {"gpu-node-3"}, {{"gpu-node-1", "full"}}, {});
+  EXPECT_EQ(Keys(result), go_fields);
+  EXPECT_TRUE(result["Nodes"].is_null());
+  EXPECT_EQ(result["NodeNames"], json::array({"gpu-node-3"}));
+  EXPECT_EQ(result["FailedNodes"]["gpu-node-1"], "full");
+
+  EXPECT_EQ(Keys(FilterError("bad")), go_fields);
+  EXPECT_EQ(FilterError("bad")["Error"], "bad");
+}
+
+TEST(ExtenderProtocolTest, PrioritiesAndBindingUseTypesGosFieldNames) {
+  json list = PriorityList({{"gpu-node-1", 10}, {"gpu-node-2", 0}});
+  ASSERT_TRUE(list.is_array());
+  EXPECT_EQ(Keys(list[0]), (std::set<std::string>{"Host", "Score"}));
+  EXPECT_EQ(list[0]["Host"], "gpu-node-1");
+  EXPECT_EQ(list[0]["Score"], 10);
+  EXPECT_EQ(Keys(BindingResult("")), std::set<std::string>{"Error"});
+
+  Result<BindingArgs> binding = ParseBindingArgs(Fixture("binding_args.json"));
+  ASSERT_TRUE(binding.ok()) << binding.status().ToString();
+  EXPECT_EQ(binding->pod_name, "train-0");
+  EXPECT_EQ(binding->pod_namespace, "ml");
+  EXPECT_EQ(binding->node, "gpu-node-1");
+  EXPECT_FALSE(ParseBindingArgs({{"PodName", "x"}}).ok());
+}
+
+TEST(PodDemandTest, InitContainersAddOnlyWhatTheAppContainersDoNotCover) {
+  Result<ExtenderArgs> args = ParseExtenderArgs(Fixture("args_with_nodes.json"));
+  Result<std::vector<scheduling::Demand>> demand = PodDemand(args->pod, "tencent.com/vgpu-");
+  ASSERT_TRUE(demand.ok()) << demand.status().ToString();
+  // The init container wants 2, the app 1: kubelet hands the init's devices on, so 2 in all.
+  ASSERT_EQ(demand->size(), 2u);
+  EXPECT_EQ((*demand)[0], (scheduling::Demand{{"tencent.com/vgpu-222", 1}}));
+  EXPECT_EQ((*demand)[1], (scheduling::Demand{{"tencent.com/vgpu-222", 1}}));
+  EXPECT_TRUE(PodDemand(args->pod, "example.com/gpu-")->empty()) << "other resources: no demand";
+}
+
+TEST(PodDemandTest, ACountThatIsNotAWholeNumberIsRefused) {
+  kube::PodInfo pod;
+  pod.uid = "u";
+  pod.containers.push_back({"main", false, {}, {{"tencent.com/vgpu-222", "500m"}}});
+  Result<std::vector<scheduling::Demand>> demand = PodDemand(pod, "tencent.com/vgpu-");
+  ASSERT_FALSE(demand.ok());
+  EXPECT_NE(demand.status().message().find("500m"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvgpu::extender
