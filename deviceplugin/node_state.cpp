@@ -79,6 +79,7 @@ mdev::VgpuType* NodeState::FindType(const std::string& parent, const std::string
 }
 
 void NodeState::VgpuCreated(const mdev::Vgpu& vgpu) {
+  ++own_changes_;
   if (inventory_.FindVgpu(vgpu.id) != nullptr) return;  // a rescan already saw it
   inventory_.vgpus.push_back(vgpu);
   mdev::VgpuType* type = FindType(vgpu.parent, vgpu.type_id);
@@ -88,6 +89,7 @@ void NodeState::VgpuCreated(const mdev::Vgpu& vgpu) {
 void NodeState::VgpuRemoved(const std::string& vgpu_id) {
   auto v = std::find_if(inventory_.vgpus.begin(), inventory_.vgpus.end(),
                         [&](const mdev::Vgpu& x) { return x.id == vgpu_id; });
+  ++own_changes_;
   if (v == inventory_.vgpus.end()) return;
   if (mdev::VgpuType* type = FindType(v->parent, v->type_id); type != nullptr) {
     ++type->available_instances;

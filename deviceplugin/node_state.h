@@ -7,6 +7,7 @@
 // Not thread-safe: the resource manager holds its lock around every call.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -59,12 +60,17 @@ class NodeState {
 
   LifecycleSnapshot Snapshot(const std::set<std::string>& removing) const;
 
+  // Raised by every VgpuCreated and VgpuRemoved: a scan read while it changed may predate the
+  // change, and must not replace the view (ResourceManager::Refresh).
+  uint64_t own_changes() const { return own_changes_; }
+
  private:
   mdev::VgpuType* FindType(const std::string& parent, const std::string& type_id);
 
   StateStore& store_;
   mdev::Inventory inventory_;
   std::vector<CreatedVgpu> records_;
+  uint64_t own_changes_ = 0;
 };
 
 }  // namespace kvgpu::deviceplugin

@@ -45,19 +45,35 @@ void ResourceManager::SetRefreshRequester(std::function<void()> requester) {
 }
 
 Status ResourceManager::Refresh() {
-  Result<mdev::Inventory> inventory = node_.Scan();
-  if (!inventory.ok()) {
-    spdlog::error("sysfs scan failed: {}", inventory.status().ToString());
-    return inventory.status();
-  }
+  // The scan runs without the lock, so an Allocate or a removal may change the node while it
+  // reads: such a scan can predate the change, and replacing the view with it would lose a vGPU
+  // just made (and send the next type to the GPU it locked). It is read again; if the node keeps
+  // changing, the view kept up to date by those changes stays, and the next rescan catches up.
+  constexpr int kAttempts = 3;
   bool changed = false;
-  {
+  for (int attempt = 1;; ++attempt) {
+    uint64_t changes_before = 0;
+    {
+      std::lock_guard lock(mutex_);
+      changes_before = state_.own_changes();
+    }
+    Result<mdev::Inventory> inventory = node_.Scan();
+    if (!inventory.ok()) {
+      spdlog::error("sysfs scan failed: {}", inventory.status().ToString());
+      return inventory.status();
+    }
     std::lock_guard lock(mutex_);
+    if (state_.own_changes() != changes_before) {
+      if (attempt < kAttempts) continue;
+      spdlog::debug("rescan skipped: the node changed during {} scans in a row", kAttempts);
+      return Status::Ok();
+    }
     for (const std::string& w : state_.ReplaceInventory(std::move(*inventory))) {
       spdlog::warn("sysfs: {}", w);
     }
     changed = catalogue_.Rebuild(state_.inventory(), state_.records(), config_);
     if (observer_ != nullptr) observer_->OnDevices(catalogue_.Counts());
+    break;
   }
   AfterChange(changed);
   return Status::Ok();

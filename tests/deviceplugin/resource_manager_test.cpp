@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "fakes/common/sim_node.h"
@@ -204,6 +207,113 @@ TEST(ResourceManagerTest, PreferredAllocationRightAfterALockSendsAnotherTypeToAF
       << "223 sent to the GPU 222 just locked: " << second->at(0)[0];
   auto allocated = f.manager.Allocate(r223, {second->at(0)});
   EXPECT_TRUE(allocated.ok()) << allocated.status().ToString();
+}
+
+// Found by the scheduling loop (tests/extender): a request for several devices right after a lock,
+// on a type with few instances, must still be sent to the free GPU.
+TEST(ResourceManagerTest, AMultiDeviceRequestRightAfterALockGoesToTheFreeGpu) {
+  Fixture f("t4x2");
+  f.manager.SetRefreshRequester([] {});  // the rescan has not happened yet
+  const std::string r223 = "tencent.com/vgpu-223", r233 = "tencent.com/vgpu-233";
+  auto first = f.manager.PreferredAllocation(r223, {{IdsOf(f.Devices(r223)), {}, 3}});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(f.manager.Allocate(r223, {first->at(0)}).ok());
+  auto second = f.manager.PreferredAllocation(r233, {{IdsOf(f.Devices(r233)), {}, 2}});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  for (const std::string& id : second->at(0)) {
+    EXPECT_NE(id.substr(0, 12), first->at(0)[0].substr(0, 12)) << id << " is on the locked GPU";
+  }
+  auto allocated = f.manager.Allocate(r233, {second->at(0)});
+  EXPECT_TRUE(allocated.ok()) << allocated.status().ToString();
+}
+
+// Holds the first read of an available_instances file under `where` after Arm() until Release():
+// a rescan caught halfway through its read of sysfs.
+class PausingIo : public mdev::SysfsIo {
+ public:
+  explicit PausingIo(mdev::SysfsIo& inner) : inner_(inner) {}
+  Result<std::string> ReadFile(const std::filesystem::path& path) override {
+    if (path.filename() == "available_instances") {
+      std::unique_lock lock(mutex_);
+      if (armed_ && path.string().find(where_) != std::string::npos) {
+        armed_ = false;
+        paused_ = true;
+        changed_.notify_all();
+        changed_.wait(lock, [&] { return !paused_; });
+      }
+    }
+    return inner_.ReadFile(path);
+  }
+  Status WriteFile(const std::filesystem::path& path, std::string_view data) override {
+    return inner_.WriteFile(path, data);
+  }
+  Result<std::vector<std::string>> ListDir(const std::filesystem::path& path) override {
+    return inner_.ListDir(path);
+  }
+  Result<std::filesystem::path> ReadLink(const std::filesystem::path& path) override {
+    return inner_.ReadLink(path);
+  }
+  Result<std::filesystem::path> Canonical(const std::filesystem::path& path) override {
+    return inner_.Canonical(path);
+  }
+  bool Exists(const std::filesystem::path& path) override { return inner_.Exists(path); }
+  bool IsDirectory(const std::filesystem::path& path) override { return inner_.IsDirectory(path); }
+
+  void Arm(std::string where) {
+    std::lock_guard lock(mutex_);
+    armed_ = true;
+    where_ = std::move(where);
+  }
+  void WaitUntilPaused() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return paused_; });
+  }
+  void Release() {
+    std::lock_guard lock(mutex_);
+    paused_ = false;
+    changed_.notify_all();
+  }
+
+ private:
+  mdev::SysfsIo& inner_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool armed_ = false;
+  std::string where_;
+  bool paused_ = false;
+};
+
+// Found by the scheduling loop (tests/extender): a rescan reads sysfs without the lock; one that
+// began before an Allocate and ends after it must not replace the view with what it read, which
+// predates the new vGPUs (the GPU would look free, and the next type would be sent there).
+TEST(ResourceManagerTest, ARescanThatBeganBeforeAnAllocateDoesNotLoseItsVgpus) {
+  SimNode sim("t4x2");
+  PausingIo io(sim.model());
+  mdev::Node node(sim.model().root(), io);
+  MemoryStateStore store;
+  ScriptedHolders holders;
+  ResourceManager manager(node, InTempDir(Config{}, sim), store, holders);
+  ASSERT_TRUE(manager.Start().ok());
+  const std::string r223 = "tencent.com/vgpu-223";
+  const std::string gpu0 = sim.gpu(0);
+
+  // Paused once GPU 0's counts are read, before GPU 1's and the vGPUs.
+  io.Arm("/" + sim.gpu(1) + "/");
+  auto rescan = std::async(std::launch::async, [&] { return manager.Refresh(); });
+  io.WaitUntilPaused();
+  auto allocated = manager.Allocate(r223, {{gpu0 + "-nvidia-223-0", gpu0 + "-nvidia-223-1"}});
+  ASSERT_TRUE(allocated.ok()) << allocated.status().ToString();
+  io.Release();
+  ASSERT_TRUE(rescan.get().ok());
+
+  scheduling::NodeVgpuState state = manager.SchedulerState();
+  const auto gpu = std::find_if(state.gpus.begin(), state.gpus.end(),
+                                [&](const scheduling::GpuSlots& g) { return g.id == gpu0; });
+  ASSERT_NE(gpu, state.gpus.end());
+  EXPECT_EQ(gpu->locked_type, "nvidia-223") << "the vGPUs made during the scan are still seen";
+  EXPECT_EQ(gpu->resources.at(r223).used, 2u);
+  EXPECT_FALSE(gpu->resources.contains("tencent.com/vgpu-222"))
+      << "the lock hides the other types, as the kernel says";
 }
 
 // #14 item 5: every A100 VF shows each type once, but the GPU hosts at most max_instance of a

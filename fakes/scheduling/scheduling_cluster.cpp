@@ -1,0 +1,423 @@
+#include "fakes/scheduling/scheduling_cluster.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "fakes/common/eventually.h"
+#include "scheduling/node_vgpu_state.h"
+
+namespace kvgpu::testing {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kNodesPath = "/api/v1/nodes";
+
+size_t HealthyCount(const std::map<std::string, std::string>& devices) {
+  return static_cast<size_t>(std::count_if(devices.begin(), devices.end(),
+                                           [](const auto& d) { return d.second == "Healthy"; }));
+}
+
+}  // namespace
+
+Result<json> NodeObjects::Get(const std::string& path, kube::Canceller*) {
+  if (path != kNodesPath) return Status::Remote(ErrorCode::kHttp, "not found", 404);
+  json items = json::array();
+  for (const json& node : Nodes()) items.push_back(node);
+  return json{{"kind", "NodeList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", items}};
+}
+
+Result<json> NodeObjects::Post(const std::string&, const json&) {
+  return Status::Remote(ErrorCode::kHttp, "method not allowed", 405);
+}
+
+Result<json> NodeObjects::Patch(const std::string& path, const json& body,
+                                const std::string& content_type) {
+  const std::string prefix = std::string(kNodesPath) + "/";
+  if (!path.starts_with(prefix) || content_type != "application/merge-patch+json") {
+    return Status::Remote(ErrorCode::kHttp, "unsupported patch", 415);
+  }
+  const std::string name = path.substr(prefix.size());
+  std::lock_guard lock(mutex_);
+  json& node = nodes_[name];
+  if (node.is_null())
+    node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
+  node.merge_patch(body);
+  return node;
+}
+
+Status NodeObjects::Stream(const std::string&, std::chrono::milliseconds,
+                           const std::function<void()>&,
+                           const std::function<bool(std::string_view)>&, kube::Canceller*) {
+  return Status::Error(ErrorCode::kTransport, "watches are not served here");
+}
+
+std::vector<json> NodeObjects::Nodes() const {
+  std::lock_guard lock(mutex_);
+  std::vector<json> out;
+  for (const auto& [name, node] : nodes_) out.push_back(node);
+  return out;
+}
+
+std::optional<std::string> NodeObjects::Annotation(const std::string& node) const {
+  std::lock_guard lock(mutex_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return std::nullopt;
+  const json* annotations = &(*it).second["metadata"];
+  if (!annotations->contains("annotations")) return std::nullopt;
+  const json& all = (*annotations)["annotations"];
+  auto found = all.find(scheduling::kNodeStateAnnotation);
+  if (found == all.end() || !found->is_string()) return std::nullopt;
+  return found->get<std::string>();
+}
+
+json ClusterPod::Object() const {
+  json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", name}, {"namespace", "default"}, {"uid", uid()}}},
+      {"spec",
+       {{"runtimeClassName", "kata"},
+        {"containers",
+         {{{"name", "main"}, {"resources", {{"limits", {{resource, std::to_string(count)}}}}}}}}}},
+      {"status",
+       {{"phase", state == State::kFailed    ? "Failed"
+                  : state == State::kRunning ? "Running"
+                                             : "Pending"}}}};
+  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  return pod;
+}
+
+GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile)
+    : name_(std::move(name)), sim_(profile), kubelet_(sim_.dir() / "kubelet" / "device-plugins") {
+  if (!kubelet_.Start()) throw std::runtime_error("fake kubelet did not start");
+  deviceplugin::DaemonOptions options;
+  options.args.sysfs_root = sim_.model().root();
+  options.args.kubelet_dir = sim_.dir() / "kubelet";
+  options.args.state_dir = sim_.dir() / "state";
+  options.args.node_name = name_;
+  options.args.node_readiness_check = false;
+  deviceplugin::Config config;
+  config.udev_events = false;
+  config.rescan_interval = 100ms;
+  config.lifecycle.grace_period = 0ms;
+  config.lifecycle.poll_interval = 100ms;
+  config.lifecycle.watch_pods = false;
+  config.lifecycle.events = false;
+  config.scheduler_state.min_interval = 20ms;
+  options.config = config;
+  options.io = &sim_.model();
+  options.retry_initial = 20ms;
+  options.retry_max = 200ms;
+  options.podresources = &podresources_;
+  options.settle = 200ms;
+  options.api = &api;
+  daemon_ = std::make_unique<deviceplugin::Daemon>(options);
+  Status started = daemon_->Start();
+  if (!started.ok()) throw std::runtime_error("device plugin: " + started.ToString());
+}
+
+GpuNode::~GpuNode() {
+  daemon_->Stop();
+  kubelet_.Stop();
+}
+
+uint32_t GpuNode::Allocatable(const std::string& resource) const {
+  return static_cast<uint32_t>(HealthyCount(kubelet_.Devices(resource)));
+}
+
+size_t GpuNode::AllocatedDevices() const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (const auto& [resource, ids] : allocated_) n += ids.size();
+  return n;
+}
+
+Status GpuNode::Admit(const ClusterPod& pod) {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> available;
+  for (const auto& [id, health] : kubelet_.Devices(pod.resource)) {
+    if (health == "Healthy" && !allocated_[pod.resource].contains(id)) available.push_back(id);
+  }
+  if (available.size() < pod.count) {
+    // kubelet's device manager: the pod fails with UnexpectedAdmissionError.
+    return Status::Error(ErrorCode::kNoRoom,
+                         "UnexpectedAdmissionError: requested number of devices unavailable for " +
+                             pod.resource + ". Requested: " + std::to_string(pod.count) +
+                             ", Available: " + std::to_string(available.size()));
+  }
+  v1beta1::PreferredAllocationRequest request;
+  auto* container = request.add_container_requests();
+  for (const std::string& id : available) container->add_available_deviceids(id);
+  container->set_allocation_size(static_cast<int32_t>(pod.count));
+  v1beta1::PreferredAllocationResponse preferred;
+  std::vector<std::string> ids;
+  grpc::Status asked = kubelet_.GetPreferredAllocation(pod.resource, request, &preferred);
+  if (asked.ok() && preferred.container_responses_size() == 1) {
+    for (const std::string& id : preferred.container_responses(0).deviceids()) ids.push_back(id);
+  }
+  std::string fallback;
+  if (ids.size() != pod.count) {
+    // kubelet picks on its own when the plugin's preference is unusable.
+    fallback =
+        " (GetPreferredAllocation: " + (asked.ok() ? "wrong size" : asked.error_message()) + ")";
+    ids.assign(available.begin(), available.begin() + pod.count);
+  }
+  v1beta1::AllocateResponse response;
+  grpc::Status allocated = kubelet_.Allocate(pod.resource, {ids}, &response);
+  if (!allocated.ok()) {
+    if (std::getenv("KVGPU_DEBUG_ADMIT") != nullptr) {
+      std::string dump = "\n  asked:";
+      for (const std::string& id : ids) dump += " " + id;
+      dump += "\n  plugin lists now:";
+      for (const auto& d : daemon_->manager().Devices(pod.resource)) {
+        dump += " " + d.id.substr(d.id.rfind('-') - 3) + (d.vgpu_exists ? "*" : "");
+      }
+      dump += "\n  kubelet offered:";
+      for (const std::string& id : available) dump += " " + id.substr(id.rfind('-') - 3);
+      fallback += dump;
+    }
+    return Status::Error(ErrorCode::kNoRoom, "UnexpectedAdmissionError: Allocate failed: " +
+                                                 allocated.error_message() + fallback);
+  }
+  allocated_[pod.resource].insert(ids.begin(), ids.end());
+  pod_devices_[pod.key()] = ids;
+  running_.push_back({"default", pod.name, {{"main", {{pod.resource, ids}}}}});
+  podresources_.SetPods(running_);
+  return Status::Ok();
+}
+
+void GpuNode::Remove(const ClusterPod& pod) {
+  std::lock_guard lock(mutex_);
+  for (const std::string& id : pod_devices_[pod.key()]) allocated_[pod.resource].erase(id);
+  pod_devices_.erase(pod.key());
+  std::erase_if(running_, [&](const kubelet::PodResources& p) { return p.name == pod.name; });
+  podresources_.SetPods(running_);
+}
+
+bool GpuNode::Settled(const NodeObjects& api) {
+  const size_t allocated = AllocatedDevices();
+  if (sim_.model().VgpuIds().size() != allocated) return false;
+  std::optional<std::string> text = api.Annotation(name_);
+  if (!text) return false;
+  Result<scheduling::NodeVgpuState> state = scheduling::ParseNodeState(*text);
+  if (!state.ok() || !state->unattributed.empty()) return false;
+  size_t used = 0;
+  std::map<std::pair<std::string, std::string>, uint32_t> published_free;  // (GPU, type)
+  for (const scheduling::GpuSlots& gpu : state->gpus) {
+    for (const auto& [resource, slots] : gpu.resources) {
+      used += slots.used;
+      published_free[{gpu.id, slots.type_id}] += slots.free;
+    }
+  }
+  if (used != allocated) return false;
+  // The published counts are the kernel's now (a rescan after a removal brings back the other
+  // types of a GPU that became free).
+  Result<mdev::Inventory> inventory = sim_.node().Scan();
+  if (!inventory.ok()) return false;
+  for (const mdev::Parent& parent : inventory->parents) {
+    for (const mdev::VgpuType& type : parent.types) {
+      auto it = published_free.find({parent.physical_gpu, type.id});
+      const uint32_t published = it == published_free.end() ? 0 : it->second;
+      if (published != type.available_instances) return false;
+    }
+  }
+  deviceplugin::ResourceManager& manager = daemon_->manager();
+  for (const std::string& resource : manager.Resources()) {
+    const std::vector<deviceplugin::Device> devices = manager.Devices(resource);
+    const auto healthy = static_cast<size_t>(std::count_if(
+        devices.begin(), devices.end(), [](const deviceplugin::Device& d) { return d.healthy; }));
+    if (healthy != HealthyCount(kubelet_.Devices(resource))) return false;
+  }
+  return true;
+}
+
+SchedulingCluster::SchedulingCluster(size_t nodes, bool use_extender, const std::string& profile)
+    : use_extender_(use_extender), extender_(view_, extender::ExtenderOptions{}) {
+  for (size_t i = 0; i < nodes; ++i) {
+    nodes_.push_back(std::make_unique<GpuNode>("node-" + std::to_string(i), api_, profile));
+  }
+  view_.SetFollowing("nodes", true);
+  view_.SetFollowing("pods", true);
+}
+
+void SchedulingCluster::Submit(std::vector<ClusterPod> pods) {
+  for (ClusterPod& pod : pods) pods_.push_back(std::move(pod));
+}
+
+size_t SchedulingCluster::Count(ClusterPod::State state) const {
+  return static_cast<size_t>(std::count_if(pods_.begin(), pods_.end(),
+                                           [&](const ClusterPod& p) { return p.state == state; }));
+}
+
+std::string SchedulingCluster::Choose(const ClusterPod& pod) {
+  // kube-scheduler's own NodeResourcesFit: allocatable minus what pods bound there request.
+  std::vector<std::string> candidates;
+  std::map<std::string, uint32_t> room;
+  for (const auto& node : nodes_) {
+    uint32_t requested = 0;
+    for (const ClusterPod& other : pods_) {
+      const bool holds =
+          other.state == ClusterPod::State::kBound || other.state == ClusterPod::State::kRunning;
+      if (holds && other.node == node->name() && other.resource == pod.resource) {
+        requested += other.count;
+      }
+    }
+    const uint32_t allocatable = node->Allocatable(pod.resource);
+    if (allocatable >= requested + pod.count) {
+      candidates.push_back(node->name());
+      room[node->name()] = allocatable - requested;
+    }
+  }
+  if (candidates.empty()) return "";
+  if (!use_extender_) {
+    // Without an extender, the most room for the resource wins (ties by name).
+    return *std::max_element(candidates.begin(), candidates.end(),
+                             [&](const std::string& a, const std::string& b) {
+                               return room[a] != room[b] ? room[a] < room[b] : a > b;
+                             });
+  }
+  view_.SyncNodes(api_.Nodes());  // the node watch, up to date
+  json args = {{"Pod", pod.Object()}, {"Nodes", nullptr}, {"NodeNames", candidates}};
+  json filtered = extender_.Filter(args);
+  if (!filtered["Error"].get<std::string>().empty() || filtered["NodeNames"].empty()) return "";
+  args["NodeNames"] = filtered["NodeNames"];
+  json scores = extender_.Prioritize(args);
+  std::string best;
+  int64_t best_score = -1;
+  for (const json& entry : scores) {
+    const int64_t score = entry["Score"].get<int64_t>();
+    const std::string host = entry["Host"].get<std::string>();
+    if (score > best_score || (score == best_score && host < best)) {
+      best = host;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+size_t SchedulingCluster::ScheduleAndAdmit() {
+  std::vector<size_t> bound;
+  for (size_t i = 0; i < pods_.size(); ++i) {
+    ClusterPod& pod = pods_[i];
+    if (pod.state != ClusterPod::State::kPending) continue;
+    const std::string node = Choose(pod);
+    if (node.empty()) continue;
+    pod.node = node;
+    pod.state = ClusterPod::State::kBound;
+    bound.push_back(i);
+    if (use_extender_) {
+      // The extender's watch of assigned pods reports the binding.
+      view_.PodChanged(kube::WatchEventType::kAdded, *kube::ParsePod(pod.Object()));
+    }
+  }
+  std::map<std::string, std::string> states_before;  // for failure messages
+  for (const auto& node : nodes_)
+    states_before[node->name()] = api_.Annotation(node->name()).value_or("");
+  for (size_t i : bound) {
+    ClusterPod& pod = pods_[i];
+    auto node = std::find_if(nodes_.begin(), nodes_.end(),
+                             [&](const auto& n) { return n->name() == pod.node; });
+    Status admitted = (*node)->Admit(pod);
+    pod.state = admitted.ok() ? ClusterPod::State::kRunning : ClusterPod::State::kFailed;
+    if (!admitted.ok()) {
+      pod.failure = admitted.message() + "\n  bound to " + pod.node + " in this pass:";
+      for (size_t j : bound) {
+        const ClusterPod& other = pods_[j];
+        if (other.node == pod.node) {
+          pod.failure += " " + other.name + "(" + std::to_string(other.count) + "x" +
+                         other.resource.substr(17) + ")";
+        }
+      }
+      pod.failure += "\n  state before the pass: " + states_before[pod.node];
+    }
+    if (use_extender_) {
+      view_.PodChanged(kube::WatchEventType::kModified, *kube::ParsePod(pod.Object()));
+    }
+  }
+  return bound.size();
+}
+
+void SchedulingCluster::Delete(const std::string& name) {
+  auto it =
+      std::find_if(pods_.begin(), pods_.end(), [&](const ClusterPod& p) { return p.name == name; });
+  if (it == pods_.end()) return;
+  if (it->state == ClusterPod::State::kRunning) {
+    for (const auto& node : nodes_) {
+      if (node->name() == it->node) node->Remove(*it);
+    }
+  }
+  if (use_extender_)
+    view_.PodChanged(kube::WatchEventType::kDeleted, *kube::ParsePod(it->Object()));
+  pods_.erase(it);
+}
+
+bool SchedulingCluster::Settle(std::chrono::milliseconds timeout) {
+  return Eventually(
+      [&] {
+        return std::all_of(nodes_.begin(), nodes_.end(),
+                           [&](const auto& node) { return node->Settled(api_); });
+      },
+      timeout, 20ms);
+}
+
+std::string SchedulingCluster::Explain(const ClusterPod& pod) {
+  std::string out;
+  view_.SyncNodes(api_.Nodes());
+  std::vector<std::string> names;
+  for (const auto& node : nodes_) names.push_back(node->name());
+  json args = {{"Pod", pod.Object()}, {"Nodes", nullptr}, {"NodeNames", names}};
+  json filtered = extender_.Filter(args);
+  const std::string type = "nvidia-" + pod.resource.substr(std::string("tencent.com/vgpu-").size());
+  for (const auto& node : nodes_) {
+    uint32_t requested = 0;
+    for (const ClusterPod& other : pods_) {
+      const bool holds =
+          other.state == ClusterPod::State::kBound || other.state == ClusterPod::State::kRunning;
+      if (holds && other.node == node->name() && other.resource == pod.resource) {
+        requested += other.count;
+      }
+    }
+    out += node->name() + ": allocatable " + std::to_string(node->Allocatable(pod.resource)) +
+           ", requested " + std::to_string(requested) + "; kernel can make";
+    if (auto inventory = node->sim().node().Scan(); inventory.ok()) {
+      for (const mdev::Parent& parent : inventory->parents) {
+        for (const mdev::VgpuType& t : parent.types) {
+          if (t.id == type) out += " " + std::to_string(t.available_instances);
+        }
+      }
+    }
+    const std::string& name = node->name();
+    if (filtered["FailedNodes"].contains(name)) {
+      out += "; extender: " + filtered["FailedNodes"][name].get<std::string>();
+    } else if (filtered["FailedAndUnresolvableNodes"].contains(name)) {
+      out += "; extender: " + filtered["FailedAndUnresolvableNodes"][name].get<std::string>();
+    } else {
+      out += "; extender: fits";
+    }
+    out += "\n  state: " + api_.Annotation(name).value_or("none") + "\n";
+  }
+  return out;
+}
+
+bool SchedulingCluster::FitsSomewhere(const std::string& resource, uint32_t count) {
+  const std::string prefix = "tencent.com/vgpu-";
+  const std::string type = "nvidia-" + resource.substr(prefix.size());
+  for (const auto& node : nodes_) {
+    Result<mdev::Inventory> inventory = node->sim().node().Scan();
+    if (!inventory.ok()) continue;
+    uint32_t can_make = 0;
+    for (const mdev::Parent& parent : inventory->parents) {
+      for (const mdev::VgpuType& t : parent.types) {
+        if (t.id == type) can_make += t.available_instances;
+      }
+    }
+    if (can_make >= count) return true;
+  }
+  return false;
+}
+
+}  // namespace kvgpu::testing
