@@ -5,6 +5,7 @@
 #
 #   device-plugin  kvgpu-device-plugin (DaemonSet)
 #   webhook        kvgpu-webhook (Deployment)
+#   scheduler-extender  kvgpu-scheduler-extender (Deployment, base/scheduler-extender)
 #   guest-tools    the image of the containers the webhook injects into vGPU pods
 #
 # Image names are <registry>/kata-vgpu/<name>:<tag>, or kata-vgpu/<name>:<tag> without a
@@ -16,7 +17,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly here
 top=$(cd "$here/.." && pwd)
 readonly top
-readonly ALL_IMAGES=(device-plugin webhook guest-tools)
+readonly ALL_IMAGES=(device-plugin webhook scheduler-extender guest-tools)
 
 info() { echo "build-images: $*" >&2; }
 die() {

@@ -118,8 +118,11 @@ if [[ -f $dir/ca.crt ]] && ! openssl x509 -in "$dir/ca.crt" -noout 2>/dev/null; 
   die "$dir/ca.crt is not a PEM certificate"
 fi
 
-# The names the API server uses to reach the Service (it connects to <service>.<namespace>.svc).
-dns_names=("$service" "$service.$namespace" "$service.$namespace.svc" "$service.$namespace.svc.cluster.local")
+# The names the API server uses to reach the Service (it connects to <service>.<namespace>.svc),
+# and those kube-scheduler uses for the scheduler extender, which serves with the same pair.
+extender=kvgpu-scheduler-extender
+dns_names=("$service" "$service.$namespace" "$service.$namespace.svc" "$service.$namespace.svc.cluster.local"
+  "$extender.$namespace.svc" "$extender.$namespace.svc.cluster.local")
 
 umask 077
 mkdir -p "$dir"

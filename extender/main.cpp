@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--client-ca-file", options.client_ca_file,
                  "PEM CA bundle; when set, kube-scheduler must present a certificate it signed");
+  app.add_option("--metrics-addr", options.metrics_addr,
+                 "plain-HTTP Prometheus address HOST:PORT (empty: no metrics)");
   app.add_option("--kubeconfig", options.kubeconfig,
                  "kubeconfig for the API server (default: in-cluster)");
   app.add_option("--resource-prefix", options.extender.resource_prefix,

@@ -1,10 +1,16 @@
 #include "extender/service.h"
 
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "https/http_server.h"
@@ -33,8 +39,38 @@ Result<std::unique_ptr<kube::ApiClient>> ConnectApi(const std::string& kubeconfi
 
 }  // namespace
 
+// Each verb's calls by HTTP status and how long they took: what an operator watches to see the
+// extender slow the scheduler down or refuse it.
+struct ServiceMetrics {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  prometheus::Family<prometheus::Counter>& requests =
+      prometheus::BuildCounter()
+          .Name("kvgpu_scheduler_extender_requests_total")
+          .Help("Calls by path and HTTP status")
+          .Register(*registry);
+  prometheus::Family<prometheus::Histogram>& seconds =
+      prometheus::BuildHistogram()
+          .Name("kvgpu_scheduler_extender_request_seconds")
+          .Help("Time to answer a call, by path")
+          .Register(*registry);
+
+  void Observe(const std::string& path, int status, std::chrono::nanoseconds took) {
+    static const std::set<std::string> kPaths = {"/filter", "/prioritize", "/bind", "/healthz",
+                                                 "/readyz"};
+    const std::string label = kPaths.contains(path) ? path : "other";
+    requests.Add({{"path", label}, {"code", std::to_string(status)}}).Increment();
+    seconds
+        .Add({{"path", label}},
+             prometheus::Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                     0.01, 0.025, 0.05, 0.1, 0.25, 1})
+        .Observe(std::chrono::duration<double>(took).count());
+  }
+};
+
 struct Service::Impl {
   ServiceOptions options;
+  ServiceMetrics metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<kube::ApiClient> own_api;
   kube::ApiTransport* api = nullptr;
   std::unique_ptr<ClusterView> view;
@@ -138,8 +174,15 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
   http_options.max_body_bytes = 32 * 1024 * 1024;
   http_options.max_buffered_body_bytes = 128 * 1024 * 1024;
   Extender* extender = impl->extender.get();
+  ServiceMetrics* metrics = &impl->metrics;
   impl->http = std::make_unique<https::HttpsServer>(
-      ctx, [extender](const https::HttpRequest& request) { return extender->Handle(request); },
+      ctx,
+      [extender, metrics](const https::HttpRequest& request) {
+        const auto start = std::chrono::steady_clock::now();
+        https::HttpResponse response = extender->Handle(request);
+        metrics->Observe(request.path, response.status, std::chrono::steady_clock::now() - start);
+        return response;
+      },
       http_options);
   auto port = impl->http->Listen(listen->host, listen->port);
   if (!port.ok()) {
@@ -147,6 +190,15 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
                          "cannot listen on " + options.listen + ": " + port.status().message());
   }
   impl->port = *port;
+  if (!options.metrics_addr.empty()) {
+    try {
+      impl->exposer = std::make_unique<prometheus::Exposer>(options.metrics_addr, 1);
+    } catch (const std::exception& e) {
+      return Status::Error(ErrorCode::kInvalid,
+                           "cannot serve metrics on " + options.metrics_addr + ": " + e.what());
+    }
+    impl->exposer->RegisterCollectable(impl->metrics.registry);
+  }
   impl->Watch();
   Impl* raw = impl.get();
   impl->reloader = std::thread([raw] { raw->ReloadLoop(); });
@@ -157,6 +209,10 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
 
 int Service::port() const {
   return impl_->port;
+}
+
+std::string Service::Metrics() const {
+  return prometheus::TextSerializer().Serialize(impl_->metrics.registry->Collect());
 }
 
 ClusterView& Service::view() {

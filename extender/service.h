@@ -17,6 +17,7 @@ struct ServiceOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string client_ca_file;  // empty: no client certificate asked for
+  std::string metrics_addr;    // plain-HTTP Prometheus HOST:PORT; empty: none
   // The API server: a kubeconfig file, or in-cluster when empty.
   std::string kubeconfig;
   bool bind = false;  // serve the bind verb (binds through the API server)
@@ -36,6 +37,8 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   int port() const;
+  // Text exposition of the metrics (tests).
+  std::string Metrics() const;
   // Serves until Stop().
   void Run();
   void Stop();

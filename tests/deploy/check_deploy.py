@@ -568,8 +568,10 @@ def check_rbac(report, name, objects):
     plugin = one(objects, "ClusterRole", "kvgpu-device-plugin")
     granted = {(g, r, v) for rule in plugin["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
-    wanted = {("", "pods", v) for v in ("get", "list", "watch")} | {("", "events", v) for v in ("create", "patch")}
-    report.check(granted == wanted, "%s: device plugin may get/list/watch pods and create/patch events, nothing else" % name,
+    wanted = ({("", "pods", v) for v in ("get", "list", "watch")} | {("", "events", v) for v in ("create", "patch")}
+              | {("", "nodes", "patch")})
+    report.check(granted == wanted, "%s: device plugin may get/list/watch pods, create/patch events and patch "
+                 "nodes (its vGPU state), nothing else" % name,
                  str(sorted(granted ^ wanted)))
     binding = one(objects, "ClusterRoleBinding", "kvgpu-device-plugin")
     ds = one(objects, "DaemonSet", "kvgpu-device-plugin")
@@ -690,7 +692,7 @@ def cmd_consistency(args):
             images = [c["image"] for w in objects if w["kind"] in WORKLOAD_KINDS for c in containers(pod_spec(w))]
             images += [config["driverInit"]["image"], config["gridd"]["image"]]
             tags = {i.rsplit(":", 1)[1] for i in images}
-            report.check(all(re.match(r"^kata-vgpu/(device-plugin|webhook|guest-tools):", i) for i in images),
+            report.check(all(re.match(r"^kata-vgpu/(device-plugin|webhook|scheduler-extender|guest-tools):", i) for i in images),
                          "%s: every image is one deploy/build-images.sh builds" % name, str(images))
             wanted_tag = "dev" if name.endswith("development") else version
             report.check(tags == {wanted_tag}, "%s: every image has tag %s" % (name, wanted_tag), str(sorted(tags)))

@@ -16,8 +16,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEPLOY = os.path.abspath(os.environ.get("KVGPU_DEPLOY", os.path.join(HERE, "..", "..", "deploy")))
 REPO = os.path.dirname(DEPLOY)
 DOCKER = os.path.join(DEPLOY, "docker")
-IMAGES = ["device-plugin", "webhook", "guest-tools"]
-COMPILED = {"device-plugin": "kvgpu-device-plugin", "webhook": "kvgpu-webhook"}
+IMAGES = ["device-plugin", "webhook", "scheduler-extender", "guest-tools"]
+COMPILED = {"device-plugin": "kvgpu-device-plugin", "webhook": "kvgpu-webhook",
+            "scheduler-extender": "kvgpu-scheduler-extender"}
 
 
 def dockerfile(image):
@@ -88,7 +89,7 @@ class BuildImages(unittest.TestCase):
                     self.assertIn("--target %s" % binary, text)
                     self.assertIn("runtime-packages.sh /%s" % binary, text)
                     self.assertRegex(text, r"ENTRYPOINT \[\"/usr/local/bin/%s\"\]" % binary)
-                if image == "webhook":
+                if image in ("webhook", "scheduler-extender"):
                     self.assertNotIn(user[-1].split(":")[0], ("0", "root"), "the webhook image runs as non-root")
                 # Only the runtime stage's own files: no compiler or -dev package in it.
                 runtime = text.split(froms[-1], 1)[1] if len(froms) > 1 else text
@@ -104,7 +105,8 @@ class BuildImages(unittest.TestCase):
                     if src != ".":
                         self.assertTrue(included(image, src), "%s is not in the context" % src)
                 for path in ["CMakeLists.txt", "cmake/Dependencies.cmake", "deploy/docker/runtime-packages.sh",
-                             "mdev/CMakeLists.txt" if image == "device-plugin" else "webhook/CMakeLists.txt"]:
+                             {"device-plugin": "mdev", "webhook": "webhook", "scheduler-extender": "extender"}[image] +
+                             "/CMakeLists.txt"]:
                     self.assertTrue(os.path.exists(os.path.join(REPO, path)), path)
                     self.assertTrue(included(image, path), "%s is not in the context" % path)
                 components = re.search(r'-DKVGPU_COMPONENTS="([^"]*)"', text).group(1).split(";")

@@ -1,0 +1,168 @@
+// The extender process as kube-scheduler meets it: HTTPS with the configured certificate, not
+// ready until the node and pod watches follow the API server, then filter and bind answering over
+// the wire, each call counted in the metrics; a start without usable TLS files fails with the
+// reason.
+#include "extender/service.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.h"
+#include "fakes/common/eventually.h"
+#include "fakes/common/temp_dir.h"
+#include "fakes/common/test_pki.h"
+#include "tests/extender/node_states.h"
+
+namespace kvgpu::extender {
+namespace {
+
+using namespace kvgpu::extender::testing;  // NOLINT(google-build-using-namespace)
+using nlohmann::json;
+
+// The API server for the extender's watches: lists of nodes and assigned pods, watches that stay
+// open (and silent) until cancelled, bindings recorded.
+class QuietCluster : public kube::ApiTransport {
+ public:
+  explicit QuietCluster(json nodes) : nodes_(std::move(nodes)) {}
+  Result<json> Get(const std::string& path, kube::Canceller*) override {
+    json items = path.starts_with("/api/v1/nodes") ? nodes_ : json::array();
+    return json{{"metadata", {{"resourceVersion", "7"}}}, {"items", items}};
+  }
+  Result<json> Post(const std::string& path, const json&) override {
+    std::lock_guard lock(mutex_);
+    posts_.push_back(path);
+    return json::object();
+  }
+  Result<json> Patch(const std::string&, const json&, const std::string&) override {
+    return Status::Remote(ErrorCode::kHttp, "not here", 405);
+  }
+  Status Stream(const std::string&, std::chrono::milliseconds, const std::function<void()>& on_open,
+                const std::function<bool(std::string_view)>&, kube::Canceller* cancel) override {
+    std::unique_lock lock(mutex_);
+    bool cancelled = false;
+    if (cancel == nullptr || !cancel->Arm([&] {
+          std::lock_guard inner(mutex_);
+          cancelled = true;
+          wake_.notify_all();
+        })) {
+      return Status::Error(ErrorCode::kCancelled, "stopped");
+    }
+    lock.unlock();
+    on_open();
+    lock.lock();
+    wake_.wait(lock, [&] { return cancelled; });
+    lock.unlock();
+    cancel->Disarm();
+    return Status::Error(ErrorCode::kCancelled, "stopped");
+  }
+  std::vector<std::string> posts() {
+    std::lock_guard lock(mutex_);
+    return posts_;
+  }
+
+ private:
+  json nodes_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::string> posts_;
+};
+
+json WholeNode(const std::string& name, const scheduling::NodeVgpuState& state) {
+  return {{"metadata",
+           {{"name", name}, {"annotations", {{scheduling::kNodeStateAnnotation, Text(state)}}}}}};
+}
+
+void Write(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  ServiceTest()
+      : authority_("kata-vgpu test CA"),
+        cluster_(json::array({WholeNode("n1", NodeOf({T4("a")}, UnixNowMs())),
+                              WholeNode("n2", NodeOf({T4("a", "223", 8)}, UnixNowMs()))})) {
+    kvgpu::testing::CertAndKey leaf = authority_.Issue("kvgpu-scheduler-extender", true);
+    Write(dir_.path() / "tls.crt", leaf.cert_pem);
+    Write(dir_.path() / "tls.key", leaf.key_pem);
+  }
+  ServiceOptions Options() {
+    ServiceOptions options;
+    options.listen = "127.0.0.1:0";
+    options.tls_cert_file = (dir_.path() / "tls.crt").string();
+    options.tls_key_file = (dir_.path() / "tls.key").string();
+    options.bind = true;
+    options.api = &cluster_;
+    return options;
+  }
+  std::unique_ptr<httplib::SSLClient> Client(int port) {
+    Write(dir_.path() / "ca.crt", authority_.cert_pem());
+    auto client = std::make_unique<httplib::SSLClient>("127.0.0.1", port);
+    client->set_ca_cert_path((dir_.path() / "ca.crt").c_str());
+    client->enable_server_certificate_verification(true);
+    return client;
+  }
+
+  kvgpu::testing::TempDir dir_;
+  kvgpu::testing::TestAuthority authority_;
+  QuietCluster cluster_;
+};
+
+TEST_F(ServiceTest, ServesTheVerbsOverHttpsOnceItFollowsTheApiServer) {
+  auto service = Service::Create(Options());
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::thread runner([&] { (*service)->Run(); });
+  std::unique_ptr<httplib::SSLClient> client = Client((*service)->port());
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] {
+    auto ready = client->Get("/readyz");
+    return ready && ready->status == 200;
+  })) << "ready once both watches follow";
+
+  json pod = {
+      {"metadata", {{"name", "train"}, {"namespace", "ml"}, {"uid", "u1"}}},
+      {"spec", {{"containers", {{{"name", "main"}, {"resources", {{"limits", {{k222, "1"}}}}}}}}}}};
+  json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {"n1", "n2"}}};
+  auto filtered = client->Post("/filter", args.dump(), "application/json");
+  ASSERT_TRUE(filtered);
+  ASSERT_EQ(filtered->status, 200);
+  json result = json::parse(filtered->body);
+  EXPECT_EQ(result["NodeNames"], json::array({"n1"})) << result.dump();
+  EXPECT_TRUE(result["FailedAndUnresolvableNodes"].contains("n2"));
+
+  json binding = {{"PodName", "train"}, {"PodNamespace", "ml"}, {"PodUID", "u1"}, {"Node", "n1"}};
+  auto bound = client->Post("/bind", binding.dump(), "application/json");
+  ASSERT_TRUE(bound);
+  EXPECT_EQ(json::parse(bound->body)["Error"], "");
+  EXPECT_EQ(cluster_.posts(), std::vector<std::string>{"/api/v1/namespaces/ml/pods/train/binding"});
+
+  const std::string metrics = (*service)->Metrics();
+  EXPECT_NE(
+      metrics.find("kvgpu_scheduler_extender_requests_total{code=\"200\",path=\"/filter\"} 1"),
+      std::string::npos)
+      << metrics;
+  (*service)->Stop();
+  runner.join();
+}
+
+TEST_F(ServiceTest, AStartWithoutUsableTlsFilesFailsWithTheReason) {
+  ServiceOptions options = Options();
+  options.tls_key_file = (dir_.path() / "missing.key").string();
+  auto service = Service::Create(options);
+  ASSERT_FALSE(service.ok());
+  EXPECT_NE(service.status().message().find("missing.key"), std::string::npos)
+      << service.status().message();
+  options = Options();
+  options.tls_cert_file.clear();
+  EXPECT_NE(Service::Create(options).status().message().find("--tls-cert-file"), std::string::npos);
+  options = Options();
+  options.listen = "nowhere";
+  EXPECT_NE(Service::Create(options).status().message().find("--listen"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvgpu::extender
