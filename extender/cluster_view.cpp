@@ -41,6 +41,7 @@ void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
   }
   std::lock_guard lock(mutex_);
   annotations_ = std::move(annotations);
+  std::erase_if(parsed_, [&](const auto& entry) { return !annotations_.contains(entry.first); });
 }
 
 void ClusterView::NodeChanged(kube::WatchEventType type, const nlohmann::json& node) {
@@ -49,6 +50,7 @@ void ClusterView::NodeChanged(kube::WatchEventType type, const nlohmann::json& n
   std::lock_guard lock(mutex_);
   if (type == kube::WatchEventType::kDeleted || !parsed->second) {
     annotations_.erase(parsed->first);
+    parsed_.erase(parsed->first);
   } else {
     annotations_[parsed->first] = *parsed->second;
   }
@@ -59,6 +61,29 @@ std::optional<std::string> ClusterView::StateAnnotation(const std::string& node)
   auto it = annotations_.find(node);
   if (it == annotations_.end()) return std::nullopt;
   return it->second;
+}
+
+std::shared_ptr<const Result<scheduling::NodeVgpuState>> ClusterView::State(
+    const std::string& node, const std::optional<std::string>& sent) {
+  std::optional<std::string> text;
+  {
+    std::lock_guard lock(mutex_);
+    const std::string* current = nullptr;
+    if (sent) {
+      current = &*sent;
+    } else if (auto watched = annotations_.find(node); watched != annotations_.end()) {
+      current = &watched->second;
+    }
+    if (current == nullptr) return nullptr;
+    auto it = parsed_.find(node);
+    if (it != parsed_.end() && it->second.text == *current) return it->second.state;
+    text = *current;
+  }
+  auto state =
+      std::make_shared<const Result<scheduling::NodeVgpuState>>(scheduling::ParseNodeState(*text));
+  std::lock_guard lock(mutex_);
+  parsed_[node] = Parsed{*text, state};
+  return state;
 }
 
 void ClusterView::PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed) {
@@ -120,20 +145,27 @@ void ClusterView::Assume(const kube::PodInfo& pod, const std::string& node) {
   PutPod(pod, node, true);
 }
 
-std::vector<BoundPod> ClusterView::BoundPods(const std::string& node) const {
-  std::vector<BoundPod> out;
+std::map<std::string, std::vector<BoundPod>> ClusterView::BoundPodsByNode() const {
+  std::map<std::string, std::vector<BoundPod>> out;
   {
     std::lock_guard lock(mutex_);
     const auto now = std::chrono::steady_clock::now();
     for (const auto& [uid, pod] : pods_) {
-      if (pod.node != node) continue;
       if (pod.assumed_at && now - *pod.assumed_at > assume_for_) continue;
-      out.push_back(pod);
+      out[pod.node].push_back(pod);
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const BoundPod& a, const BoundPod& b) { return a.order < b.order; });
+  for (auto& [node, pods] : out) {
+    std::sort(pods.begin(), pods.end(),
+              [](const BoundPod& a, const BoundPod& b) { return a.order < b.order; });
+  }
   return out;
+}
+
+std::vector<BoundPod> ClusterView::BoundPods(const std::string& node) const {
+  std::map<std::string, std::vector<BoundPod>> all = BoundPodsByNode();
+  auto it = all.find(node);
+  return it == all.end() ? std::vector<BoundPod>{} : std::move(it->second);
 }
 
 void ClusterView::SetFollowing(const std::string& source, bool following) {

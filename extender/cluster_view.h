@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "kube/list_watch.h"
 #include "kube/pod.h"
 #include "scheduling/gpu_fit.h"
+#include "scheduling/node_vgpu_state.h"
 
 namespace kvgpu::extender {
 
@@ -42,6 +44,10 @@ class ClusterView {
   void NodeChanged(kube::WatchEventType type, const nlohmann::json& node);
   // The node's vGPU-state annotation; nullopt when the node or its annotation is unknown.
   std::optional<std::string> StateAnnotation(const std::string& node) const;
+  // The node's state, parsed once per text: `sent` (the Node kube-scheduler sent) or else the
+  // watched annotation; nullptr when there is neither.
+  std::shared_ptr<const Result<scheduling::NodeVgpuState>> State(
+      const std::string& node, const std::optional<std::string>& sent = std::nullopt);
 
   void SyncPods(const std::vector<kube::PodInfo>& pods);
   void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);
@@ -49,6 +55,8 @@ class ClusterView {
   void Assume(const kube::PodInfo& pod, const std::string& node);
   // vGPU pods bound to `node` that have not finished, in the order they were bound.
   std::vector<BoundPod> BoundPods(const std::string& node) const;
+  // The same for every node at once (one look per request, not one per node).
+  std::map<std::string, std::vector<BoundPod>> BoundPodsByNode() const;
 
   // Whether a watch follows the API server ("nodes", "pods"); readiness needs both.
   void SetFollowing(const std::string& source, bool following);
@@ -62,7 +70,12 @@ class ClusterView {
   std::chrono::milliseconds assume_for_;
   mutable std::mutex mutex_;
   std::map<std::string, std::string> annotations_;  // node -> vGPU-state text
-  std::map<std::string, BoundPod> pods_;            // by uid
+  struct Parsed {
+    std::string text;
+    std::shared_ptr<const Result<scheduling::NodeVgpuState>> state;
+  };
+  std::map<std::string, Parsed> parsed_;  // node -> its last text, parsed
+  std::map<std::string, BoundPod> pods_;  // by uid
   uint64_t next_order_ = 0;
   std::map<std::string, bool> following_;
 };

@@ -30,16 +30,20 @@ Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
   Remember(args.pod);
   Judged judged;
   const int64_t now = now_();
+  const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode();
+  const std::vector<BoundPod> none;
   for (const CandidateNode& node : args.nodes) {
     if (demand->empty()) {  // no vGPU asked for: not ours to judge
       judged.verdicts.emplace_back(node.name, NodeVerdict{});
       continue;
     }
     // A Node sent whole is the scheduler's own view, at least as new as the watch's.
-    std::optional<std::string> state =
-        args.names_only ? view_.StateAnnotation(node.name) : node.state_annotation;
-    judged.verdicts.emplace_back(node.name, JudgeNode(state, view_.BoundPods(node.name),
-                                                      args.pod.uid, *demand, now, options_.fit));
+    auto state = args.names_only         ? view_.State(node.name)
+                 : node.state_annotation ? view_.State(node.name, node.state_annotation)
+                                         : nullptr;
+    judged.verdicts.emplace_back(
+        node.name, JudgeNode(state.get(), bound.contains(node.name) ? bound.at(node.name) : none,
+                             args.pod.uid, *demand, now, options_.fit));
   }
   return judged;
 }

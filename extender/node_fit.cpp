@@ -51,12 +51,23 @@ NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
                       const std::vector<Demand>& pod_demand, int64_t now_unix_ms,
                       const FitOptions& options) {
   if (!state_annotation) {
+    return JudgeNode(nullptr, bound, pod_uid, pod_demand, now_unix_ms, options);
+  }
+  const Result<scheduling::NodeVgpuState> state = scheduling::ParseNodeState(*state_annotation);
+  return JudgeNode(&state, bound, pod_uid, pod_demand, now_unix_ms, options);
+}
+
+NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* published,
+                      const std::vector<BoundPod>& bound, const std::string& pod_uid,
+                      const std::vector<Demand>& pod_demand, int64_t now_unix_ms,
+                      const FitOptions& options) {
+  if (published == nullptr) {
     return Unresolvable(
         "no vGPU state published on the node (the kata-vgpu device plugin is not running there, "
         "or its schedulerState.publish is off)");
   }
-  Result<scheduling::NodeVgpuState> state = scheduling::ParseNodeState(*state_annotation);
-  if (!state.ok()) return Unresolvable(state.status().message());
+  if (!published->ok()) return Unresolvable(published->status().message());
+  const scheduling::NodeVgpuState* state = &published->value();
   const int64_t age_ms = now_unix_ms - state->published_unix_ms;
   if (age_ms > options.max_state_age.count()) {
     return Unresolvable("vGPU state is " + std::to_string(age_ms / 1000) + " s old (at most " +

@@ -34,6 +34,12 @@ struct NodeVerdict {
   int64_t score = 0;   // 0..10 when it fits
 };
 
+// `state`: the node's published state, parsed; nullptr when it published none.
+NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* state,
+                      const std::vector<BoundPod>& bound, const std::string& pod_uid,
+                      const std::vector<scheduling::Demand>& pod_demand, int64_t now_unix_ms,
+                      const FitOptions& options);
+// The same from the annotation's text.
 NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,
                       const std::vector<scheduling::Demand>& pod_demand, int64_t now_unix_ms,

@@ -87,7 +87,11 @@ void Apply(GpuSlots& gpu, const std::string& resource, uint32_t n) {
 
 bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy policy,
                  std::string* why) {
-  std::vector<GpuSlots> placed = gpus;
+  // One resource (the usual container) is chosen before anything changes: no copy to roll back.
+  const bool single = demand.size() <= 1;
+  std::vector<GpuSlots> copy;
+  if (!single) copy = gpus;
+  std::vector<GpuSlots>& placed = single ? gpus : copy;
   for (const auto& [resource, count] : demand) {
     if (count == 0) continue;
     std::map<size_t, uint32_t> taken = Choose(placed, resource, count, policy);
@@ -107,7 +111,7 @@ bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy polic
     }
     for (const auto& [index, n] : taken) Apply(placed[index], resource, n);
   }
-  gpus = std::move(placed);
+  if (!single) gpus = std::move(copy);
   return true;
 }
 

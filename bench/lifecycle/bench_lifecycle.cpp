@@ -21,6 +21,7 @@
 #include <map>
 #include <thread>
 
+#include "common/clock.h"
 #include "deviceplugin/daemon.h"
 #include "deviceplugin/lifecycle.h"
 #include "deviceplugin/resource_manager.h"

@@ -1,0 +1,188 @@
+// Filter + prioritize latency of the scheduler extender per pod, as kube-scheduler calls it (the
+// JSON body in, the JSON answer out, through Extender::Handle: parsing, judging every node,
+// rendering), for N nodes of 8 T4 GPUs each, in both argument shapes; and the process's memory.
+// One thread: pin it to a core with taskset. Results: docs/bench-extender.md.
+//
+//   kvgpu-bench-extender [NODES...]   (default: 100 1000)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "extender/extender.h"
+#include "scheduling/node_vgpu_state.h"
+
+namespace {
+
+using kvgpu::extender::ClusterView;
+using kvgpu::extender::Extender;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// The T4's types as the simulator offers them: id and instances per GPU.
+const std::vector<std::pair<int, uint32_t>> kT4Types = {{222, 16}, {223, 8}, {225, 16}, {228, 2},
+                                                        {230, 16}, {231, 8}, {232, 4},  {233, 2},
+                                                        {234, 1},  {319, 4}, {320, 2},  {321, 1}};
+
+std::string Resource(int type) {
+  return "tencent.com/vgpu-" + std::to_string(type);
+}
+
+// A node of 8 T4s: about 40% free, the rest locked to a random type with some of it used.
+kvgpu::scheduling::NodeVgpuState RandomNode(const std::string& name, std::mt19937& random) {
+  kvgpu::scheduling::NodeVgpuState state;
+  state.node = name;
+  state.generation = 1;
+  state.published_unix_ms = kvgpu::UnixNowMs();
+  std::uniform_int_distribution<size_t> pick(0, kT4Types.size() - 1);
+  for (int g = 0; g < 8; ++g) {
+    kvgpu::scheduling::GpuSlots gpu;
+    char id[32];
+    std::snprintf(id, sizeof id, "0000:%02x:00.0", 0x10 + g);
+    gpu.id = id;
+    if (std::bernoulli_distribution(0.4)(random)) {
+      for (const auto& [type, max] : kT4Types) {
+        gpu.resources[Resource(type)] = {"nvidia-" + std::to_string(type), 0, max};
+      }
+    } else {
+      const auto& [type, max] = kT4Types[pick(random)];
+      const uint32_t used = std::uniform_int_distribution<uint32_t>(1, max)(random);
+      gpu.locked_type = "nvidia-" + std::to_string(type);
+      gpu.resources[Resource(type)] = {gpu.locked_type, used, max - used};
+      for (uint32_t i = 0; i < used; ++i) {
+        state.holders.insert("ml/" + name + "-" + std::to_string(g) + "-" + std::to_string(i));
+      }
+    }
+    state.gpus.push_back(std::move(gpu));
+  }
+  return state;
+}
+
+json NodeObject(const kvgpu::scheduling::NodeVgpuState& state) {
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata",
+       {{"name", state.node},
+        {"labels", {{"kubernetes.io/hostname", state.node}, {"kata-vgpu.io/vgpu-mode", "mdev"}}},
+        {"annotations",
+         {{kvgpu::scheduling::kNodeStateAnnotation, kvgpu::scheduling::RenderNodeState(state)}}}}},
+      {"status", {{"allocatable", {{"cpu", "64"}, {"memory", "512Gi"}}}}}};
+}
+
+json Pod(const std::string& name, int type) {
+  return {{"metadata", {{"name", name}, {"namespace", "ml"}, {"uid", "uid-" + name}}},
+          {"spec",
+           {{"runtimeClassName", "kata-vgpu"},
+            {"containers",
+             {{{"name", "main"},
+               {"image", "pytorch"},
+               {"resources", {{"limits", {{Resource(type), "1"}}}}}}}}}}};
+}
+
+long StatusKib(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::string(field).size()));
+  }
+  return -1;
+}
+
+struct Percentiles {
+  double p50, p99, max;
+};
+
+Percentiles Summarize(std::vector<double> micros) {
+  std::sort(micros.begin(), micros.end());
+  auto at = [&](double q) {
+    return micros[static_cast<size_t>(q * static_cast<double>(micros.size() - 1))];
+  };
+  return {at(0.5), at(0.99), micros.back()};
+}
+
+void Run(size_t node_count) {
+  std::mt19937 random(42);
+  ClusterView view("tencent.com/vgpu-");
+  std::vector<json> nodes;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < node_count; ++i) {
+    auto state = RandomNode("gpu-node-" + std::to_string(i), random);
+    nodes.push_back(NodeObject(state));
+    names.push_back(state.node);
+  }
+  view.SyncNodes(nodes);
+  // Two pods bound to every tenth node whose vGPUs are not made yet.
+  std::vector<kvgpu::kube::PodInfo> bound;
+  for (size_t i = 0; i < node_count; i += 10) {
+    for (int p = 0; p < 2; ++p) {
+      auto pod =
+          kvgpu::kube::ParsePod(Pod("waiting-" + std::to_string(i) + "-" + std::to_string(p), 222));
+      pod->node_name = names[i];
+      bound.push_back(*pod);
+    }
+  }
+  view.SyncPods(bound);
+  Extender extender(view, kvgpu::extender::ExtenderOptions{});
+  const long rss_after_view = StatusKib("VmRSS:");
+
+  for (bool names_only : {true, false}) {
+    std::vector<double> micros;
+    size_t kept_total = 0;
+    const int pods = node_count >= 1000 ? 200 : 1000;
+    std::uniform_int_distribution<size_t> pick(0, kT4Types.size() - 1);
+    for (int i = 0; i < pods; ++i) {
+      json args = {{"Pod", Pod("p" + std::to_string(i), kT4Types[pick(random)].first)}};
+      if (names_only) {
+        args["Nodes"] = nullptr;
+        args["NodeNames"] = names;
+      } else {
+        args["Nodes"] = {{"metadata", json::object()}, {"items", nodes}};
+        args["NodeNames"] = nullptr;
+      }
+      const std::string body = args.dump();  // kube-scheduler's side, not timed
+      const auto start = Clock::now();
+      auto filtered = extender.Handle({"POST", "/filter", "application/json", body, false});
+      json result = json::parse(filtered.body);
+      // Prioritize gets the nodes that passed, in the same shape.
+      json next = {{"Pod", args["Pod"]}};
+      if (names_only) {
+        next["Nodes"] = nullptr;
+        next["NodeNames"] = result["NodeNames"];
+        kept_total += result["NodeNames"].size();
+      } else {
+        next["Nodes"] = result["Nodes"];
+        next["NodeNames"] = nullptr;
+        kept_total += result["Nodes"]["items"].size();
+      }
+      auto scored =
+          extender.Handle({"POST", "/prioritize", "application/json", next.dump(), false});
+      const auto took = Clock::now() - start;
+      if (scored.status != 200) std::fprintf(stderr, "prioritize answered %d\n", scored.status);
+      micros.push_back(std::chrono::duration<double, std::micro>(took).count());
+    }
+    const Percentiles p = Summarize(micros);
+    std::printf("| %zu | %s | %d | %.0f | %.0f | %.0f | %.0f | %ld | %ld |\n", node_count,
+                names_only ? "NodeNames" : "Nodes", pods, p.p50, p.p99, p.max,
+                static_cast<double>(kept_total) / pods, rss_after_view / 1024,
+                StatusKib("VmHWM:") / 1024);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<size_t> sizes;
+  for (int i = 1; i < argc; ++i) sizes.push_back(std::stoul(argv[i]));
+  if (sizes.empty()) sizes = {100, 1000};
+  std::printf(
+      "| nodes | shape | pods | p50 µs | p99 µs | max µs | nodes kept (mean) | RSS after the "
+      "view MiB | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t n : sizes) Run(n);
+  return 0;
+}
