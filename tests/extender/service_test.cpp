@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -41,22 +42,28 @@ class QuietCluster : public kube::ApiTransport {
   Result<json> Patch(const std::string&, const json&, const std::string&) override {
     return Status::Remote(ErrorCode::kHttp, "not here", 405);
   }
+  // Opens, then stays silent until cancelled. The cancel hook runs under the Canceller's lock, so
+  // it takes only a lock of its own: no lock is held here while arming or disarming.
   Status Stream(const std::string&, std::chrono::milliseconds, const std::function<void()>& on_open,
                 const std::function<bool(std::string_view)>&, kube::Canceller* cancel) override {
-    std::unique_lock lock(mutex_);
-    bool cancelled = false;
-    if (cancel == nullptr || !cancel->Arm([&] {
-          std::lock_guard inner(mutex_);
-          cancelled = true;
-          wake_.notify_all();
+    struct Wait {
+      std::mutex mutex;
+      std::condition_variable wake;
+      bool cancelled = false;
+    };
+    auto wait = std::make_shared<Wait>();
+    if (cancel == nullptr || !cancel->Arm([wait] {
+          std::lock_guard lock(wait->mutex);
+          wait->cancelled = true;
+          wait->wake.notify_all();
         })) {
       return Status::Error(ErrorCode::kCancelled, "stopped");
     }
-    lock.unlock();
     on_open();
-    lock.lock();
-    wake_.wait(lock, [&] { return cancelled; });
-    lock.unlock();
+    {
+      std::unique_lock lock(wait->mutex);
+      wait->wake.wait(lock, [&] { return wait->cancelled; });
+    }
     cancel->Disarm();
     return Status::Error(ErrorCode::kCancelled, "stopped");
   }
@@ -68,7 +75,6 @@ class QuietCluster : public kube::ApiTransport {
  private:
   json nodes_;
   std::mutex mutex_;
-  std::condition_variable wake_;
   std::vector<std::string> posts_;
 };
 
