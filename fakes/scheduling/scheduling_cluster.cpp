@@ -253,19 +253,22 @@ size_t SchedulingCluster::Count(ClusterPod::State state) const {
                                            [&](const ClusterPod& p) { return p.state == state; }));
 }
 
+uint32_t SchedulingCluster::Requested(const std::string& node, const std::string& resource) const {
+  uint32_t requested = 0;
+  for (const ClusterPod& other : pods_) {
+    const bool holds =
+        other.state == ClusterPod::State::kBound || other.state == ClusterPod::State::kRunning;
+    if (holds && other.node == node && other.resource == resource) requested += other.count;
+  }
+  return requested;
+}
+
 std::string SchedulingCluster::Choose(const ClusterPod& pod) {
   // kube-scheduler's own NodeResourcesFit: allocatable minus what pods bound there request.
   std::vector<std::string> candidates;
   std::map<std::string, uint32_t> room;
   for (const auto& node : nodes_) {
-    uint32_t requested = 0;
-    for (const ClusterPod& other : pods_) {
-      const bool holds =
-          other.state == ClusterPod::State::kBound || other.state == ClusterPod::State::kRunning;
-      if (holds && other.node == node->name() && other.resource == pod.resource) {
-        requested += other.count;
-      }
-    }
+    const uint32_t requested = Requested(node->name(), pod.resource);
     const uint32_t allocatable = node->Allocatable(pod.resource);
     if (allocatable >= requested + pod.count) {
       candidates.push_back(node->name());
@@ -373,14 +376,7 @@ std::string SchedulingCluster::Explain(const ClusterPod& pod) {
   json filtered = extender_.Filter(args);
   const std::string type = "nvidia-" + pod.resource.substr(std::string("tencent.com/vgpu-").size());
   for (const auto& node : nodes_) {
-    uint32_t requested = 0;
-    for (const ClusterPod& other : pods_) {
-      const bool holds =
-          other.state == ClusterPod::State::kBound || other.state == ClusterPod::State::kRunning;
-      if (holds && other.node == node->name() && other.resource == pod.resource) {
-        requested += other.count;
-      }
-    }
+    const uint32_t requested = Requested(node->name(), pod.resource);
     out += node->name() + ": allocatable " + std::to_string(node->Allocatable(pod.resource)) +
            ", requested " + std::to_string(requested) + "; kernel can make";
     if (auto inventory = node->sim().node().Scan(); inventory.ok()) {

@@ -119,6 +119,9 @@ class SchedulingCluster {
 
  private:
   std::string Choose(const ClusterPod& pod);
+  // What the pods bound to `node` (or running there) request of `resource`: kube-scheduler's
+  // count of it.
+  uint32_t Requested(const std::string& node, const std::string& resource) const;
 
   NodeObjects api_;
   std::vector<std::unique_ptr<GpuNode>> nodes_;
