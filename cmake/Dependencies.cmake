@@ -11,6 +11,9 @@ find_package(OpenSSL REQUIRED)
 # Boost.Beast/Asio (header-only) carry the webhook's HTTPS server (libboost-dev).
 find_package(Boost 1.74 REQUIRED)
 pkg_check_modules(LIBUDEV REQUIRED IMPORTED_TARGET libudev)
+# The libvirt backend (mdev/libvirt_backend.h): libvirt's C API and its node-device XML.
+pkg_check_modules(LIBVIRT REQUIRED IMPORTED_TARGET libvirt)
+find_package(pugixml REQUIRED)
 
 # gRPC + Protobuf: only the components that speak to kubelet need them.
 find_package(Protobuf REQUIRED)

@@ -186,7 +186,7 @@ Result<AllocatedVgpu> AllocationTransaction::Realize(const AllocationPlan& plan)
   }
   if (plan.replace_vgpu) {
     auto start = Clock::now();
-    Status removed = node_.Remove(*plan.replace_vgpu);
+    Status removed = backend_.Remove(*plan.replace_vgpu);
     if (observer_ != nullptr) {
       observer_->OnVgpuRemoved(d.resource, Clock::now() - start, removed.ok());
     }
@@ -216,7 +216,7 @@ Result<AllocatedVgpu> AllocationTransaction::Realize(const AllocationPlan& plan)
   }
   Failpoint("allocate.after-record");
   auto start = Clock::now();
-  Result<mdev::Vgpu> vgpu = node_.Create(request);
+  Result<mdev::Vgpu> vgpu = backend_.Create(request);
   Failpoint("allocate.after-create");
   if (observer_ != nullptr) observer_->OnVgpuCreated(d.resource, Clock::now() - start, vgpu.ok());
   if (!vgpu.ok()) {
@@ -243,7 +243,7 @@ void AllocationTransaction::RollBack(const std::string& resource) {
   for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
     const auto& [device_id, vgpu_id] = *it;
     auto start = Clock::now();
-    Status removed = node_.Remove(vgpu_id);
+    Status removed = backend_.Remove(vgpu_id);
     if (observer_ != nullptr) {
       observer_->OnVgpuRemoved(resource, Clock::now() - start, removed.ok());
     }

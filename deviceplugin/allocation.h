@@ -18,7 +18,7 @@
 #include "deviceplugin/holders.h"
 #include "deviceplugin/manager_observer.h"
 #include "deviceplugin/node_state.h"
-#include "mdev/node.h"
+#include "mdev/backend.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -87,8 +87,8 @@ Status WriteCdiSpecs(const NodeState& state, const std::string& cdi_dir,
 
 class AllocationTransaction {
  public:
-  AllocationTransaction(mdev::Node& node, NodeState& state, ManagerObserver* observer)
-      : node_(node), state_(state), observer_(observer) {}
+  AllocationTransaction(mdev::Backend& backend, NodeState& state, ManagerObserver* observer)
+      : backend_(backend), state_(state), observer_(observer) {}
 
   // Carries out one plan: hands back a held vGPU, or removes the earlier one and creates anew.
   Result<AllocatedVgpu> Realize(const AllocationPlan& plan);
@@ -97,7 +97,7 @@ class AllocationTransaction {
   void RollBack(const std::string& resource);
 
  private:
-  mdev::Node& node_;
+  mdev::Backend& backend_;
   NodeState& state_;
   ManagerObserver* observer_;
   std::vector<std::pair<std::string, std::string>> created_;  // device ID, vGPU

@@ -159,11 +159,27 @@ Status ApplySchedulerState(const YAML::Node& node, SchedulerStateConfig& state) 
 }
 
 Status Apply(const YAML::Node& root, Config& config) {
-  Status keys =
-      CheckKeys(root, "the config",
-                {"resourceDomain", "namingStyle", "allowedTypes", "pinning", "spreadAcrossGPUs",
-                 "cdi", "rescanInterval", "udevEvents", "logLevel", "lifecycle", "schedulerState"});
+  Status keys = CheckKeys(root, "the config",
+                          {"backend", "libvirtURI", "resourceDomain", "namingStyle", "allowedTypes",
+                           "pinning", "spreadAcrossGPUs", "cdi", "rescanInterval", "udevEvents",
+                           "logLevel", "lifecycle", "schedulerState"});
   if (!keys.ok()) return keys;
+  if (root["backend"]) {
+    Result<std::string> v = Scalar(root["backend"], "backend");
+    if (!v.ok()) return v.status();
+    Status valid = mdev::ValidateBackendName(*v);
+    if (!valid.ok()) return Invalid("config key backend: " + valid.message());
+    config.backend.name = *v;
+  }
+  if (root["libvirtURI"]) {
+    Result<std::string> v = Scalar(root["libvirtURI"], "libvirtURI");
+    if (!v.ok()) return v.status();
+    if (v->find(":/") == std::string::npos) {
+      return Invalid("config key libvirtURI: \"" + *v +
+                     "\" is not a libvirt URI (like qemu:///system)");
+    }
+    config.backend.libvirt_uri = *v;
+  }
   if (root["resourceDomain"]) {
     Result<std::string> v = Scalar(root["resourceDomain"], "resourceDomain");
     if (!v.ok()) return v.status();
@@ -306,6 +322,9 @@ const PinRule* FindPin(const Config& config, const std::string& physical_gpu,
 
 const char* ConfigKeysHelp() {
   return R"(Config file (--config, YAML; every key optional):
+  backend: sysfs                where vGPUs are made: sysfs (the kernel's files, directly) or
+                                libvirt (its node-device API, for hosts where libvirt owns mdevs)
+  libvirtURI: qemu:///system    the libvirt connection for backend: libvirt
   resourceDomain: tencent.com   domain of the resource names (a DNS subdomain, not kubernetes.io)
   namingStyle: type             type:    <domain>/vgpu-<N> for nvidia-<N> and vendor-VFIO id <N>,
                                          <domain>/vgpu-<type-id> for other drivers (vgpu-mtty-2)
@@ -325,7 +344,8 @@ const char* ConfigKeysHelp() {
                                 their specs
     dir: /var/run/cdi           where CDI specs are written
   rescanInterval: 5s            sysfs rescan period for health and capacity (ms, s, m)
-  udevEvents: true              rescan at once on kernel device events (mdev, pci)
+  udevEvents: true              rescan at once on device events (udev's; libvirt's with
+                                backend: libvirt)
   logLevel: info                trace, debug, info, warn, error, critical, off
   lifecycle:                    removing vGPUs whose pod is gone
     gracePeriod: 30s            how long a vGPU stays after no live pod holds it (0s allowed)

@@ -12,6 +12,7 @@
 #include "common/duration.h"
 #include "common/status.h"
 #include "deviceplugin/resource_naming.h"
+#include "mdev/make_backend.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -46,6 +47,7 @@ struct SchedulerStateConfig {
 };
 
 struct Config {
+  mdev::BackendChoice backend;  // sysfs, or libvirt at a URI
   NamingOptions naming;
   std::vector<std::string> allowed_types;  // empty: every type the node shows
   std::vector<PinRule> pinning;            // first match wins, by address, then model, then all

@@ -41,7 +41,7 @@ Status Daemon::OpenState(StateStore*& store) {
       "STATE FILE CORRUPT: {}; moved to {}; rebuilding from kubelet's checkpoint and "
       "sysfs. vGPUs no answer of ours names are left alone.",
       loaded.status().message(), kept.string());
-  Result<mdev::Inventory> inventory = node_->Scan();
+  Result<mdev::Inventory> inventory = backend_->Scan();
   if (!inventory.ok()) return inventory.status();
   auto checkpoint = kubelet::ReadCheckpoint(kubelet::CheckpointPath(options_.args.kubelet_dir));
   kubelet::Checkpoint empty;
@@ -146,9 +146,9 @@ Status Daemon::OpenPodSources() {
 // Start-up, step by step; each needs the ones before it, and the first failure ends start-up
 // (Stop() then tears down whatever was started).
 Status Daemon::Start() {
-  Discover();
+  Status status = Discover();
   StateStore* store = nullptr;
-  Status status = OpenState(store);
+  if (status.ok()) status = OpenState(store);
   if (status.ok()) status = OpenPodSources();
   if (status.ok()) status = StartManager(*store);
   if (status.ok()) status = ServeMetrics();
@@ -161,18 +161,25 @@ Status Daemon::Start() {
   return Status::Ok();
 }
 
-void Daemon::Discover() {
+Status Daemon::Discover() {
   mdev::SysfsIo* io = options_.io;
   if (io == nullptr) {
     own_io_ = std::make_unique<mdev::PosixSysfsIo>();
     io = own_io_.get();
   }
-  node_ = std::make_unique<mdev::Node>(options_.args.sysfs_root, *io);
+  auto backend = mdev::MakeBackend(options_.config.backend, options_.args.sysfs_root, *io);
+  if (!backend.ok()) return backend.status();
+  backend_ = std::move(*backend);
+  spdlog::info("vGPU backend {}{}", backend_->Name(),
+               options_.config.backend.name == "libvirt"
+                   ? " at " + options_.config.backend.libvirt_uri
+                   : " under " + options_.args.sysfs_root.string());
+  return Status::Ok();
 }
 
 Status Daemon::StartManager(StateStore& store) {
   manager_ =
-      std::make_unique<ResourceManager>(*node_, options_.config, store, *tracker_, &metrics_);
+      std::make_unique<ResourceManager>(*backend_, options_.config, store, *tracker_, &metrics_);
   Status started = manager_->Start();
   if (!started.ok()) return started;
   lifecycle_ = std::make_unique<Lifecycle>(*manager_, *tracker_, events_for_lifecycle_,
@@ -246,21 +253,20 @@ Status Daemon::ServeDevicePlugins() {
   return Status::Ok();
 }
 
-// Kernel events make rescans immediate; periodic rescans catch everything else, and are all
-// there is when udev cannot be had.
+// Device events (udev's, or libvirt's node-device events) make rescans immediate; periodic
+// rescans catch everything else, and are all there is when events cannot be had.
 void Daemon::WatchKernel() {
   if (!options_.config.udev_events) return;
-  udev_ = std::make_unique<mdev::UdevMonitor>(
-      mdev::UdevMonitorOptions{}, [this](const mdev::DeviceEvent& event) {
-        spdlog::debug("udev {} {} {}", event.action, event.subsystem, event.sysname);
-        RequestRefresh();
-      });
-  Status udev = udev_->Start();
-  if (!udev.ok()) {
-    spdlog::warn("no kernel device events ({}); relying on rescans every {} ms", udev.ToString(),
-                 options_.config.rescan_interval.count());
-    udev_.reset();
+  auto events = backend_->WatchChanges([this](const std::string& what) {
+    spdlog::debug("device event: {}", what);
+    RequestRefresh();
+  });
+  if (!events.ok()) {
+    spdlog::warn("no device events ({}); relying on rescans every {} ms",
+                 events.status().ToString(), options_.config.rescan_interval.count());
+    return;
   }
+  device_events_ = std::move(*events);
 }
 
 void Daemon::StartLicensing() {
@@ -301,7 +307,7 @@ void Daemon::Stop() {
   if (tracker_) tracker_->Stop();
   if (lifecycle_) lifecycle_->Stop();
   if (async_events_) async_events_->Flush();
-  if (udev_) udev_->Stop();
+  device_events_.reset();
   licensing_.reset();
   watcher_.Wake();
   if (thread_.joinable()) thread_.join();
@@ -344,6 +350,7 @@ void Daemon::Loop() {
     if (allocate_due) allocate_rescan_at_ = 0;
     if (refresh_requested_.exchange(false) || allocate_due || now >= next_rescan) {
       (void)manager_->Refresh();
+      ReportBackend();
       CheckReadiness();
       registrar_->EnsureServers(manager_->Resources());
       next_rescan = Clock::now() + options_.config.rescan_interval;
@@ -351,6 +358,23 @@ void Daemon::Loop() {
       CheckReadiness();
     }
     registrar_->RegisterIfDue(Clock::now());
+  }
+}
+
+// A lost backend connection is logged once when lost and once when back, and always in metrics.
+void Daemon::ReportBackend() {
+  mdev::BackendHealth health = backend_->Health();
+  metrics_.OnBackend(backend_->Name(), health);
+  if (health.connected == backend_connected_) return;
+  backend_connected_ = health.connected;
+  if (health.connected) {
+    spdlog::info("{} backend reachable again ({} reconnects since start)", backend_->Name(),
+                 health.reconnects);
+  } else {
+    spdlog::error(
+        "{} backend unreachable: {}; the last view is kept and nothing is removed "
+        "until it is back",
+        backend_->Name(), health.last_error);
   }
 }
 

@@ -30,8 +30,8 @@
 #include "kube/events.h"
 #include "kube/kubelet/checkpoint_watcher.h"
 #include "kube/pod_watcher.h"
-#include "mdev/node.h"
-#include "mdev/udev_monitor.h"
+#include "mdev/backend.h"
+#include "mdev/sysfs_io.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -93,8 +93,9 @@ class Daemon {
   void Loop();
   // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
   void CheckReadiness();
+  void ReportBackend();
   // Start's steps, in order.
-  void Discover();
+  Status Discover();
   Status OpenState(StateStore*& store);
   Status ConnectApi();
   Status OpenPodSources();
@@ -109,7 +110,8 @@ class Daemon {
   DaemonOptions options_;
   std::unique_ptr<mdev::SysfsIo> own_io_;
   std::unique_ptr<StateStore> own_store_;
-  std::unique_ptr<mdev::Node> node_;
+  std::unique_ptr<mdev::Backend> backend_;
+  bool backend_connected_ = true;  // as last reported; the loop's
   Metrics metrics_;
   // Pod facts (holder_tracker.h) and what acts on them; declared in the order they must start.
   std::unique_ptr<kubelet::PodResourcesSource> own_podresources_;
@@ -124,7 +126,7 @@ class Daemon {
   std::unique_ptr<Lifecycle> lifecycle_;
   kube::EventRecorder* events_for_lifecycle_ = nullptr;
   LifecycleOptions lifecycle_options_;
-  std::unique_ptr<mdev::UdevMonitor> udev_;
+  std::unique_ptr<mdev::EventSubscription> device_events_;
   std::unique_ptr<LicensingLoop> licensing_;
   std::unique_ptr<NodeReadinessReporter> readiness_;
   std::unique_ptr<StatePublisher> publisher_;

@@ -111,6 +111,8 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Histogram>& push_seconds;
   prometheus::Family<prometheus::Counter>& state_publications;
   prometheus::Gauge& state_generation;
+  prometheus::Family<prometheus::Gauge>& backend_connected;
+  prometheus::Family<prometheus::Gauge>& backend_reconnects;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
 };
 
@@ -157,6 +159,14 @@ Metrics::Metrics()
           .Help("Generation of the node's vGPU state last written to its Node")
           .Register(reg)
           .Add({}),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_backend_connected")
+          .Help("1 while the vGPU backend (label backend: sysfs, libvirt) is reachable, else 0")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_backend_reconnects")
+          .Help("Connections to the vGPU backend regained after a loss since start (libvirt)")
+          .Register(reg),
       {}});
 }
 
@@ -235,6 +245,12 @@ void Metrics::OnRegistration(const std::string& resource, bool ok) {
 void Metrics::OnStatePublished(bool ok, uint64_t generation) {
   families_->state_publications.Add({{"result", ok ? "ok" : "error"}}).Increment();
   if (ok) families_->state_generation.Set(static_cast<double>(generation));
+}
+
+void Metrics::OnBackend(const std::string& backend, const mdev::BackendHealth& health) {
+  families_->backend_connected.Add({{"backend", backend}}).Set(health.connected ? 1 : 0);
+  families_->backend_reconnects.Add({{"backend", backend}})
+      .Set(static_cast<double>(health.reconnects));
 }
 
 std::string Metrics::Render() const {

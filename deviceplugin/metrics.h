@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "deviceplugin/resource_manager.h"
+#include "mdev/backend.h"
 
 namespace prometheus {
 class Exposer;
@@ -43,6 +44,8 @@ class Metrics : public ManagerObserver {
   void OnPush(const std::string& resource, std::chrono::nanoseconds took);
   // The node's vGPU state written to its Node (ok), or not; the generation it carries.
   void OnStatePublished(bool ok, uint64_t generation);
+  // After each rescan: whether the backend is reachable, and how often it came back.
+  void OnBackend(const std::string& backend, const mdev::BackendHealth& health);
 
   // Text exposition of everything, for tests.
   std::string Render() const;

@@ -16,9 +16,9 @@ namespace kvgpu::deviceplugin {
 
 using Clock = std::chrono::steady_clock;
 
-ResourceManager::ResourceManager(mdev::Node& node, Config config, StateStore& store,
+ResourceManager::ResourceManager(mdev::Backend& backend, Config config, StateStore& store,
                                  HolderOracle& holders, ManagerObserver* observer)
-    : node_(node),
+    : backend_(backend),
       config_(std::move(config)),
       holders_(holders),
       observer_(observer),
@@ -57,9 +57,9 @@ Status ResourceManager::Refresh() {
       std::lock_guard lock(mutex_);
       changes_before = state_.own_changes();
     }
-    Result<mdev::Inventory> inventory = node_.Scan();
+    Result<mdev::Inventory> inventory = backend_.Scan();
     if (!inventory.ok()) {
-      spdlog::error("sysfs scan failed: {}", inventory.status().ToString());
+      spdlog::error("{} scan failed: {}", backend_.Name(), inventory.status().ToString());
       return inventory.status();
     }
     std::lock_guard lock(mutex_);
@@ -179,7 +179,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateLocked(
   if (config_.cdi_enabled) {
     if (Status kind = ValidateCdiKind(resource); !kind.ok()) return kind;
   }
-  AllocationTransaction transaction(node_, state_, observer_);
+  AllocationTransaction transaction(backend_, state_, observer_);
   std::vector<ContainerAllocation> answers;
   Status result = Status::Ok();
   for (const std::vector<AllocationPlan>& container : *plans) {
@@ -353,7 +353,7 @@ Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::stri
   }
   Failpoint("remove.before-write");
   auto start = Clock::now();
-  Status removed = node_.Remove(vgpu_id);
+  Status removed = backend_.Remove(vgpu_id);
   if (observer_ != nullptr) observer_->OnVgpuRemoved(resource, Clock::now() - start, removed.ok());
   Failpoint("remove.after-write");
   bool gone = removed.ok() || removed.code() == ErrorCode::kGone;

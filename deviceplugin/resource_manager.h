@@ -28,13 +28,13 @@
 #include "deviceplugin/placement.h"
 #include "deviceplugin/scheduler_state.h"
 #include "deviceplugin/state_store.h"
-#include "mdev/node.h"
+#include "mdev/backend.h"
 
 namespace kvgpu::deviceplugin {
 
 class ResourceManager {
  public:
-  ResourceManager(mdev::Node& node, Config config, StateStore& store, HolderOracle& holders,
+  ResourceManager(mdev::Backend& backend, Config config, StateStore& store, HolderOracle& holders,
                   ManagerObserver* observer = nullptr);
 
   // Loads the state record and does the first scan. A corrupt record or invalid names in the
@@ -102,7 +102,7 @@ class ResourceManager {
   void Rebuild();  // the catalogue from the node state; caller holds mutex_
   void AfterChange(bool changed);
 
-  mdev::Node& node_;
+  mdev::Backend& backend_;
   Config config_;
   HolderOracle& holders_;
   ManagerObserver* observer_;

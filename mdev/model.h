@@ -66,6 +66,9 @@ struct Vgpu {
   std::optional<std::string> type_name;
   std::optional<uint32_t> iommu_group;
   std::string vfio_device;  // "/dev/vfio/<group>" as the host sees it; empty without a group
+  // A persistent definition exists (libvirt's nodedev-define, mdevctl define): someone else's
+  // vGPU, whoever started it. Only the libvirt backend can tell; sysfs shows no definitions.
+  bool persistent = false;
 };
 
 struct Inventory {

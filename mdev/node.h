@@ -1,5 +1,5 @@
-// The node as the kernel shows it: discovery of parents, types and vGPUs under a sysfs root, and
-// creation/removal of vGPUs, for both flavours behind one interface.
+// The sysfs backend: the node as the kernel shows it, read and written directly. Discovery of
+// parents, types and vGPUs under a sysfs root, and creation/removal of vGPUs, for both flavours.
 //
 // Paths are always <root>/sys/...; the root is "/" on a real node and a temp dir in tests.
 #pragma once
@@ -12,16 +12,11 @@
 #include <string>
 
 #include "common/status.h"
+#include "mdev/backend.h"
 #include "mdev/model.h"
 #include "mdev/sysfs_io.h"
 
 namespace kvgpu::mdev {
-
-struct CreateRequest {
-  std::string parent;               // "0000:3b:00.0", "mtty", or a VF address for vendor VFIO
-  std::string type_id;              // "nvidia-222", "mtty-2", "1414"
-  std::optional<std::string> uuid;  // mdev only; a random one when absent
-};
 
 struct NodeOptions {
   // How long create/remove wait for the kernel to show (or stop showing) the device.
@@ -29,22 +24,28 @@ struct NodeOptions {
   std::chrono::milliseconds settle_poll{1};
 };
 
-class Node {
+class Node : public Backend {
  public:
   Node(std::filesystem::path root, SysfsIo& io, NodeOptions options = {});
+
+  const char* Name() const override { return "sysfs"; }
 
   const std::filesystem::path& root() const { return root_; }
 
   // Reads everything afresh. Odd entries are skipped with a warning; only an unreadable root
   // (no sysfs at all) is an error. A root with neither an mdev bus nor vendor-VFIO VFs is an
   // empty inventory, not an error.
-  Result<Inventory> Scan();
+  Result<Inventory> Scan() override;
 
   // Creates one vGPU and waits until the kernel shows it with its IOMMU group.
-  Result<Vgpu> Create(const CreateRequest& request);
+  Result<Vgpu> Create(const CreateRequest& request) override;
 
   // Removes a vGPU by id (UUID, or VF address for vendor VFIO) and waits until it is gone.
-  Status Remove(const std::string& id);
+  Status Remove(const std::string& id) override;
+
+  // Kernel uevents (libudev, udev_monitor.h) for the mdev and PCI subsystems.
+  Result<std::unique_ptr<EventSubscription>> WatchChanges(
+      std::function<void(const std::string& what)> changed) override;
 
   // Vendor-VFIO type names seen so far, by type id: `creatable_vgpu_types` shrinks to its header
   // when a card is full, so names are remembered from earlier scans (and may be seeded by a

@@ -1,6 +1,4 @@
 // Creation and removal of vGPUs, for both flavours, with errors a caller can act on.
-#include <thread>
-
 #include "mdev/node.h"
 #include "mdev/node_internal.h"
 #include "mdev/nvidia.h"
@@ -8,19 +6,7 @@
 
 namespace kvgpu::mdev {
 
-namespace {
-
-// Polls `done` until it holds or the timeout passes. The kernel creates and removes
-// synchronously, but a device's links and udev-driven consumers may lag a little.
-template <typename Predicate>
-bool WaitFor(const NodeOptions& options, Predicate done) {
-  auto deadline = std::chrono::steady_clock::now() + options.settle_timeout;
-  while (true) {
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(options.settle_poll);
-  }
-}
+namespace internal {
 
 // Rewrites the kernel's errno into a message that says what happened and what to do.
 Status CreateFailed(const Status& write, const std::string& what, const std::string& type,
@@ -73,7 +59,7 @@ Status RemoveFailed(const Status& write, const std::string& id) {
   return Status::Error(write.code(), message + " [" + write.message() + "]", write.sys_errno());
 }
 
-}  // namespace
+}  // namespace internal
 
 Result<Vgpu> Node::Create(const CreateRequest& request) {
   if (request.parent.empty() || request.type_id.empty()) {
@@ -104,13 +90,13 @@ Result<Vgpu> Node::CreateMdev(const CreateRequest& request) {
   }
   Status written = io_.WriteFile(type_dir / "create", uuid);
   if (!written.ok()) {
-    return CreateFailed(written, "vGPU " + uuid, request.type_id, request.parent);
+    return internal::CreateFailed(written, "vGPU " + uuid, request.type_id, request.parent);
   }
 
   fs::path device = MdevDevicesDir() / uuid;
   // The kernel adds the device before its `mdev_type` and `iommu_group` links (seen in the VM
   // lab): wait for all three, or the read-back below races the kernel.
-  bool appeared = WaitFor(options_, [&] {
+  bool appeared = internal::WaitFor(options_.settle_timeout, options_.settle_poll, [&] {
     return io_.Exists(device) && io_.Exists(device / "mdev_type") &&
            io_.Exists(device / "iommu_group");
   });
@@ -165,9 +151,10 @@ Result<Vgpu> Node::CreateVendorVfio(const CreateRequest& request) {
   }
   Status written = io_.WriteFile(nvidia / "current_vgpu_type", request.type_id);
   if (!written.ok()) {
-    return CreateFailed(written, "a vGPU on VF " + request.parent, request.type_id, request.parent);
+    return internal::CreateFailed(written, "a vGPU on VF " + request.parent, request.type_id,
+                                  request.parent);
   }
-  bool shown = WaitFor(options_, [&] {
+  bool shown = internal::WaitFor(options_.settle_timeout, options_.settle_poll, [&] {
     auto now = ReadAttribute(io_, nvidia / "current_vgpu_type");
     return now.ok() && *now == request.type_id;
   });
@@ -204,8 +191,9 @@ Status Node::Remove(const std::string& id) {
 Status Node::RemoveMdev(const std::string& uuid) {
   fs::path device = MdevDevicesDir() / uuid;
   Status written = io_.WriteFile(device / "remove", "1");
-  if (!written.ok()) return RemoveFailed(written, uuid);
-  if (!WaitFor(options_, [&] { return !io_.Exists(device); })) {
+  if (!written.ok()) return internal::RemoveFailed(written, uuid);
+  if (!internal::WaitFor(options_.settle_timeout, options_.settle_poll,
+                         [&] { return !io_.Exists(device); })) {
     return Status::Error(ErrorCode::kTimeout,
                          "removed " + uuid + " but it is still in " + MdevDevicesDir().string());
   }
@@ -215,13 +203,13 @@ Status Node::RemoveMdev(const std::string& uuid) {
 Status Node::RemoveVendorVfio(const std::string& vf) {
   fs::path current_path = PciDevicesDir() / vf / "nvidia" / "current_vgpu_type";
   auto current = ReadAttribute(io_, current_path);
-  if (!current.ok()) return RemoveFailed(current.status(), vf);
+  if (!current.ok()) return internal::RemoveFailed(current.status(), vf);
   if (*current == "0") {
     return Status::Error(ErrorCode::kGone, "VF " + vf + " hosts no vGPU (already removed?)");
   }
   Status written = io_.WriteFile(current_path, "0");
-  if (!written.ok()) return RemoveFailed(written, vf);
-  bool cleared = WaitFor(options_, [&] {
+  if (!written.ok()) return internal::RemoveFailed(written, vf);
+  bool cleared = internal::WaitFor(options_.settle_timeout, options_.settle_poll, [&] {
     auto now = ReadAttribute(io_, current_path);
     return now.ok() && *now == "0";
   });

@@ -96,13 +96,7 @@ Result<VgpuType> ReadMdevType(SysfsIo& io, const fs::path& type_dir) {
                                                   " holds '" + *available + "', not a count");
   }
   type.available_instances = *count;
-  if (IsNvidiaMdevType(type.id)) {
-    if (type.description) {
-      auto parsed = ParseNvidiaDescription(*type.description);
-      if (parsed.ok()) type.nvidia = *parsed;
-    }
-    if (type.name) type.profile = ParseNvidiaProfile(*type.name);
-  }
+  FillNvidiaDetails(type);
   return type;
 }
 

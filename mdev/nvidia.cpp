@@ -156,4 +156,13 @@ bool IsNvidiaMdevType(std::string_view type_id) {
   return type_id.substr(0, kPrefix.size()) == kPrefix && IsDigits(type_id.substr(kPrefix.size()));
 }
 
+void FillNvidiaDetails(VgpuType& type) {
+  if (!IsNvidiaMdevType(type.id)) return;
+  if (type.description) {
+    auto parsed = ParseNvidiaDescription(*type.description);
+    if (parsed.ok()) type.nvidia = *parsed;
+  }
+  if (type.name) type.profile = ParseNvidiaProfile(*type.name);
+}
+
 }  // namespace kvgpu::mdev

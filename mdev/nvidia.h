@@ -28,4 +28,8 @@ Result<std::vector<std::pair<std::string, std::string>>> ParseCreatableVgpuTypes
 // True for an mdev type id of the NVIDIA driver: "nvidia-<digits>".
 bool IsNvidiaMdevType(std::string_view type_id);
 
+// Fills `nvidia` and `profile` of an NVIDIA mdev type from its name and description, where they
+// parse; other types are left as they are. One rule for every backend that reads types.
+void FillNvidiaDetails(VgpuType& type);
+
 }  // namespace kvgpu::mdev

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 
+#include "mdev/node.h"
+
 namespace kvgpu::mdev {
 
 struct UdevMonitor::Impl {
@@ -102,6 +104,18 @@ void UdevMonitor::Stop() {
   (void)ignored;
   impl_->thread.join();
   impl_->Close();
+}
+
+// The sysfs backend's events are the kernel's own; they live here, beside the monitor.
+Result<std::unique_ptr<EventSubscription>> Node::WatchChanges(
+    std::function<void(const std::string& what)> changed) {
+  auto monitor = std::make_unique<UdevMonitor>(
+      UdevMonitorOptions{}, [changed = std::move(changed)](const DeviceEvent& event) {
+        changed("udev " + event.action + " " + event.subsystem + " " + event.sysname);
+      });
+  Status started = monitor->Start();
+  if (!started.ok()) return started;
+  return std::unique_ptr<EventSubscription>(std::move(monitor));
 }
 
 }  // namespace kvgpu::mdev

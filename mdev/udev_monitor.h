@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "mdev/backend.h"
 
 namespace kvgpu::mdev {
 
@@ -27,12 +28,12 @@ struct UdevMonitorOptions {
   std::vector<std::string> subsystems = {"mdev", "pci"};
 };
 
-class UdevMonitor {
+class UdevMonitor : public EventSubscription {
  public:
   using Callback = std::function<void(const DeviceEvent&)>;
 
   UdevMonitor(UdevMonitorOptions options, Callback callback);
-  ~UdevMonitor();
+  ~UdevMonitor() override;
   UdevMonitor(const UdevMonitor&) = delete;
   UdevMonitor& operator=(const UdevMonitor&) = delete;
 

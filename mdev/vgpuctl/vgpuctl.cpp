@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <ostream>
 
-#include "mdev/node.h"
+#include "mdev/make_backend.h"
 #include "mdev/vgpuctl/format.h"
 
 namespace kvgpu::vgpuctl {
@@ -30,6 +30,15 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
   std::string sysfs_root = "/";
   app.add_option("--sysfs-root", sysfs_root,
                  "directory holding sys/ (the real node: /, a simulated node: its tree)")
+      ->capture_default_str();
+  mdev::BackendChoice choice;
+  app.add_option("--backend", choice.name,
+                 "where vGPUs are made: sysfs (the kernel's files) or libvirt (its node-device "
+                 "API, on hosts where libvirt owns the mdevs)")
+      ->check(CLI::IsMember({"sysfs", "libvirt"}))
+      ->capture_default_str();
+  app.add_option("--libvirt-uri", choice.libvirt_uri,
+                 "the libvirt connection for --backend libvirt")
       ->capture_default_str();
 
   bool json = false;
@@ -63,7 +72,12 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
     return kUsage;
   }
 
-  mdev::Node node(sysfs_root, io);
+  auto made = mdev::MakeBackend(choice, sysfs_root, io);
+  if (!made.ok()) {
+    err << "vgpuctl: " << made.status().message() << "\n";
+    return kUsage;
+  }
+  mdev::Backend& node = **made;
   auto fail = [&](const Status& status) {
     err << "vgpuctl: " << status.message() << "\n";
     return kFailed;

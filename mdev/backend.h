@@ -1,0 +1,67 @@
+// Where the node's vGPUs are read and made. Two implementations: the kernel's sysfs written
+// directly (Node, node.h) and libvirt's node-device API (LibvirtBackend, libvirt_backend.h) for
+// hosts where libvirt owns the mdevs. Everything above mdev/ (the device plugin, vgpuctl) holds a
+// Backend and never knows which one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "mdev/model.h"
+
+namespace kvgpu::mdev {
+
+struct CreateRequest {
+  std::string parent;               // "0000:3b:00.0", "mtty", or a VF address for vendor VFIO
+  std::string type_id;              // "nvidia-222", "mtty-2", "1414"
+  std::optional<std::string> uuid;  // mdev only; a random one when absent
+};
+
+// A running subscription to device events; events stop when it is destroyed.
+class EventSubscription {
+ public:
+  virtual ~EventSubscription() = default;
+};
+
+// The backend's link to whatever it talks to. The sysfs backend is always connected; the
+// libvirt one loses and regains libvirtd.
+struct BackendHealth {
+  bool connected = true;
+  uint64_t reconnects = 0;  // connections regained after a loss, since start
+  std::string last_error;   // why the last connection attempt or call failed; empty when none
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* Name() const = 0;  // "sysfs", "libvirt"
+
+  // Reads everything afresh. Odd entries are skipped with a warning in the inventory. An error
+  // means the view could not be read at all (no sysfs, libvirtd unreachable): callers keep the
+  // view they had and decide nothing from this one.
+  virtual Result<Inventory> Scan() = 0;
+
+  // Creates one vGPU and returns it once its IOMMU group shows.
+  virtual Result<Vgpu> Create(const CreateRequest& request) = 0;
+
+  // Removes a vGPU by id (UUID, or VF address for vendor VFIO) and returns once it is gone.
+  // A vGPU that something else keeps a persistent definition of is refused (kPermission).
+  virtual Status Remove(const std::string& id) = 0;
+
+  // Calls `changed` (on a thread of the backend's) whenever the node's devices may have changed;
+  // `what` names the event for logs. `changed` must return quickly and not call into the backend
+  // (it may run inside one of the backend's calls); it should only schedule a rescan. An error
+  // means the backend has no events here: callers rely
+  // on periodic rescans.
+  virtual Result<std::unique_ptr<EventSubscription>> WatchChanges(
+      std::function<void(const std::string& what)> changed) = 0;
+
+  virtual BackendHealth Health() const { return {}; }
+};
+
+}  // namespace kvgpu::mdev
