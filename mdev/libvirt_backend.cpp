@@ -114,6 +114,18 @@ std::string TakeString(char* text) {
   return out;
 }
 
+// The answer of a libvirt yes/no call (1, 0, -1 with an error); `unsupported` stands for a
+// libvirt too old to have the call.
+Result<bool> Ask(int answer, bool unsupported, const std::string& what) {
+  if (answer >= 0) return answer == 1;
+  virErrorPtr error = virGetLastError();
+  if (error != nullptr && error->code == VIR_ERR_NO_SUPPORT) {
+    virResetLastError();
+    return unsupported;
+  }
+  return LastError(what);
+}
+
 struct ListedMdev {
   LibvirtMdev mdev;
   bool persistent = false;
@@ -342,12 +354,16 @@ Result<std::vector<ListedMdev>> LibvirtBackend::Impl::ListMdevs(
   for (const DevicePtr& device : owned) {
     std::string name = virNodeDeviceGetName(device.get());
     // A defined mdev that is not started is a definition, not a device: nothing of it exists
-    // in the kernel, nothing is counted.
-    int active = virNodeDeviceIsActive(device.get());
-    if (active == 0) continue;
+    // in the kernel, nothing is counted. A libvirt older than 7.3 cannot tell (nor define mdevs):
+    // what it lists is active and transient.
+    Result<bool> active = Ask(virNodeDeviceIsActive(device.get()), true, "activity unknown");
+    if (active.ok() && !*active) continue;
+    Result<bool> persistent =
+        Ask(virNodeDeviceIsPersistent(device.get()), false, "persistence unknown");
     std::string xml = TakeString(virNodeDeviceGetXMLDesc(device.get(), 0));
-    if (active < 0 || xml.empty()) {
-      warnings.push_back("mdev " + name + " skipped: " + LastError("unreadable").message());
+    if (!active.ok() || xml.empty()) {
+      warnings.push_back("mdev " + name + " skipped: " +
+                         (active.ok() ? LastError("no XML").message() : active.status().message()));
       continue;
     }
     Result<LibvirtMdev> mdev = ParseLibvirtMdev(xml);
@@ -355,14 +371,13 @@ Result<std::vector<ListedMdev>> LibvirtBackend::Impl::ListMdevs(
       warnings.push_back("mdev " + name + " skipped: " + mdev.status().message());
       continue;
     }
-    int persistent = virNodeDeviceIsPersistent(device.get());
-    if (persistent < 0) {
+    if (!persistent.ok()) {
       // Unknown counts as persistent: someone else's until shown otherwise.
-      warnings.push_back("mdev " + name + ": " + LastError("persistence unknown").message() +
+      warnings.push_back("mdev " + name + ": " + persistent.status().message() +
                          "; treated as persistent");
     }
     mdev->uuid = NormalizeUuid(mdev->uuid);
-    mdevs.push_back({std::move(*mdev), persistent != 0});
+    mdevs.push_back({std::move(*mdev), !persistent.ok() || *persistent});
   }
   return mdevs;
 }

@@ -124,6 +124,7 @@ nlohmann::json VgpuJson(const mdev::Vgpu& vgpu) {
           {"type_id", vgpu.type_id},
           {"type_name", OrNull(vgpu.type_name)},
           {"iommu_group", OrNull(vgpu.iommu_group)},
+          {"persistent", vgpu.persistent},
           {"vfio_device",
            vgpu.vfio_device.empty() ? nlohmann::json(nullptr) : nlohmann::json(vgpu.vfio_device)}};
 }

@@ -26,6 +26,7 @@ Boots the VM lab, runs PROGRAM inside it as root and exits with its exit status
 Inside the guest: \$KVGPU_IN_VM=1, \$KVGPU_LAB (the lab dir; mdevctl is on PATH),
 \$KVGPU_VM_OUT (a directory written back to the host). KVGPU_* and GTEST_* variables and the
 working directory are passed through. Memory and CPUs: \$KVGPU_VM_MEM (1024), \$KVGPU_VM_SMP (2).
+\$KVGPU_VM_EDU=1 adds QEMU's edu PCI device (the parent mttypci.ko needs).
 EOF
 }
 
@@ -116,6 +117,8 @@ qemu=(
   -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
   -virtfs "local,path=$run,mount_tag=kvgpurun,security_model=none,multidevs=remap"
 )
+# A PCI device for mttypci.ko to make an mdev parent of (libvirt-lab.sh): QEMU's edu.
+if [[ ${KVGPU_VM_EDU:-0} == 1 ]]; then qemu+=(-device edu); fi
 
 start_us=${EPOCHREALTIME/./}
 set +o errexit

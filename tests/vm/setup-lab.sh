@@ -7,6 +7,10 @@
 # unpacked with `dpkg -x`, never installed: the host's own kernel and packages stay untouched.
 # Only qemu-system-x86, kmod and cpio are installed (scripts/deps/vm.txt).
 #
+# For the libvirt backend's tests (libvirt-lab.sh), Debian's libvirtd, virsh and udevd, with the
+# two libraries they need that a build machine lacks, are unpacked (not installed) into
+# lab/<kver>/libvirt-root, and mttypci.ko (make-mttypci.sh) gives them a PCI mdev parent.
+#
 # Idempotent and cached under ${KVGPU_CACHE:-$HOME/.cache/kata-vgpu}:
 #   debs/<name>_<version>_<arch>.deb    as `apt-get download` names them (shared with other tools)
 #   lab/<kver>/                         the built lab; `.complete` marks a finished one
@@ -15,7 +19,7 @@
 set -o errexit -o nounset -o pipefail
 
 # Bump when the lab's content changes so that cached labs are rebuilt.
-readonly RECIPE=3
+readonly RECIPE=4
 
 # Modules the guest loads at boot, in this order (modprobe resolves their dependencies):
 # 9p + virtio + overlay mount the host's root; vfio, the type1 IOMMU backend (what QEMU's
@@ -27,6 +31,9 @@ readonly GUEST_MODULES=(virtio_pci 9pnet_virtio 9p overlay vfio vfio_iommu_type1
 # The nested guest's modules (attach_driver_vm_test.py): the guest kernel's own driver for the
 # mbochs display, standing in for the NVIDIA guest driver binding to a vGPU.
 readonly NESTED_MODULES=(bochs)
+
+# Unpacked into libvirt-root; the guest copies it over its RAM overlay (libvirt-lab.sh).
+readonly LIBVIRT_PACKAGES=(libvirt-daemon libvirt-clients udev libpcap0.8 libparted2)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${KVGPU_CACHE:-$HOME/.cache/kata-vgpu}
@@ -135,7 +142,7 @@ download() {
 build_lab() {
   local lab=$1
   local abi=${kver%-amd64} series pkgver versions
-  versions=$(candidate_specs "linux-image-$kver" busybox-static mdevctl)
+  versions=$(candidate_specs "linux-image-$kver" busybox-static mdevctl "${LIBVIRT_PACKAGES[@]}")
   pkgver=$(sed -n "s/^linux-image-$kver=//p" <<<"$versions")
   [[ -n $pkgver ]] || die "apt knows no linux-image-$kver (run apt-get update)"
   info "building the lab for $kver ($pkgver) in $lab"
@@ -152,7 +159,12 @@ build_lab() {
   local spec
   [[ $versions == *busybox-static=* && $versions == *mdevctl=* ]] ||
     die "apt knows no busybox-static or mdevctl (run apt-get update)"
-  download "${specs[@]}"
+  local libvirt_specs=() package
+  for package in "${LIBVIRT_PACKAGES[@]}"; do
+    spec=$(grep "^$package=" <<<"$versions") || die "apt knows no $package (run apt-get update)"
+    libvirt_specs+=("$spec")
+  done
+  download "${specs[@]}" "${libvirt_specs[@]}"
 
   local stale=("$cache"/lab/.old.*)  # left by an interrupted run
   [[ -e ${stale[0]} ]] && rm -rf "${stale[@]}" >/dev/null 2>&1 9>&- &
@@ -204,6 +216,24 @@ build_lab() {
   # An uncompressed kernel boots about twice as fast under emulation.
   sh "$lab/src/scripts/extract-vmlinux" "$root/boot/vmlinuz-$kver" >"$lab/vmlinux"
   [[ -s $lab/vmlinux ]] || die "extract-vmlinux produced nothing"
+
+  info "building mttypci.ko; unpacking libvirtd, virsh and udevd"
+  "$here/make-mttypci.sh" "$lab" "$lab/mttypci" >/dev/null
+  local libvirt_root=$lab/libvirt-root
+  mkdir -p "$libvirt_root"
+  for spec in "${libvirt_specs[@]}"; do
+    dpkg-deb -x "$(deb_path "$spec")" "$libvirt_root"
+  done
+  # Debian's / is merged-usr: /bin, /sbin and /lib are links the guest cannot copy a directory
+  # onto, so their content goes under usr/.
+  local dir
+  for dir in bin sbin lib; do
+    if [[ -d $libvirt_root/$dir && ! -L $libvirt_root/$dir ]]; then
+      mkdir -p "$libvirt_root/usr/$dir"
+      cp -a "$libvirt_root/$dir/." "$libvirt_root/usr/$dir/"
+      rm -rf "${libvirt_root:?}/$dir"
+    fi
+  done
 
   # mdevctl refuses to run without its script dirs; the guest finds them in the lab's tree.
   mkdir -p "$lab/bin"
