@@ -95,9 +95,8 @@ std::set<std::string> VgpuctlMdevs(const std::string& backend) {
       {VgpuctlPath(), "--backend", backend, "--libvirt-uri", Env(kUri), "list", "--json"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   std::set<std::string> out;
-  for (const auto& vgpu : nlohmann::json::parse(run.out).at("vgpus")) {
-    out.insert(vgpu.at("id").get<std::string>());
-  }
+  nlohmann::json listed = nlohmann::json::parse(run.out);  // outlives the loop over its part
+  for (const auto& vgpu : listed.at("vgpus")) out.insert(vgpu.at("id").get<std::string>());
   return out;
 }
 
