@@ -50,13 +50,6 @@ struct ConnectionClose {
 };
 using ConnectionRef = std::unique_ptr<virConnect, ConnectionClose>;
 
-bool Contains(const std::string& text, const char* part) {
-  std::string lower = text;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return lower.find(part) != std::string::npos;
-}
-
 // libvirt's last error on this thread as a Status of the project's kinds, then cleared.
 Status LastError(const std::string& context, ErrorCode otherwise = ErrorCode::kIo) {
   virErrorPtr error = virGetLastError();
@@ -97,11 +90,7 @@ Status LastError(const std::string& context, ErrorCode otherwise = ErrorCode::kI
   // mdevctl's failures reach us as libvirt's internal errors with mdevctl's or the kernel's
   // words inside.
   if (code == otherwise) {
-    if (Contains(message, "busy")) {
-      code = ErrorCode::kBusy;
-    } else if (Contains(message, "permission denied") || Contains(message, "not permitted")) {
-      code = ErrorCode::kPermission;
-    }
+    if (std::optional<ErrorCode> kind = LibvirtFailureKind(message)) code = *kind;
   }
   virResetLastError();
   return Status::Error(code, context + ": " + message, sys_errno);

@@ -1,10 +1,11 @@
 #include "mdev/libvirt_xml.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <pugixml.hpp>
 #include <sstream>
 
-#include "mdev/node_internal.h"
 #include "mdev/nvidia.h"
 
 namespace kvgpu::mdev {
@@ -158,6 +159,27 @@ Result<LibvirtMdev> ParseLibvirtMdev(const std::string& xml) {
   if (out.uuid.empty()) return Malformed(out.device_name + ": an mdev without a <uuid>");
   if (out.type_id.empty()) return Malformed(out.device_name + ": an mdev without a type id");
   return out;
+}
+
+std::optional<ErrorCode> LibvirtFailureKind(const std::string& message) {
+  std::string lower = message;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  // mdevctl 1.2's words (seen from libvirt 9.0 in the VM lab), then the kernel's errno texts.
+  static const std::pair<const char*, ErrorCode> kWords[] = {
+      {"no available instances", ErrorCode::kNoRoom},
+      {"no space left on device", ErrorCode::kNoRoom},
+      {"already exists", ErrorCode::kExists},
+      {"does not support mdev type", ErrorCode::kUnknownType},
+      {"invalid parent device", ErrorCode::kUnknownParent},
+      {"device or resource busy", ErrorCode::kBusy},
+      {"permission denied", ErrorCode::kPermission},
+      {"operation not permitted", ErrorCode::kPermission},
+  };
+  for (const auto& [words, kind] : kWords) {
+    if (lower.find(words) != std::string::npos) return kind;
+  }
+  return std::nullopt;
 }
 
 std::string LibvirtMdevCreateXml(const std::string& parent_device, const std::string& type_id,

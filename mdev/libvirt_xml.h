@@ -34,6 +34,11 @@ struct LibvirtMdev {
 Result<LibvirtParent> ParseLibvirtParent(const std::string& xml);
 Result<LibvirtMdev> ParseLibvirtMdev(const std::string& xml);
 
+// The kind of a failure libvirt reports only in words: mdevctl's and the kernel's answers reach
+// it as an internal error with their text inside ("Unable to start mediated device: Error: No
+// available instances of ..."). nullopt when the words say nothing known.
+std::optional<ErrorCode> LibvirtFailureKind(const std::string& message);
+
 // <device> for virNodeDeviceCreateXML: a transient mdev of `type_id` with `uuid` on the parent
 // libvirt knows as `parent_device`. Values are escaped.
 std::string LibvirtMdevCreateXml(const std::string& parent_device, const std::string& type_id,
