@@ -69,7 +69,7 @@ Status ResourceManager::Refresh() {
       return Status::Ok();
     }
     for (const std::string& w : state_.ReplaceInventory(std::move(*inventory))) {
-      spdlog::warn("sysfs: {}", w);
+      spdlog::warn("{}: {}", backend_.Name(), w);
     }
     changed = catalogue_.Rebuild(state_.inventory(), state_.records(), config_);
     if (observer_ != nullptr) observer_->OnDevices(catalogue_.Counts());

@@ -1,0 +1,191 @@
+// The device plugin on either backend, against the lab's real kernel and real libvirtd
+// (libvirt-lab.sh): kubelet allocates, the vGPU is made through the backend, libvirt's tools show
+// exactly it while it exists, the pod goes and so does the vGPU; the persistent mdev of someone
+// else is never touched. kubelet, its PodResources API and its checkpoint are the fakes of
+// fakes/; the kernel and libvirt are not.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+#include "deviceplugin/daemon.h"
+#include "fakes/common/eventually.h"
+#include "fakes/kubelet/fake_kubelet.h"
+#include "fakes/podresources/checkpoint_writer.h"
+#include "fakes/podresources/fake_podresources.h"
+#include "mdev/uuid.h"
+#include "tests/vm/lab_support.h"
+
+namespace kvgpu::vmtest {
+namespace {
+
+using namespace std::chrono_literals;
+using kvgpu::testing::Eventually;
+
+constexpr const char* kResource = "tencent.com/vgpu-mttypci-2";
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+std::set<std::string> VirshMdevs() {
+  ProcessResult run =
+      RunProcess({"virsh", "-q", "-c", Env("KVGPU_LIBVIRT_URI"), "nodedev-list", "--cap", "mdev"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  std::set<std::string> out;
+  std::istringstream lines(run.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("mdev_", 0) != 0 || line.size() < 5 + 36) continue;
+    std::string uuid = line.substr(5, 36);
+    std::replace(uuid.begin(), uuid.end(), '_', '-');
+    out.insert(uuid);
+  }
+  return out;
+}
+
+std::set<std::string> Kernel() {
+  std::vector<std::string> uuids = MdevUuids();
+  return {uuids.begin(), uuids.end()};
+}
+
+class PluginVmTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  PluginVmTest()
+      : dir_(fs::temp_directory_path() / ("kvgpu-plugin-vm-" + GetParam())),
+        kubelet_(dir_ / "kubelet" / "device-plugins"),
+        podresources_(dir_ / "kubelet" / "pod-resources" / "kubelet.sock"),
+        checkpoint_(dir_ / "kubelet") {}
+
+  void SetUp() override {
+    persistent_ = mdev::NormalizeUuid(Env("KVGPU_PERSISTENT_MDEV"));
+    ASSERT_TRUE(mdev::IsValidUuid(persistent_)) << "run through tests/vm/libvirt-lab.sh";
+    for (const std::string& uuid : MdevUuids()) {
+      if (uuid != persistent_) RawWrite(kMdevDevices / uuid / "remove", "1");
+    }
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "kubelet" / "pod-resources");
+    fs::create_directories(dir_ / "kubelet" / "device-plugins");
+    ASSERT_TRUE(kubelet_.Start());
+    ASSERT_TRUE(podresources_.Start());
+
+    deviceplugin::DaemonOptions options;
+    options.args.sysfs_root = "/";
+    options.args.kubelet_dir = dir_ / "kubelet";
+    options.args.state_dir = dir_ / "state";
+    options.args.node_readiness_check = false;  // the lab has no vhost-vsock
+    deviceplugin::Config config;
+    config.backend = {.name = GetParam(), .libvirt_uri = Env("KVGPU_LIBVIRT_URI")};
+    config.rescan_interval = 500ms;
+    config.lifecycle.grace_period = 0ms;
+    config.lifecycle.poll_interval = 300ms;
+    config.lifecycle.watch_pods = false;
+    config.lifecycle.events = false;
+    config.scheduler_state.publish = false;
+    options.config = config;
+    options.retry_initial = 20ms;
+    options.retry_max = 200ms;
+    options.settle = 300ms;
+    daemon_ = std::make_unique<deviceplugin::Daemon>(options);
+    Status started = daemon_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    ASSERT_TRUE(kubelet_.WaitUntil([&] { return !kubelet_.Devices(kResource).empty(); }))
+        << "no " << kResource << " registered";
+  }
+
+  void TearDown() override {
+    if (daemon_) daemon_->Stop();
+    for (const std::string& uuid : MdevUuids()) {
+      if (uuid != persistent_) RawWrite(kMdevDevices / uuid / "remove", "1");
+    }
+    EXPECT_TRUE(Kernel().contains(persistent_)) << "the persistent mdev is gone";
+    fs::remove_all(dir_);
+  }
+
+  // kubelet runs a pod: Allocate, then PodResources and the checkpoint say so.
+  std::string RunPod(const std::string& uid, const std::string& name) {
+    std::string id = kubelet_.Devices(kResource).begin()->first;
+    v1beta1::AllocateResponse response;
+    grpc::Status status = kubelet_.Allocate(kResource, {{id}}, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (!status.ok()) return "";
+    std::string vgpu;
+    for (const auto& [key, value] : response.container_responses(0).envs()) {
+      if (key.starts_with("KVGPU_VGPU_") && key.ends_with("_UUIDS")) vgpu = value;
+    }
+    running_.push_back({"default", name, {{"main", {{kResource, {id}}}}}});
+    podresources_.SetPods(running_);
+    checkpoint_entries_.push_back(
+        {uid, "main", kResource, {id}, -1, response.container_responses(0).SerializeAsString()});
+    checkpoint_.Write(checkpoint_entries_);
+    return vgpu;
+  }
+  void DeletePod(const std::string& name) {
+    std::erase_if(running_, [&](const kubelet::PodResources& p) { return p.name == name; });
+    podresources_.SetPods(running_);
+  }
+
+  fs::path dir_;
+  std::string persistent_;
+  kvgpu::testing::FakeKubelet kubelet_;
+  kvgpu::testing::FakePodResources podresources_;
+  kvgpu::testing::CheckpointWriter checkpoint_;
+  std::vector<kubelet::PodResources> running_;
+  std::vector<kvgpu::testing::CheckpointRecord> checkpoint_entries_;
+  std::unique_ptr<deviceplugin::Daemon> daemon_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, PluginVmTest, ::testing::Values("sysfs", "libvirt"),
+                         [](const auto& backend) { return backend.param; });
+
+TEST_P(PluginVmTest, APodsVgpuIsMadeThroughTheBackendShownByLibvirtAndGoesWithThePod) {
+  std::string vgpu = RunPod("uid-1", "a");
+  ASSERT_TRUE(mdev::IsValidUuid(vgpu));
+  std::set<std::string> want = {vgpu, persistent_};
+  EXPECT_EQ(Kernel(), want);
+  // libvirt's own tools show exactly the vGPUs there are, whichever backend made them.
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs() == want; }, 5s));
+
+  DeletePod("a");
+  EXPECT_TRUE(Eventually([&] { return !Kernel().contains(vgpu); }, 10s))
+      << "the vGPU outlived its pod";
+  want = {persistent_};
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs() == want; }, 5s));
+  EXPECT_EQ(Kernel(), want) << "the persistent mdev is someone else's: never removed";
+}
+
+class LibvirtPluginVmTest : public PluginVmTest {};
+INSTANTIATE_TEST_SUITE_P(Backend, LibvirtPluginVmTest, ::testing::Values("libvirt"),
+                         [](const auto& backend) { return backend.param; });
+
+// libvirtd goes away while a pod ends: the removal waits for it (nothing is removed behind its
+// back, no decision is taken on a stale view), and happens once it is back.
+TEST_P(LibvirtPluginVmTest, ARemovalWhileLibvirtdIsAwayHappensWhenItIsBack) {
+  std::string vgpu = RunPod("uid-1", "a");
+  ASSERT_TRUE(mdev::IsValidUuid(vgpu));
+  ProcessResult stop = RunProcess({Env("KVGPU_LIBVIRT_LAB"), "stop-libvirtd"});
+  ASSERT_EQ(stop.exit_code, 0) << stop.err;
+  DeletePod("a");
+  std::this_thread::sleep_for(2s);  // several lifecycle passes and rescans
+  EXPECT_TRUE(Kernel().contains(vgpu)) << "removed behind libvirt's back";
+  std::string metrics = daemon_->metrics().Render();
+  EXPECT_NE(metrics.find("kvgpu_deviceplugin_backend_connected{backend=\"libvirt\"} 0"),
+            std::string::npos)
+      << metrics;
+
+  ProcessResult start = RunProcess({Env("KVGPU_LIBVIRT_LAB"), "start-libvirtd"});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  EXPECT_TRUE(Eventually([&] { return !Kernel().contains(vgpu); }, 30s))
+      << "not removed after libvirtd came back";
+  EXPECT_TRUE(Kernel().contains(persistent_));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return daemon_->metrics().Render().find(
+                   "kvgpu_deviceplugin_backend_connected{backend=\"libvirt\"} 1") !=
+               std::string::npos;
+      },
+      10s));
+}
+
+}  // namespace
+}  // namespace kvgpu::vmtest
