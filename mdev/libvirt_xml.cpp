@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <pugixml.hpp>
 #include <sstream>
 
@@ -110,35 +111,44 @@ Result<LibvirtParent> ParseLibvirtParent(const std::string& xml) {
   out.device_name = Text(device->child("name"));
   out.sysfs_path = Text(device->child("path"));
   if (out.device_name.empty()) return Malformed("a device without a <name>");
-  pugi::xml_node pci = Capability(*device, "pci");
-  if (!pci) return Malformed(out.device_name + " is not a PCI device");
-  Result<std::string> address = AddressOf(pci, false);
-  if (!address.ok()) return Malformed(out.device_name + ": " + address.status().message());
-
   Parent& parent = out.parent;
-  parent.name = *address;
   parent.flavour = Flavour::kMdev;
-  parent.is_pci = true;
-  parent.physical_gpu = parent.name;
   parent.driver = OptionalText(device->child("driver").child("name"));
-  std::string vendor = pci.child("vendor").attribute("id").as_string();
-  std::string product = pci.child("product").attribute("id").as_string();
-  if (!vendor.empty()) parent.vendor_id = vendor;
-  if (!product.empty()) parent.device_id = product;
-  if (pugi::xml_node pf = Capability(pci, "phys_function")) {
-    Result<std::string> pf_address = AddressOf(pf.child("address"), true);
-    if (!pf_address.ok()) {
-      return Malformed(out.device_name + " physical function: " + pf_address.status().message());
+  pugi::xml_node types;
+  if (pugi::xml_node pci = Capability(*device, "pci")) {
+    Result<std::string> address = AddressOf(pci, false);
+    if (!address.ok()) return Malformed(out.device_name + ": " + address.status().message());
+    parent.name = *address;
+    parent.is_pci = true;
+    parent.physical_gpu = parent.name;
+    std::string vendor = pci.child("vendor").attribute("id").as_string();
+    std::string product = pci.child("product").attribute("id").as_string();
+    if (!vendor.empty()) parent.vendor_id = vendor;
+    if (!product.empty()) parent.device_id = product;
+    if (pugi::xml_node pf = Capability(pci, "phys_function")) {
+      Result<std::string> pf_address = AddressOf(pf.child("address"), true);
+      if (!pf_address.ok()) {
+        return Malformed(out.device_name + " physical function: " + pf_address.status().message());
+      }
+      parent.is_virtual_function = true;
+      parent.physical_gpu = *pf_address;
     }
-    parent.is_virtual_function = true;
-    parent.physical_gpu = *pf_address;
+    types = Capability(pci, "mdev_types");
+  } else {
+    // A virtual parent (the kernel's mtty sample): libvirt lists its types in a top-level
+    // capability, itself nested once (<capability type='mdev_types'> twice, as libvirt 9.0
+    // writes it). Its sysfs name is the parent's name, as under /sys/class/mdev_bus.
+    types = Capability(*device, "mdev_types");
+    if (!types) return Malformed(out.device_name + " is neither a PCI device nor an mdev parent");
+    if (pugi::xml_node inner = Capability(types, "mdev_types")) types = inner;
+    parent.name = std::filesystem::path(out.sysfs_path).filename().string();
+    if (parent.name.empty()) return Malformed(out.device_name + ": a parent without a <path>");
+    parent.physical_gpu = parent.name;
   }
-  if (pugi::xml_node types = Capability(pci, "mdev_types")) {
-    for (pugi::xml_node node : types.children("type")) {
-      Result<VgpuType> type = ParseType(node);
-      if (!type.ok()) return Malformed(out.device_name + ": " + type.status().message());
-      parent.types.push_back(std::move(*type));
-    }
+  for (pugi::xml_node node : types.children("type")) {
+    Result<VgpuType> type = ParseType(node);
+    if (!type.ok()) return Malformed(out.device_name + ": " + type.status().message());
+    parent.types.push_back(std::move(*type));
   }
   return out;
 }

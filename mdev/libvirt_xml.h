@@ -12,11 +12,13 @@
 
 namespace kvgpu::mdev {
 
-// A device offering mdev types (`<capability type='mdev_types'>` inside its PCI capability).
+// A device offering mdev types: a PCI device (`<capability type='mdev_types'>` inside its PCI
+// capability), as a GPU is, or a virtual parent such as the mtty sample.
 struct LibvirtParent {
   std::string device_name;  // libvirt's name: "pci_0000_3b_00_0"
   std::string sysfs_path;   // <path>: "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0"
-  Parent parent;            // in the model's terms; `name` is the PCI address "0000:3b:00.0"
+  Parent parent;  // in the model's terms; `name` is the PCI address "0000:3b:00.0", or the sysfs
+                  // name of a virtual parent ("mtty"), as the sysfs backend names them
 };
 
 // An mdev (`<capability type='mdev'>`).
@@ -30,7 +32,7 @@ struct LibvirtMdev {
 };
 
 // Errors (kInvalid) say what was missing or malformed. A PCI device without mdev types parses to
-// a parent with no types; a non-PCI one (s390's css, ap_matrix) is kInvalid: vGPUs are PCI.
+// a parent with no types; a device that is neither PCI nor has mdev types is kInvalid.
 Result<LibvirtParent> ParseLibvirtParent(const std::string& xml);
 Result<LibvirtMdev> ParseLibvirtMdev(const std::string& xml);
 

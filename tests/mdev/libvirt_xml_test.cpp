@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -45,19 +45,23 @@ TEST(LibvirtXmlTest, ARealPciParentGivesItsAddressIdentityAndTypes) {
   // libvirt's XML carries no description: the backend reads it from sysfs.
   EXPECT_FALSE(parent.types[0].description.has_value());
 
-  Result<LibvirtParent> full = ParseLibvirtParent(Fixture("captured/pci_parent_mdev_types_full.xml"));
+  Result<LibvirtParent> full =
+      ParseLibvirtParent(Fixture("captured/pci_parent_mdev_types_full.xml"));
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->parent.types[0].available_instances, 0u);
   EXPECT_EQ(full->parent.types[1].available_instances, 0u);
 }
 
-TEST(LibvirtXmlTest, AVirtualParentIsRefusedAsNotPci) {
-  // libvirt 9.0 lists the stock mtty's virtual parent with mdev types, but cannot create on it
-  // ("invalid parent device 'mtty'"): it is not offered.
+TEST(LibvirtXmlTest, AVirtualParentIsNamedAsSysfsNamesIt) {
+  // libvirt 9.0 lists the stock mtty's virtual parent with its types nested once more.
   Result<LibvirtParent> parsed = ParseLibvirtParent(Fixture("captured/mtty_virtual_parent.xml"));
-  ASSERT_FALSE(parsed.ok());
-  EXPECT_NE(parsed.status().message().find("mtty_mtty is not a PCI device"), std::string::npos)
-      << parsed.status().message();
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->device_name, "mtty_mtty");
+  EXPECT_EQ(parsed->parent.name, "mtty");
+  EXPECT_FALSE(parsed->parent.is_pci);
+  ASSERT_EQ(parsed->parent.types.size(), 2u);
+  EXPECT_EQ(parsed->parent.types[0].id, "mtty-1");
+  EXPECT_EQ(parsed->parent.types[1].available_instances, 12u);
 }
 
 TEST(LibvirtXmlTest, RealMdevsGiveUuidTypeParentAndGroupActiveOrDefined) {
@@ -69,11 +73,15 @@ TEST(LibvirtXmlTest, RealMdevsGiveUuidTypeParentAndGroupActiveOrDefined) {
     EXPECT_EQ(parsed->parent_address, "0000:00:03.0") << name;
     EXPECT_EQ(parsed->type_id, "mttypci-2") << name;
     EXPECT_EQ(parsed->iommu_group, 0u) << name;
-    EXPECT_EQ(parsed->device_name, "mdev_" + [&] {
-      std::string uuid = parsed->uuid;
-      std::replace(uuid.begin(), uuid.end(), '-', '_');
-      return uuid;
-    }() + "_0000_00_03_0") << name;
+    EXPECT_EQ(
+        parsed->device_name, "mdev_" +
+                                 [&] {
+                                   std::string uuid = parsed->uuid;
+                                   std::replace(uuid.begin(), uuid.end(), '-', '_');
+                                   return uuid;
+                                 }() +
+                                 "_0000_00_03_0")
+        << name;
   }
   EXPECT_EQ(ParseLibvirtMdev(Fixture("captured/mdev_transient.xml"))->uuid,
             "88c5f623-dd30-4ab6-bcf3-bdebba187ea3");
@@ -109,7 +117,8 @@ TEST(LibvirtXmlTest, MalformedDocumentsAreRefusedWithWhatWasWrong) {
       {"<device><name>x</name>", "not XML"},
       {"<node/>", "no <device>"},
       {"<device><capability type='pci'/></device>", "without a <name>"},
-      {"<device><name>css_0_0_0052</name><capability type='css'/></device>", "not a PCI device"},
+      {"<device><name>css_0_0_0052</name><capability type='css'/></device>",
+       "neither a PCI device nor an mdev parent"},
       {"<device><name>pci_x</name><capability type='pci'><domain>0</domain><bus>zz</bus>"
        "<slot>0</slot><function>0</function></capability></device>",
        "PCI bus 'zz' is not a number"},

@@ -256,6 +256,22 @@ TEST_P(BothBackendsVmTest, AFullTypeUnknownParentsAndTypesFailAlikeAndChangeNoth
   EXPECT_EQ(RawAvailable(kDual), room);
 }
 
+TEST_P(BothBackendsVmTest, TheStockMttysVirtualParentWorksAlike) {
+  int before = AvailableInstances("mtty", "mtty-2");
+  auto vgpu = backend_->Create({"mtty", "mtty-2", std::nullopt});
+  ASSERT_TRUE(vgpu.ok()) << vgpu.status().ToString();
+  EXPECT_EQ(vgpu->parent, "mtty");
+  EXPECT_TRUE(vgpu->iommu_group.has_value());
+  EXPECT_EQ(AvailableInstances("mtty", "mtty-2"), before - 1);
+  mdev::Inventory inventory = Scan();
+  const mdev::Parent* mtty = inventory.FindParent("mtty");
+  ASSERT_NE(mtty, nullptr);
+  EXPECT_FALSE(mtty->is_pci);
+  EXPECT_NE(inventory.FindVgpu(vgpu->id), nullptr);
+  EXPECT_TRUE(backend_->Remove(vgpu->id).ok());
+  EXPECT_EQ(AvailableInstances("mtty", "mtty-2"), before);
+}
+
 // What only libvirt has: definitions to respect (sysfs shows none; there the plugin's records
 // keep it from foreign mdevs), and a daemon to lose.
 class LibvirtVmTest : public BothBackendsVmTest {};
