@@ -435,9 +435,20 @@ def check_device_plugin(report, name, objects):
                  where + ": privileged only in its one container")
     # The udev monitor reads kernel uevents, which only the host network namespace receives.
     report.check(spec.get("hostNetwork") is True, where + " is on the host network (kernel uevents)")
+    config_text = configmap_file(objects, c, spec, f.get("config", ""))
+    config = yaml.safe_load(config_text or "") or {}
+    # The sysfs backend writes sysfs; the libvirt backend only reads it and talks to the host's
+    # libvirtd through its socket (docs/libvirt-backend.md).
+    backend = config.get("backend", "sysfs")
     sysfs_root = f.get("sysfs-root", "/")
-    ok, why = host_path_matches(c, spec, os.path.join(sysfs_root, "sys"), writable=True)
-    report.check(ok, where + " --sysfs-root: <root>/sys is the host's /sys, writable", why)
+    ok, why = host_path_matches(c, spec, os.path.join(sysfs_root, "sys"), writable=backend == "sysfs")
+    report.check(ok, where + " --sysfs-root: <root>/sys is the host's /sys%s (backend %s)"
+                 % (", writable" if backend == "sysfs" else "", backend), why)
+    if backend == "libvirt":
+        ok, why = host_path_matches(c, spec, "/var/run/libvirt", writable=False)
+        report.check(ok and config.get("libvirtURI", "qemu:///system").endswith(":///system"),
+                     where + " reaches the host's libvirtd: /var/run/libvirt is the host's, the URI "
+                     "a local system one", why)
     kubelet_dir = f.get("kubelet-dir", "/var/lib/kubelet")
     ok, why = host_path_matches(c, spec, os.path.join(kubelet_dir, "device-plugins"), writable=True)
     report.check(ok, where + " --kubelet-dir: device-plugins/ is the host's, writable (sockets)", why)
@@ -460,10 +471,8 @@ def check_device_plugin(report, name, objects):
                  {"kvgpu-gridd-conf"} == {x["configMap"]["name"] for x in sources if "configMap" in x} and
                  {"kvgpu-client-token"} == {x["secret"]["name"] for x in sources if "secret" in x},
                  where + " --licensing-source is the projected kvgpu-gridd-conf + kvgpu-client-token")
-    config_text = configmap_file(objects, c, spec, f.get("config", ""))
     report.check("config" in f and config_text is not None,
                  where + " --config %s is a key of a mounted ConfigMap" % f.get("config"))
-    config = yaml.safe_load(config_text or "") or {}
     cdi = config.get("cdi") or {}
     cdi_dir = cdi.get("dir", "/var/run/cdi")
     ok, why = host_path_matches(c, spec, cdi_dir, writable=True)
