@@ -174,6 +174,15 @@ void FreeWeak(void* opaque) {
   delete static_cast<WeakImpl*>(opaque);
 }
 
+// libvirt's close callback: the connection broke (libvirtd went away, keepalive gave up).
+void OnConnectionClosed(virConnectPtr, int, void* opaque) {
+  if (auto impl = static_cast<WeakImpl*>(opaque)->lock()) {
+    // No lock: libvirt may call this on a thread that is inside a call of ours.
+    impl->lost = true;
+    impl->Notify("libvirt connection closed");
+  }
+}
+
 const char* LifecycleName(int event) {
   switch (event) {
     case VIR_NODE_DEVICE_EVENT_CREATED:
@@ -235,16 +244,11 @@ Result<ConnectionRef> LibvirtBackend::Impl::Acquire() {
                                  options.keepalive_count) < 0) {
         virResetLastError();
       }
-      virConnectRegisterCloseCallback(
-          connection,
-          [](virConnectPtr, int, void* opaque) {
-            if (auto impl = static_cast<WeakImpl*>(opaque)->lock()) {
-              // No lock: libvirt may call this on a thread that is inside a call of ours.
-              impl->lost = true;
-              impl->Notify("libvirt connection closed");
-            }
-          },
-          new WeakImpl(self), FreeWeak);
+      // The opaque is our own `self`, freed with us after the callback is unregistered: drivers
+      // without close callbacks (test:///) accept one and never call its free function.
+      if (virConnectRegisterCloseCallback(connection, OnConnectionClosed, &self, nullptr) < 0) {
+        virResetLastError();
+      }
       if (watching) RegisterEventsLocked();
       if (ever_connected) {
         ++reconnects;
@@ -264,7 +268,9 @@ void LibvirtBackend::Impl::DropLocked() {
   if (connection == nullptr) return;
   if (event_id >= 0) virConnectNodeDeviceEventDeregisterAny(connection, event_id);
   event_id = -1;
-  virConnectUnregisterCloseCallback(connection, nullptr);
+  // Waits for a close callback that is running (libvirt holds its lock over the call), so `self`,
+  // its opaque, is not in use once this returns.
+  virConnectUnregisterCloseCallback(connection, OnConnectionClosed);
   virConnectClose(connection);
   virResetLastError();
   connection = nullptr;
@@ -281,10 +287,12 @@ void LibvirtBackend::Impl::RegisterEventsLocked() {
     if (what.rfind("mdev_", 0) != 0 && what.rfind("pci_", 0) != 0) return;
     impl->Notify(std::string("libvirt ") + LifecycleName(event) + " " + what);
   };
+  auto* watcher = new WeakImpl(self);
   event_id = virConnectNodeDeviceEventRegisterAny(
       connection, nullptr, VIR_NODE_DEVICE_EVENT_ID_LIFECYCLE,
-      VIR_NODE_DEVICE_EVENT_CALLBACK(+on_lifecycle), new WeakImpl(self), FreeWeak);
+      VIR_NODE_DEVICE_EVENT_CALLBACK(+on_lifecycle), watcher, FreeWeak);
   if (event_id < 0) {
+    delete watcher;  // not taken: libvirt frees only what it registered
     last_error = LastError("node-device events unavailable").message();
   }
 }
