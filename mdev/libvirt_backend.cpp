@@ -457,13 +457,9 @@ Result<Vgpu> LibvirtBackend::Create(const CreateRequest& request) {
   if (request.parent.empty() || request.type_id.empty()) {
     return Status::Error(ErrorCode::kInvalid, "create needs a parent and a type");
   }
-  std::string uuid = request.uuid ? *request.uuid : NewUuid();
-  if (!IsValidUuid(uuid)) {
-    return Status::Error(
-        ErrorCode::kMalformedUuid,
-        "'" + uuid + "' is not a UUID (want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
-  }
-  uuid = NormalizeUuid(uuid);
+  Result<std::string> checked = internal::MdevUuid(request.uuid);
+  if (!checked.ok()) return checked.status();
+  const std::string& uuid = *checked;
   Result<ConnectionRef> connection = impl_->Acquire();
   if (!connection.ok()) return connection.status();
   virConnectPtr conn = connection->get();

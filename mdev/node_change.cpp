@@ -8,6 +8,16 @@ namespace kvgpu::mdev {
 
 namespace internal {
 
+Result<std::string> MdevUuid(const std::optional<std::string>& requested) {
+  std::string uuid = requested ? *requested : NewUuid();
+  if (!IsValidUuid(uuid)) {
+    return Status::Error(
+        ErrorCode::kMalformedUuid,
+        "'" + uuid + "' is not a UUID (want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
+  }
+  return NormalizeUuid(uuid);
+}
+
 // Rewrites the kernel's errno into a message that says what happened and what to do.
 Status CreateFailed(const Status& write, const std::string& what, const std::string& type,
                     const std::string& parent) {
@@ -75,13 +85,9 @@ Result<Vgpu> Node::Create(const CreateRequest& request) {
 }
 
 Result<Vgpu> Node::CreateMdev(const CreateRequest& request) {
-  std::string uuid = request.uuid ? *request.uuid : NewUuid();
-  if (!IsValidUuid(uuid)) {
-    return Status::Error(
-        ErrorCode::kMalformedUuid,
-        "'" + uuid + "' is not a UUID (want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
-  }
-  uuid = NormalizeUuid(uuid);
+  Result<std::string> checked = internal::MdevUuid(request.uuid);
+  if (!checked.ok()) return checked.status();
+  const std::string& uuid = *checked;
   fs::path parent_dir = MdevBusDir() / request.parent;
   fs::path type_dir = parent_dir / "mdev_supported_types" / request.type_id;
   if (request.type_id.find('/') != std::string::npos || !io_.IsDirectory(type_dir)) {

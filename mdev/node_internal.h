@@ -30,6 +30,10 @@ bool WaitFor(std::chrono::milliseconds timeout, std::chrono::milliseconds poll, 
   }
 }
 
+// The UUID a new mdev gets: the one asked for, in the kernel's lower case, or a random one;
+// kMalformedUuid when the one asked for is not a UUID.
+Result<std::string> MdevUuid(const std::optional<std::string>& requested);
+
 // The clear message for a failed create or remove, by the error's kind; the cause (the kernel's
 // errno, libvirt's message) is kept in brackets. The same words on every backend.
 Status CreateFailed(const Status& cause, const std::string& what, const std::string& type,

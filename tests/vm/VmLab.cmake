@@ -27,15 +27,16 @@ function(kvgpu_vm_test name)
   endif()
 endfunction()
 
-# kvgpu_vm_gtest(name SOURCES ... LIBS ...): a gtest binary, with tests/vm/lab_support.{h,cpp},
-# run as a whole inside the lab (one VM boot for all its cases).
+# kvgpu_vm_gtest(name SOURCES ... LIBS ... [ENVIRONMENT VAR=value...] [WRAPPER program args...]):
+# a gtest binary, with tests/vm/lab_support.{h,cpp}, run as a whole inside the lab (one VM boot
+# for all its cases); WRAPPER runs it (libvirt-lab.sh run: libvirtd started first).
 function(kvgpu_vm_gtest name)
-  cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;ENVIRONMENT;WRAPPER" ${ARGN})
   add_executable(${name} ${T_SOURCES} ${KVGPU_VM_DIR}/lab_support.cpp)
   kvgpu_warnings(${name})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE KVGPU_VGPUCTL_PATH="$<TARGET_FILE:vgpuctl>")
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   add_dependencies(${name} vgpuctl)
-  kvgpu_vm_test(${name} COMMAND $<TARGET_FILE:${name}>)
+  kvgpu_vm_test(${name} ENVIRONMENT ${T_ENVIRONMENT} COMMAND ${T_WRAPPER} $<TARGET_FILE:${name}>)
 endfunction()

@@ -134,6 +134,25 @@ ProcessResult RunProcess(const std::vector<std::string>& argv) {
   return result;
 }
 
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+std::set<std::string> VirshMdevs(const std::string& uri) {
+  ProcessResult run = RunProcess({"virsh", "-q", "-c", uri, "nodedev-list", "--cap", "mdev"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  std::set<std::string> out;
+  std::istringstream lines(run.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("mdev_", 0) != 0 || line.size() < 5 + 36) continue;
+    std::string uuid = line.substr(5, 36);
+    std::replace(uuid.begin(), uuid.end(), '_', '-');
+    out.insert(uuid);
+  }
+  return out;
+}
+
 std::string VgpuctlPath() {
   return KVGPU_VGPUCTL_PATH;
 }

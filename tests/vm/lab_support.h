@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,13 @@ struct ProcessResult {
 };
 // Runs argv[0] (searched on PATH) with its stdin at /dev/null and waits for it.
 ProcessResult RunProcess(const std::vector<std::string>& argv);
+
+// The variable's value, or "" when unset.
+std::string Env(const char* name);
+
+// UUIDs of the mdevs libvirt at `uri` lists as active (`virsh nodedev-list --cap mdev`), read
+// from their names "mdev_<uuid with _>_<parent>" (libvirt-lab.sh's tests).
+std::set<std::string> VirshMdevs(const std::string& uri);
 
 // Path of the vgpuctl binary built with this test (set by CMake).
 std::string VgpuctlPath();

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fakes/common/eventually.h"
 #include "mdev/libvirt_backend.h"
 #include "mdev/node.h"
 #include "mdev/uuid.h"
@@ -20,6 +21,8 @@
 namespace kvgpu::vmtest {
 namespace {
 
+using namespace std::chrono_literals;
+using kvgpu::testing::Eventually;
 using mdev::Backend;
 
 const char* const kLabScript = "KVGPU_LIBVIRT_LAB";       // tests/vm/libvirt-lab.sh
@@ -27,11 +30,6 @@ const char* const kPersistent = "KVGPU_PERSISTENT_MDEV";  // the UUID it defined
 const char* const kUri = "KVGPU_LIBVIRT_URI";             // where its libvirtd answers
 const std::string kSingle = "mttypci-1";                  // one port of 24
 const std::string kDual = "mttypci-2";                    // two ports: 12 of them
-
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
 
 // The mttypci parent: the PCI device offering its types.
 std::string PciParent() {
@@ -47,35 +45,8 @@ int RawAvailable(const std::string& type) {
   return AvailableInstances(PciParent(), type);
 }
 
-// Polls `done` every 20 ms for up to `ms` milliseconds.
-template <typename Predicate>
-bool Eventually(Predicate done, int ms) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
 std::set<std::string> Sorted(const std::vector<std::string>& ids) {
   return {ids.begin(), ids.end()};
-}
-
-// UUIDs libvirt lists as active mdevs (`virsh nodedev-list --cap mdev`), by their names
-// "mdev_<uuid with _>_<parent>".
-std::set<std::string> VirshMdevs() {
-  ProcessResult run = RunProcess({"virsh", "-q", "-c", Env(kUri), "nodedev-list", "--cap", "mdev"});
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  std::set<std::string> out;
-  std::istringstream lines(run.out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("mdev_", 0) != 0 || line.size() < 5 + 36) continue;
-    std::string uuid = line.substr(5, 36);
-    std::replace(uuid.begin(), uuid.end(), '_', '-');
-    out.insert(uuid);
-  }
-  return out;
 }
 
 // UUIDs `mdevctl list` shows as running.
@@ -212,7 +183,7 @@ TEST_P(BothBackendsVmTest, CreateConsumesCapacityShowsInLibvirtsToolsAndRemoveGi
   // backend.
   std::set<std::string> want = {uuid, persistent_};
   EXPECT_EQ(Sorted(MdevUuids()), want);
-  EXPECT_TRUE(Eventually([&] { return VirshMdevs() == want; }, 5000))  // udev lag
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env(kUri)) == want; }, 5s, 20ms))  // udev lag
       << "virsh lists another set";
   EXPECT_EQ(MdevctlMdevs(), want);
   EXPECT_EQ(VgpuctlMdevs("libvirt"), want);
@@ -223,7 +194,7 @@ TEST_P(BothBackendsVmTest, CreateConsumesCapacityShowsInLibvirtsToolsAndRemoveGi
   EXPECT_EQ(RawAvailable(kDual), dual_before);
   EXPECT_EQ(RawAvailable(kSingle), single_before);
   want = {persistent_};
-  EXPECT_TRUE(Eventually([&] { return VirshMdevs() == want; }, 5000));
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env(kUri)) == want; }, 5s, 20ms));
   EXPECT_EQ(MdevctlMdevs(), want);
   EXPECT_EQ(VgpuctlMdevs("libvirt"), want);
 }
@@ -302,7 +273,7 @@ TEST_P(LibvirtVmTest, LibvirtdRestartedMidwayIsReconnectedAndNothingIsDecidedMea
           return e.find("created mdev_") != std::string::npos;
         });
       },
-      5000))
+      5s, 20ms))
       << "no libvirt lifecycle event for the created mdev";
 
   Lab("stop-libvirtd");
@@ -317,7 +288,7 @@ TEST_P(LibvirtVmTest, LibvirtdRestartedMidwayIsReconnectedAndNothingIsDecidedMea
   EXPECT_EQ(Sorted(MdevUuids()), kernel) << "something changed while libvirtd was away";
 
   Lab("start-libvirtd");
-  bool back = Eventually([&] { return backend_->Scan().ok(); }, 20000);
+  bool back = Eventually([&] { return backend_->Scan().ok(); }, 20s, 20ms);
   ASSERT_TRUE(back) << backend_->Health().last_error;
   mdev::BackendHealth health = backend_->Health();
   EXPECT_TRUE(health.connected);

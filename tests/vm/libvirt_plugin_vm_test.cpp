@@ -24,26 +24,6 @@ using kvgpu::testing::Eventually;
 
 constexpr const char* kResource = "tencent.com/vgpu-mttypci-2";
 
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
-
-std::set<std::string> VirshMdevs() {
-  ProcessResult run =
-      RunProcess({"virsh", "-q", "-c", Env("KVGPU_LIBVIRT_URI"), "nodedev-list", "--cap", "mdev"});
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  std::set<std::string> out;
-  std::istringstream lines(run.out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("mdev_", 0) != 0 || line.size() < 5 + 36) continue;
-    std::string uuid = line.substr(5, 36);
-    std::replace(uuid.begin(), uuid.end(), '_', '-');
-    out.insert(uuid);
-  }
-  return out;
-}
-
 std::set<std::string> Kernel() {
   std::vector<std::string> uuids = MdevUuids();
   return {uuids.begin(), uuids.end()};
@@ -144,13 +124,13 @@ TEST_P(PluginVmTest, APodsVgpuIsMadeThroughTheBackendShownByLibvirtAndGoesWithTh
   std::set<std::string> want = {vgpu, persistent_};
   EXPECT_EQ(Kernel(), want);
   // libvirt's own tools show exactly the vGPUs there are, whichever backend made them.
-  EXPECT_TRUE(Eventually([&] { return VirshMdevs() == want; }, 5s));
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env("KVGPU_LIBVIRT_URI")) == want; }, 5s));
 
   DeletePod("a");
   EXPECT_TRUE(Eventually([&] { return !Kernel().contains(vgpu); }, 10s))
       << "the vGPU outlived its pod";
   want = {persistent_};
-  EXPECT_TRUE(Eventually([&] { return VirshMdevs() == want; }, 5s));
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env("KVGPU_LIBVIRT_URI")) == want; }, 5s));
   EXPECT_EQ(Kernel(), want) << "the persistent mdev is someone else's: never removed";
 }
 
