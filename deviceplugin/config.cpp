@@ -343,7 +343,7 @@ const char* ConfigKeysHelp() {
     enabled: false              also answer CDI device names <resource>=<deviceID> and write
                                 their specs
     dir: /var/run/cdi           where CDI specs are written
-  rescanInterval: 5s            sysfs rescan period for health and capacity (ms, s, m)
+  rescanInterval: 5s            rescan period of the backend (sysfs or libvirt) (ms, s, m)
   udevEvents: true              rescan at once on device events (udev's; libvirt's with
                                 backend: libvirt)
   logLevel: info                trace, debug, info, warn, error, critical, off
