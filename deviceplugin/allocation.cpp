@@ -182,7 +182,8 @@ Result<AllocatedVgpu> AllocationTransaction::Realize(const AllocationPlan& plan)
       return Status::Error(ErrorCode::kGone, "device " + d.id + ": its vGPU " + *plan.reuse_vgpu +
                                                  " is gone from sysfs or has no IOMMU group");
     }
-    return AllocatedVgpu{d.id, v->id, d.key.type_id, d.key.parent, *v->iommu_group, v->vfio_device};
+    return AllocatedVgpu{d.id,           v->id, d.key.type_id, d.key.parent, *v->iommu_group,
+                         v->vfio_device, true};
   }
   if (plan.replace_vgpu) {
     auto start = Clock::now();
@@ -199,6 +200,8 @@ Result<AllocatedVgpu> AllocationTransaction::Realize(const AllocationPlan& plan)
     state_.Forget(d.id, *plan.replace_vgpu);
     state_.VgpuRemoved(*plan.replace_vgpu);  // the create below takes the freed instance
   }
+  // Stamped again when Allocate returns (ResourceManager::EndAllocating): until then kubelet
+  // cannot know the vGPU, and the lifecycle leaves the device ID alone.
   CreatedVgpu record{d.id,          d.resource, "",          d.key.parent, plan.physical_gpu,
                      d.key.type_id, d.key.slot, UnixNowMs(), std::nullopt};
   mdev::CreateRequest request{d.key.parent, d.key.type_id, std::nullopt};

@@ -33,6 +33,7 @@ struct AllocatedVgpu {
   std::string parent;
   uint32_t iommu_group = 0;
   std::string vfio_device;  // "/dev/vfio/<group>"
+  bool reused = false;      // handed back to the pod that holds it, not made by this Allocate
 };
 
 struct DeviceNode {

@@ -182,6 +182,7 @@ Status Daemon::StartManager(StateStore& store) {
       std::make_unique<ResourceManager>(*backend_, options_.config, store, *tracker_, &metrics_);
   Status started = manager_->Start();
   if (!started.ok()) return started;
+  ReportBackend();  // a backend away since the start shows in the metrics (and alert) at once
   lifecycle_ = std::make_unique<Lifecycle>(*manager_, *tracker_, events_for_lifecycle_,
                                            lifecycle_options_, lifecycle_metrics_.get());
   for (const std::string& resource : manager_->Resources()) {
@@ -295,18 +296,30 @@ void Daemon::PublishSchedulerState() {
 // The serving loop, then the pod sources and the lifecycle: orphans from before a restart are
 // collected on the first pass.
 void Daemon::StartLoops() {
+  registrar_->Start();
   thread_ = std::thread([this] { Loop(); });
   tracker_->Start({[this] { lifecycle_->Trigger(true); }, [this] { lifecycle_->Trigger(false); }});
   lifecycle_->Start();
 }
 
+// Bounded whatever the peers do: calls in flight to kubelet and the API server are broken, not
+// waited out. Dropped: the state patch in flight (the next start publishes anew) and Events not
+// sent within kEventFlushLimit (counted in the log). The state file is written before every change
+// it records, so nothing of it is lost. A removal blocked in the kernel (a VM still holds the
+// mdev) is the one wait left: the kernel's, not a peer's.
 void Daemon::Stop() {
   if (stop_.exchange(true)) return;
+  constexpr std::chrono::milliseconds kEventFlushLimit{1000};
   metrics_.SetHealthCheck([] { return false; });
+  if (own_podresources_) own_podresources_->Cancel();
   if (publisher_) publisher_->Stop();
   if (tracker_) tracker_->Stop();
   if (lifecycle_) lifecycle_->Stop();
-  if (async_events_) async_events_->Flush();
+  if (async_events_ && !async_events_->Flush(kEventFlushLimit)) {
+    async_events_->Cancel();
+    spdlog::warn("Events the API server did not take within {} ms are dropped",
+                 kEventFlushLimit.count());
+  }
   device_events_.reset();
   licensing_.reset();
   watcher_.Wake();
@@ -337,7 +350,6 @@ void Daemon::Loop() {
     if (int64_t due = allocate_rescan_at_.load(); due != 0) {
       until = std::min(until, Clock::time_point(Clock::duration(due)));
     }
-    if (auto attempt = registrar_->NextAttempt()) until = std::min(until, *attempt);
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
     wait = std::clamp(wait + std::chrono::milliseconds(1), std::chrono::milliseconds(0),
                       std::chrono::milliseconds(1000));  // +1: poll's ms would round down
@@ -357,7 +369,6 @@ void Daemon::Loop() {
     } else if (now >= next_readiness_) {
       CheckReadiness();
     }
-    registrar_->RegisterIfDue(Clock::now());
   }
 }
 

@@ -175,66 +175,53 @@ void HolderTracker::Stop() {
 }
 
 void HolderTracker::ListKubelet() {
-  std::unique_lock lock(list_mutex_);
-  const uint64_t wanted = lists_started_ + 1;  // a List that starts after this call came
-  while (lists_finished_ < wanted) {
-    if (list_in_flight_) {
-      list_done_.wait(lock);
-      continue;
+  const uint64_t generation = ++lists_started_;
+  auto listed = podresources_->List();  // bounded by the client's deadline
+  std::lock_guard facts_lock(mutex_);
+  if (generation < lists_applied_) return;  // a List started later has answered already
+  lists_applied_ = generation;
+  if (listed.ok()) {
+    if (!kubelet_known_) {
+      kubelet_up_unix_ms_ = UnixNowMs();
+      kubelet_resynced_ = false;
+      // The first answer after our own start is trusted after `settle`; one after an error
+      // (kubelet or its PodResources server restarted) after kRestartSettle at the latest.
+      resync_bound_ = kubelet_ever_known_ ? kRestartSettle : settle_;
+      kubelet_ever_known_ = true;
+      spdlog::info("kubelet PodResources answering ({} pods)", listed->size());
     }
-    list_in_flight_ = true;
-    const uint64_t generation = ++lists_started_;
-    lock.unlock();
-    auto listed = podresources_->List();  // bounded by the client's deadline
-    {
-      std::lock_guard facts_lock(mutex_);
-      if (listed.ok()) {
-        if (!kubelet_known_) {
-          kubelet_up_unix_ms_ = UnixNowMs();
-          kubelet_resynced_ = false;
-          // The first answer after our own start is trusted after `settle`; one after an error
-          // (kubelet or its PodResources server restarted) after kRestartSettle at the latest.
-          resync_bound_ = kubelet_ever_known_ ? kRestartSettle : settle_;
-          kubelet_ever_known_ = true;
-          spdlog::info("kubelet PodResources answering ({} pods)", listed->size());
-        }
-        kubelet_known_ = true;
-        kubelet_holders_ = HoldersFromPodResources(*listed);
-        kubelet_pods_.clear();
-        for (const kubelet::PodResources& pod : *listed) {
-          kubelet_pods_.insert(pod.namespace_name + "/" + pod.name);
-        }
-        if (!kubelet_resynced_) {
-          HolderFacts facts;
-          facts.checkpoint_known = checkpoint_known_;
-          facts.checkpoint_uids = checkpoint_uids_;
-          facts.api_following = api_following_;
-          facts.api_pods = api_pods_;
-          kubelet_resynced_ = Resynced(*listed, facts);
-          if (kubelet_resynced_) {
-            spdlog::info("kubelet lists the node's pods again");
-          } else if (UnixNowMs() - kubelet_up_unix_ms_ >= resync_bound_.count()) {
-            // A node whose pods are all gone lists nothing for good: invariant 2 needs an end.
-            kubelet_resynced_ = true;
-            spdlog::info(
-                "kubelet has listed no pod for {} ms since it (re)started; taking its "
-                "answer as complete",
-                resync_bound_.count());
-          }
-        }
-      } else {
-        if (kubelet_known_ || kubelet_problem_ != listed.status().message()) {
-          spdlog::warn("kubelet PodResources not answering: {}; no vGPU is removed meanwhile",
-                       LogSafe(listed.status().message()));
-        }
-        kubelet_known_ = false;
-        kubelet_problem_ = listed.status().message();
+    kubelet_known_ = true;
+    kubelet_holders_ = HoldersFromPodResources(*listed);
+    kubelet_pods_.clear();
+    for (const kubelet::PodResources& pod : *listed) {
+      kubelet_pods_.insert(pod.namespace_name + "/" + pod.name);
+    }
+    if (!kubelet_resynced_) {
+      HolderFacts facts;
+      facts.checkpoint_known = checkpoint_known_;
+      facts.checkpoint_uids = checkpoint_uids_;
+      facts.api_following = api_following_;
+      facts.api_pods = api_pods_;
+      kubelet_resynced_ = Resynced(*listed, facts);
+      if (kubelet_resynced_) {
+        spdlog::info("kubelet lists the node's pods again");
+      } else if (UnixNowMs() - kubelet_up_unix_ms_ >= resync_bound_.count()) {
+        // A node whose pods are all gone lists nothing for good: invariant 2 needs an end.
+        kubelet_resynced_ = true;
+        spdlog::info(
+            "kubelet has listed no pod for {} ms since it (re)started; taking its "
+            "answer as complete",
+            resync_bound_.count());
       }
     }
-    lock.lock();
-    list_in_flight_ = false;
-    lists_finished_ = generation;
-    list_done_.notify_all();
+  } else {
+    // kubelet's words: escaped once, here, for every verdict and log line that quotes them.
+    std::string problem = LogSafe(listed.status().message(), 512);
+    if (kubelet_known_ || kubelet_problem_ != problem) {
+      spdlog::warn("kubelet PodResources not answering: {}; no vGPU is removed meanwhile", problem);
+    }
+    kubelet_known_ = false;
+    kubelet_problem_ = std::move(problem);
   }
 }
 

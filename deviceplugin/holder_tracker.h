@@ -25,6 +25,7 @@
 //   - the API server, while followed, shows alive a pod the checkpoint gave the ID: held.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -135,12 +136,12 @@ class HolderTracker : public HolderOracle {
   void ListKubelet();
   void ApplyCheckpoint(const kubelet::CheckpointView& view);  // caller holds mutex_
 
-  // One List in flight at a time; a caller waits for one that started after it came.
-  std::mutex list_mutex_;
-  std::condition_variable list_done_;
-  bool list_in_flight_ = false;
-  uint64_t lists_started_ = 0;
-  uint64_t lists_finished_ = 0;
+  // Every caller runs its own List at once, never waiting for one that started before it came
+  // (that one may predate what it must see, and waiting first would cost it two deadlines).
+  // Lists may overlap; the facts are those of the newest List to have finished, and an older
+  // one finishing later is dropped. A caller thus always reads a List started after it came.
+  std::atomic<uint64_t> lists_started_{0};
+  uint64_t lists_applied_ = 0;  // guarded by mutex_
 
   mutable std::mutex mutex_;
   bool kubelet_resynced_ = false;

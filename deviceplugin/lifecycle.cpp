@@ -34,6 +34,11 @@ PassPlan PlanPass(const LifecycleSnapshot& snapshot, const HolderFacts& facts,
     std::string key = FreeKey(r);
     seen.insert(key);
     if (snapshot.removing.contains(r.device_id)) continue;
+    if (snapshot.allocating.contains(r.device_id)) {
+      // kubelet is handing the ID out right now: whatever the facts say predates its answer.
+      free_since.erase(key);
+      continue;
+    }
     Verdict verdict = Judge(r, facts, now_unix_ms, options.settle);
     switch (verdict.holding) {
       case Holding::kHeld:
@@ -48,6 +53,10 @@ PassPlan PlanPass(const LifecycleSnapshot& snapshot, const HolderFacts& facts,
         free_since.erase(key);
         break;
       case Holding::kFree: {
+        if (!snapshot.inventory_known) {
+          ++plan.unknown;  // the backend was never read: gone and unseen look the same
+          break;
+        }
         if (!snapshot.existing.contains(r.vgpu_id)) {
           plan.forget.push_back(r);
           free_since.erase(key);
@@ -264,6 +273,13 @@ bool Lifecycle::TryRemove(Removal& removal) {
   LifecycleSnapshot snapshot = manager_.Snapshot();
   const CreatedVgpu* record = FindRecord(snapshot, wanted);
   if (record == nullptr) return true;  // replaced or removed meanwhile
+  if (snapshot.allocating.contains(wanted.device_id)) {
+    spdlog::info("removal of vgpu {} called off: kubelet is allocating device {} again",
+                 wanted.vgpu_id, wanted.device_id);
+    std::lock_guard lock(pass_mutex_);
+    free_since_.erase(FreeKey(wanted));
+    return true;
+  }
   Verdict verdict = Judge(*record, facts, UnixNowMs(), options_.settle);
   if (verdict.holding != Holding::kFree) {
     spdlog::info("removal of vgpu {} called off: {}", wanted.vgpu_id, verdict.why);
@@ -272,7 +288,7 @@ bool Lifecycle::TryRemove(Removal& removal) {
     return true;
   }
   ++removal.attempts;
-  Status removed = manager_.RemoveVgpu(wanted.device_id, wanted.vgpu_id);
+  Status removed = manager_.RemoveVgpu(wanted.device_id, wanted.vgpu_id, Remover::kLifecycle);
   if (observer_ != nullptr) observer_->OnRemoval(wanted.resource, removed);
   std::string owner = record->owner_pod.value_or("");
   if (removed.ok()) {

@@ -28,6 +28,7 @@ std::vector<std::string> NodeState::ReplaceInventory(mdev::Inventory inventory) 
     }
   }
   inventory_ = std::move(inventory);
+  inventory_known_ = true;
   return fresh;
 }
 
@@ -49,6 +50,16 @@ bool NodeState::Forget(const std::string& device_id, const std::string& vgpu_id)
   return std::erase_if(records_, [&](const CreatedVgpu& r) {
            return r.device_id == device_id && r.vgpu_id == vgpu_id;
          }) > 0;
+}
+
+bool NodeState::StampCreated(const std::string& device_id, const std::string& vgpu_id,
+                             int64_t now_unix_ms) {
+  for (CreatedVgpu& r : records_) {
+    if (r.device_id != device_id || r.vgpu_id != vgpu_id) continue;
+    r.created_unix_ms = now_unix_ms;
+    return true;
+  }
+  return false;
 }
 
 bool NodeState::SetOwners(const std::map<std::string, std::string>& owners) {
@@ -97,10 +108,13 @@ void NodeState::VgpuRemoved(const std::string& vgpu_id) {
   inventory_.vgpus.erase(v);
 }
 
-LifecycleSnapshot NodeState::Snapshot(const std::set<std::string>& removing) const {
+LifecycleSnapshot NodeState::Snapshot(const std::set<std::string>& removing,
+                                      const std::set<std::string>& allocating) const {
   LifecycleSnapshot out;
   out.records = records_;
   out.removing = removing;
+  out.allocating = allocating;
+  out.inventory_known = inventory_known_;
   std::set<std::string> ours;
   for (const CreatedVgpu& r : records_) ours.insert(r.vgpu_id);
   for (const mdev::Vgpu& v : inventory_.vgpus) {

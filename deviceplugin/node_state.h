@@ -21,8 +21,14 @@ namespace kvgpu::deviceplugin {
 // What the lifecycle reads, in one consistent look.
 struct LifecycleSnapshot {
   std::vector<CreatedVgpu> records;
-  std::set<std::string> existing;    // vGPU ids the kernel showed in the last scan
-  std::set<std::string> removing;    // device IDs whose vGPU is being removed right now
+  std::set<std::string> existing;  // vGPU ids the kernel showed in the last scan
+  std::set<std::string> removing;  // device IDs whose vGPU is being removed right now
+  // False until the backend has been read once (libvirtd away since the start): what does not
+  // exist cannot be told from what was not seen, so nothing is forgotten or removed.
+  bool inventory_known = true;
+  // Device IDs of an Allocate still in flight: kubelet cannot know their pod before Allocate
+  // returns, so nothing about them is judged until it has.
+  std::set<std::string> allocating;
   std::vector<std::string> foreign;  // vGPUs in sysfs this plugin did not create: never touched
 };
 
@@ -38,6 +44,8 @@ class NodeState {
   std::vector<std::string> ReplaceInventory(mdev::Inventory inventory);
 
   const mdev::Inventory& inventory() const { return inventory_; }
+  // Whether any scan has been taken: before the first, the empty view says nothing.
+  bool inventory_known() const { return inventory_known_; }
   const std::vector<CreatedVgpu>& records() const { return records_; }
   const CreatedVgpu* RecordFor(const std::string& device_id) const;
 
@@ -50,6 +58,10 @@ class NodeState {
   bool Forget(const std::string& device_id, const std::string& vgpu_id);
   // Sets which pod holds each device ID ("namespace/name"); true when a record changed.
   bool SetOwners(const std::map<std::string, std::string>& owners);
+  // Restarts the "made moments ago" clock of the record of `device_id` naming `vgpu_id` at
+  // `now_unix_ms`: the moment Allocate returns, when kubelet can first know the vGPU's pod. False
+  // when there is no such record. Not saved.
+  bool StampCreated(const std::string& device_id, const std::string& vgpu_id, int64_t now_unix_ms);
   Status Save();
 
   // The kernel created `vgpu`: in the view, one instance of its type fewer on its parent.
@@ -58,7 +70,8 @@ class NodeState {
   // already saw it go (counts included).
   void VgpuRemoved(const std::string& vgpu_id);
 
-  LifecycleSnapshot Snapshot(const std::set<std::string>& removing) const;
+  LifecycleSnapshot Snapshot(const std::set<std::string>& removing,
+                             const std::set<std::string>& allocating) const;
 
   // Raised by every VgpuCreated and VgpuRemoved: a scan read while it changed may predate the
   // change, and must not replace the view (ResourceManager::Refresh).
@@ -71,6 +84,7 @@ class NodeState {
   mdev::Inventory inventory_;
   std::vector<CreatedVgpu> records_;
   uint64_t own_changes_ = 0;
+  bool inventory_known_ = false;
 };
 
 }  // namespace kvgpu::deviceplugin

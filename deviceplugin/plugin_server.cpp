@@ -451,12 +451,21 @@ void PluginServer::Notify() {
 }
 
 Status PluginServer::Register(const std::filesystem::path& kubelet_socket,
-                              std::chrono::milliseconds timeout) {
+                              std::chrono::milliseconds timeout, Canceller* cancel) {
   auto channel =
       grpc::CreateChannel("unix://" + kubelet_socket.string(), grpc::InsecureChannelCredentials());
   auto stub = api::Registration::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
+  if (cancel != nullptr && !cancel->Arm([&context] { context.TryCancel(); })) {
+    return Status::Error(ErrorCode::kCancelled, "registration of " + resource_ + " cancelled");
+  }
+  struct Disarm {
+    Canceller* cancel;
+    ~Disarm() {
+      if (cancel != nullptr) cancel->Disarm();
+    }
+  } disarm{cancel};
   api::RegisterRequest request;
   request.set_version(kApiVersion);
   request.set_endpoint(socket_name_);
@@ -464,6 +473,9 @@ Status PluginServer::Register(const std::filesystem::path& kubelet_socket,
   request.mutable_options()->set_get_preferred_allocation_available(true);
   api::Empty empty;
   grpc::Status status = stub->Register(&context, request, &empty);
+  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+    return Status::Error(ErrorCode::kCancelled, "registration of " + resource_ + " cancelled");
+  }
   if (!status.ok()) {
     ErrorCode code = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                              status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/canceller.h"
 #include "common/status.h"
 #include "deviceplugin/resource_manager.h"
 
@@ -43,8 +44,10 @@ class PluginServer {
   Status Serve();
   // Ends ListAndWatch streams, stops the server and removes the socket.
   void Stop();
-  // Registers with kubelet; fails fast when kubelet is not listening.
-  Status Register(const std::filesystem::path& kubelet_socket, std::chrono::milliseconds timeout);
+  // Registers with kubelet; fails fast when kubelet is not listening, at `timeout` when it
+  // accepts and never answers, and at once when `cancel` fires (kCancelled).
+  Status Register(const std::filesystem::path& kubelet_socket, std::chrono::milliseconds timeout,
+                  Canceller* cancel = nullptr);
   // Some device list may have changed: the caller's thread reads this resource's list once and
   // starts the write on every open ListAndWatch stream whose kubelet does not have it yet. Must
   // not be called with the manager's lock held (the change listener is called outside it).

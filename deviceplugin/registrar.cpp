@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "common/log_safe.h"
+
 namespace kvgpu::deviceplugin {
 
 Registrar::Registrar(RegistrarOptions options, RegistrarHooks hooks)
@@ -16,6 +20,35 @@ Registrar::~Registrar() {
 void Registrar::AttemptAtOnce() {
   next_attempt_ = Clock::now();
   backoff_.Reset();
+  due_.notify_all();
+}
+
+void Registrar::CancelInFlight() {
+  for (Canceller* cancel : in_flight_) cancel->Cancel();
+}
+
+void Registrar::Start() {
+  std::lock_guard lock(mutex_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { Attempts(); });
+}
+
+void Registrar::Attempts() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (unregistered_.empty()) {
+      due_.wait(lock);
+      continue;
+    }
+    if (Clock::now() < next_attempt_) {
+      due_.wait_until(lock, next_attempt_);
+      continue;
+    }
+    lock.unlock();
+    RegisterPending();
+    lock.lock();
+  }
 }
 
 void Registrar::EnsureServers(const std::vector<std::string>& resources) {
@@ -71,6 +104,8 @@ void Registrar::HandleDirEvents(const std::vector<DirEvent>& events) {
   if (kubelet_back) {
     spdlog::info("kubelet.sock created (kubelet started); registering again");
     if (hooks_.kubelet_restarted) hooks_.kubelet_restarted("kubelet.sock created");
+    // A round still waiting on the kubelet that went away would hold up the one that came.
+    CancelInFlight();
   }
   AttemptAtOnce();
 }
@@ -97,41 +132,66 @@ void Registrar::RegisterPending() {
       }
     }
   }
-  bool failed = false;
-  for (auto& [resource, server] : pending) {
-    // Registering a resource again means kubelet lost it: most often a kubelet restart, however
-    // it was noticed. Removals wait until kubelet lists the node's pods again - from before the
-    // first registration on, since kubelet may admit pods (and our lifecycle list it) as soon
-    // as one resource is back.
-    bool note_restart = false;
-    {
-      std::lock_guard lock(mutex_);
-      // Noted once per restart, not once per resource or retry: until all are registered again.
-      note_restart = registered_once_.contains(resource) && !restart_noted_;
-      if (note_restart) restart_noted_ = true;
-    }
-    if (note_restart && hooks_.kubelet_restarted) {
-      hooks_.kubelet_restarted("a resource registers again");
-    }
-    Status registered = server->Register(options_.kubelet_socket, options_.register_timeout);
-    if (hooks_.attempted) hooks_.attempted(resource, registered.ok());
+  // Every resource at once: a round costs one register timeout, not one per resource.
+  std::vector<Canceller> cancels(pending.size());
+  {
     std::lock_guard lock(mutex_);
-    if (registered.ok()) {
-      unregistered_.erase(resource);
-      if (unregistered_.empty()) restart_noted_ = false;
-      kubelet_missing_logged_ = false;
-      registered_once_.insert(resource);
-      continue;
+    for (Canceller& cancel : cancels) {
+      if (stopping_) cancel.Cancel();
+      in_flight_.push_back(&cancel);
     }
-    failed = true;
-    spdlog::log(kubelet_missing_logged_ ? spdlog::level::debug : spdlog::level::warn,
-                "{}; retrying", registered.message());
-    kubelet_missing_logged_ = true;
   }
-  if (failed) {
-    std::lock_guard lock(mutex_);
+  std::vector<char> took(pending.size(), 0);
+  std::vector<std::thread> calls;
+  calls.reserve(pending.size());
+  for (size_t i = 0; i < pending.size(); ++i) {
+    calls.emplace_back([&, i] {
+      took[i] = RegisterOne(pending[i].first, *pending[i].second, cancels[i]) ? 1 : 0;
+    });
+  }
+  for (std::thread& call : calls) call.join();
+  std::lock_guard lock(mutex_);
+  std::erase_if(in_flight_, [&](Canceller* c) {
+    return c >= cancels.data() && c < cancels.data() + cancels.size();
+  });
+  bool cancelled = false;
+  for (const Canceller& cancel : cancels) cancelled = cancelled || cancel.cancelled();
+  // A cancelled round was cut short for a new kubelet (AttemptAtOnce set the clock) or for Stop.
+  if (!cancelled && std::find(took.begin(), took.end(), 0) != took.end()) {
     next_attempt_ = Clock::now() + backoff_.Next();
   }
+}
+
+bool Registrar::RegisterOne(const std::string& resource, PluginServer& server, Canceller& cancel) {
+  // Registering a resource again means kubelet lost it: most often a kubelet restart, however
+  // it was noticed. Removals wait until kubelet lists the node's pods again - from before the
+  // first registration on, since kubelet may admit pods (and our lifecycle list it) as soon
+  // as one resource is back.
+  bool note_restart = false;
+  {
+    std::lock_guard lock(mutex_);
+    // Noted once per restart, not once per resource or retry: until all are registered again.
+    note_restart = registered_once_.contains(resource) && !restart_noted_;
+    if (note_restart) restart_noted_ = true;
+  }
+  if (note_restart && hooks_.kubelet_restarted) {
+    hooks_.kubelet_restarted("a resource registers again");
+  }
+  Status registered = server.Register(options_.kubelet_socket, options_.register_timeout, &cancel);
+  if (registered.code() == ErrorCode::kCancelled) return false;
+  if (hooks_.attempted) hooks_.attempted(resource, registered.ok());
+  std::lock_guard lock(mutex_);
+  if (registered.ok()) {
+    unregistered_.erase(resource);
+    if (unregistered_.empty()) restart_noted_ = false;
+    kubelet_missing_logged_ = false;
+    registered_once_.insert(resource);
+    return true;
+  }
+  spdlog::log(kubelet_missing_logged_ ? spdlog::level::debug : spdlog::level::warn, "{}; retrying",
+              LogSafe(registered.message(), 512));
+  kubelet_missing_logged_ = true;
+  return false;
 }
 
 void Registrar::Notify() {
@@ -149,6 +209,13 @@ std::set<std::string> Registrar::Registered() const {
 }
 
 void Registrar::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    CancelInFlight();
+    due_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
   {
     std::lock_guard lock(notify_mutex_);
     notify_.clear();

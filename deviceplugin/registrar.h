@@ -2,11 +2,15 @@
 // device-plugins directory and registered with kubelet's Registration service - at start, and
 // again whenever kubelet loses the registration (kubelet.sock created anew, our socket removed).
 // Failed registrations are retried with a backoff capped so that a restarted kubelet is found
-// within seconds. The daemon's loop drives it: it passes the directory's events in and asks when
-// the next attempt is due.
+// within seconds. The daemon's loop passes the directory's events in; the attempts run on the
+// registrar's own thread (Start), every pending resource at once, each bounded by the register
+// timeout, so a kubelet that accepts and never answers costs one timeout a round and holds up
+// nothing else. A new kubelet.sock cancels the round in flight: the new kubelet is asked at once.
+// Tests may drive the attempts by hand instead (NextAttempt, RegisterIfDue).
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -15,9 +19,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/backoff.h"
+#include "common/canceller.h"
 #include "deviceplugin/plugin_server.h"
 #include "deviceplugin/socket_watch.h"
 
@@ -63,6 +69,8 @@ class Registrar {
   std::optional<Clock::time_point> NextAttempt() const;
   // Registers what waits, if the attempt is due by `now`; a failure backs off.
   void RegisterIfDue(Clock::time_point now);
+  // Attempts registrations on the registrar's own thread from now on.
+  void Start();
   // Some device list may have changed: every server pushes. Never waits for a server to stop.
   void Notify();
   // Resources registered with kubelet and not lost since.
@@ -72,7 +80,11 @@ class Registrar {
 
  private:
   void RegisterPending();
-  void AttemptAtOnce();  // with mutex_ held
+  // One resource's attempt; true when kubelet took it.
+  bool RegisterOne(const std::string& resource, PluginServer& server, Canceller& cancel);
+  void AttemptAtOnce();   // with mutex_ held
+  void CancelInFlight();  // with mutex_ held
+  void Attempts();        // the thread's loop
 
   RegistrarOptions options_;
   RegistrarHooks hooks_;
@@ -91,6 +103,10 @@ class Registrar {
   Backoff backoff_;
   Clock::time_point next_attempt_{};
   bool kubelet_missing_logged_ = false;
+  std::vector<Canceller*> in_flight_;  // the round's calls, broken by CancelInFlight
+  std::condition_variable due_;        // an attempt fell due sooner, or Stop
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 }  // namespace kvgpu::deviceplugin

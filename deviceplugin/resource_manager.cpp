@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/backoff.h"
+#include "common/clock.h"
 #include "common/log_safe.h"
 #include "deviceplugin/cdi.h"
 #include "deviceplugin/failpoint.h"
@@ -31,7 +32,14 @@ Status ResourceManager::Start() {
     std::lock_guard lock(mutex_);
     if (Status loaded = state_.Load(); !loaded.ok()) return loaded;
   }
-  return Refresh();
+  Status refreshed = Refresh();
+  if (refreshed.ok() || refreshed.code() != ErrorCode::kTransport) return refreshed;
+  // A backend behind a connection (libvirtd) that is away at start: the daemon serves health
+  // and metrics, advertises nothing from the backend, and its rescans connect once it is back.
+  // Until the first scan nothing of ours is forgotten or removed (NodeState::inventory_known).
+  spdlog::warn("{} backend unreachable at start ({}); advertising nothing until it answers",
+               backend_.Name(), refreshed.message());
+  return Status::Ok();
 }
 
 void ResourceManager::SetChangeListener(std::function<void()> listener) {
@@ -134,6 +142,47 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     spdlog::warn("allocate refused resource={} reason={}", LogSafe(resource), shape.message());
     return shape;
   }
+  BeginAllocating(containers);
+  Result<std::vector<ContainerAllocation>> answers = AllocateInFlight(resource, containers);
+  EndAllocating(containers, answers.ok() ? &*answers : nullptr);
+  return answers;
+}
+
+void ResourceManager::BeginAllocating(const std::vector<std::vector<std::string>>& containers) {
+  std::lock_guard lock(mutex_);
+  for (const auto& ids : containers) allocating_.insert(ids.begin(), ids.end());
+}
+
+void ResourceManager::EndAllocating(const std::vector<std::vector<std::string>>& containers,
+                                    const std::vector<ContainerAllocation>* made) {
+  std::lock_guard lock(mutex_);
+  for (const auto& ids : containers) {
+    for (const std::string& id : ids) {
+      if (auto it = allocating_.find(id); it != allocating_.end()) allocating_.erase(it);
+    }
+  }
+  if (made == nullptr) return;
+  // kubelet learns of the vGPUs now, and records their pod only after this: a create slower than
+  // the settle time must not make a vGPU old at birth.
+  const int64_t now = UnixNowMs();
+  bool stamped = false;
+  for (const ContainerAllocation& container : *made) {
+    for (const AllocatedVgpu& v : container.vgpus) {
+      if (v.reused) continue;  // its pod has known it since its first Allocate
+      stamped = state_.StampCreated(v.device_id, v.vgpu_id, now) || stamped;
+    }
+  }
+  if (stamped) {
+    if (Status saved = state_.Save(); !saved.ok()) {
+      // The in-memory stamp protects the vGPU in this process; after a restart, kubelet's
+      // resync rules do (holder_tracker.h).
+      spdlog::warn("allocation time of new vGPUs not saved: {}", saved.ToString());
+    }
+  }
+}
+
+Result<std::vector<ContainerAllocation>> ResourceManager::AllocateInFlight(
+    const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
   EarlierVgpus earlier = JudgeEarlier(resource, containers);
   if (Status removed = RemoveEarlierVgpus(resource, containers, earlier); !removed.ok()) {
     if (observer_ != nullptr) observer_->OnAllocation(resource, removed);
@@ -324,7 +373,7 @@ scheduling::NodeVgpuState ResourceManager::SchedulerState() const {
 
 LifecycleSnapshot ResourceManager::Snapshot() const {
   std::lock_guard lock(mutex_);
-  return state_.Snapshot(removing_);
+  return state_.Snapshot(removing_, {allocating_.begin(), allocating_.end()});
 }
 
 Status ResourceManager::SetOwners(const std::map<std::string, std::string>& owners) {
@@ -337,7 +386,8 @@ void ResourceManager::SetRemovalWait(std::chrono::milliseconds wait) {
   removal_wait_ = wait;
 }
 
-Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::string& vgpu_id) {
+Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::string& vgpu_id,
+                                   Remover by) {
   std::string resource;
   {
     std::lock_guard lock(mutex_);
@@ -345,6 +395,12 @@ Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::stri
     if (record == nullptr || record->vgpu_id != vgpu_id) {
       return Status::Error(ErrorCode::kGone, "device " + device_id + " no longer names vGPU " +
                                                  vgpu_id + " (handed out again or removed)");
+    }
+    if (by == Remover::kLifecycle && allocating_.contains(device_id)) {
+      return Status::Error(ErrorCode::kGone, "device " + device_id +
+                                                 " is being handed out again; its Allocate "
+                                                 "decides about vGPU " +
+                                                 vgpu_id);
     }
     if (!removing_.insert(device_id).second) {
       return Status::Error(ErrorCode::kBusy, "device " + device_id + ": a removal is in flight");
@@ -387,6 +443,9 @@ Status ResourceManager::ForgetVgpu(const std::string& device_id, const std::stri
   {
     std::lock_guard lock(mutex_);
     if (removing_.contains(device_id)) return Status::Error(ErrorCode::kBusy, "removal in flight");
+    if (!state_.inventory_known()) {
+      return Status::Error(ErrorCode::kBusy, "the backend has not been read since the start");
+    }
     if (state_.inventory().FindVgpu(vgpu_id) != nullptr) {
       return Status::Error(ErrorCode::kBusy, "vGPU " + vgpu_id + " still exists");
     }

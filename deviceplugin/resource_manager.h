@@ -32,6 +32,11 @@
 
 namespace kvgpu::deviceplugin {
 
+// Who asks for a removal: the lifecycle's removals give way to an Allocate of the same device ID
+// in flight (kubelet is handing the ID out again); an Allocate's own removal of the ID's earlier
+// vGPU does not.
+enum class Remover { kAllocate, kLifecycle };
+
 class ResourceManager {
  public:
   ResourceManager(mdev::Backend& backend, Config config, StateStore& store, HolderOracle& holders,
@@ -79,12 +84,16 @@ class ResourceManager {
   // longer names that vGPU (kubelet handed the ID out again meanwhile). The kernel's remove may
   // block while a VM still holds the device, so this runs without the manager's lock; an Allocate
   // of the same device ID waits for it (up to SetRemovalWait) instead of racing it.
-  Status RemoveVgpu(const std::string& device_id, const std::string& vgpu_id);
+  Status RemoveVgpu(const std::string& device_id, const std::string& vgpu_id,
+                    Remover by = Remover::kAllocate);
   // Forgets a record whose vGPU the kernel no longer shows (a reboot, or someone removed it).
   Status ForgetVgpu(const std::string& device_id, const std::string& vgpu_id);
   void SetRemovalWait(std::chrono::milliseconds wait);
 
  private:
+  // Allocate with its device IDs marked in flight.
+  Result<std::vector<ContainerAllocation>> AllocateInFlight(
+      const std::string& resource, const std::vector<std::vector<std::string>>& containers);
   // Who holds the earlier vGPUs of the requested IDs: asked without the lock (kubelet may be slow).
   EarlierVgpus JudgeEarlier(const std::string& resource,
                             const std::vector<std::vector<std::string>>& containers);
@@ -99,6 +108,11 @@ class ResourceManager {
   Result<std::vector<ContainerAllocation>> AllocateLocked(
       const std::string& resource, const std::vector<std::vector<std::string>>& containers,
       const EarlierVgpus& earlier, bool& changed);
+  // The device IDs of one Allocate are in flight from its start until it returns; then the
+  // vGPUs it made start their "made moments ago" clock (holder_tracker.h: Judge).
+  void BeginAllocating(const std::vector<std::vector<std::string>>& containers);
+  void EndAllocating(const std::vector<std::vector<std::string>>& containers,
+                     const std::vector<ContainerAllocation>* made);
   void Rebuild();  // the catalogue from the node state; caller holds mutex_
   void AfterChange(bool changed);
 
@@ -112,7 +126,8 @@ class ResourceManager {
   DeviceCatalogue catalogue_;
   std::function<void()> listener_;
   std::function<void()> refresh_requester_;
-  std::set<std::string> removing_;  // device IDs
+  std::set<std::string> removing_;         // device IDs
+  std::multiset<std::string> allocating_;  // device IDs, once per Allocate in flight
   std::condition_variable removal_done_;
   std::chrono::milliseconds removal_wait_{10000};
 };

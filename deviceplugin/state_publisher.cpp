@@ -40,9 +40,11 @@ Result<bool> StatePublisher::PublishIfDue() {
   }
   state.generation = generation;
   state.published_unix_ms = UnixNowMs();
-  Result<nlohmann::json> patched = api_.Patch(
-      "/api/v1/nodes/" + kube::QueryEscape(options_.node_name),
-      AnnotationPatch(scheduling::RenderNodeState(state)), "application/merge-patch+json");
+  Result<nlohmann::json> patched =
+      api_.Patch("/api/v1/nodes/" + kube::QueryEscape(options_.node_name),
+                 AnnotationPatch(scheduling::RenderNodeState(state)),
+                 "application/merge-patch+json", &cancel_);
+  if (!patched.ok() && patched.status().code() == ErrorCode::kCancelled) return patched.status();
   if (observer_) observer_(patched.ok(), generation);
   if (!patched.ok()) return patched.status();
   std::lock_guard lock(mutex_);
@@ -58,6 +60,7 @@ void StatePublisher::Start() {
     std::lock_guard lock(mutex_);
     stopping_ = false;
   }
+  cancel_.Reset();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -67,6 +70,9 @@ void StatePublisher::Stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  // A patch the API server never answers would hold shutdown for the client's 30 s timeout. What
+  // it carried is dropped: the state is the plugin's view, rebuilt and published at the next start.
+  cancel_.Cancel();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -81,6 +87,7 @@ void StatePublisher::Loop() {
       if (stopping_) return;
     }
     Result<bool> published = PublishIfDue();
+    if (!published.ok() && published.status().code() == ErrorCode::kCancelled) return;
     if (published.ok()) {
       if (failing) spdlog::info("vGPU state published on node {} again", options_.node_name);
       failing = false;

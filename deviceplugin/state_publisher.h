@@ -66,6 +66,7 @@ class StatePublisher {
   std::optional<scheduling::NodeVgpuState> last_;  // what the API server has
   std::chrono::steady_clock::time_point last_time_{};
   uint64_t generation_ = 0;
+  Canceller cancel_;  // breaks the patch in flight at Stop
   std::thread thread_;
 };
 

@@ -144,34 +144,6 @@ ApiClient::ApiClient(const Config& config, ClientOptions options)
 
 ApiClient::~ApiClient() = default;
 
-void Canceller::Cancel() {
-  std::lock_guard lock(mutex_);
-  cancelled_ = true;
-  if (hook_) hook_();
-}
-
-void Canceller::Reset() {
-  std::lock_guard lock(mutex_);
-  cancelled_ = false;
-}
-
-bool Canceller::cancelled() const {
-  std::lock_guard lock(mutex_);
-  return cancelled_;
-}
-
-bool Canceller::Arm(std::function<void()> hook) {
-  std::lock_guard lock(mutex_);
-  if (cancelled_) return false;
-  hook_ = std::move(hook);
-  return true;
-}
-
-void Canceller::Disarm() {
-  std::lock_guard lock(mutex_);
-  hook_ = nullptr;
-}
-
 std::string ApiClient::FullPath(const std::string& path) const {
   return path_prefix_ + path;
 }
@@ -277,13 +249,14 @@ Result<nlohmann::json> ApiClient::Get(const std::string& path, Canceller* cancel
   return Send("GET", path, nullptr, "", cancel);
 }
 
-Result<nlohmann::json> ApiClient::Post(const std::string& path, const nlohmann::json& body) {
-  return Send("POST", path, &body, "application/json", nullptr);
+Result<nlohmann::json> ApiClient::Post(const std::string& path, const nlohmann::json& body,
+                                       Canceller* cancel) {
+  return Send("POST", path, &body, "application/json", cancel);
 }
 
 Result<nlohmann::json> ApiClient::Patch(const std::string& path, const nlohmann::json& body,
-                                        const std::string& content_type) {
-  return Send("PATCH", path, &body, content_type, nullptr);
+                                        const std::string& content_type, Canceller* cancel) {
+  return Send("PATCH", path, &body, content_type, cancel);
 }
 
 Status ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle_timeout,

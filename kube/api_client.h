@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/canceller.h"
 #include "common/status.h"
 #include "kube/config.h"
 
@@ -27,23 +28,7 @@ struct ClientOptions {
   std::string user_agent = "kata-vgpu";
 };
 
-// Lets one thread break another's request: Stop() of a watch blocked in a read, or of a list
-// against a server that answers slowly.
-class Canceller {
- public:
-  // Breaks the request in flight, and every later one until Reset().
-  void Cancel();
-  void Reset();
-  bool cancelled() const;
-  // For transports: `hook` breaks the request now in flight; false when already cancelled.
-  bool Arm(std::function<void()> hook);
-  void Disarm();
-
- private:
-  mutable std::mutex mutex_;
-  bool cancelled_ = false;
-  std::function<void()> hook_;
-};
+using kvgpu::Canceller;  // common/canceller.h
 
 // What the watch loop and the event recorder need; tests can stand in without HTTP.
 class ApiTransport {
@@ -52,11 +37,14 @@ class ApiTransport {
   // GET/POST/PATCH a JSON document. A non-2xx answer is an Error carrying the status and the
   // message of the API's Status object; 410 is ErrorCode::kExpired.
   virtual Result<nlohmann::json> Get(const std::string& path, Canceller* cancel = nullptr) = 0;
-  virtual Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) = 0;
+  virtual Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
+                                      Canceller* cancel = nullptr) = 0;
   // `content_type` is the patch flavour: application/merge-patch+json,
-  // application/strategic-merge-patch+json or application/json-patch+json.
+  // application/strategic-merge-patch+json or application/json-patch+json. `cancel` breaks it
+  // (a shutdown must not wait out a hung API server).
   virtual Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
-                                       const std::string& content_type) = 0;
+                                       const std::string& content_type,
+                                       Canceller* cancel = nullptr) = 0;
   // GETs `path`; `on_open` runs once the server accepted (200), then `on_line` gets each
   // non-empty line of the body as it arrives, until the server ends the body (ok), `on_line`
   // returns false (ok), the stream breaks or stays silent longer than `idle_timeout`
@@ -75,9 +63,11 @@ class ApiClient : public ApiTransport {
   ~ApiClient() override;
 
   Result<nlohmann::json> Get(const std::string& path, Canceller* cancel = nullptr) override;
-  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
+  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
+                              Canceller* cancel = nullptr) override;
   Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
-                               const std::string& content_type) override;
+                               const std::string& content_type,
+                               Canceller* cancel = nullptr) override;
   Status Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
                 const std::function<void()>& on_open,
                 const std::function<bool(std::string_view line)>& on_line,

@@ -59,7 +59,8 @@ Status ApiEventRecorder::Record(const PodRef& pod, EventType type, const std::st
   }
   const auto event =
       BuildEvent(pod, type, reason, message, component_, host_, std::chrono::system_clock::now());
-  auto answer = transport_.Post("/api/v1/namespaces/" + pod.EventNamespace() + "/events", event);
+  auto answer =
+      transport_.Post("/api/v1/namespaces/" + pod.EventNamespace() + "/events", event, &cancel_);
   return answer.ok() ? Status() : answer.status();
 }
 
@@ -72,6 +73,7 @@ AsyncEventRecorder::~AsyncEventRecorder() {
     stopping_ = true;
   }
   wake_.notify_all();
+  inner_.Cancel();
   thread_.join();
 }
 
@@ -79,6 +81,10 @@ Status AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::
                                   const std::string& message) {
   {
     std::lock_guard lock(mutex_);
+    if (cancelled_) {
+      ++dropped_;
+      return Status();
+    }
     if (queue_.size() >= capacity_) {
       queue_.pop_front();
       ++dropped_;
@@ -92,6 +98,22 @@ Status AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::
 void AsyncEventRecorder::Flush() {
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [this] { return queue_.empty() && !sending_; });
+}
+
+void AsyncEventRecorder::Cancel() {
+  {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    dropped_ += queue_.size();
+    queue_.clear();
+    idle_.notify_all();
+  }
+  inner_.Cancel();
+}
+
+bool AsyncEventRecorder::Flush(std::chrono::milliseconds limit) {
+  std::unique_lock lock(mutex_);
+  return idle_.wait_for(lock, limit, [this] { return queue_.empty() && !sending_; });
 }
 
 std::size_t AsyncEventRecorder::dropped() const {

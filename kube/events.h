@@ -40,6 +40,9 @@ class EventRecorder {
   // `reason` is short CamelCase (VgpuCreated); `message` is for humans.
   virtual Status Record(const PodRef& pod, EventType type, const std::string& reason,
                         const std::string& message) = 0;
+  // Breaks the event being sent and every later one: shutdown does not wait for an API server
+  // that accepts and never answers.
+  virtual void Cancel() {}
 };
 
 // The core/v1 Event as the API takes it; `now` makes the timestamps and the name.
@@ -54,9 +57,11 @@ class ApiEventRecorder : public EventRecorder {
   ApiEventRecorder(ApiTransport& transport, std::string component, std::string host);
   Status Record(const PodRef& pod, EventType type, const std::string& reason,
                 const std::string& message) override;
+  void Cancel() override { cancel_.Cancel(); }
 
  private:
   ApiTransport& transport_;
+  Canceller cancel_;
   std::string component_;
   std::string host_;
 };
@@ -67,7 +72,7 @@ class ApiEventRecorder : public EventRecorder {
 class AsyncEventRecorder : public EventRecorder {
  public:
   AsyncEventRecorder(EventRecorder& inner, std::size_t capacity = 256);
-  // Finishes the event in hand; what still waits is dropped.
+  // Breaks the event in hand (inner's Cancel); what still waits is dropped.
   ~AsyncEventRecorder() override;
   AsyncEventRecorder(const AsyncEventRecorder&) = delete;
   AsyncEventRecorder& operator=(const AsyncEventRecorder&) = delete;
@@ -77,6 +82,10 @@ class AsyncEventRecorder : public EventRecorder {
                 const std::string& message) override;
   // Waits until the queue is empty and the event in hand sent (tests, shutdown).
   void Flush();
+  // The same for at most `limit`; false when events were still waiting or in hand then.
+  bool Flush(std::chrono::milliseconds limit);
+  // Drops what waits and everything recorded from now on, and breaks the event in hand.
+  void Cancel() override;
   std::size_t dropped() const;
   std::size_t failed() const;
 
@@ -97,6 +106,7 @@ class AsyncEventRecorder : public EventRecorder {
   std::deque<Pending> queue_;
   bool sending_ = false;
   bool stopping_ = false;
+  bool cancelled_ = false;
   std::size_t dropped_ = 0;
   std::size_t failed_ = 0;
   std::thread thread_;

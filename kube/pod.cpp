@@ -1,5 +1,7 @@
 #include "kube/pod.h"
 
+#include "common/log_safe.h"
+
 namespace kvgpu::kube {
 
 namespace {
@@ -27,7 +29,7 @@ void AddContainers(const nlohmann::json& spec, const char* key, bool init, PodIn
   if (!spec.is_object() || !spec.contains(key) || !spec[key].is_array()) return;
   for (const auto& c : spec[key]) {
     ContainerInfo container;
-    container.name = StringAt(c, "name");
+    container.name = PeerName(StringAt(c, "name"));
     container.init = init;
     if (c.is_object() && c.contains("resources")) {
       container.requests = Quantities(c["resources"], "requests");
@@ -52,9 +54,10 @@ Result<PodInfo> ParsePod(const nlohmann::json& pod) {
   }
   const auto& meta = pod["metadata"];
   PodInfo info;
-  info.uid = StringAt(meta, "uid");
-  info.namespace_name = StringAt(meta, "namespace");
-  info.name = StringAt(meta, "name");
+  // The API server's word, escaped where it enters (common/log_safe.h: PeerName).
+  info.uid = PeerName(StringAt(meta, "uid"));
+  info.namespace_name = PeerName(StringAt(meta, "namespace"));
+  info.name = PeerName(StringAt(meta, "name"));
   if (info.uid.empty() || info.namespace_name.empty() || info.name.empty()) {
     return Status::Error(ErrorCode::kDecode, "pod lacks metadata.uid, .namespace or .name");
   }
@@ -62,7 +65,7 @@ Result<PodInfo> ParsePod(const nlohmann::json& pod) {
   info.deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
   const nlohmann::json empty = nlohmann::json::object();
   const auto& spec = pod.contains("spec") ? pod["spec"] : empty;
-  info.node_name = StringAt(spec, "nodeName");
+  info.node_name = PeerName(StringAt(spec, "nodeName"));
   info.phase = pod.contains("status") ? StringAt(pod["status"], "phase") : "";
   AddContainers(spec, "initContainers", true, &info);
   AddContainers(spec, "containers", false, &info);

@@ -30,12 +30,12 @@ Result<json> NodeObjects::Get(const std::string& path, kube::Canceller*) {
   return json{{"kind", "NodeList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", items}};
 }
 
-Result<json> NodeObjects::Post(const std::string&, const json&) {
+Result<json> NodeObjects::Post(const std::string&, const json&, kube::Canceller*) {
   return Status::Remote(ErrorCode::kHttp, "method not allowed", 405);
 }
 
 Result<json> NodeObjects::Patch(const std::string& path, const json& body,
-                                const std::string& content_type) {
+                                const std::string& content_type, kube::Canceller*) {
   const std::string prefix = std::string(kNodesPath) + "/";
   if (!path.starts_with(prefix) || content_type != "application/merge-patch+json") {
     return Status::Remote(ErrorCode::kHttp, "unsupported patch", 415);

@@ -33,9 +33,10 @@ namespace kvgpu::testing {
 class NodeObjects : public kube::ApiTransport {
  public:
   Result<nlohmann::json> Get(const std::string& path, kube::Canceller* cancel) override;
-  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
+  Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body,
+                              kube::Canceller* cancel) override;
   Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
-                               const std::string& content_type) override;
+                               const std::string& content_type, kube::Canceller* cancel) override;
   Status Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
                 const std::function<void()>& on_open,
                 const std::function<bool(std::string_view)>& on_line,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/log_safe.h"
 #include "kube/config.h"
 
 namespace kvgpu::kubelet {
@@ -22,7 +23,7 @@ bool StringList(const nlohmann::json& value, std::vector<std::string>* out) {
   if (!value.is_array()) return false;
   for (const auto& id : value) {
     if (!id.is_string()) return false;
-    out->push_back(id.get<std::string>());
+    out->push_back(PeerName(id.get<std::string>()));
   }
   return true;
 }
@@ -38,7 +39,7 @@ Result<CheckpointEntry> ParseEntry(const nlohmann::json& json, size_t index,
     if (!json.contains(key) || !json[key].is_string() || json[key].get<std::string>().empty()) {
       return Bad(where + "." + key + " is missing or not a string");
     }
-    *field = json[key].get<std::string>();
+    *field = PeerName(json[key].get<std::string>());  // kubelet's word: escaped where it enters
   }
   const auto ids = json.find("DeviceIDs");
   if (ids == json.end()) return Bad(where + ".DeviceIDs is missing");

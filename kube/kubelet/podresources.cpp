@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/log_safe.h"
 #include "kubelet/podresources/v1/api.grpc.pb.h"
 
 namespace kvgpu::kubelet {
@@ -16,14 +17,16 @@ constexpr int kMaxMessage = 16 * 1024 * 1024;
 
 PodResources Convert(const v1::PodResources& pod) {
   PodResources out;
-  out.namespace_name = pod.namespace_();
-  out.name = pod.name();
+  // kubelet's word, escaped where it enters (common/log_safe.h: PeerName).
+  out.namespace_name = PeerName(pod.namespace_());
+  out.name = PeerName(pod.name());
   for (const auto& container : pod.containers()) {
     ContainerResources c;
-    c.name = container.name();
+    c.name = PeerName(container.name());
     for (const auto& devices : container.devices()) {
-      c.devices.push_back(
-          {devices.resource_name(), {devices.device_ids().begin(), devices.device_ids().end()}});
+      ContainerDevices& d = c.devices.emplace_back();
+      d.resource_name = PeerName(devices.resource_name());
+      for (const std::string& id : devices.device_ids()) d.device_ids.push_back(PeerName(id));
     }
     out.containers.push_back(std::move(c));
   }
@@ -71,9 +74,40 @@ PodResourcesClient::PodResourcesClient(std::filesystem::path socket,
 
 PodResourcesClient::~PodResourcesClient() = default;
 
+class PodResourcesClient::Call {
+ public:
+  Call(PodResourcesClient& client, std::chrono::milliseconds timeout) : client_(client) {
+    context_.set_deadline(std::chrono::system_clock::now() + timeout);
+    std::lock_guard lock(client_.calls_mutex_);
+    cancelled_ = client_.cancelled_;
+    if (!cancelled_) client_.calls_.insert(&context_);
+  }
+  ~Call() {
+    std::lock_guard lock(client_.calls_mutex_);
+    client_.calls_.erase(&context_);
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  grpc::ClientContext* context() { return &context_; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  PodResourcesClient& client_;
+  grpc::ClientContext context_;
+  bool cancelled_ = false;
+};
+
+void PodResourcesClient::Cancel() {
+  std::lock_guard lock(calls_mutex_);
+  cancelled_ = true;
+  for (void* context : calls_) static_cast<grpc::ClientContext*>(context)->TryCancel();
+}
+
 Result<std::vector<PodResources>> PodResourcesClient::List() {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + timeout_);
+  Call call(*this, timeout_);
+  if (call.cancelled()) return Status::Error(ErrorCode::kCancelled, "PodResources: stopping");
+  grpc::ClientContext& context = *call.context();
   v1::ListPodResourcesRequest request;
   v1::ListPodResourcesResponse response;
   const grpc::Status status = stub_->stub->List(&context, request, &response);
@@ -87,8 +121,9 @@ Result<std::vector<PodResources>> PodResourcesClient::List() {
 Result<std::optional<PodResources>> PodResourcesClient::Get(const std::string& namespace_name,
                                                             const std::string& name) {
   if (!get_unavailable_.load()) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + timeout_);
+    Call call(*this, timeout_);
+    if (call.cancelled()) return Status::Error(ErrorCode::kCancelled, "PodResources: stopping");
+    grpc::ClientContext& context = *call.context();
     v1::GetPodResourcesRequest request;
     request.set_pod_name(name);
     request.set_pod_namespace(namespace_name);

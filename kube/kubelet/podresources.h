@@ -7,7 +7,9 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,9 @@ class PodResourcesSource {
   // std::nullopt when kubelet has no such pod.
   virtual Result<std::optional<PodResources>> Get(const std::string& namespace_name,
                                                   const std::string& name) = 0;
+  // Breaks the calls in flight and every later one (kCancelled): shutdown does not wait out a
+  // kubelet that accepts and never answers.
+  virtual void Cancel() {}
 };
 
 class PodResourcesClient : public PodResourcesSource {
@@ -62,13 +67,18 @@ class PodResourcesClient : public PodResourcesSource {
                                           const std::string& name) override;
 
   bool get_available() const { return !get_unavailable_.load(); }
+  void Cancel() override;
 
  private:
   struct Stub;
+  class Call;  // one call's context, registered for Cancel while it lasts
   std::filesystem::path socket_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Stub> stub_;
   std::atomic<bool> get_unavailable_{false};
+  std::mutex calls_mutex_;
+  std::set<void*> calls_;  // grpc::ClientContext* of the calls in flight
+  bool cancelled_ = false;
 };
 
 std::filesystem::path PodResourcesSocket(const std::filesystem::path& kubelet_dir);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "deviceplugin/holder_tracker.h"
@@ -85,6 +86,13 @@ class BlockingRemoveIo : public mdev::SysfsIo {
       changed_.wait(lock, [&] { return !hold_; });
       --blocked_;
     }
+    if (p.filename() == "create") {
+      std::unique_lock lock(mutex_);
+      ++creates_blocked_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return !hold_creates_; });
+      --creates_blocked_;
+    }
     Status written = inner_.WriteFile(p, data);
     if (p.filename() == "remove") {
       std::lock_guard lock(mutex_);
@@ -122,6 +130,16 @@ class BlockingRemoveIo : public mdev::SysfsIo {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return blocked_ > 0; });
   }
+  // Creates wait until released: a create as slow as libvirt's (up to ~6 s) or a loaded host's.
+  void HoldCreates(bool hold) {
+    std::lock_guard lock(mutex_);
+    hold_creates_ = hold;
+    changed_.notify_all();
+  }
+  void WaitUntilCreateBlocked() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return creates_blocked_ > 0; });
+  }
   // After the next remove, sysfs scans wait until released: the moment between the kernel's
   // remove and the rescan that follows it.
   void HoldScansAfterRemove(bool hold) {
@@ -141,6 +159,8 @@ class BlockingRemoveIo : public mdev::SysfsIo {
   std::condition_variable changed_;
   bool hold_ = false;
   int blocked_ = 0;
+  bool hold_creates_ = false;
+  int creates_blocked_ = 0;
   bool hold_scans_after_remove_ = false;
   bool scans_held_ = false;
   int scans_blocked_ = 0;
@@ -148,14 +168,15 @@ class BlockingRemoveIo : public mdev::SysfsIo {
 
 // The lifecycle over the mtty kernel model; kubelet and the API server stood in for.
 struct LifecycleFixture {
-  explicit LifecycleFixture(MemoryStateStore* shared_store = nullptr)
+  explicit LifecycleFixture(MemoryStateStore* shared_store = nullptr,
+                            LifecycleOptions options = Options())
       : sim("mtty"),
         io(sim.model()),
         node(sim.model().root(), io),
         store(shared_store != nullptr ? *shared_store : own_store),
         tracker(&podresources, nullptr, &pods, 0ms),
         manager(node, {}, store, tracker),
-        lifecycle(manager, tracker, &events, Options()) {
+        lifecycle(manager, tracker, &events, options) {
     Status started = manager.Start();
     if (!started.ok()) throw std::runtime_error(started.ToString());
     tracker.Start({});
@@ -221,6 +242,37 @@ TEST(LifecycleTest, RemovesAVgpuOnlyOnceKubeletNoLongerListsItsPod) {
   EXPECT_TRUE(f.manager.Snapshot().records.empty());
   EXPECT_EQ(f.events.reasons(), (std::vector<std::string>{"VgpuCreated", "VgpuRemoved"}));
   EXPECT_EQ(f.manager.Counts().at(kResource).available, 12u) << "capacity is back";
+}
+
+// kubelet can know a vGPU only once Allocate returns, and records its pod after that. A create
+// slower than the settle time (libvirt's takes ~0.5 s, up to ~6 s) must not make the vGPU old at
+// birth, and a pass while the Allocate is in flight must not judge it on facts gathered before
+// kubelet had the answer. The settle clock starts at Allocate's return. Sleeping here only makes
+// the create slower or the vGPU older, so a slow machine cannot turn a pass into a fail.
+TEST(LifecycleTest, AVgpuWhoseCreateOutlastsTheSettleTimeIsKeptUntilKubeletCanHaveListedItsPod) {
+  LifecycleOptions options = LifecycleFixture::Options();
+  options.settle = 300ms;
+  LifecycleFixture f(nullptr, options);
+  f.io.HoldCreates(true);
+  auto allocated = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-0"); });
+  f.io.WaitUntilCreateBlocked();
+  std::this_thread::sleep_for(options.settle + 200ms);  // the create outlasts the settle time
+  EXPECT_EQ(f.manager.Snapshot().allocating, std::set<std::string>{"mtty-mtty-2-0"})
+      << "an Allocate in flight is seen as such";
+  auto pass = std::async(std::launch::async, [&] { return f.lifecycle.RunPass(); });
+  std::this_thread::sleep_for(50ms);  // the pass asks kubelet, who lists no pod yet
+  f.io.HoldCreates(false);
+  const std::string vgpu = allocated.get();
+  pass.get();
+  EXPECT_TRUE(f.Exists(vgpu)) << "removed before kubelet could list the pod Allocate served";
+  EXPECT_TRUE(f.manager.Snapshot().allocating.empty());
+
+  f.lifecycle.RunPass();
+  EXPECT_TRUE(f.Exists(vgpu)) << "within the settle time of Allocate's return: kept";
+
+  std::this_thread::sleep_for(options.settle);
+  f.lifecycle.RunPass();
+  EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2: past the settle time with no pod, removed";
 }
 
 TEST(LifecycleTest, NothingIsRemovedWhileKubeletDoesNotAnswer) {

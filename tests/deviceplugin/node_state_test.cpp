@@ -110,7 +110,7 @@ TEST(NodeStateTest, SnapshotTellsOurVgpusFromForeignOnes) {
   inv.vgpus = {Vgpu222("ours"), Vgpu222("someone-elses")};
   state.ReplaceInventory(inv);
   ASSERT_TRUE(state.Record(Record222("d-0", "ours")).ok());
-  LifecycleSnapshot snap = state.Snapshot({"d-0"});
+  LifecycleSnapshot snap = state.Snapshot({"d-0"}, {});
   EXPECT_EQ(snap.existing, (std::set<std::string>{"ours", "someone-elses"}));
   EXPECT_EQ(snap.foreign, std::vector<std::string>{"someone-elses"});
   EXPECT_EQ(snap.removing, std::set<std::string>{"d-0"});

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "fakes/common/eventually.h"
+#include "fakes/common/hung_socket.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/kubelet/fake_kubelet.h"
 
@@ -37,11 +39,16 @@ class RegistrarTest : public ::testing::Test {
     std::filesystem::create_directories(plugin_dir_);
     Status started = manager_.Start();
     if (!started.ok()) throw std::runtime_error(started.ToString());
+    MakeRegistrar(500ms);
+  }
+
+  void MakeRegistrar(std::chrono::milliseconds register_timeout) {
+    registrar_.reset();
     registrar_ = std::make_unique<Registrar>(
         RegistrarOptions{.kubelet_socket = kubelet_.socket_path(),
                          .retry_initial = 40ms,
                          .retry_max = 160ms,
-                         .register_timeout = 500ms},
+                         .register_timeout = register_timeout},
         RegistrarHooks{.make_server =
                            [this](const std::string& resource) {
                              return std::make_unique<PluginServer>(resource, plugin_dir_, manager_);
@@ -223,6 +230,59 @@ TEST_F(RegistrarTest, StopRemovesEverySocket) {
   }
   EXPECT_TRUE(registrar_->Registered().empty());
   registrar_->Notify();  // the change listener after Stop reaches nobody
+}
+
+// A kubelet that accepts and never answers costs a round one register timeout, however many
+// resources wait: they are asked at once, each bounded alone. One after the other, 12 resources
+// would take 12 timeouts (6 s here); the bound below is half that, far from either on any machine.
+TEST_F(RegistrarTest, AKubeletThatAcceptsAndNeverAnswersCostsARoundOneTimeoutNotOnePerResource) {
+  kvgpu::testing::HungSocket hung(kubelet_.socket_path());
+  registrar_->EnsureServers(manager_.Resources());
+  ASSERT_EQ(manager_.Resources().size(), 12u);
+  const auto start = Clock::now();
+  registrar_->RegisterIfDue(Clock::now());
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, 500ms) << "the hung kubelet was waited for, up to the register timeout";
+  EXPECT_LT(took, 3s) << "resources were registered one after the other";
+  EXPECT_GE(hung.accepted(), 1u);
+  EXPECT_TRUE(registrar_->Registered().empty());
+  EXPECT_EQ(Failed(), 12) << "every resource's attempt counted as failed";
+  ASSERT_TRUE(registrar_->NextAttempt().has_value()) << "retried after a backoff";
+}
+
+// kubelet.sock created anew while a round waits on a hung kubelet: the round is cancelled and
+// the new kubelet asked at once. The register timeout here is 30 s, so only the cancellation can
+// make the 5 s the docs promise.
+TEST_F(RegistrarTest, AWorkingKubeletReplacingAHungOneIsRegisteredWithWithinFiveSeconds) {
+  MakeRegistrar(30s);
+  kvgpu::testing::HungSocket hung(kubelet_.socket_path());
+  registrar_->EnsureServers(manager_.Resources());
+  registrar_->Start();
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] { return hung.accepted() >= 1; }, 10s))
+      << "no registration reached the hung kubelet";
+  // The hung kubelet is replaced: its socket file goes (its connections stay open, unanswered)
+  // and a working kubelet creates kubelet.sock.
+  hung.Unlink();
+  ASSERT_TRUE(kubelet_.Start());
+  const auto replaced = Clock::now();
+  registrar_->HandleDirEvents({{"kubelet.sock", true}});
+  EXPECT_TRUE(kvgpu::testing::Eventually(
+      [&] { return registrar_->Registered().size() == manager_.Resources().size(); }, 5s))
+      << "registered " << registrar_->Registered().size() << " of 12 within 5 s";
+  EXPECT_LT(Clock::now() - replaced, 5s);
+  EXPECT_EQ(kubelet_.Registrations().size(), 12u);
+}
+
+// Stop breaks a round waiting on a hung kubelet instead of waiting out its timeout.
+TEST_F(RegistrarTest, StopDoesNotWaitForAHungKubelet) {
+  MakeRegistrar(30s);
+  kvgpu::testing::HungSocket hung(kubelet_.socket_path());
+  registrar_->EnsureServers(manager_.Resources());
+  registrar_->Start();
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] { return hung.accepted() >= 1; }, 10s));
+  const auto start = Clock::now();
+  registrar_->Stop();
+  EXPECT_LT(Clock::now() - start, 2s);
 }
 
 }  // namespace

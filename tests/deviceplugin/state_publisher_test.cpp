@@ -20,11 +20,12 @@ class ScriptedApi : public kube::ApiTransport {
   Result<nlohmann::json> Get(const std::string&, kube::Canceller*) override {
     return Status::Error(ErrorCode::kInvalid, "not used");
   }
-  Result<nlohmann::json> Post(const std::string&, const nlohmann::json&) override {
+  Result<nlohmann::json> Post(const std::string&, const nlohmann::json&,
+                              kube::Canceller*) override {
     return Status::Error(ErrorCode::kInvalid, "not used");
   }
   Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
-                               const std::string& content_type) override {
+                               const std::string& content_type, kube::Canceller*) override {
     std::lock_guard lock(mutex);
     if (failures > 0) {
       --failures;

@@ -44,6 +44,20 @@ TEST(ParsePodTest, KeepsWhatLifecycleDecisionsNeed) {
   EXPECT_FALSE(pod->Requests("nvidia.com/gpu"));
 }
 
+// The API server's names are escaped where they enter, so no log line quoting them can be forged;
+// valid names (the test above) come out unchanged.
+TEST(ParsePodTest, NamesThatWouldForgeALogLineAreEscaped) {
+  nlohmann::json json = {
+      {"metadata", {{"uid", "u\n1"}, {"namespace", "ml\r"}, {"name", "a\nforged line"}}},
+      {"spec", {{"nodeName", "node\x1b"}, {"containers", {{{"name", "c\n"}}}}}}};
+  auto pod = ParsePod(json);
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
+  EXPECT_EQ(pod->uid, "u\\n1");
+  EXPECT_EQ(pod->Key(), "ml\\r/a\\nforged line");
+  EXPECT_EQ(pod->node_name, "node\\x1b");
+  EXPECT_EQ(pod->containers.at(0).name, "c\\n");
+}
+
 TEST(ParsePodTest, PhasesAndMissingParts) {
   struct Case {
     std::string description;

@@ -46,11 +46,11 @@ class ScriptedTransport : public ApiTransport {
     lists.pop_front();
     return answer;
   }
-  Result<nlohmann::json> Post(const std::string&, const nlohmann::json&) override {
+  Result<nlohmann::json> Post(const std::string&, const nlohmann::json&, Canceller*) override {
     return Status::Error(ErrorCode::kHttp, "unused");
   }
-  Result<nlohmann::json> Patch(const std::string&, const nlohmann::json&,
-                               const std::string&) override {
+  Result<nlohmann::json> Patch(const std::string&, const nlohmann::json&, const std::string&,
+                               Canceller*) override {
     return Status::Error(ErrorCode::kHttp, "unused");
   }
   Status Stream(const std::string& path, std::chrono::milliseconds,

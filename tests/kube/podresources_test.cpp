@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "fakes/common/hung_socket.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/podresources/fake_podresources.h"
 
@@ -97,6 +100,44 @@ TEST_F(PodResourcesTest, PodsLeavingTheListAreGone) {
   ASSERT_TRUE(pods.ok());
   ASSERT_EQ(pods.value().size(), 1u);
   EXPECT_EQ(pods.value()[0].name, "infer");
+}
+
+// A lying kubelet's names cannot forge a log line anywhere downstream: every name is escaped
+// where it enters (PeerName), and valid Kubernetes names pass unchanged so they still match the
+// API server's.
+TEST_F(PodResourcesTest, NamesAreMadeLogSafeWhereTheyEnterValidOnesUnchanged) {
+  server_.SetPods(
+      {{"ml\nns", "evil\n2026-11-27 forged line", {{"c\r", {{kResource, {"dev\x1b"}}}}}},
+       TwoPods()[0]});
+  auto pods = client_.List();
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  ASSERT_EQ(pods->size(), 2u);
+  const PodResources& evil = (*pods)[0];
+  EXPECT_EQ(evil.namespace_name, "ml\\nns");
+  EXPECT_EQ(evil.name, "evil\\n2026-11-27 forged line");
+  EXPECT_EQ(evil.containers.at(0).name, "c\\r");
+  EXPECT_EQ(evil.containers.at(0).devices.at(0).device_ids.at(0), "dev\\x1b");
+  EXPECT_EQ((*pods)[1], TwoPods()[0]) << "valid names are left as they are";
+}
+
+// Cancel breaks a List waiting on a kubelet that never answers, and every later call.
+TEST(PodResourcesCancelTest, CancelBreaksAHungListAtOnce) {
+  TempDir dir;
+  std::filesystem::create_directories(PodResourcesSocket(dir.path()).parent_path());
+  kvgpu::testing::HungSocket hung(PodResourcesSocket(dir.path()));
+  PodResourcesClient client(PodResourcesSocket(dir.path()), std::chrono::seconds(30));
+  std::thread canceller([&] {
+    while (hung.accepted() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the List is waiting now
+    client.Cancel();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto listed = client.List();
+  canceller.join();
+  EXPECT_FALSE(listed.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+      << "waited for the 30 s deadline instead";
+  EXPECT_EQ(client.List().status().code(), ErrorCode::kCancelled) << "later calls end at once";
 }
 
 }  // namespace

@@ -5,8 +5,11 @@
 // fakes/; the kernel and libvirt are not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "deviceplugin/daemon.h"
 #include "fakes/common/eventually.h"
@@ -23,6 +26,7 @@ using namespace std::chrono_literals;
 using kvgpu::testing::Eventually;
 
 constexpr const char* kResource = "tencent.com/vgpu-mttypci-2";
+constexpr auto kSettle = 2s;
 
 std::set<std::string> Kernel() {
   std::vector<std::string> uuids = MdevUuids();
@@ -65,7 +69,10 @@ class PluginVmTest : public ::testing::TestWithParam<std::string> {
     options.config = config;
     options.retry_initial = 20ms;
     options.retry_max = 200ms;
-    options.settle = 300ms;
+    // The settle time is how long kubelet may take to list a pod after Allocate returns; here the
+    // test itself is kubelet, and under TCG on two loaded cores its thread can stall for far more
+    // than the few microseconds between the two steps. The removals below wait it out.
+    options.settle = kSettle;
     daemon_ = std::make_unique<deviceplugin::Daemon>(options);
     Status started = daemon_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
@@ -87,6 +94,7 @@ class PluginVmTest : public ::testing::TestWithParam<std::string> {
     std::string id = kubelet_.Devices(kResource).begin()->first;
     v1beta1::AllocateResponse response;
     grpc::Status status = kubelet_.Allocate(kResource, {{id}}, &response);
+    allocated_at_ = std::chrono::steady_clock::now();
     EXPECT_TRUE(status.ok()) << status.error_message();
     if (!status.ok()) return "";
     std::string vgpu;
@@ -113,6 +121,7 @@ class PluginVmTest : public ::testing::TestWithParam<std::string> {
   std::vector<kubelet::PodResources> running_;
   std::vector<kvgpu::testing::CheckpointRecord> checkpoint_entries_;
   std::unique_ptr<deviceplugin::Daemon> daemon_;
+  std::chrono::steady_clock::time_point allocated_at_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Backends, PluginVmTest, ::testing::Values("sysfs", "libvirt"),
@@ -146,7 +155,10 @@ TEST_P(LibvirtPluginVmTest, ARemovalWhileLibvirtdIsAwayHappensWhenItIsBack) {
   ProcessResult stop = RunProcess({Env("KVGPU_LIBVIRT_LAB"), "stop-libvirtd"});
   ASSERT_EQ(stop.exit_code, 0) << stop.err;
   DeletePod("a");
-  std::this_thread::sleep_for(2s);  // several lifecycle passes and rescans
+  // Past the settle time of the allocation (until then the vGPU is kept whatever happens), then
+  // several lifecycle passes and rescans: only libvirtd's absence keeps it now.
+  std::this_thread::sleep_until(
+      std::max(allocated_at_ + kSettle, std::chrono::steady_clock::now()) + 2s);
   EXPECT_TRUE(Kernel().contains(vgpu)) << "removed behind libvirt's back";
   std::string metrics = daemon_->metrics().Render();
   EXPECT_NE(metrics.find("kvgpu_deviceplugin_backend_connected{backend=\"libvirt\"} 0"),
