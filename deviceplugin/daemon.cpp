@@ -196,13 +196,18 @@ Status Daemon::StartManager(StateStore& store) {
   return Status::Ok();
 }
 
-// /healthz fails when the loop that serves, registers and rescans stops turning (it wakes at
-// least once a second).
+// /healthz fails when the watch loop stops turning (it wakes at least once a second), or when one
+// rescan has run for longer than kStuckRescan: longer than any backend may take (libvirt's
+// keepalive gives up on a hung libvirtd after 15 s), so only a scan stuck for good.
 Status Daemon::ServeMetrics() {
+  constexpr auto kStuckRescan = std::chrono::seconds(120);
   loop_heartbeat_ = Clock::now().time_since_epoch().count();
-  metrics_.SetHealthCheck([this] {
+  metrics_.SetHealthCheck([this, kStuckRescan] {
+    auto now = Clock::now();
     auto beat = Clock::time_point(Clock::duration(loop_heartbeat_.load()));
-    return !stop_ && Clock::now() - beat < std::chrono::seconds(10);
+    int64_t rescan = rescan_started_.load();
+    bool stuck = rescan != 0 && now - Clock::time_point(Clock::duration(rescan)) > kStuckRescan;
+    return !stop_ && now - beat < std::chrono::seconds(10) && !stuck;
   });
   const std::string& address = options_.args.metrics_addr;
   if (address.empty()) return Status::Ok();
@@ -248,7 +253,7 @@ Status Daemon::ServeDevicePlugins() {
     lifecycle_->OnAllocated();
     int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
     int64_t none = 0;
-    if (allocate_rescan_at_.compare_exchange_strong(none, due)) watcher_.Wake();
+    if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
   });
   registrar_->EnsureServers(manager_->Resources());
   return Status::Ok();
@@ -298,6 +303,7 @@ void Daemon::PublishSchedulerState() {
 void Daemon::StartLoops() {
   registrar_->Start();
   thread_ = std::thread([this] { Loop(); });
+  rescan_thread_ = std::thread([this] { RescanLoop(); });
   tracker_->Start({[this] { lifecycle_->Trigger(true); }, [this] { lifecycle_->Trigger(false); }});
   lifecycle_->Start();
 }
@@ -323,7 +329,9 @@ void Daemon::Stop() {
   device_events_.reset();
   licensing_.reset();
   watcher_.Wake();
+  WakeRescan();
   if (thread_.joinable()) thread_.join();
+  if (rescan_thread_.joinable()) rescan_thread_.join();
   if (manager_) {
     manager_->SetChangeListener(nullptr);
     manager_->SetRefreshRequester(nullptr);
@@ -338,38 +346,56 @@ std::set<std::string> Daemon::Registered() const {
 
 void Daemon::RequestRefresh() {
   refresh_requested_ = true;
-  watcher_.Wake();
+  WakeRescan();
 }
 
+// The watch loop: kubelet's directory events to the registrar, and the heartbeat /healthz reads.
+// Nothing here calls a peer or the backend, so no peer can stop it turning.
 void Daemon::Loop() {
-  auto next_rescan = Clock::now() + options_.config.rescan_interval;
   while (!stop_) {
-    auto now = Clock::now();
-    loop_heartbeat_ = now.time_since_epoch().count();
+    loop_heartbeat_ = Clock::now().time_since_epoch().count();
+    std::vector<DirEvent> events = watcher_.Wait(std::chrono::milliseconds(1000));
+    if (stop_) break;
+    registrar_->HandleDirEvents(events);
+  }
+}
+
+// The rescan loop: reads the backend (which may be libvirtd, and may hang until its keepalive
+// gives up), checks readiness and serves new resources, at the rescan interval, at once when asked
+// (a device event), and shortly after an Allocate. A slow backend delays only this loop.
+void Daemon::RescanLoop() {
+  auto next_rescan = Clock::now() + options_.config.rescan_interval;
+  std::unique_lock lock(rescan_mutex_);
+  while (!stop_) {
     auto until = std::min(next_rescan, next_readiness_);
     if (int64_t due = allocate_rescan_at_.load(); due != 0) {
       until = std::min(until, Clock::time_point(Clock::duration(due)));
     }
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
-    wait = std::clamp(wait + std::chrono::milliseconds(1), std::chrono::milliseconds(0),
-                      std::chrono::milliseconds(1000));  // +1: poll's ms would round down
-    std::vector<DirEvent> events = watcher_.Wait(wait);
+    rescan_wake_.wait_until(lock, until, [&] { return stop_ || refresh_requested_.load(); });
     if (stop_) break;
-    registrar_->HandleDirEvents(events);
-    now = Clock::now();
+    lock.unlock();
+    auto now = Clock::now();
     int64_t rescan_at = allocate_rescan_at_.load();
     bool allocate_due = rescan_at != 0 && now >= Clock::time_point(Clock::duration(rescan_at));
     if (allocate_due) allocate_rescan_at_ = 0;
     if (refresh_requested_.exchange(false) || allocate_due || now >= next_rescan) {
+      rescan_started_ = now.time_since_epoch().count();
       (void)manager_->Refresh();
       ReportBackend();
       CheckReadiness();
       registrar_->EnsureServers(manager_->Resources());
+      rescan_started_ = 0;
       next_rescan = Clock::now() + options_.config.rescan_interval;
     } else if (now >= next_readiness_) {
       CheckReadiness();
     }
+    lock.lock();
   }
+}
+
+void Daemon::WakeRescan() {
+  { std::lock_guard lock(rescan_mutex_); }  // a waiter between its check and its wait sees it
+  rescan_wake_.notify_all();
 }
 
 // A lost backend connection is logged once when lost and once when back, and always in metrics.

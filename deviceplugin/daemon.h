@@ -1,11 +1,13 @@
 // The node daemon, started as named steps over shared state (Daemon::Start): discover -> open
 // state -> pod sources -> resource manager and lifecycle -> metrics -> device plugin servers ->
-// kernel events -> licensing -> scheduler state -> loops (register, rescan, reconcile). Teardown
+// kernel events -> licensing -> scheduler state -> loops (watch, register, rescan, reconcile),
+// each on its own thread so no peer holds up another's work. Teardown
 // (Stop) always runs the same way: stop reconciling and watching, stop servers, remove sockets.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,6 +93,8 @@ class Daemon {
 
  private:
   void Loop();
+  void RescanLoop();
+  void WakeRescan();
   // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
   void CheckReadiness();
   void ReportBackend();
@@ -141,7 +145,11 @@ class Daemon {
   std::atomic<int64_t> loop_heartbeat_{0};  // steady_clock ticks of the loop's last turn
   // steady_clock nanoseconds when the rescan an Allocate asked for is due; 0: none pending.
   std::atomic<int64_t> allocate_rescan_at_{0};
-  std::thread thread_;
+  std::atomic<int64_t> rescan_started_{0};  // steady_clock ticks; 0: no rescan running
+  std::mutex rescan_mutex_;                 // for rescan_wake_ only
+  std::condition_variable rescan_wake_;
+  std::thread thread_;         // the watch loop
+  std::thread rescan_thread_;  // the rescan loop
 };
 
 }  // namespace kvgpu::deviceplugin

@@ -132,6 +132,13 @@ void Registrar::RegisterPending() {
       }
     }
   }
+  if (pending.empty()) {
+    // Waiting resources whose socket could not be served: tried again after a backoff (the next
+    // HandleDirEvents or EnsureServers serves them), never in a tight loop.
+    std::lock_guard lock(mutex_);
+    next_attempt_ = Clock::now() + backoff_.Next();
+    return;
+  }
   // Every resource at once: a round costs one register timeout, not one per resource.
   std::vector<Canceller> cancels(pending.size());
   {

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <future>
-#include <set>
 #include <thread>
 
 #include "deviceplugin/holder_tracker.h"
@@ -19,6 +18,7 @@
 #include "fakes/common/sim_node.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/static_podresources.h"
+#include "mdev/uuid.h"
 #include "tests/deviceplugin/holder_builders.h"
 
 namespace kvgpu::deviceplugin {
@@ -68,6 +68,21 @@ TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAg
   snapshot.existing = {"uuid-d0"};
   plan = PlanPass(snapshot, free_facts, free_since, t0 + 90'000, options);
   EXPECT_TRUE(plan.remove.empty() && plan.forget.empty()) << "a removal in flight is left alone";
+
+  snapshot.removing.clear();
+  snapshot.allocating = {"d0"};
+  free_since.clear();
+  plan = PlanPass(snapshot, free_facts, free_since, t0 + 120'000, options);
+  EXPECT_TRUE(plan.remove.empty() && plan.forget.empty())
+      << "an Allocate in flight for the ID is never judged: kubelet cannot know its pod yet";
+  EXPECT_TRUE(free_since.empty()) << "nor does its grace period start";
+  snapshot.allocating.clear();
+  snapshot.existing.clear();
+  snapshot.inventory_known = false;
+  plan = PlanPass(snapshot, free_facts, free_since, t0 + 121'000, options);
+  EXPECT_TRUE(plan.remove.empty() && plan.forget.empty())
+      << "a backend never read (libvirtd away since the start): unseen is not gone";
+  EXPECT_EQ(plan.unknown, 1u);
 }
 
 // A removal that blocks in the kernel until released, as the real kernel's remove blocks while
@@ -257,10 +272,10 @@ TEST(LifecycleTest, AVgpuWhoseCreateOutlastsTheSettleTimeIsKeptUntilKubeletCanHa
   auto allocated = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-0"); });
   f.io.WaitUntilCreateBlocked();
   std::this_thread::sleep_for(options.settle + 200ms);  // the create outlasts the settle time
-  EXPECT_EQ(f.manager.Snapshot().allocating, std::set<std::string>{"mtty-mtty-2-0"})
-      << "an Allocate in flight is seen as such";
+  // The pass gathers kubelet's facts (no pod yet: Allocate has not returned), then waits for the
+  // manager, which the create holds.
   auto pass = std::async(std::launch::async, [&] { return f.lifecycle.RunPass(); });
-  std::this_thread::sleep_for(50ms);  // the pass asks kubelet, who lists no pod yet
+  std::this_thread::sleep_for(50ms);
   f.io.HoldCreates(false);
   const std::string vgpu = allocated.get();
   pass.get();
@@ -273,6 +288,72 @@ TEST(LifecycleTest, AVgpuWhoseCreateOutlastsTheSettleTimeIsKeptUntilKubeletCanHa
   std::this_thread::sleep_for(options.settle);
   f.lifecycle.RunPass();
   EXPECT_FALSE(f.Exists(vgpu)) << "invariant 2: past the settle time with no pod, removed";
+}
+
+// A backend behind a connection (libvirtd) that is away until told otherwise.
+class AwayBackend : public mdev::Backend {
+ public:
+  explicit AwayBackend(mdev::Backend& inner) : inner_(inner) {}
+  const char* Name() const override { return "libvirt"; }
+  Result<mdev::Inventory> Scan() override {
+    if (away) return Unreachable();
+    return inner_.Scan();
+  }
+  Result<mdev::Vgpu> Create(const mdev::CreateRequest& request) override {
+    if (away) return Unreachable();
+    return inner_.Create(request);
+  }
+  Status Remove(const std::string& id) override {
+    if (away) return Unreachable();
+    return inner_.Remove(id);
+  }
+  Result<std::unique_ptr<mdev::EventSubscription>> WatchChanges(
+      std::function<void(const std::string&)> changed) override {
+    return inner_.WatchChanges(std::move(changed));
+  }
+  mdev::BackendHealth Health() const override {
+    return {.connected = !away, .reconnects = 0, .last_error = away ? "away" : ""};
+  }
+  std::atomic<bool> away{true};
+
+ private:
+  static Status Unreachable() {
+    return Status::Error(ErrorCode::kTransport, "cannot connect to libvirt: no such socket");
+  }
+  mdev::Backend& inner_;
+};
+
+// libvirtd away when the daemon starts (#28): the manager starts and offers nothing rather than
+// ending the daemon; while the backend has never been read, a vGPU of ours that the empty view
+// lacks is neither forgotten (it would become someone else's, invariant 3) nor removed. Once the
+// backend answers, everything resumes: the devices are offered and the orphan goes (invariant 2).
+TEST(LifecycleTest, ABackendAwayAtStartOffersNothingAndForgetsNothingUntilItAnswers) {
+  SimNode sim("mtty");
+  const std::string uuid = mdev::NewUuid();
+  ASSERT_TRUE(sim.node().Create({"mtty", "mtty-2", uuid}).ok());
+  MemoryStateStore store;
+  CreatedVgpu ours = Record("mtty-mtty-2-0");
+  ours.vgpu_id = uuid;
+  store.vgpus_ = {ours};
+  kvgpu::testing::StaticPodResources podresources;
+  HolderTracker tracker(&podresources, nullptr, nullptr, 0ms);
+  AwayBackend backend(sim.node());
+  ResourceManager manager(backend, {}, store, tracker);
+  Status started = manager.Start();
+  ASSERT_TRUE(started.ok()) << "libvirtd away is no reason to exit: " << started.ToString();
+  EXPECT_TRUE(manager.Resources().empty()) << "nothing is offered from an unread backend";
+  Lifecycle lifecycle(manager, tracker, nullptr, LifecycleFixture::Options());
+  for (int i = 0; i < 2; ++i) lifecycle.RunPass();
+  ASSERT_EQ(manager.Snapshot().records.size(), 1u) << "invariant 3: unseen is not gone";
+  EXPECT_FALSE(manager.ForgetVgpu(ours.device_id, uuid).ok());
+
+  backend.away = false;
+  ASSERT_TRUE(manager.Refresh().ok());
+  EXPECT_FALSE(manager.Resources().empty()) << "offered at the first scan that reaches it";
+  lifecycle.RunPass();
+  auto ids = sim.model().VgpuIds();
+  EXPECT_EQ(std::find(ids.begin(), ids.end(), uuid), ids.end())
+      << "invariant 2: no pod holds it, so it goes once the backend answers";
 }
 
 TEST(LifecycleTest, NothingIsRemovedWhileKubeletDoesNotAnswer) {

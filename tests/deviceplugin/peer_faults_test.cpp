@@ -55,10 +55,8 @@ class HungApi : public kube::ApiTransport {
 
  private:
   Result<nlohmann::json> Hang(kube::Canceller* cancel) {
-    std::unique_lock lock(mutex_);
-    bool broken = false;
-    // Without a canceller the call would hang for good: that is the bug this test looks for,
-    // so it is bounded here only to let the test end and fail.
+    bool broken = false;  // guarded by mutex_
+    // Armed before mutex_ is taken: the hook takes mutex_ under the canceller's own lock.
     if (cancel != nullptr && !cancel->Arm([&] {
           std::lock_guard inner(mutex_);
           broken = true;
@@ -66,6 +64,9 @@ class HungApi : public kube::ApiTransport {
         })) {
       return Status::Error(ErrorCode::kCancelled, "cancelled");
     }
+    // Without a canceller the call would hang for good: that is the bug this test looks for,
+    // so it is bounded here only to let the test end and fail.
+    std::unique_lock lock(mutex_);
     ++hanging_;
     changed_.wait_for(lock, 60s, [&] { return broken; });
     --hanging_;
@@ -268,8 +269,9 @@ TEST(LyingPeersTest, NoPeerSuppliedNameForgesALogLine) {
   for (std::string line : lines) {
     if (!line.empty() && line.back() == '\n') line.pop_back();
     mentions_pod = mentions_pod || line.find("evil") != std::string::npos;
-    for (unsigned char c : line) {
-      ASSERT_TRUE(c >= 0x20 && c != 0x7f) << "a control character in a log line: " << line;
+    for (char c : line) {
+      const auto byte = static_cast<unsigned char>(c);
+      ASSERT_TRUE(byte >= 0x20 && byte != 0x7f) << "a control character in a log line: " << line;
     }
   }
   EXPECT_TRUE(mentions_pod) << "the pod's name was logged somewhere (else this proves nothing)";

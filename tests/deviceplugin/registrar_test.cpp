@@ -253,7 +253,7 @@ TEST_F(RegistrarTest, AKubeletThatAcceptsAndNeverAnswersCostsARoundOneTimeoutNot
 // kubelet.sock created anew while a round waits on a hung kubelet: the round is cancelled and
 // the new kubelet asked at once. The register timeout here is 30 s, so only the cancellation can
 // make the 5 s the docs promise.
-TEST_F(RegistrarTest, AWorkingKubeletReplacingAHungOneIsRegisteredWithWithinFiveSeconds) {
+TEST_F(RegistrarTest, AWorkingKubeletReplacingAHungOneIsRegisteredWithinFiveSeconds) {
   MakeRegistrar(30s);
   kvgpu::testing::HungSocket hung(kubelet_.socket_path());
   registrar_->EnsureServers(manager_.Resources());

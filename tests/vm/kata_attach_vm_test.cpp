@@ -328,8 +328,12 @@ TEST_F(KataAttachVmTest, RemoveWhileQemuHoldsTheMdevBlocksUntilQemuLetsGo) {
   // A signal does not free the writer: the kernel keeps waiting, uninterruptibly from then on.
   std::string state_before = ProcessState(child);
   ::kill(child, SIGUSR1);
-  std::this_thread::sleep_for(milliseconds(1000));
+  // Waited for, not slept: under TCG on a loaded host the signal takes a while to land.
   std::string state_after = ProcessState(child);
+  for (auto until = steady_clock::now() + seconds(20);
+       state_after != "D" && steady_clock::now() < until; state_after = ProcessState(child)) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
   std::cout << "remove while held: writer state " << state_before << ", after a signal "
             << state_after << "\n";
   EXPECT_EQ(state_before, "S");

@@ -53,6 +53,12 @@ class PluginVmTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(kubelet_.Start());
     ASSERT_TRUE(podresources_.Start());
 
+    StartDaemon();
+    ASSERT_TRUE(kubelet_.WaitUntil([&] { return !kubelet_.Devices(kResource).empty(); }))
+        << "no " << kResource << " registered";
+  }
+
+  void StartDaemon() {
     deviceplugin::DaemonOptions options;
     options.args.sysfs_root = "/";
     options.args.kubelet_dir = dir_ / "kubelet";
@@ -76,8 +82,6 @@ class PluginVmTest : public ::testing::TestWithParam<std::string> {
     daemon_ = std::make_unique<deviceplugin::Daemon>(options);
     Status started = daemon_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
-    ASSERT_TRUE(kubelet_.WaitUntil([&] { return !kubelet_.Devices(kResource).empty(); }))
-        << "no " << kResource << " registered";
   }
 
   void TearDown() override {
@@ -177,6 +181,29 @@ TEST_P(LibvirtPluginVmTest, ARemovalWhileLibvirtdIsAwayHappensWhenItIsBack) {
                std::string::npos;
       },
       10s));
+}
+
+// libvirtd is away when the daemon starts: it starts anyway (a DaemonSet must not crash-loop),
+// serves health, advertises nothing and says so in its metrics; once libvirtd is back, its
+// rescans reach it and kubelet gets the devices.
+TEST_P(LibvirtPluginVmTest, LibvirtdAwayAtStartIsWaitedForNotFatal) {
+  daemon_->Stop();
+  daemon_.reset();
+  ProcessResult stop = RunProcess({Env("KVGPU_LIBVIRT_LAB"), "stop-libvirtd"});
+  ASSERT_EQ(stop.exit_code, 0) << stop.err;
+  ASSERT_TRUE(kubelet_.Restart());  // forget the first daemon's registrations
+  StartDaemon();
+  ASSERT_TRUE(daemon_) << "the daemon did not start with libvirtd away";
+  EXPECT_TRUE(daemon_->manager().Resources().empty());
+  EXPECT_NE(daemon_->metrics().Render().find(
+                "kvgpu_deviceplugin_backend_connected{backend=\"libvirt\"} 0"),
+            std::string::npos);
+
+  ProcessResult start = RunProcess({Env("KVGPU_LIBVIRT_LAB"), "start-libvirtd"});
+  ASSERT_EQ(start.exit_code, 0) << start.err;
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return !kubelet_.Devices(kResource).empty(); }, 60s))
+      << "libvirtd came back, but kubelet got no devices";
+  EXPECT_TRUE(Kernel().contains(persistent_));
 }
 
 }  // namespace
