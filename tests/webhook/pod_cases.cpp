@@ -434,6 +434,64 @@ std::vector<PodCase> PodCases() {
                << decision.message;
          }});
   }
+  // Issue #26: the pod's own kvgpu-dev makes the injected one kvgpu-dev-2; a container mounting
+  // kvgpu-dev-2 undeclared would reach the node's /dev if only configured names were checked.
+  for (const char* volume :
+       {"kvgpu-dev", "kvgpu-gridd-conf", "kvgpu-client-token", "kvgpu-driver"}) {
+    cases.push_back(
+        {std::string("a container mounting the renamed injected volume ") + volume +
+             "-2 without declaring it is denied",
+         [volume](json& pod) {
+           Kata(pod);
+           VgpuLimit(Web(pod));
+           pod["spec"]["volumes"].push_back({{"name", volume}, {"emptyDir", json::object()}});
+           pod["spec"]["containers"].push_back(
+               {{"name", "sneak"},
+                {"image", "busybox"},
+                {"volumeMounts",
+                 {{{"name", std::string(volume) + "-2"}, {"mountPath", "/host"}}}}});
+         },
+         PodOutcome::kDenied, "", "default",
+         [volume](const json&, const PodDecision& decision) {
+           EXPECT_NE(
+               decision.message.find("\"sneak\" mounts volume \"" + std::string(volume) + "-2\""),
+               std::string::npos)
+               << decision.message;
+         }});
+  }
+  cases.push_back({"more vGPU containers than one VM can be given is denied before any patch",
+                   [](json& pod) {
+                     Kata(pod);
+                     json base = pod["spec"]["containers"][0];
+                     pod["spec"]["containers"] = json::array();
+                     for (size_t i = 0; i <= kMaxVgpuContainersPerPod; ++i) {
+                       json container = base;
+                       container["name"] = "c" + std::to_string(i);
+                       VgpuLimit(container);
+                       pod["spec"]["containers"].push_back(container);
+                     }
+                   },
+                   PodOutcome::kDenied, "", "default",
+                   [](const json&, const PodDecision& decision) {
+                     EXPECT_TRUE(decision.patch.empty());
+                     EXPECT_NE(decision.message.find(std::to_string(kMaxVgpuContainersPerPod + 1) +
+                                                     " containers ask for a vGPU"),
+                               std::string::npos)
+                         << decision.message;
+                   }});
+  cases.push_back({"as many vGPU containers as one VM may have are injected",
+                   [](json& pod) {
+                     Kata(pod);
+                     json base = pod["spec"]["containers"][0];
+                     pod["spec"]["containers"] = json::array();
+                     for (size_t i = 0; i < kMaxVgpuContainersPerPod; ++i) {
+                       json container = base;
+                       container["name"] = "c" + std::to_string(i);
+                       VgpuLimit(container);
+                       pod["spec"]["containers"].push_back(container);
+                     }
+                   },
+                   PodOutcome::kMutated});
   cases.push_back({"excluded namespace is never touched",
                    [](json& pod) {
                      Kata(pod);

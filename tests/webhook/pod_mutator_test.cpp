@@ -231,6 +231,50 @@ TEST(PodMutator, ReinvocationGivesAContainerAddedLaterTheDriverMount) {
   }
 }
 
+// Issue #26: a mutated pod whose marker annotation another webhook removed got a second
+// driver loader, a second gridd and four -2 volumes. The injected volumes and containers are
+// recognised without the marker, under whatever names clashes gave them.
+TEST(PodMutator, APodInjectedBeforeIsNotInjectedTwiceWhenItsMarkerIsGone) {
+  const auto config = DefaultConfig();
+  for (bool clash : {false, true}) {
+    SCOPED_TRACE(clash ? "injected names renamed by clashes" : "injected names as configured");
+    json pod = testing::FixtureReview()["request"]["object"];
+    pod["spec"]["runtimeClassName"] = "kata";
+    pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+    if (clash) {
+      pod["spec"]["volumes"].push_back({{"name", "kvgpu-dev"}, {"emptyDir", json::object()}});
+      pod["spec"]["containers"].push_back({{"name", "nvidia-gridd"}, {"image", "busybox"}});
+    }
+    auto first = DecidePod(pod, "default", *config);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    ASSERT_EQ(first->outcome, PodOutcome::kMutated);
+    json injected = testing::ApplyPatch(pod, json::parse(first->patch));
+    for (auto& volume : injected["spec"]["volumes"])
+      if (volume.contains("hostPath") && !volume["hostPath"].contains("type"))
+        volume["hostPath"]["type"] = "";
+    injected["metadata"]["annotations"].erase("kata-vgpu.io/injected");
+
+    auto again = DecidePod(injected, "default", *config);
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(again->outcome, PodOutcome::kAlreadyInjected);
+    EXPECT_TRUE(again->patch.empty()) << again->patch;
+  }
+}
+
+// The other side: a user's pod that only looks a little like ours (a container named like
+// gridd, no injected volumes) is still injected.
+TEST(PodMutator, AContainerNamedLikeOursAloneDoesNotCountAsInjected) {
+  const auto config = DefaultConfig();
+  json pod = testing::FixtureReview()["request"]["object"];
+  pod["spec"]["runtimeClassName"] = "kata";
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+  pod["spec"]["containers"].push_back({{"name", "nvidia-gridd"}, {"image", "busybox"}});
+  pod["spec"]["containers"].push_back({{"name", "kvgpu-driver-init"}, {"image", "busybox"}});
+  auto decision = DecidePod(pod, "default", *config);
+  ASSERT_TRUE(decision.ok()) << decision.status().message();
+  EXPECT_EQ(decision->outcome, PodOutcome::kMutated);
+}
+
 TEST(PodMutator, AMarkerWithoutTheInjectedVolumesAddsNothing) {
   // Someone set the marker by hand: the pod opted out of injection in effect, and no mount may
   // point at a volume the pod does not have.
