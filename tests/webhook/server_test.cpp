@@ -16,11 +16,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "fakes/common/test_pki.h"
 #include "tests/webhook/pod_cases.h"
 #include "tests/webhook/tls_client.h"
+#include "webhook/admission.h"
 
 namespace kvgpu::webhook {
 namespace {
@@ -546,6 +548,73 @@ TEST_F(HostileClientTest, AFullConnectionCapEvictsIdleSocketsForANewClient) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ExpectFreshClientsServedWithin(std::chrono::seconds(1));
   for (int fd : idle) ::close(fd);
+}
+
+// Server-side sockets on `port` that the process has accepted and not closed: /proc/net/tcp
+// lists them with an inode (connections still in the listen queue have inode 0).
+int AcceptedConnections(int port) {
+  int count = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      const int local_port = std::stoi(local.substr(local.find(':') + 1), nullptr, 16);
+      if (local_port == port && state == "01" && inode != "0") ++count;
+    }
+  }
+  return count;
+}
+
+// Issue #26: the evicted connection stayed in the count until its object was destroyed, so a
+// burst evicted the same victim again and again and held every descriptor the process had.
+TEST_F(HostileClientTest, ABurstOfBareSocketsNeverHoldsMoreThanTheCap) {
+  options_.max_connections = 16;
+  Start();
+  std::vector<int> burst;
+  for (int i = 0; i < 300; ++i) burst.push_back(RawConnect(server_->port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LE(AcceptedConnections(server_->port()), 17);
+  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  for (int fd : burst) ::close(fd);
+}
+
+// Issue #26: heads declaring 19 MiB and 13 MiB bodies reserved the whole budget on their word
+// and every normal review got 503 until they timed out.
+TEST_F(HostileClientTest, HeadsWithoutBodiesHoldNothingOfTheBudget) {
+  Start();
+  std::vector<std::unique_ptr<TlsConnection>> heads;
+  for (size_t declared : {size_t{19} << 20, size_t{13} << 20, size_t{19} << 20}) {
+    heads.push_back(Connect());
+    ASSERT_TRUE(heads.back()->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
+                                   "Content-Length: " +
+                                   std::to_string(declared) + "\r\n\r\n"));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 5; ++i) ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+}
+
+// A large body that stalls is the one evicted when a new request needs its share, not the
+// newcomer (large bodies together hold at most 20 MiB).
+TEST_F(HostileClientTest, AStalledLargeBodyIsEvictedForANewLargeReview) {
+  Start();
+  auto stalled = Connect();
+  ASSERT_TRUE(stalled->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " +
+                            std::to_string(kMaxReviewBytes) + "\r\n\r\n" +
+                            std::string(18 << 20, ' ')));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // no byte for over a second
+  json review = json::parse(KataReview());
+  review["request"]["object"]["metadata"]["labels"]["padding"] = std::string(3 << 20, 'x');
+  auto large = Connect();
+  auto reply = large->Request("POST", "/mutate", review.dump());
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->status, 200) << reply->body;
+  EXPECT_FALSE(stalled->Receive()) << "the stalled body's connection is closed, unanswered";
 }
 
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
