@@ -319,6 +319,8 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
     const size_t held = parser_->get().body().size() + buffer_.size();
     if (held > body_bytes_) progress_ = Clock::now().time_since_epoch().count();
     body_bytes_ = held;
+    // Evicted: its account is closed, and evicting others would not help it.
+    if (retired_) return false;
     for (int attempt = 0; attempt < 4; ++attempt) {
       if (server_->budget.Set(account_, held, 0, false)) return true;
       if (!server_->EvictForBody(*this)) return false;
@@ -356,6 +358,7 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
   }
 
   bool Reserve(size_t body, size_t handler) {
+    if (retired_) return false;
     for (int attempt = 0; attempt < 4; ++attempt) {
       if (server_->budget.Set(account_, body, handler, false)) return true;
       if (!server_->EvictForBody(*this)) return false;
