@@ -70,10 +70,9 @@ class PruningHandler : public nlohmann::json_sax<json> {
   bool number_float(number_float_t value, const string_t& /*text*/) override {
     return Scalar(value);
   }
-  bool string(string_t& value) override {
-    const size_t length = value.size();
-    return Scalar(std::move(value), length);
-  }
+  // Copied, not moved: the lexer's buffer has grown by doubling, and a moved string would keep
+  // that capacity (up to twice what is charged for it).
+  bool string(string_t& value) override { return Scalar(string_t(value), value.size()); }
   bool binary(binary_t& /*value*/) override { return false; }  // not in JSON text
 
   bool start_object(std::size_t /*elements*/) override { return Open(json::object()); }
@@ -86,9 +85,9 @@ class PruningHandler : public nlohmann::json_sax<json> {
     const Rule* child =
         frame.node == nullptr ? nullptr : ChildOfObject(frame.rule, name, annotation_keys_);
     // std::map nodes stay put, so the slot survives later members (a repeated key overwrites,
-    // as in nlohmann's own DOM).
+    // as in nlohmann's own DOM). The key is copied for the reason string() copies.
     if (child != nullptr && !Spend(name.size())) return false;
-    slot_ = child == nullptr ? nullptr : &(*frame.node)[std::move(name)];
+    slot_ = child == nullptr ? nullptr : &(*frame.node)[string_t(name)];
     rule_ = child;
     return true;
   }

@@ -20,6 +20,18 @@ void VgpuLimit(json& container, const std::string& resource = "tencent.com/vgpu-
 json& Web(json& pod) {
   return pod["spec"]["containers"][0];
 }
+// Under Kata, `count` copies of the first container, each asking for a vGPU.
+void KataWithVgpuContainers(json& pod, size_t count) {
+  Kata(pod);
+  json base = Web(pod);
+  pod["spec"]["containers"] = json::array();
+  for (size_t i = 0; i < count; ++i) {
+    json container = base;
+    container["name"] = "c" + std::to_string(i);
+    VgpuLimit(container);
+    pod["spec"]["containers"].push_back(container);
+  }
+}
 
 json Container(const std::string& name) {
   return {{"name", name}, {"image", "registry.example/app:1"}, {"resources", json::object()}};
@@ -460,17 +472,7 @@ std::vector<PodCase> PodCases() {
          }});
   }
   cases.push_back({"more vGPU containers than one VM can be given is denied before any patch",
-                   [](json& pod) {
-                     Kata(pod);
-                     json base = pod["spec"]["containers"][0];
-                     pod["spec"]["containers"] = json::array();
-                     for (size_t i = 0; i <= kMaxVgpuContainersPerPod; ++i) {
-                       json container = base;
-                       container["name"] = "c" + std::to_string(i);
-                       VgpuLimit(container);
-                       pod["spec"]["containers"].push_back(container);
-                     }
-                   },
+                   [](json& pod) { KataWithVgpuContainers(pod, kMaxVgpuContainersPerPod + 1); },
                    PodOutcome::kDenied, "", "default",
                    [](const json&, const PodDecision& decision) {
                      EXPECT_TRUE(decision.patch.empty());
@@ -480,17 +482,7 @@ std::vector<PodCase> PodCases() {
                          << decision.message;
                    }});
   cases.push_back({"as many vGPU containers as one VM may have are injected",
-                   [](json& pod) {
-                     Kata(pod);
-                     json base = pod["spec"]["containers"][0];
-                     pod["spec"]["containers"] = json::array();
-                     for (size_t i = 0; i < kMaxVgpuContainersPerPod; ++i) {
-                       json container = base;
-                       container["name"] = "c" + std::to_string(i);
-                       VgpuLimit(container);
-                       pod["spec"]["containers"].push_back(container);
-                     }
-                   },
+                   [](json& pod) { KataWithVgpuContainers(pod, kMaxVgpuContainersPerPod); },
                    PodOutcome::kMutated});
   cases.push_back({"excluded namespace is never touched",
                    [](json& pod) {

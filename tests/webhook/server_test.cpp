@@ -590,9 +590,10 @@ TEST_F(HostileClientTest, HeadsWithoutBodiesHoldNothingOfTheBudget) {
   std::vector<std::unique_ptr<TlsConnection>> heads;
   for (size_t declared : {size_t{19} << 20, size_t{13} << 20, size_t{19} << 20}) {
     heads.push_back(Connect());
-    ASSERT_TRUE(heads.back()->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
-                                   "Content-Length: " +
-                                   std::to_string(declared) + "\r\n\r\n"));
+    ASSERT_TRUE(
+        heads.back()->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " +
+                           std::to_string(declared) + "\r\n\r\n"));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   for (int i = 0; i < 5; ++i) ExpectFreshClientsServedWithin(std::chrono::seconds(1));
@@ -603,10 +604,10 @@ TEST_F(HostileClientTest, HeadsWithoutBodiesHoldNothingOfTheBudget) {
 TEST_F(HostileClientTest, AStalledLargeBodyIsEvictedForANewLargeReview) {
   Start();
   auto stalled = Connect();
-  ASSERT_TRUE(stalled->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " +
-                            std::to_string(kMaxReviewBytes) + "\r\n\r\n" +
-                            std::string(18 << 20, ' ')));
+  ASSERT_TRUE(
+      stalled->Send("POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\n"
+                    "Content-Length: " +
+                    std::to_string(kMaxReviewBytes) + "\r\n\r\n" + std::string(18 << 20, ' ')));
   std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // no byte for over a second
   json review = json::parse(KataReview());
   review["request"]["object"]["metadata"]["labels"]["padding"] = std::string(3 << 20, 'x');
