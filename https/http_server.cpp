@@ -143,7 +143,8 @@ struct HttpsServer::Impl : std::enable_shared_from_this<HttpsServer::Impl> {
   void OnNoDescriptors(const beast::error_code& ec);
   // Closes the connection that `pick` prefers among the open ones, taking it off the count and
   // the budget at once; false when there is none to take.
-  bool Evict(const std::function<bool(const Session&, const Session*)>& pick);
+  bool Evict(const std::function<bool(const Session&, const Session*)>& pick,
+             const char* why = nullptr);
   bool EvictForConnection();
   bool EvictBeforeHandshake();
   // Makes room in the budget for `self` by evicting an older, slow body (http_server.h).
@@ -210,11 +211,20 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
 
   // Takes this connection off the count and the budget now, and closes it on its strand; false
   // when that was done already (a connection is never chosen twice).
-  bool Retire() {
+  // `why`, when given, is answered (503) to a connection evicted mid-body, so the client learns
+  // why its request failed; its write holds no budget and closes the connection when done.
+  bool Retire(const char* why = nullptr) {
     if (retired_.exchange(true)) return false;
     --server_->open;
     server_->budget.Close(account_);
-    Close();
+    if (why == nullptr) {
+      Close();
+      return true;
+    }
+    asio::post(stream_.get_executor(), [self = shared_from_this(), why] {
+      if (self->phase_ != Phase::kBody) return self->Close();
+      self->Write({503, "text/plain; charset=utf-8", std::string(why) + "\n"}, false);
+    });
     return true;
   }
 
@@ -471,7 +481,8 @@ void HttpsServer::Impl::Admit(tcp::socket socket) {
   session->Start();
 }
 
-bool HttpsServer::Impl::Evict(const std::function<bool(const Session&, const Session*)>& pick) {
+bool HttpsServer::Impl::Evict(const std::function<bool(const Session&, const Session*)>& pick,
+                              const char* why) {
   for (int attempt = 0; attempt < 4; ++attempt) {
     std::shared_ptr<Session> victim;
     {
@@ -482,7 +493,7 @@ bool HttpsServer::Impl::Evict(const std::function<bool(const Session&, const Ses
       }
     }
     if (!victim) return false;
-    if (victim->Retire()) return true;  // else another thread took it first: choose again
+    if (victim->Retire(why)) return true;  // else another thread took it first: choose again
   }
   return false;
 }
@@ -513,13 +524,15 @@ bool HttpsServer::Impl::EvictForBody(const Session& self) {
     return now - s.progress() > std::chrono::seconds(1) ||
            (seconds > 0.5 && static_cast<double>(s.body_bytes()) / seconds < 1024.0 * 1024.0);
   };
-  return Evict([&](const Session& s, const Session* best) {
-    if (&s == &self || s.phase() != Phase::kBody || s.since() > self.since()) return false;
-    if (!slow(s) && (self.large() || !s.large())) return false;
-    if (!best) return true;
-    if (s.large() != best->large()) return s.large();
-    return s.since() < best->since();
-  });
+  return Evict(
+      [&](const Session& s, const Session* best) {
+        if (&s == &self || s.phase() != Phase::kBody || s.since() > self.since()) return false;
+        if (!slow(s) && (self.large() || !s.large())) return false;
+        if (!best) return true;
+        if (s.large() != best->large()) return s.large();
+        return s.since() < best->since();
+      },
+      "this body came too slowly and was dropped to make room for other requests; retry");
 }
 
 HttpsServer::HttpsServer(SSL_CTX* ctx, Handler handler, HttpsServerOptions options)

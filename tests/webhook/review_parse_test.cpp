@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <iostream>
+
 #include "tests/webhook/pod_cases.h"
 #include "webhook/admission.h"
 #include "webhook/config.h"
@@ -258,6 +260,47 @@ TEST(ReviewParse, ADocumentPastItsLimitIsRefusedWhileParsing) {
   EXPECT_NE(reply.body.find("of memory this webhook gives one review"), std::string::npos)
       << reply.body.substr(0, 300);
   EXPECT_LT(reply.body.size(), 1000u);
+}
+
+// What each review shape costs (the table in docs/webhook.md, "Memory"): the document charged and
+// the answer stay inside what the server reserves for the review before handling it.
+TEST(ReviewParse, EveryShapeFitsTheReserveTheServerTakesForIt) {
+  auto with_vgpu_containers = [](size_t count, bool minimal) {
+    json review = testing::FixtureReview();
+    json& spec = review["request"]["object"]["spec"];
+    spec["runtimeClassName"] = "kata";
+    json base = minimal ? json{{"name", "c"}} : spec["containers"][0];
+    spec["containers"] = json::array();
+    for (size_t i = 0; i < count; ++i) {
+      json container = base;
+      if (!minimal) container["name"] = "c" + std::to_string(i);
+      container["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+      spec["containers"].push_back(container);
+    }
+    return review.dump();
+  };
+  struct Shape {
+    const char* description;
+    std::string body;
+  };
+  const auto config = DefaultConfig();
+  for (const Shape& shape :
+       {Shape{"the fixture, one vGPU container", with_vgpu_containers(1, false)},
+        Shape{"32 vGPU containers", with_vgpu_containers(32, false)},
+        Shape{"33 vGPU containers", with_vgpu_containers(33, false)},
+        Shape{"45,054 minimal", with_vgpu_containers(45054, true)},
+        Shape{"282,069 minimal", with_vgpu_containers(282069, true)}}) {
+    SCOPED_TRACE(shape.description);
+    PrunedReview pruned =
+        ParsePrunedReview(shape.body, {"kata-vgpu.io/injected", "kata-vgpu.io/inject"}, 128,
+                          DocumentCostLimit(shape.body.size()));
+    ReviewReply reply = HandleReview(shape.body, "application/json", *config);
+    std::cout << shape.description << ": body " << shape.body.size() << " B, document "
+              << pruned.cost << " B (limit " << DocumentCostLimit(shape.body.size()) << "), answer "
+              << reply.body.size() << " B, HTTP " << reply.http_status << "\n";
+    EXPECT_LE(pruned.cost, DocumentCostLimit(shape.body.size()) + kValueCost + 64);
+    EXPECT_LE(reply.body.size(), kAnswerAllowance);
+  }
 }
 
 }  // namespace

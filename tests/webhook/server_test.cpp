@@ -517,8 +517,9 @@ TEST_F(HostileClientTest, ManyHalfSentLargeBodiesAreBoundedByTheServerWideBudget
   const size_t declared = 3 * 1024 * 1024;
   std::vector<std::unique_ptr<TlsConnection>> senders;
   int refused = 0;
-  // 24 x 3 MiB is more than the 32 MiB budget: past it a request is told 503 and closed at
-  // once (so sending the rest of its body may already fail), instead of being buffered.
+  // 24 x 1.5 MiB sent is more than the 20 MiB large bodies may hold together: past it a request
+  // is told 503 and closed at once (so sending the rest of its body may already fail), instead
+  // of being buffered.
   for (int i = 0; i < 24; ++i) {
     auto conn = Connect();
     ASSERT_NE(conn, nullptr);
@@ -615,7 +616,10 @@ TEST_F(HostileClientTest, AStalledLargeBodyIsEvictedForANewLargeReview) {
   auto reply = large->Request("POST", "/mutate", review.dump());
   ASSERT_TRUE(reply);
   EXPECT_EQ(reply->status, 200) << reply->body;
-  EXPECT_FALSE(stalled->Receive()) << "the stalled body's connection is closed, unanswered";
+  auto dropped = stalled->Receive();
+  ASSERT_TRUE(dropped) << "the stalled body is told why it was dropped";
+  EXPECT_EQ(dropped->status, 503);
+  EXPECT_NE(dropped->body.find("too slowly"), std::string::npos) << dropped->body;
 }
 
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
