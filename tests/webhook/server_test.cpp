@@ -533,8 +533,11 @@ TEST_F(HostileClientTest, ManyHalfSentLargeBodiesAreBoundedByTheServerWideBudget
     }
     senders.push_back(std::move(conn));
   }
-  for (size_t i = 10; i < senders.size(); ++i) {
-    auto reply = senders[i]->Receive();
+  // A body stalled for a second is the one dropped for a newer request (issue #26), answered
+  // 503 too: on a loaded machine that may be an early sender's rather than a late one's, so
+  // every connection's answer counts.
+  for (auto& sender : senders) {
+    auto reply = sender->Receive();
     if (reply && reply->status == 503) ++refused;
   }
   EXPECT_GE(refused, 10) << "past the budget, bodies must be refused, not buffered";
