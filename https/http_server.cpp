@@ -260,8 +260,10 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
     Mark(Phase::kIdle);
     parser_.emplace();
     ConfigureParser(*parser_, server_->options.max_header_bytes, server_->options.max_body_bytes);
-    begun_ = buffer_.size() > 0;           // pipelined bytes already here
-    if (!begun_) buffer_.shrink_to_fit();  // an idle connection keeps no read buffer
+    begun_ = buffer_.size() > 0;  // pipelined bytes already here
+    // An idle connection keeps no large read buffer (one that read a body grew to 64 KiB or
+    // more); an ordinary review's few KiB stay, not freed and allocated again per request.
+    if (!begun_ && buffer_.capacity() > 16 * 1024) buffer_.shrink_to_fit();
     if (begun_) Mark(Phase::kHead);
     Expire(begun_ ? server_->options.request_timeout : server_->options.idle_timeout);
     ReadHeadSome();
