@@ -625,6 +625,23 @@ TEST_F(HostileClientTest, AStalledLargeBodyIsEvictedForANewLargeReview) {
   EXPECT_NE(dropped->body.find("too slowly"), std::string::npos) << dropped->body;
 }
 
+// Issue #26: with prometheus-cpp's exposer two idle connections held both of its threads and
+// every scrape timed out.
+TEST_F(HostileClientTest, IdleMetricsConnectionsDoNotHoldUpAScrape) {
+  options_.metrics_addr = "127.0.0.1:0";
+  Start();
+  std::vector<int> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(RawConnect(server_->metrics_port()));
+  httplib::Client client("127.0.0.1", server_->metrics_port());
+  client.set_read_timeout(1, 0);
+  auto started = std::chrono::steady_clock::now();
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
+  for (int fd : idle) ::close(fd);
+}
+
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
   struct Bad {
     const char* description;
