@@ -90,9 +90,14 @@ class Budget {
     account.other = other;
     return true;
   }
+  // Releases what `account` holds and refuses it anything more, in one step: the connection's
+  // own strand may be charging it at the same moment.
   void Close(Account& account) {
-    Set(account, 0, 0, true);
     std::lock_guard lock(mutex_);
+    held_ -= account.body + account.other;
+    if (account.large) large_held_ -= account.body;
+    account.body = 0;
+    account.other = 0;
     account.closed = true;
   }
   void MarkLarge(Account& account, bool large) {
