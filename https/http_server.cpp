@@ -1,6 +1,8 @@
 #include "https/http_server.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
@@ -60,6 +62,70 @@ std::string PathOf(beast::string_view target) {
   return path;
 }
 
+// What one connection holds against the budget. Guarded by Budget's mutex.
+struct Account {
+  size_t body = 0;   // body bytes received and held
+  size_t other = 0;  // a handler's reserve, then the answer being written
+  bool large = false;
+  bool closed = false;  // evicted or gone: holds nothing and may take nothing more
+};
+
+// The server-wide budget of request memory (http_server.h).
+class Budget {
+ public:
+  Budget(size_t total, size_t large) : total_(total), large_(large) {}
+
+  // Sets what `account` holds; false, changing nothing, when that would pass a limit (unless
+  // `force`: shrinking, or an answer already built within its reserve) or the account is closed.
+  bool Set(Account& account, size_t body, size_t other, bool force) {
+    std::lock_guard lock(mutex_);
+    if (account.closed) return false;
+    const size_t held = held_ - account.body - account.other + body + other;
+    const size_t large = account.large ? large_held_ - account.body + body : large_held_;
+    const bool grows = body + other > account.body + account.other || large > large_held_;
+    if (grows && !force && (held > total_ || large > large_)) return false;
+    held_ = held;
+    large_held_ = large;
+    account.body = body;
+    account.other = other;
+    return true;
+  }
+  // Releases what `account` holds and refuses it anything more, in one step: the connection's
+  // own strand may be charging it at the same moment.
+  void Close(Account& account) {
+    std::lock_guard lock(mutex_);
+    held_ -= account.body + account.other;
+    if (account.large) large_held_ -= account.body;
+    account.body = 0;
+    account.other = 0;
+    account.closed = true;
+  }
+  void MarkLarge(Account& account, bool large) {
+    std::lock_guard lock(mutex_);
+    if (account.body == 0) account.large = large;
+  }
+  size_t held() const {
+    std::lock_guard lock(mutex_);
+    return held_;
+  }
+
+ private:
+  const size_t total_;
+  const size_t large_;
+  mutable std::mutex mutex_;
+  size_t held_ = 0;
+  size_t large_held_ = 0;
+};
+
+// Where a connection is. The order is the connection cap's order of eviction: a connection that
+// has sent nothing goes first, one being handled never (closing it would free nothing).
+enum class Phase { kSilent, kIdle, kHandshake, kHead, kBody, kWriting, kHandling };
+
+size_t LargeLimit(const HttpsServerOptions& options) {
+  return options.max_large_body_bytes != 0 ? options.max_large_body_bytes
+                                           : options.max_buffered_body_bytes / 4 * 3;
+}
+
 }  // namespace
 
 struct HttpsServer::Impl : std::enable_shared_from_this<HttpsServer::Impl> {
@@ -69,34 +135,42 @@ struct HttpsServer::Impl : std::enable_shared_from_this<HttpsServer::Impl> {
       : ssl(ctx),
         handler(std::move(on_request)),
         options(std::move(with)),
+        budget(options.max_buffered_body_bytes, LargeLimit(options)),
         io(static_cast<int>(std::max<size_t>(1, options.worker_threads))),
         acceptor(asio::make_strand(io)),
         accept_retry(acceptor.get_executor()) {}
+  ~Impl() {
+    if (spare_descriptor >= 0) ::close(spare_descriptor);
+  }
 
   void Accept();
   void Admit(tcp::socket socket);
-  // Makes room for one more connection by closing the longest-idle one (or the oldest busy one).
-  void Evict();
-  bool Reserve(size_t bytes) {
-    size_t held = buffered.load();
-    do {
-      if (held + bytes > options.max_buffered_body_bytes) return false;
-    } while (!buffered.compare_exchange_weak(held, held + bytes));
-    return true;
+  void OnNoDescriptors(const beast::error_code& ec);
+  // Closes the connection that `pick` prefers among the open ones, taking it off the count and
+  // the budget at once; false when there is none to take.
+  bool Evict(const std::function<bool(const Session&, const Session*)>& pick,
+             const char* why = nullptr);
+  bool EvictForConnection();
+  bool EvictBeforeHandshake();
+  // Makes room in the budget for `self` by evicting an older, slow body (http_server.h).
+  bool EvictForBody(const Session& self);
+  size_t HandlerBytes(size_t body) const {
+    return options.handler_bytes ? options.handler_bytes(body) : 2 * body + 64 * 1024;
   }
-  void Release(size_t bytes) { buffered -= bytes; }
 
   asio::ssl::context ssl;
   Handler handler;
   HttpsServerOptions options;
+  Budget budget;
   asio::io_context io;
   tcp::acceptor acceptor;
   asio::steady_timer accept_retry;
   std::atomic<bool> stopping{false};
   std::atomic<bool> running{false};
-  std::atomic<size_t> buffered{0};
   std::atomic<size_t> open{0};
   Clock::time_point last_accept_warning{};
+  // Given up at EMFILE so that one accept can succeed (acceptor's strand only).
+  int spare_descriptor = -1;
 
   std::mutex sessions_mutex;
   std::list<std::weak_ptr<Session>> sessions;
@@ -107,51 +181,95 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
   Session(std::shared_ptr<Impl> server, tcp::socket socket)
       : server_(std::move(server)),
         stream_(std::move(socket), server_->ssl),
+        silent_timer_(stream_.get_executor()),
         buffer_(server_->options.max_header_bytes + server_->options.max_body_bytes) {
     ++server_->open;
   }
   ~Session() {
-    server_->Release(reserved_);
-    --server_->open;
+    server_->budget.Close(account_);
+    if (!retired_.exchange(true)) --server_->open;
   }
 
+  // Until its first byte the connection is silent (first to go at the cap); the handshake and
+  // every request after it must then complete within request_timeout.
   void Start() {
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      self->Expire(self->server_->options.request_timeout);
-      self->stream_.async_handshake(asio::ssl::stream_base::server,
-                                    [self](const beast::error_code& ec) {
-                                      if (ec) return;  // a failed handshake has nothing to answer
-                                      self->ReadHead();
-                                    });
+      self->silent_timer_.expires_after(self->server_->options.request_timeout);
+      self->silent_timer_.async_wait([self](const beast::error_code& ec) {
+        if (!ec) beast::get_lowest_layer(self->stream_).close();
+      });
+      beast::get_lowest_layer(self->stream_)
+          .socket()
+          .async_wait(tcp::socket::wait_read, [self](const beast::error_code& ec) {
+            self->silent_timer_.cancel();
+            if (ec) return;
+            self->Mark(Phase::kHandshake);
+            self->Expire(self->server_->options.request_timeout);
+            self->stream_.async_handshake(asio::ssl::stream_base::server,
+                                          [self](const beast::error_code& e) {
+                                            if (e) return;  // nothing to answer
+                                            self->ReadHead();
+                                          });
+          });
     });
+  }
+
+  // Takes this connection off the count and the budget now, and closes it on its strand; false
+  // when that was done already (a connection is never chosen twice).
+  // `why`, when given, is answered (503) to a connection evicted mid-body, so the client learns
+  // why its request failed; its write holds no budget and closes the connection when done.
+  bool Retire(const char* why = nullptr) {
+    if (retired_.exchange(true)) return false;
+    --server_->open;
+    server_->budget.Close(account_);
+    if (why == nullptr) {
+      Close();
+      return true;
+    }
+    asio::post(stream_.get_executor(), [self = shared_from_this(), why] {
+      if (self->phase_ != Phase::kBody) return self->Close();
+      self->Write({503, "text/plain; charset=utf-8", std::string(why) + "\n"}, false);
+    });
+    return true;
   }
 
   // Closes from any thread (eviction, Stop).
   void Close() {
     asio::post(stream_.get_executor(), [self = shared_from_this()] {
       beast::error_code ignored;
+      self->silent_timer_.cancel();
       beast::get_lowest_layer(self->stream_).socket().shutdown(tcp::socket::shutdown_both, ignored);
       beast::get_lowest_layer(self->stream_).close();
     });
   }
 
-  bool idle() const { return idle_.load(); }
+  bool retired() const { return retired_.load(); }
+  Phase phase() const { return phase_.load(); }
   Clock::time_point since() const { return Clock::time_point(Clock::duration(since_.load())); }
+  size_t body_bytes() const { return body_bytes_.load(); }
+  Clock::time_point progress() const {
+    return Clock::time_point(Clock::duration(progress_.load()));
+  }
+  bool large() const { return large_.load(); }
 
  private:
   void Expire(std::chrono::seconds after) { beast::get_lowest_layer(stream_).expires_after(after); }
-  void Mark(bool idle) {
-    idle_ = idle;
+  void Mark(Phase phase) {
+    phase_ = phase;
     since_ = Clock::now().time_since_epoch().count();
   }
 
   // The head is read piecewise: waiting for its first byte is idleness (idle_timeout); once a
   // byte has come, the whole request must be done within request_timeout, however it trickles.
   void ReadHead() {
-    Mark(true);
+    Mark(Phase::kIdle);
     parser_.emplace();
     ConfigureParser(*parser_, server_->options.max_header_bytes, server_->options.max_body_bytes);
     begun_ = buffer_.size() > 0;  // pipelined bytes already here
+    // An idle connection keeps no large read buffer (one that read a body grew to 64 KiB or
+    // more); an ordinary review's few KiB stay, not freed and allocated again per request.
+    if (!begun_ && buffer_.capacity() > 16 * 1024) buffer_.shrink_to_fit();
+    if (begun_) Mark(Phase::kHead);
     Expire(begun_ ? server_->options.request_timeout : server_->options.idle_timeout);
     ReadHeadSome();
   }
@@ -162,7 +280,7 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
                             if (ec || self->parser_->is_header_done()) return self->OnHead(ec);
                             if (!self->begun_) {
                               self->begun_ = true;
-                              self->Mark(false);
+                              self->Mark(Phase::kHead);
                               self->Expire(self->server_->options.request_timeout);
                             }
                             self->ReadHeadSome();
@@ -170,18 +288,18 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
   }
 
   void OnHead(const beast::error_code& ec) {
-    Mark(false);
     if (ec == http::error::body_limit) return Fail(413, TooLarge());
     if (ec) return Fail(StatusFor(ec), ec.message());
+    Mark(Phase::kBody);
+    body_bytes_ = 0;
+    progress_ = Clock::now().time_since_epoch().count();
     if (!begun_) Expire(server_->options.request_timeout);
     if (int status = RefuseHead(*parser_, server_->options.max_body_bytes); status != 0) {
       return Fail(status, status == 411 ? "a Content-Length body is required" : TooLarge());
     }
-    const size_t length = parser_->content_length().value_or(0);
-    if (!server_->Reserve(length)) {
-      return Fail(503, "too many large requests at once; retry");
-    }
-    reserved_ = length;
+    // The declared length only classes the request; nothing is reserved on its word.
+    large_ = parser_->content_length().value_or(0) > server_->options.small_body_bytes;
+    server_->budget.MarkLarge(account_, large_);
     const auto& head = parser_->get();
     auto expect = head.find(http::field::expect);
     if (expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
@@ -203,15 +321,37 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
   }
 
   void ReadBody() {
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](const beast::error_code& ec, size_t) { self->OnRequest(ec); });
+    if (!ChargeBody()) return Fail(503, "too many large requests at once; retry");
+    if (parser_->is_done()) return OnRequest();
+    http::async_read_some(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](const beast::error_code& ec, size_t) {
+                            if (ec) return self->Fail(StatusFor(ec), ec.message());
+                            self->ReadBody();
+                          });
   }
 
-  void OnRequest(const beast::error_code& ec) {
-    if (ec) return Fail(StatusFor(ec), ec.message());
+  // Charges the body bytes received so far (in the parser's body and the read buffer), making
+  // room by evicting an older slow body when the budget is full.
+  bool ChargeBody() {
+    const size_t held = parser_->get().body().size() + buffer_.size();
+    if (held > body_bytes_) progress_ = Clock::now().time_since_epoch().count();
+    body_bytes_ = held;
+    // Evicted: its account is closed, and evicting others would not help it.
+    if (retired_) return false;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      if (server_->budget.Set(account_, held, 0, false)) return true;
+      if (!server_->EvictForBody(*this)) return false;
+    }
+    return false;
+  }
+
+  void OnRequest() {
+    Mark(Phase::kHandling);
     http::request<http::string_body> request = parser_->release();
     parser_.reset();
+    const size_t body = request.body().size();
+    if (!Reserve(body, server_->HandlerBytes(body)))
+      return Fail(503, "the server's memory for requests is taken by other requests; retry");
     HttpResponse answer;
     try {
       HttpRequest in;
@@ -228,22 +368,33 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
       spdlog::error("request failed: {}", e.what());
       answer = {500, "text/plain; charset=utf-8", "internal error\n"};
     }
+    // The body is freed; the answer is what this request holds until it is written.
+    server_->budget.Set(account_, 0, answer.body.size(), true);
     const bool keep = request.keep_alive() && !server_->stopping && answer.status < 500;
-    Write(answer, keep);
+    Write(std::move(answer), keep);
   }
 
-  void Write(const HttpResponse& answer, bool keep_alive) {
+  bool Reserve(size_t body, size_t handler) {
+    if (retired_) return false;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      if (server_->budget.Set(account_, body, handler, false)) return true;
+      if (!server_->EvictForBody(*this)) return false;
+    }
+    return false;
+  }
+
+  void Write(HttpResponse answer, bool keep_alive) {
+    Mark(Phase::kWriting);
     auto response = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(answer.status), 11);
     response->set(http::field::content_type, answer.content_type);
-    response->body() = answer.body;
+    response->body() = std::move(answer.body);
     response->keep_alive(keep_alive);
     response->prepare_payload();
     Expire(server_->options.write_timeout);
     http::async_write(stream_, *response,
                       [self = shared_from_this(), response](const beast::error_code& ec, size_t) {
-                        self->server_->Release(self->reserved_);
-                        self->reserved_ = 0;
+                        self->server_->budget.Set(self->account_, 0, 0, true);
                         if (ec) return;
                         if (!response->keep_alive()) return self->Shutdown();
                         self->ReadHead();
@@ -252,7 +403,8 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
 
   // Answers a refused or malformed request, then closes (the rest of its bytes are not read).
   void Fail(int status, const std::string& why) {
-    if (status == 0 || server_->stopping) return;
+    if (status == 0 || server_->stopping || retired_) return;
+    server_->budget.Set(account_, 0, 0, true);
     Write({status, "text/plain; charset=utf-8", why + "\n"}, false);
   }
 
@@ -263,40 +415,70 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
 
   std::shared_ptr<Impl> server_;
   beast::ssl_stream<beast::tcp_stream> stream_;
+  asio::steady_timer silent_timer_;
   beast::flat_buffer buffer_;
   std::optional<Parser> parser_;
-  size_t reserved_ = 0;
+  Account account_;
   bool begun_ = false;  // a byte of the current request has come
-  std::atomic<bool> idle_{true};
+  std::atomic<bool> retired_{false};
+  std::atomic<bool> large_{false};
+  std::atomic<size_t> body_bytes_{0};
+  std::atomic<Phase> phase_{Phase::kSilent};
   std::atomic<Clock::rep> since_{Clock::now().time_since_epoch().count()};
+  std::atomic<Clock::rep> progress_{Clock::now().time_since_epoch().count()};  // last body byte
 };
 
 void HttpsServer::Impl::Accept() {
-  acceptor.async_accept(
-      asio::make_strand(io), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-        if (self->stopping) return;
-        if (ec == asio::error::no_descriptors || ec.value() == ENFILE || ec.value() == ENOBUFS ||
-            ec.value() == ENOMEM) {
-          // Out of descriptors: trying again at once would spin on the same error.
-          auto now = Clock::now();
-          if (now - self->last_accept_warning > std::chrono::seconds(10)) {
-            spdlog::warn("accept: {}; pausing {} ms before the next", ec.message(),
-                         self->options.accept_backoff.count());
-            self->last_accept_warning = now;
-          }
-          self->accept_retry.expires_after(self->options.accept_backoff);
-          self->accept_retry.async_wait([self](const beast::error_code&) { self->Accept(); });
-          return;
-        }
-        if (!ec) self->Admit(std::move(socket));
-        self->Accept();
-      });
+  // Over the cap with nothing to evict (every connection is being handled): wait for one to end
+  // rather than take more descriptors.
+  if (open.load() > options.max_connections && !EvictForConnection()) {
+    accept_retry.expires_after(std::chrono::milliseconds(10));
+    accept_retry.async_wait([self = shared_from_this()](const beast::error_code& ec) {
+      if (!ec && !self->stopping) self->Accept();
+    });
+    return;
+  }
+  acceptor.async_accept(asio::make_strand(io),
+                        [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+                          if (self->stopping) return;
+                          if (ec == asio::error::no_descriptors || ec.value() == ENFILE ||
+                              ec.value() == ENOBUFS || ec.value() == ENOMEM) {
+                            return self->OnNoDescriptors(ec);
+                          }
+                          if (!ec) self->Admit(std::move(socket));
+                          if (self->spare_descriptor < 0)
+                            self->spare_descriptor = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+                          self->Accept();
+                        });
+}
+
+// Out of descriptors: the spare one is given up so that the next accept succeeds, and the oldest
+// connection still before its handshake is dropped to pay for it (its descriptor refills the
+// spare). With neither, trying again at once would spin on the same error: wait.
+void HttpsServer::Impl::OnNoDescriptors(const beast::error_code& ec) {
+  if (spare_descriptor < 0) spare_descriptor = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (spare_descriptor >= 0 && EvictBeforeHandshake()) {
+    ::close(spare_descriptor);
+    spare_descriptor = -1;
+    return Accept();
+  }
+  auto now = Clock::now();
+  if (now - last_accept_warning > std::chrono::seconds(10)) {
+    spdlog::warn("accept: {}; pausing {} ms before the next", ec.message(),
+                 options.accept_backoff.count());
+    last_accept_warning = now;
+  }
+  accept_retry.expires_after(spare_descriptor < 0 ? std::chrono::milliseconds(5)
+                                                  : options.accept_backoff);
+  accept_retry.async_wait([self = shared_from_this()](const beast::error_code& e) {
+    if (!e && !self->stopping) self->Accept();
+  });
 }
 
 void HttpsServer::Impl::Admit(tcp::socket socket) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  if (open.load() >= options.max_connections) Evict();
+  if (open.load() >= options.max_connections) EvictForConnection();
   auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
   {
     std::lock_guard lock(sessions_mutex);
@@ -306,20 +488,58 @@ void HttpsServer::Impl::Admit(tcp::socket socket) {
   session->Start();
 }
 
-void HttpsServer::Impl::Evict() {
-  std::shared_ptr<Session> victim;
-  {
-    std::lock_guard lock(sessions_mutex);
-    std::shared_ptr<Session> oldest_idle, oldest_busy;
-    for (const auto& weak : sessions) {
-      auto s = weak.lock();
-      if (!s) continue;
-      auto& pick = s->idle() ? oldest_idle : oldest_busy;
-      if (!pick || s->since() < pick->since()) pick = s;
+bool HttpsServer::Impl::Evict(const std::function<bool(const Session&, const Session*)>& pick,
+                              const char* why) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::shared_ptr<Session> victim;
+    {
+      std::lock_guard lock(sessions_mutex);
+      for (const auto& weak : sessions) {
+        auto s = weak.lock();
+        if (s && !s->retired() && pick(*s, victim.get())) victim = s;
+      }
     }
-    victim = oldest_idle ? oldest_idle : oldest_busy;
+    if (!victim) return false;
+    if (victim->Retire(why)) return true;  // else another thread took it first: choose again
   }
-  if (victim) victim->Close();
+  return false;
+}
+
+bool HttpsServer::Impl::EvictForConnection() {
+  return Evict([](const Session& s, const Session* best) {
+    if (s.phase() == Phase::kHandling) return false;
+    if (!best || s.phase() != best->phase()) return !best || s.phase() < best->phase();
+    return s.since() < best->since();
+  });
+}
+
+bool HttpsServer::Impl::EvictBeforeHandshake() {
+  return Evict([](const Session& s, const Session* best) {
+    if (s.phase() != Phase::kSilent && s.phase() != Phase::kHandshake) return false;
+    if (!best || s.phase() != best->phase()) return !best || s.phase() < best->phase();
+    return s.since() < best->since();
+  });
+}
+
+bool HttpsServer::Impl::EvictForBody(const Session& self) {
+  const auto now = Clock::now();
+  // Slow: nothing for a second, or half a second into its body and under 1 MiB/s on average. A
+  // large newcomer may only displace a slow body; a small one also any older large body (small
+  // reviews keep their reserve).
+  auto slow = [now](const Session& s) {
+    const double seconds = std::chrono::duration<double>(now - s.since()).count();
+    return now - s.progress() > std::chrono::seconds(1) ||
+           (seconds > 0.5 && static_cast<double>(s.body_bytes()) / seconds < 1024.0 * 1024.0);
+  };
+  return Evict(
+      [&](const Session& s, const Session* best) {
+        if (&s == &self || s.phase() != Phase::kBody || s.since() > self.since()) return false;
+        if (!slow(s) && (self.large() || !s.large())) return false;
+        if (!best) return true;
+        if (s.large() != best->large()) return s.large();
+        return s.since() < best->since();
+      },
+      "this body came too slowly and was dropped to make room for other requests; retry");
 }
 
 HttpsServer::HttpsServer(SSL_CTX* ctx, Handler handler, HttpsServerOptions options)
@@ -344,6 +564,7 @@ Result<int> HttpsServer::Listen(const std::string& host, int port) {
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::Error(ErrorCode::kIo, ec.message());
+  impl_->spare_descriptor = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   return static_cast<int>(acceptor.local_endpoint().port());
 }
 
@@ -395,7 +616,7 @@ size_t HttpsServer::connections() const {
 }
 
 size_t HttpsServer::buffered_body_bytes() const {
-  return impl_->buffered.load();
+  return impl_->budget.held();
 }
 
 int FrameRequestForFuzzing(std::string_view bytes, size_t max_header_bytes, size_t max_body_bytes) {

@@ -7,11 +7,15 @@
 //   a client that pipelines and never reads its answers stops being read (TCP pushes back);
 // - per connection: header bytes, body bytes (from Content-Length, before the body is read),
 //   handshake/request, idle and write timeouts;
-// - server-wide: a budget of body bytes being read or handled at once, so hundreds of clients
-//   sending large bodies cannot take the process past its memory limit (beyond it: 503);
-// - a connection cap that evicts the longest-idle connection (or else the oldest slow one) to
-//   take a new client, so the API server and kubelet's probes are served when it is reached;
-// - accept failing for lack of descriptors (EMFILE/ENFILE) waits before trying again;
+// - server-wide: one memory budget for everything a request costs (docs/webhook.md, "Memory"):
+//   body bytes as they arrive, what the handler may spend (reserved before it runs), and the
+//   answer until it is written. Large requests together hold at most a part of it, so small
+//   ones always have a reserve; when a request does not fit, an older slow body is evicted
+//   rather than the newcomer refused (beyond that: 503);
+// - a connection cap: a new connection evicts one (silent ones first, then idle, then the
+//   oldest slow one) and the evicted one leaves the count at once; accept pauses while nothing
+//   can be evicted; out of descriptors (EMFILE), a spare one is given up to accept and the
+//   oldest connection that has not finished its handshake is dropped;
 // - an exception in a handler (bad_alloc included) ends that connection, not the process.
 //
 // HTTP subset: bodies by Content-Length only (Transfer-Encoding is refused with 411, as the API
@@ -51,10 +55,17 @@ struct HttpsServerOptions {
   size_t worker_threads = 2;
   size_t max_header_bytes = 64 * 1024;
   size_t max_body_bytes = 3 * 1024 * 1024;
-  // Body bytes all connections together may hold; a request that would pass it gets 503. With
-  // the parsed document and the answer, each byte held costs about three: 32 MiB keeps a
-  // process serving a worst-case review and many ordinary ones well inside 128 MiB.
+  // The server-wide budget of request memory: body bytes held (counted as they arrive), what
+  // handlers may spend (handler_bytes, reserved before each runs) and answers not yet written.
   size_t max_buffered_body_bytes = 32 * 1024 * 1024;
+  // A request whose Content-Length is above small_body_bytes is large: all large bodies together
+  // hold at most max_large_body_bytes (0: three quarters of the budget), the rest is the small
+  // requests' reserve.
+  size_t small_body_bytes = 256 * 1024;
+  size_t max_large_body_bytes = 0;
+  // What the handler may spend for a body of this many bytes besides the body itself (parsed
+  // document, answer); reserved from the budget before it runs. Empty: twice the body + 64 KiB.
+  std::function<size_t(size_t body_bytes)> handler_bytes;
   std::chrono::seconds idle_timeout{10};     // waiting for the next request to begin
   std::chrono::seconds request_timeout{10};  // handshake, or a request begun but not complete
   std::chrono::seconds write_timeout{10};    // an answer the client does not take
@@ -82,7 +93,7 @@ class HttpsServer {
   bool running() const;
   // Connections open now (tests, metrics).
   size_t connections() const;
-  // Body bytes held now against max_buffered_body_bytes.
+  // Bytes held now against max_buffered_body_bytes (bodies, handler reserves, answers).
   size_t buffered_body_bytes() const;
 
  private:

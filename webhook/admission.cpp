@@ -92,9 +92,17 @@ ReviewReply Handle(std::string_view body, std::string_view content_type, const C
                       std::to_string(kMaxReviewBytes >> 20) + " MiB limit");
   if (body.empty()) return BadRequest("empty body; expected an AdmissionReview JSON object");
   PrunedReview parsed =
-      ParsePrunedReview(body, {config.opt_out_annotation, config.marker_annotation}, kMaxJsonDepth);
+      ParsePrunedReview(body, {config.opt_out_annotation, config.marker_annotation}, kMaxJsonDepth,
+                        DocumentCostLimit(body.size()));
   if (parsed.error == PrunedReview::Error::kTooDeep)
     return BadRequest("JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  if (parsed.error == PrunedReview::Error::kTooLarge)
+    return BadRequest(
+        "the pod's containers, resources, mounts, env names and volumes would take "
+        "more than the " +
+        std::to_string(DocumentCostLimit(body.size()) >> 10) +
+        " KiB of memory this webhook gives one review of " + std::to_string(body.size() >> 10) +
+        " KiB; no pod that can run looks like this (docs/webhook.md, \"Memory\")");
   if (parsed.error != PrunedReview::Error::kNone) return BadRequest("body is not valid JSON");
   return HandleDocument(parsed.document, config);
 }

@@ -3,6 +3,7 @@
 // path is unit-tested and fuzzed as a function of its input bytes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -21,6 +22,26 @@ namespace kvgpu::webhook {
 inline constexpr size_t kMaxReviewBytes = 19 * 1024 * 1024;
 // Deeper JSON is no Pod; the bound keeps every recursive walk of a document shallow.
 inline constexpr int kMaxJsonDepth = 128;
+
+// What reviewing a body may cost besides the body itself, every part bounded before it is spent
+// (docs/webhook.md, "Memory"): the pruned document (refused past DocumentCostLimit while it is
+// parsed), nlohmann's lexer buffer for the longest string (at most the body), and the answer
+// with its patch (bounded by kMaxVgpuContainersPerPod and cut names: kAnswerAllowance). The
+// server reserves this from its budget before calling HandleReview.
+inline constexpr size_t kMaxDocumentCost = 8 * 1024 * 1024;
+inline constexpr size_t kAnswerAllowance = 1024 * 1024;
+// A real pod keeps a small part of its review (names, resources, mounts, env names, volumes):
+// 16 bytes of document per body byte is several times what real reviews need (measured in
+// docs/webhook.md) and refuses bodies made of nothing but tiny kept values.
+inline constexpr size_t DocumentCostLimit(size_t body_bytes) {
+  return std::min(kMaxDocumentCost, 16 * body_bytes + 256 * 1024);
+}
+inline constexpr size_t ReviewWorkingBytes(size_t body_bytes) {
+  return DocumentCostLimit(body_bytes) + body_bytes + kAnswerAllowance;
+}
+// The server-wide budget all requests share: bodies as they arrive, ReviewWorkingBytes for each
+// review being handled, answers until written (https/http_server.h).
+inline constexpr size_t kRequestMemoryBytes = 56 * 1024 * 1024;
 
 enum class ReviewOutcome {
   kBadRequest,  // HTTP 400: the body is not an AdmissionReview this webhook can answer

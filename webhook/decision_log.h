@@ -24,14 +24,21 @@ class DecisionLog {
   using Clock = std::chrono::steady_clock;
   using Sink = std::function<void(const std::string& line)>;
 
-  // `per_second` lines on average, bursts of up to `burst`.
+  // `per_second` lines on average, bursts of up to `burst`. `noun` names what was dropped in
+  // the line that says so.
   DecisionLog(double per_second, double burst, Sink sink,
-              std::function<Clock::time_point()> now = Clock::now);
+              std::function<Clock::time_point()> now = Clock::now, std::string noun = "decisions");
 
   void Record(std::string_view decision, std::string_view namespace_name, std::string_view pod,
               std::string_view reason);
+  // Any other line under the same limit (bad reviews): `text` is written as given, so it must
+  // already be log-safe.
+  void Say(std::string_view text);
 
  private:
+  // Takes a token; false when the line is to be dropped. `prefix` says how many were dropped.
+  bool Take(std::string& prefix);
+
   double per_second_;
   double burst_;
   Sink sink_;
@@ -40,6 +47,7 @@ class DecisionLog {
   double tokens_;
   Clock::time_point last_;
   size_t dropped_ = 0;
+  std::string noun_;
 };
 
 }  // namespace kvgpu::webhook

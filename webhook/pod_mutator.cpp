@@ -201,8 +201,12 @@ std::string ContainerText(const InjectedContainer& container, const std::string&
   return object.dump();
 }
 
+// Names quoted in a denial come from the pod: cut, so an answer's size does not grow with them
+// (Kubernetes names are at most 253 characters; anything longer is refused by the API server).
 std::string Quote(const std::string& text) {
-  return "\"" + text + "\"";
+  constexpr size_t kMaxQuoted = 253;
+  if (text.size() <= kMaxQuoted) return "\"" + text + "\"";
+  return "\"" + text.substr(0, kMaxQuoted) + "...\"";
 }
 
 // `part` is found in `whole`: every member `part` names is there with the same value (nested
@@ -238,6 +242,32 @@ std::map<std::string, std::string> InjectedVolumeNames(const json& pod_volumes,
     if (found != nullptr) names[volume.name] = *found;
   }
   return names;
+}
+
+// `name` is `base` or what UniqueName makes of it on a clash (`base-2`, `base-3`, ...).
+bool IsNameOrRenamed(const std::string& name, const std::string& base) {
+  if (name == base) return true;
+  if (name.size() < base.size() + 2 || !name.starts_with(base + "-")) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(base.size() + 1), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The pod carries what an earlier call injected even if the marker is gone (another webhook or
+// a controller removed the annotation): every injected volume, found by its source, and both
+// injected containers by name. Injecting again would add a second driver loader and gridd.
+bool CarriesOwnInjection(const PodView& view, const std::vector<ContainerRef>& containers,
+                         const Config& config) {
+  if (InjectedVolumeNames(*view.volumes, config).size() != config.volumes.size()) return false;
+  auto has = [&](const InjectedContainer& injected) {
+    return std::any_of(containers.begin(), containers.end(), [&](const ContainerRef& ref) {
+      const json& name = Field(*ref.container, pod_fields::kName);
+      return name.is_string() && IsNameOrRenamed(name.get_ref<const std::string&>(), injected.name);
+    });
+  };
+  for (const Injection* injection : {&config.hot_plug, &config.cold_plug}) {
+    if (has(injection->driver) && has(injection->gridd)) return true;
+  }
+  return false;
 }
 
 // Adds to each vGPU container the workload mounts (by mount path) and env entries (by name) it
@@ -365,6 +395,16 @@ Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace
     scope.vgpu_containers.push_back(ref);
   }
   if (scope.vgpu_containers.empty()) return ScopeOrDecision(decision);
+  if (scope.vgpu_containers.size() > kMaxVgpuContainersPerPod) {
+    decision.outcome = PodOutcome::kDenied;
+    decision.allowed = false;
+    decision.message = std::to_string(scope.vgpu_containers.size()) +
+                       " containers ask for a vGPU; a pod runs in one Kata VM, which can be given "
+                       "at most " +
+                       std::to_string(kMaxVgpuContainersPerPod) +
+                       " (docs/webhook.md, \"Limits\"): split the work over several pods";
+    return ScopeOrDecision(decision);
+  }
 
   // Invariant: a pod outside Kata never gets privileged injected containers.
   const json& runtime_class = Field(*view.spec, pod_fields::kRuntimeClassName);
@@ -398,7 +438,8 @@ Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace
     decision.outcome = PodOutcome::kOptedOut;
     return ScopeOrDecision(decision);
   }
-  scope.already_injected = !AbsentOrNull(annotation(config.marker_annotation));
+  scope.already_injected = !AbsentOrNull(annotation(config.marker_annotation)) ||
+                           CarriesOwnInjection(view, AllContainers(view), config);
   return ScopeOrDecision(scope);
 }
 
@@ -423,33 +464,40 @@ Result<PlanOrDecision> PlanInjection(const PodView& view, const Injection& injec
   }
   auto volume_names_or = Keys(*view.volumes, pod_fields::kName, "spec.volumes");
   if (!volume_names_or.ok()) return volume_names_or.status();
-  std::set<std::string> taken_volumes = std::move(volume_names_or.value());
+  const std::set<std::string> declared = std::move(volume_names_or.value());
+  // The names first: a clash renames an injected volume (kvgpu-dev -> kvgpu-dev-2), and the
+  // refusal below must cover the name it ends up with, not only the configured one.
+  InjectionPlan plan;
+  std::set<std::string> taken_volumes = declared;
+  std::set<std::string> injected_names;
+  for (const InjectedVolume& volume : config.volumes) {
+    const std::string& name = plan.volume_names[volume.name] =
+        UniqueName(volume.name, taken_volumes);
+    plan.volumes_renamed = plan.volumes_renamed || name != volume.name;
+    injected_names.insert(name);
+  }
   // A mount naming a volume the pod does not have would be refused by the API server, unless
   // this patch adds a volume by that name: the node's /dev, licence files or a writable driver
-  // bundle, reached by a container that never declared them. Refused instead.
+  // bundle, reached by a container that never declared them. Refused instead, for the names
+  // this patch adds and for every configured one.
   for (const ContainerRef& ref : AllContainers(view)) {
     const json& mounts = Field(*ref.container, pod_fields::kVolumeMounts);
     if (!mounts.is_array()) continue;
     for (const auto& mount : mounts) {
       const json& name = Field(mount, pod_fields::kName);
-      if (!name.is_string() || taken_volumes.contains(name.get<std::string>())) continue;
-      if (!config.IsInjectedVolumeName(name.get_ref<const std::string&>())) continue;
+      if (!name.is_string() || declared.contains(name.get<std::string>())) continue;
+      const std::string& mounted = name.get_ref<const std::string&>();
+      if (!injected_names.contains(mounted) && !config.IsInjectedVolumeName(mounted)) continue;
       PodDecision decision;
       decision.outcome = PodOutcome::kDenied;
       decision.allowed = false;
       decision.message = "container " +
                          Quote(Field(*ref.container, pod_fields::kName).get<std::string>()) +
-                         " mounts volume " + Quote(name.get<std::string>()) +
+                         " mounts volume " + Quote(mounted) +
                          ", which this pod does not define; that name belongs to a volume "
                          "kata-vgpu injects, and only its own mounts may use it";
       return PlanOrDecision(decision);
     }
-  }
-  InjectionPlan plan;
-  for (const InjectedVolume& volume : config.volumes) {
-    const std::string& name = plan.volume_names[volume.name] =
-        UniqueName(volume.name, taken_volumes);
-    plan.volumes_renamed = plan.volumes_renamed || name != volume.name;
   }
   plan.driver_name = UniqueName(injection.driver.name, container_names);
   plan.gridd_name = UniqueName(injection.gridd.name, container_names);

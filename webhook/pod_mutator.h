@@ -12,12 +12,20 @@
 
 namespace kvgpu::webhook {
 
+// The most containers of one pod that may ask for a vGPU. A pod is one Kata VM on one node;
+// each such container is given its own vGPU device, and NVIDIA supports at most 16 vGPUs in
+// one VM (fewer on most boards), while a node hosts at most a few dozen. 32 is twice what any
+// VM can be given: a pod past it cannot run anywhere, so it is denied with that reason before
+// its patch is built (the patch grows with each vGPU container, and with it the answer).
+inline constexpr size_t kMaxVgpuContainersPerPod = 32;
+
 // Why a pod was let through unchanged, was denied, or was mutated (a metrics label each).
 enum class PodOutcome {
   kNoVgpu,  // no container asks for a configured vGPU resource
   kExcludedNamespace,
   kOptedOut,
-  kAlreadyInjected,  // marker annotation present: re-invocation or repeated admission
+  kAlreadyInjected,  // marker annotation present, or the injected volumes and containers are
+                     // (re-invocation, repeated admission, marker removed)
   kCompleted,        // marker present, and a vGPU container added since got the workload mounts/env
   kMutated,
   kDenied,

@@ -51,10 +51,17 @@ const Rule* ItemOfArray(const Rule* rule) {
 // decides where each value goes. A value with no place (nullptr slot) is validated and dropped.
 class PruningHandler : public nlohmann::json_sax<json> {
  public:
-  PruningHandler(json& root, const std::vector<std::string_view>& annotation_keys, int max_depth)
-      : annotation_keys_(annotation_keys), max_depth_(max_depth), slot_(&root), rule_(&kReview) {}
+  PruningHandler(json& root, const std::vector<std::string_view>& annotation_keys, int max_depth,
+                 size_t max_cost)
+      : annotation_keys_(annotation_keys),
+        max_depth_(max_depth),
+        max_cost_(max_cost),
+        slot_(&root),
+        rule_(&kReview) {}
 
   bool too_deep = false;
+  bool too_large = false;
+  size_t cost() const { return cost_; }
 
   bool null() override { return Scalar(nullptr); }
   bool boolean(bool value) override { return Scalar(value); }
@@ -63,7 +70,9 @@ class PruningHandler : public nlohmann::json_sax<json> {
   bool number_float(number_float_t value, const string_t& /*text*/) override {
     return Scalar(value);
   }
-  bool string(string_t& value) override { return Scalar(std::move(value)); }
+  // Copied, not moved: the lexer's buffer has grown by doubling, and a moved string would keep
+  // that capacity (up to twice what is charged for it).
+  bool string(string_t& value) override { return Scalar(string_t(value), value.size()); }
   bool binary(binary_t& /*value*/) override { return false; }  // not in JSON text
 
   bool start_object(std::size_t /*elements*/) override { return Open(json::object()); }
@@ -76,8 +85,9 @@ class PruningHandler : public nlohmann::json_sax<json> {
     const Rule* child =
         frame.node == nullptr ? nullptr : ChildOfObject(frame.rule, name, annotation_keys_);
     // std::map nodes stay put, so the slot survives later members (a repeated key overwrites,
-    // as in nlohmann's own DOM).
-    slot_ = child == nullptr ? nullptr : &(*frame.node)[std::move(name)];
+    // as in nlohmann's own DOM). The key is copied for the reason string() copies.
+    if (child != nullptr && !Spend(name.size())) return false;
+    slot_ = child == nullptr ? nullptr : &(*frame.node)[string_t(name)];
     rule_ = child;
     return true;
   }
@@ -109,9 +119,20 @@ class PruningHandler : public nlohmann::json_sax<json> {
     rule_ = item;
   }
 
-  bool Scalar(json value) {
+  // Every value kept is charged before it is built: what the document may cost is bounded by
+  // the caller (a review's share of the server's memory budget), however the body is shaped.
+  bool Spend(size_t string_bytes) {
+    cost_ += kValueCost + string_bytes;
+    if (cost_ <= max_cost_) return true;
+    too_large = true;
+    return false;
+  }
+
+  bool Scalar(json value, size_t string_bytes = 0) {
     PlaceInArray();
-    if (slot_ != nullptr) *slot_ = std::move(value);
+    if (slot_ == nullptr) return true;
+    if (!Spend(string_bytes)) return false;
+    *slot_ = std::move(value);
     return true;
   }
 
@@ -124,6 +145,7 @@ class PruningHandler : public nlohmann::json_sax<json> {
     }
     PlaceInArray();
     const bool array = empty.is_array();
+    if (slot_ != nullptr && !Spend(0)) return false;
     if (slot_ != nullptr) *slot_ = std::move(empty);
     frames_.push_back({slot_, rule_, array});
     return true;
@@ -136,6 +158,8 @@ class PruningHandler : public nlohmann::json_sax<json> {
 
   const std::vector<std::string_view>& annotation_keys_;
   const int max_depth_;
+  const size_t max_cost_;
+  size_t cost_ = 0;
   std::vector<Frame> frames_;
   json* slot_;
   const Rule* rule_;
@@ -144,8 +168,8 @@ class PruningHandler : public nlohmann::json_sax<json> {
 }  // namespace
 
 PrunedReview ParsePrunedReview(std::string_view body,
-                               const std::vector<std::string_view>& annotation_keys,
-                               int max_depth) {
+                               const std::vector<std::string_view>& annotation_keys, int max_depth,
+                               size_t max_cost) {
   PrunedReview out;
   // nlohmann's lexer takes a NUL byte for the end of the input and accepts what came before;
   // raw NUL is never valid JSON (not between tokens, not unescaped in a string).
@@ -153,11 +177,14 @@ PrunedReview ParsePrunedReview(std::string_view body,
     out.error = PrunedReview::Error::kNotJson;
     return out;
   }
-  PruningHandler handler(out.document, annotation_keys, max_depth);
+  PruningHandler handler(out.document, annotation_keys, max_depth, max_cost);
   if (!json::sax_parse(body.begin(), body.end(), &handler)) {
-    out.error = handler.too_deep ? PrunedReview::Error::kTooDeep : PrunedReview::Error::kNotJson;
+    out.error = handler.too_deep    ? PrunedReview::Error::kTooDeep
+                : handler.too_large ? PrunedReview::Error::kTooLarge
+                                    : PrunedReview::Error::kNotJson;
     out.document = nullptr;
   }
+  out.cost = handler.cost();
   return out;
 }
 

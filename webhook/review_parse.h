@@ -10,6 +10,7 @@
 // same errors) as on the whole document; tests compare the two on every pod shape.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -18,14 +19,22 @@
 namespace kvgpu::webhook {
 
 struct PrunedReview {
-  enum class Error { kNone, kNotJson, kTooDeep };
+  enum class Error { kNone, kNotJson, kTooDeep, kTooLarge };
   Error error = Error::kNone;
   nlohmann::json document;
+  size_t cost = 0;  // what `document` was charged (kValueCost per value plus string bytes)
 };
 
+// What one kept JSON value costs in memory beyond its string bytes, an upper estimate for
+// nlohmann::json on 64-bit glibc: the 16-byte value, its std::map node or vector slot, the key's
+// std::string and malloc's overhead (tests/webhook/review_parse_test.cpp measures it).
+inline constexpr size_t kValueCost = 160;
+
 // `annotation_keys`: the only metadata.annotations entries kept. `max_depth`: nesting beyond
-// this is refused (kTooDeep) while parsing.
+// this is refused (kTooDeep) while parsing. `max_cost`: the document kept may cost at most this
+// many bytes (kValueCost per value plus string bytes); past it parsing stops (kTooLarge).
 PrunedReview ParsePrunedReview(std::string_view body,
-                               const std::vector<std::string_view>& annotation_keys, int max_depth);
+                               const std::vector<std::string_view>& annotation_keys, int max_depth,
+                               size_t max_cost = SIZE_MAX);
 
 }  // namespace kvgpu::webhook

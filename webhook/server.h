@@ -26,7 +26,8 @@ struct ServerOptions {
   std::chrono::seconds idle_timeout{10};
   // A handshake or request not complete this long after it began is cut off (slow clients).
   std::chrono::seconds request_timeout{10};
-  // Beyond this the longest-idle connection is closed for a new one (http_server.h).
+  // Beyond this a connection is evicted for a new one, silent and idle ones first
+  // (http_server.h).
   // Each open connection holds ~70 KiB before its first byte (Asio's TLS record buffers and
   // OpenSSL's): 256 of them ~18 MiB, inside the memory limit beside the body budget.
   size_t max_connections = 256;

@@ -48,5 +48,20 @@ TEST(DecisionLogTest, AFloodIsLoggedAtTheRateAndTheDroppedLinesAreCounted) {
   EXPECT_EQ(lines.back(), "(96 decisions not logged: rate limit) pod ns/later: mutated");
 }
 
+// Issue #26: one client sending bad reviews wrote 13,927 warnings in 3 s.
+TEST(DecisionLogTest, OtherLinesShareTheLimitAndNameWhatWasDropped) {
+  DecisionLog::Clock::time_point now{};
+  std::vector<std::string> lines;
+  DecisionLog log(
+      1, 3, [&](const std::string& line) { lines.push_back(line); }, [&] { return now; },
+      "bad reviews");
+  for (int i = 0; i < 1000; ++i) log.Say("bad review: " + std::to_string(i));
+  EXPECT_EQ(lines.size(), 3u);
+  now += std::chrono::seconds(1);
+  log.Say("bad review: late");
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines.back(), "(997 bad reviews not logged: rate limit) bad review: late");
+}
+
 }  // namespace
 }  // namespace kvgpu::webhook

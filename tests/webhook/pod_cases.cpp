@@ -20,6 +20,18 @@ void VgpuLimit(json& container, const std::string& resource = "tencent.com/vgpu-
 json& Web(json& pod) {
   return pod["spec"]["containers"][0];
 }
+// Under Kata, `count` copies of the first container, each asking for a vGPU.
+void KataWithVgpuContainers(json& pod, size_t count) {
+  Kata(pod);
+  json base = Web(pod);
+  pod["spec"]["containers"] = json::array();
+  for (size_t i = 0; i < count; ++i) {
+    json container = base;
+    container["name"] = "c" + std::to_string(i);
+    VgpuLimit(container);
+    pod["spec"]["containers"].push_back(container);
+  }
+}
 
 json Container(const std::string& name) {
   return {{"name", name}, {"image", "registry.example/app:1"}, {"resources", json::object()}};
@@ -434,6 +446,44 @@ std::vector<PodCase> PodCases() {
                << decision.message;
          }});
   }
+  // Issue #26: the pod's own kvgpu-dev makes the injected one kvgpu-dev-2; a container mounting
+  // kvgpu-dev-2 undeclared would reach the node's /dev if only configured names were checked.
+  for (const char* volume :
+       {"kvgpu-dev", "kvgpu-gridd-conf", "kvgpu-client-token", "kvgpu-driver"}) {
+    cases.push_back(
+        {std::string("a container mounting the renamed injected volume ") + volume +
+             "-2 without declaring it is denied",
+         [volume](json& pod) {
+           Kata(pod);
+           VgpuLimit(Web(pod));
+           pod["spec"]["volumes"].push_back({{"name", volume}, {"emptyDir", json::object()}});
+           pod["spec"]["containers"].push_back(
+               {{"name", "sneak"},
+                {"image", "busybox"},
+                {"volumeMounts",
+                 {{{"name", std::string(volume) + "-2"}, {"mountPath", "/host"}}}}});
+         },
+         PodOutcome::kDenied, "", "default",
+         [volume](const json&, const PodDecision& decision) {
+           EXPECT_NE(
+               decision.message.find("\"sneak\" mounts volume \"" + std::string(volume) + "-2\""),
+               std::string::npos)
+               << decision.message;
+         }});
+  }
+  cases.push_back({"more vGPU containers than one VM can be given is denied before any patch",
+                   [](json& pod) { KataWithVgpuContainers(pod, kMaxVgpuContainersPerPod + 1); },
+                   PodOutcome::kDenied, "", "default",
+                   [](const json&, const PodDecision& decision) {
+                     EXPECT_TRUE(decision.patch.empty());
+                     EXPECT_NE(decision.message.find(std::to_string(kMaxVgpuContainersPerPod + 1) +
+                                                     " containers ask for a vGPU"),
+                               std::string::npos)
+                         << decision.message;
+                   }});
+  cases.push_back({"as many vGPU containers as one VM may have are injected",
+                   [](json& pod) { KataWithVgpuContainers(pod, kMaxVgpuContainersPerPod); },
+                   PodOutcome::kMutated});
   cases.push_back({"excluded namespace is never touched",
                    [](json& pod) {
                      Kata(pod);

@@ -163,6 +163,27 @@ TEST(PodMutator, ReviewResponseCarriesTheSamePatchBase64Encoded) {
   }
 }
 
+// The fixture pod under Kata, asking for one vGPU.
+json KataVgpuPod() {
+  json pod = testing::FixtureReview()["request"]["object"];
+  pod["spec"]["runtimeClassName"] = "kata";
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+  return pod;
+}
+
+// `pod` after its first admission as the API server stores it: the patch applied, and a
+// hostPath without a type defaulted to type "" (the API server defaults what it decodes).
+json InjectedOnce(const json& pod, const Config& config) {
+  auto first = DecidePod(pod, "default", config);
+  EXPECT_TRUE(first.ok() && first->outcome == PodOutcome::kMutated);
+  if (!first.ok()) return pod;
+  json injected = testing::ApplyPatch(pod, json::parse(first->patch));
+  for (auto& volume : injected["spec"]["volumes"])
+    if (volume.contains("hostPath") && !volume["hostPath"].contains("type"))
+      volume["hostPath"]["type"] = "";
+  return injected;
+}
+
 // A webhook that runs after this one (reinvocationPolicy: IfNeeded) adds a container asking for a
 // vGPU to a pod already set up: on re-invocation that container gets the driver mount on the
 // volume injected the first time, under whatever name the volume got, and nothing is injected
@@ -182,18 +203,9 @@ TEST(PodMutator, ReinvocationGivesAContainerAddedLaterTheDriverMount) {
               },
               "kvgpu-driver-2"}}) {
     SCOPED_TRACE(shape.description);
-    json pod = testing::FixtureReview()["request"]["object"];
-    pod["spec"]["runtimeClassName"] = "kata";
-    pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+    json pod = KataVgpuPod();
     shape.before(pod);
-    auto first = DecidePod(pod, "default", *config);
-    ASSERT_TRUE(first.ok()) << first.status().message();
-    ASSERT_EQ(first->outcome, PodOutcome::kMutated);
-    json injected = testing::ApplyPatch(pod, json::parse(first->patch));
-    // The API server defaults what it decodes: a hostPath without a type gets type "".
-    for (auto& volume : injected["spec"]["volumes"])
-      if (volume.contains("hostPath") && !volume["hostPath"].contains("type"))
-        volume["hostPath"]["type"] = "";
+    json injected = InjectedOnce(pod, *config);
     // The later webhook's container.
     injected["spec"]["containers"].push_back(
         {{"name", "late"},
@@ -229,6 +241,40 @@ TEST(PodMutator, ReinvocationGivesAContainerAddedLaterTheDriverMount) {
     EXPECT_EQ(response["patchType"], "JSONPatch");
     EXPECT_EQ(response["patch"], Base64Encode(again->patch));
   }
+}
+
+// Issue #26: a mutated pod whose marker annotation another webhook removed got a second
+// driver loader, a second gridd and four -2 volumes. The injected volumes and containers are
+// recognised without the marker, under whatever names clashes gave them.
+TEST(PodMutator, APodInjectedBeforeIsNotInjectedTwiceWhenItsMarkerIsGone) {
+  const auto config = DefaultConfig();
+  for (bool clash : {false, true}) {
+    SCOPED_TRACE(clash ? "injected names renamed by clashes" : "injected names as configured");
+    json pod = KataVgpuPod();
+    if (clash) {
+      pod["spec"]["volumes"].push_back({{"name", "kvgpu-dev"}, {"emptyDir", json::object()}});
+      pod["spec"]["containers"].push_back({{"name", "nvidia-gridd"}, {"image", "busybox"}});
+    }
+    json injected = InjectedOnce(pod, *config);
+    injected["metadata"]["annotations"].erase("kata-vgpu.io/injected");
+
+    auto again = DecidePod(injected, "default", *config);
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(again->outcome, PodOutcome::kAlreadyInjected);
+    EXPECT_TRUE(again->patch.empty()) << again->patch;
+  }
+}
+
+// The other side: a user's pod that only looks a little like ours (a container named like
+// gridd, no injected volumes) is still injected.
+TEST(PodMutator, AContainerNamedLikeOursAloneDoesNotCountAsInjected) {
+  const auto config = DefaultConfig();
+  json pod = KataVgpuPod();
+  pod["spec"]["containers"].push_back({{"name", "nvidia-gridd"}, {"image", "busybox"}});
+  pod["spec"]["containers"].push_back({{"name", "kvgpu-driver-init"}, {"image", "busybox"}});
+  auto decision = DecidePod(pod, "default", *config);
+  ASSERT_TRUE(decision.ok()) << decision.status().message();
+  EXPECT_EQ(decision->outcome, PodOutcome::kMutated);
 }
 
 TEST(PodMutator, AMarkerWithoutTheInjectedVolumesAddsNothing) {

@@ -3,6 +3,9 @@
 #include "webhook/review_parse.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <iostream>
 
 #include "tests/webhook/pod_cases.h"
 #include "webhook/admission.h"
@@ -189,6 +192,115 @@ TEST(ReviewParse, NestingIsBoundedWhereverItIs) {
   ReviewReply reply = HandleReview(nested(200), "application/json", *DefaultConfig());
   EXPECT_EQ(reply.http_status, 400);
   EXPECT_NE(reply.body.find("nests deeper than 128"), std::string::npos) << reply.body;
+}
+
+size_t HeapInUse() {
+  struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+// Bodies made of the smallest values the parser keeps: what the document charges must cover
+// what glibc's heap really holds for it, or the server's budget would be a fiction.
+TEST(ReviewParse, TheChargedCostCoversTheHeapTheDocumentHolds) {
+  auto review = [](const std::string& spec_items) {
+    return R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"object":)"
+           R"({"spec":)" +
+           spec_items + "}}}";
+  };
+  auto repeat = [](const std::string& item, size_t count) {
+    std::string out;
+    for (size_t i = 0; i < count; ++i) out += (i == 0 ? "" : ",") + item;
+    return out;
+  };
+  struct Shape {
+    const char* description;
+    std::string body;
+  };
+  const size_t n = 20000;
+  for (const Shape& shape : {
+           Shape{"containers with one-letter names",
+                 review(R"({"containers":[)" + repeat(R"({"name":"a"})", n) + "]}")},
+           Shape{"volumes of bare numbers", review(R"({"volumes":[)" + repeat("1", n) + "]}")},
+           Shape{"volumes of empty objects",
+                 review(R"({"volumes":[)" + repeat(R"({"k":{}})", n) + "]}")},
+           Shape{"env names", review(R"({"containers":[{"name":"a","env":[)" +
+                                     repeat(R"({"name":"e"})", n) + "]}]}")},
+           Shape{"long strings", review(R"({"volumes":[)" +
+                                        repeat('"' + std::string(1000, 'x') + '"', 200) + "]}")},
+       }) {
+    SCOPED_TRACE(shape.description);
+    const size_t before = HeapInUse();
+    PrunedReview pruned = ParsePrunedReview(shape.body, {}, 128);
+    const size_t held = HeapInUse() - before;
+    ASSERT_EQ(pruned.error, PrunedReview::Error::kNone);
+    EXPECT_LE(held, pruned.cost) << "held " << held << " bytes, charged " << pruned.cost;
+    EXPECT_GT(pruned.cost, held / 2) << "an estimate far above the truth refuses real pods";
+  }
+}
+
+// Issue #26: a 3 MiB review of 45,054 minimal vGPU containers cost 83 MiB; now it is refused
+// while it is parsed, once its document would pass its share of the budget.
+TEST(ReviewParse, ADocumentPastItsLimitIsRefusedWhileParsing) {
+  std::string containers;
+  for (int i = 0; i < 45054; ++i)
+    containers += std::string(i == 0 ? "" : ",") +
+                  R"({"name":"c","resources":{"limits":{"tencent.com/vgpu-492":"1"}}})";
+  json review = testing::FixtureReview();
+  std::string body = review.dump();
+  const std::string key = R"("containers":[)";
+  size_t at = body.find(key);
+  ASSERT_NE(at, std::string::npos);
+  body.insert(at + key.size(), containers + ",");
+  ASSERT_GT(body.size(), 2'900'000u);
+  PrunedReview pruned = ParsePrunedReview(body, {}, 128, DocumentCostLimit(body.size()));
+  EXPECT_EQ(pruned.error, PrunedReview::Error::kTooLarge);
+  EXPECT_LE(pruned.cost, DocumentCostLimit(body.size()) + kValueCost + 64);
+  ReviewReply reply = HandleReview(body, "application/json", *DefaultConfig());
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_NE(reply.body.find("of memory this webhook gives one review"), std::string::npos)
+      << reply.body.substr(0, 300);
+  EXPECT_LT(reply.body.size(), 1000u);
+}
+
+// What each review shape costs (the table in docs/webhook.md, "Memory"): the document charged and
+// the answer stay inside what the server reserves for the review before handling it.
+TEST(ReviewParse, EveryShapeFitsTheReserveTheServerTakesForIt) {
+  auto with_vgpu_containers = [](size_t count, bool minimal) {
+    json review = testing::FixtureReview();
+    json& spec = review["request"]["object"]["spec"];
+    spec["runtimeClassName"] = "kata";
+    json base = minimal ? json{{"name", "c"}} : spec["containers"][0];
+    spec["containers"] = json::array();
+    for (size_t i = 0; i < count; ++i) {
+      json container = base;
+      if (!minimal) container["name"] = "c" + std::to_string(i);
+      container["resources"] = {{"limits", {{"tencent.com/vgpu-492", "1"}}}};
+      spec["containers"].push_back(container);
+    }
+    return review.dump();
+  };
+  struct Shape {
+    const char* description;
+    std::string body;
+  };
+  const auto config = DefaultConfig();
+  for (const Shape& shape :
+       {Shape{"the fixture, one vGPU container", with_vgpu_containers(1, false)},
+        Shape{"32 vGPU containers", with_vgpu_containers(32, false)},
+        Shape{"33 vGPU containers", with_vgpu_containers(33, false)},
+        Shape{"45,054 minimal", with_vgpu_containers(45054, true)},
+        Shape{"282,069 minimal", with_vgpu_containers(282069, true)}}) {
+    SCOPED_TRACE(shape.description);
+    PrunedReview pruned =
+        ParsePrunedReview(shape.body, {"kata-vgpu.io/injected", "kata-vgpu.io/inject"}, 128,
+                          DocumentCostLimit(shape.body.size()));
+    ReviewReply reply = HandleReview(shape.body, "application/json", *config);
+    std::cout << shape.description << ": body " << shape.body.size() << " B, document "
+              << pruned.cost << " B (limit " << DocumentCostLimit(shape.body.size()) << "), answer "
+              << reply.body.size() << " B, HTTP " << reply.http_status << "\n";
+    EXPECT_LE(pruned.cost, DocumentCostLimit(shape.body.size()) + kValueCost + 64);
+    EXPECT_LE(reply.body.size(), kAnswerAllowance);
+  }
 }
 
 }  // namespace
