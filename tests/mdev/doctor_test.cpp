@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -85,6 +86,11 @@ struct Fault {
   Severity severity;
   std::string seen_mentions;  // a piece of what the finding must say it saw
 };
+
+// gtest names a case by its description instead of dumping the struct's bytes.
+void PrintTo(const Fault& fault, std::ostream* os) {
+  *os << fault.description;
+}
 
 fs::path Pf(DoctorNode& node, size_t gpu) {
   return fs::path("sys/bus/pci/devices") / node.sim().gpu(gpu);
@@ -221,24 +227,36 @@ std::vector<Fault> Faults() {
   };
 }
 
-TEST(Doctor, EachPlantedFaultGivesItsOwnFindingWithAFixAndNothingElse) {
-  for (const auto& fault : Faults()) {
-    SCOPED_TRACE(fault.description);
-    DoctorNode node(fault.profile);
-    fault.plant(node);
-    doctor::Report report = node.Diagnose();
-    ASSERT_EQ(Problems(report), std::vector<std::string>{fault.expected});
-    const doctor::Finding* f =
-        FindingById(report, fault.expected.substr(fault.expected.find('/') + 1));
-    ASSERT_NE(f, nullptr);
-    EXPECT_EQ(f->severity, fault.severity);
-    EXPECT_NE(f->seen.find(fault.seen_mentions), std::string::npos) << f->seen;
-    EXPECT_FALSE(f->why.empty());
-    EXPECT_FALSE(f->fix.empty());
-    EXPECT_EQ(report.ExitCode(),
-              fault.severity == Severity::kError ? doctor::kExitErrors : doctor::kExitWarnings);
-  }
+// One ctest case per fault: each builds its own node (about a second on a loaded machine).
+class DoctorFault : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(DoctorFault, GivesItsOwnFindingWithAFixAndNothingElse) {
+  const Fault& fault = GetParam();
+  SCOPED_TRACE(fault.description);
+  DoctorNode node(fault.profile);
+  fault.plant(node);
+  doctor::Report report = node.Diagnose();
+  ASSERT_EQ(Problems(report), std::vector<std::string>{fault.expected});
+  const doctor::Finding* f =
+      FindingById(report, fault.expected.substr(fault.expected.find('/') + 1));
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->severity, fault.severity);
+  EXPECT_NE(f->seen.find(fault.seen_mentions), std::string::npos) << f->seen;
+  EXPECT_FALSE(f->why.empty());
+  EXPECT_FALSE(f->fix.empty());
+  EXPECT_EQ(report.ExitCode(),
+            fault.severity == Severity::kError ? doctor::kExitErrors : doctor::kExitWarnings);
 }
+
+std::string FaultName(const ::testing::TestParamInfo<Fault>& info) {
+  std::string name;
+  for (char c : info.param.description) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0) name += c;
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(PlantedFaults, DoctorFault, ::testing::ValuesIn(Faults()), FaultName);
 
 // Every file's type, mode, size, link target and content: what a read-only run must leave alone.
 std::map<std::string, std::string> Snapshot(const fs::path& root) {
