@@ -16,9 +16,54 @@ namespace {
 constexpr int kFailed = 1;
 constexpr int kUsage = 2;
 
-std::string ReportJsonText(const doctor::Report& report) {
-  return doctor::ReportJson(report).dump(2) + "\n";
-}
+// The doctor's subcommand: its flags, and the run, which only reads and needs no backend.
+struct DoctorCommand {
+  doctor::Options options;
+  std::string root;
+  std::string kata_version_file;
+  CLI::App* command;
+
+  DoctorCommand(CLI::App& app, bool& json) {
+    command = app.add_subcommand(
+        "doctor", "check, read-only, every node precondition of docs/install.md (docs/vgpuctl.md)");
+    command->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
+    command->add_option("--root", root,
+                        "directory every node path is read under (default: --sysfs-root)");
+    struct PathFlag {
+      const char* flag;
+      std::filesystem::path* value;
+      const char* help;
+    };
+    for (const auto& [flag, value, help] : {
+             PathFlag{"--containerd-config", &options.containerd_config,
+                      "containerd's config.toml"},
+             PathFlag{"--kubelet-dir", &options.kubelet_dir,
+                      "kubelet's root: device-plugins/ holds its and the plugin's sockets"},
+             PathFlag{"--state-dir", &options.state_dir,
+                      "the device plugin's --state-dir (device-plugin-state.json)"},
+             PathFlag{"--licensing-dir", &options.licensing_dir,
+                      "the device plugin's --licensing-dir (gridd.conf, ClientConfigToken/)"},
+             PathFlag{"--kata-dir", &options.kata_dir, "where Kata Containers is installed"},
+             PathFlag{"--prefix", &options.install_prefix,
+                      "where kata-config/install.sh and guest-image/build.sh install put their "
+                      "files"},
+         }) {
+      command->add_option(flag, *value, help)->capture_default_str();
+    }
+    command->add_option("--kata-version-file", kata_version_file,
+                        "a file with the output of 'kata-runtime --version' (default: run "
+                        "<kata-dir>/bin/kata-runtime --version under the root)");
+  }
+
+  int Run(const std::string& sysfs_root, bool json, mdev::SysfsIo& io, std::ostream& out) {
+    options.root = root.empty() ? sysfs_root : root;
+    if (!kata_version_file.empty()) options.kata_version_file = kata_version_file;
+    options.now_unix_s = UnixNowMs() / 1000;
+    doctor::Report report = doctor::Diagnose(options, io);
+    out << (json ? doctor::ReportJson(report).dump(2) + "\n" : doctor::ReportTable(report));
+    return report.ExitCode();
+  }
+};
 
 void PrintWarnings(const mdev::Inventory& inventory, std::ostream& err) {
   for (const auto& warning : inventory.warnings) err << "vgpuctl: warning: " << warning << "\n";
@@ -66,39 +111,7 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
   remove->add_option("ID", remove_id, "mdev UUID, or the VF address of a vendor-VFIO vGPU")
       ->required();
 
-  doctor::Options doctor_options;
-  std::string doctor_root;
-  auto* doctor = app.add_subcommand(
-      "doctor", "check, read-only, every node precondition of docs/install.md (docs/vgpuctl.md)");
-  doctor->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
-  doctor->add_option("--root", doctor_root,
-                     "directory every node path is read under (default: --sysfs-root)");
-  doctor
-      ->add_option("--containerd-config", doctor_options.containerd_config,
-                   "containerd's config.toml")
-      ->capture_default_str();
-  doctor
-      ->add_option("--kubelet-dir", doctor_options.kubelet_dir,
-                   "kubelet's root: device-plugins/ holds its and the plugin's sockets")
-      ->capture_default_str();
-  doctor
-      ->add_option("--state-dir", doctor_options.state_dir,
-                   "the device plugin's --state-dir (device-plugin-state.json)")
-      ->capture_default_str();
-  doctor
-      ->add_option("--licensing-dir", doctor_options.licensing_dir,
-                   "the device plugin's --licensing-dir (gridd.conf, ClientConfigToken/)")
-      ->capture_default_str();
-  doctor->add_option("--kata-dir", doctor_options.kata_dir, "where Kata Containers is installed")
-      ->capture_default_str();
-  doctor
-      ->add_option("--prefix", doctor_options.install_prefix,
-                   "where kata-config/install.sh and guest-image/build.sh install put their files")
-      ->capture_default_str();
-  std::string kata_version_file;
-  doctor->add_option("--kata-version-file", kata_version_file,
-                     "a file with the output of 'kata-runtime --version' (default: run "
-                     "<kata-dir>/bin/kata-runtime --version under the root)");
+  DoctorCommand doctor(app, json);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
@@ -112,15 +125,7 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
     return kUsage;
   }
 
-  if (doctor->parsed()) {
-    // Only reads: the doctor needs no backend, and every node path is taken under the root.
-    doctor_options.root = doctor_root.empty() ? sysfs_root : doctor_root;
-    if (!kata_version_file.empty()) doctor_options.kata_version_file = kata_version_file;
-    doctor_options.now_unix_s = UnixNowMs() / 1000;
-    doctor::Report report = doctor::Diagnose(doctor_options, io);
-    out << (json ? ReportJsonText(report) : doctor::ReportTable(report));
-    return report.ExitCode();
-  }
+  if (doctor.command->parsed()) return doctor.Run(sysfs_root, json, io, out);
 
   auto made = mdev::MakeBackend(choice, sysfs_root, io);
   if (!made.ok()) {

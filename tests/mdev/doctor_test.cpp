@@ -11,6 +11,8 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
 #include <sstream>
 
 #include "common/clock.h"
@@ -32,9 +34,10 @@ class DoctorNode {
   }
   const fs::path& root() const { return sim_.root(); }
   SimulatedNode& sim() { return sim_; }
-  doctor::Report Diagnose() {
+  doctor::Report Diagnose(std::optional<fs::path> kata_version_file = std::nullopt) {
     doctor::Options options;
     options.root = root();
+    options.kata_version_file = kata_version_file;
     options.now_unix_s = UnixNowMs() / 1000;
     return doctor::Diagnose(options, sim_.model());
   }
@@ -339,6 +342,40 @@ TEST(Doctor, KataVersionFromAFileInsteadOfRunningKata) {
   r = RunCli(node, {"doctor", "--json", "--kata-version-file", file.string()});
   EXPECT_EQ(r.code, doctor::kExitErrors);
   EXPECT_NE(r.out.find("names no Kata release"), std::string::npos) << r.out;
+}
+
+// The doctor's class minimums are the Kata row of docs/kata-config.md's version table: at each
+// documented minimum the class is served, one release before it it is not.
+TEST(Doctor, KataMinimumsAreTheVersionTableOfKataConfigMd) {
+  std::ifstream doc(std::string(KVGPU_SOURCE_DIR) + "/docs/kata-config.md");
+  std::string line;
+  while (std::getline(doc, line) && line.rfind("| Kata Containers |", 0) != 0) {
+  }
+  std::regex minimum("≥ (\\d+)\\.(\\d+)");
+  std::vector<std::pair<int, int>> minimums;
+  for (std::sregex_iterator it(line.begin(), line.end(), minimum), end; it != end; ++it) {
+    minimums.emplace_back(std::stoi((*it)[1]), std::stoi((*it)[2]));
+  }
+  ASSERT_EQ(minimums.size(), 2u) << "the row changed shape: " << line;
+  DoctorNode node("t4x2");
+  fs::path file = node.sim().dir() / "kata-version.txt";
+  const char* classes[] = {"kata-vgpu", "kata-vgpu-vf"};
+  for (size_t i = 0; i < 2; ++i) {
+    auto [major, minor] = minimums[i];
+    std::string refused = std::string("cannot serve ") + classes[i] + " (needs";
+    auto refuses = [&](const std::string& version) {
+      std::ofstream(file, std::ios::trunc) << version << "\n";
+      for (const auto& check : node.Diagnose(file).checks) {
+        for (const auto& f : check.findings) {
+          if (f.seen.find(refused) != std::string::npos) return true;
+        }
+      }
+      return false;
+    };
+    SCOPED_TRACE(classes[i]);
+    EXPECT_FALSE(refuses(std::to_string(major) + "." + std::to_string(minor) + ".0"));
+    EXPECT_TRUE(refuses(std::to_string(major) + "." + std::to_string(minor - 1) + ".99"));
+  }
 }
 
 TEST(Doctor, BadCommandLineIsAUsageErrorAndRunsNoCheck) {
