@@ -33,10 +33,16 @@ Status KernelModel::LayoutHostKernel(bool any_mdev) {
       {"module/vfio/parameters/enable_unsafe_noiommu_mode", "N\n"},
       {"module/vfio_pci/parameters/disable_idle_d3", "N\n"},
       {"module/vfio_iommu_type1/parameters/allow_unsafe_interrupts", "N\n"},
-      {"class/iommu/dmar0/intel-iommu/cap", std::string(kDmarCap) + "\n"},
-      {"class/iommu/dmar0/intel-iommu/ecap", std::string(kDmarEcap) + "\n"},
-      {"class/iommu/dmar0/intel-iommu/version", "1:0\n"},
   };
+  // The IOMMU unit whose groups the PCI GPUs sit in; a node of only virtual parents (the mtty
+  // sample, as in the VM lab) has none.
+  bool any_pci = false;
+  for (const auto& gpu : profile_.gpus) any_pci |= gpu.kind != GpuKind::kVirtual;
+  if (any_pci) {
+    files.emplace_back("class/iommu/dmar0/intel-iommu/cap", std::string(kDmarCap) + "\n");
+    files.emplace_back("class/iommu/dmar0/intel-iommu/ecap", std::string(kDmarEcap) + "\n");
+    files.emplace_back("class/iommu/dmar0/intel-iommu/version", "1:0\n");
+  }
   // The mdev core; vGPU 17 hosts without any mdev parent do not load it.
   if (any_mdev) files.emplace_back("module/mdev/refcnt", "1\n");
   if (!profile_.host_driver_version.empty()) {

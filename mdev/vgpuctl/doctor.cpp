@@ -172,9 +172,9 @@ std::string ReportTable(const Report& report) {
     for (const auto& finding : check.findings) {
       std::snprintf(line, sizeof line, "%-8s %-20s ", SeverityName(finding.severity),
                     check.check.c_str());
-      out << line << finding.seen << " [" << finding.id << "]\n"
-          << std::string(30, ' ') << "why: " << finding.why << "\n"
-          << std::string(30, ' ') << "fix: " << finding.fix << "\n";
+      out << line << finding.seen << " [" << finding.id << "]\n";
+      if (!finding.why.empty()) out << std::string(30, ' ') << "why: " << finding.why << "\n";
+      if (!finding.fix.empty()) out << std::string(30, ' ') << "fix: " << finding.fix << "\n";
     }
   }
   return out.str();

@@ -56,6 +56,12 @@ struct Check {
 std::vector<Check> KernelChecks();    // doctor_kernel.cpp
 std::vector<Check> SoftwareChecks();  // doctor_software.cpp
 
+// An info finding for a check that could not run because an earlier one failed: the table then
+// says "skipped" instead of a misleading "ok".
+inline void Skipped(std::vector<Finding>& out, const std::string& because) {
+  out.push_back({"skipped", Severity::kInfo, "not checked: " + because, "", ""});
+}
+
 // "x.y.z" -> {x, y, z}; empty when not digits and dots.
 std::vector<int> ParseVersion(const std::string& text);
 

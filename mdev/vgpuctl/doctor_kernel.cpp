@@ -63,7 +63,7 @@ void CheckIommu(NodeView& node, std::vector<Finding>& out) {
 // Whether the kernel enabled it is only in dmesg; these are what sysfs and the command line show.
 void CheckInterruptRemapping(NodeView& node, std::vector<Finding>& out) {
   auto units = node.ListSys("class/iommu");
-  if (units.empty()) return;  // the IOMMU check reports that
+  if (units.empty()) return Skipped(out, "no IOMMU (the iommu check)");
   auto off = CmdlineWords(node, {"intremap=off", "intremap=nosid", "nointremap"});
   if (!off.empty()) {
     out.push_back(
@@ -157,7 +157,7 @@ void CheckNvidiaDriver(NodeView& node, std::vector<Finding>& out) {
 // The vGPU manager proper: NVIDIA's nvidia_vgpu_vfio module serves both mdev types and the
 // vendor-specific VFIO VFs (docs/mdev-library.md).
 void CheckVgpuManager(NodeView& node, std::vector<Finding>& out) {
-  if (!node.HostDriverVersion()) return;  // the driver check reports that
+  if (!node.HostDriverVersion()) return Skipped(out, "no NVIDIA driver (the nvidia-driver check)");
   if (node.SysExists("module/nvidia_vgpu_vfio")) return;
   out.push_back({"nvidia.vgpu-manager-missing", Severity::kError,
                  "nvidia is loaded but nvidia_vgpu_vfio is not (" +
@@ -190,7 +190,7 @@ std::vector<PhysicalFunction> NvidiaSriovFunctions(NodeView& node) {
 // once NVIDIA's sriov-manage enabled the VFs; vendor-VFIO VFs take their type through a writable
 // nvidia/current_vgpu_type (NVIDIA/kubevirt-gpu-device-plugin PR #192, docs/mdev-library.md).
 void CheckParents(NodeView& node, std::vector<Finding>& out) {
-  if (!node.HostDriverVersion()) return;  // no driver, no parents: reported there
+  if (!node.HostDriverVersion()) return Skipped(out, "no NVIDIA driver (the nvidia-driver check)");
   bool disabled = false;
   for (const auto& pf : NvidiaSriovFunctions(node)) {
     if (pf.enabled != "0") continue;

@@ -292,7 +292,11 @@ void CheckGuestDriverBranch(NodeView& node, std::vector<Finding>& out) {
   auto host = node.HostDriverVersion();
   std::string guest = BundleInfo(node)["driver-version"];
   auto h = ParseVersion(host.value_or("")), g = ParseVersion(guest);
-  if (h.empty() || g.empty()) return;  // the driver and bundle checks report that
+  if (h.empty() || g.empty()) {
+    return Skipped(out,
+                   "needs the host's driver version and the bundle's (the nvidia-driver "
+                   "and guest-image checks)");
+  }
   if (h[0] == g[0]) return;
   const auto& all = Branches();
   auto find = [&](int driver) {
