@@ -127,6 +127,28 @@ void CheckVfio(NodeView& node, std::vector<Finding>& out) {
   }
 }
 
+// Kata runs every pod as a KVM guest and talks to its agent over vsock: the same two device
+// nodes the device plugin's readiness gate requires (deviceplugin/node_readiness.cpp).
+void CheckKvm(NodeView& node, std::vector<Finding>& out) {
+  struct Need {
+    const char* path;
+    const char* why;
+    const char* fix;
+  };
+  for (const auto& need : {
+           Need{"/dev/kvm", "Kata starts every pod as a KVM virtual machine",
+                "enable VT-x/AMD-V in the firmware and 'modprobe kvm_intel' (or kvm_amd); add it "
+                "to /etc/modules-load.d/kata-vgpu.conf"},
+           Need{"/dev/vhost-vsock", "the Kata runtime reaches its agent in the VM over vsock",
+                "modprobe vhost_vsock and add it to /etc/modules-load.d/kata-vgpu.conf"},
+       }) {
+    std::error_code ec;
+    if (fs::exists(node.Path(need.path), ec)) continue;
+    out.push_back({"kvm.device-missing", Severity::kError,
+                   node.Path(need.path).string() + " is missing", need.why, need.fix});
+  }
+}
+
 // docs/install.md step 2: NVIDIA's vGPU host driver; nouveau must not hold the GPUs.
 void CheckNvidiaDriver(NodeView& node, std::vector<Finding>& out) {
   if (node.SysExists("module/nouveau")) {
@@ -239,6 +261,7 @@ std::vector<Check> KernelChecks() {
   return {{"iommu", CheckIommu},
           {"interrupt-remapping", CheckInterruptRemapping},
           {"vfio", CheckVfio},
+          {"kvm", CheckKvm},
           {"nvidia-driver", CheckNvidiaDriver},
           {"vgpu-manager", CheckVgpuManager},
           {"vgpu-parents", CheckParents}};

@@ -128,6 +128,9 @@ std::vector<Fault> Faults() {
          n.Remove("sys/bus/mdev");
        },
        "vfio/vfio.mdev-missing", Severity::kError, "mdev core"},
+      {"no vhost-vsock device (vhost_vsock not loaded)", "t4x2",
+       [](DoctorNode& n) { n.Remove("dev/vhost-vsock"); }, "kvm/kvm.device-missing",
+       Severity::kError, "vhost-vsock"},
       {"nouveau loaded", "t4x2", [](DoctorNode& n) { n.Write("sys/module/nouveau/refcnt", "1\n"); },
        "nvidia-driver/nvidia.nouveau-loaded", Severity::kError, "nouveau"},
       {"no NVIDIA host driver", "t4x2", [](DoctorNode& n) { n.Remove("sys/module/nvidia"); },
