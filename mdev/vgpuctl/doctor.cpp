@@ -104,7 +104,8 @@ const NodeView::KataVersion& NodeView::Kata() {
 }
 
 std::vector<int> ParseVersion(const std::string& text) {
-  static const std::regex shape(R"(\d+(\.\d+)*)");
+  // At most 6 digits a part: no stoi overflow on a garbage version file.
+  static const std::regex shape(R"(\d{1,6}(\.\d{1,6})*)");
   if (!std::regex_match(text, shape)) return {};
   std::vector<int> parts;
   std::istringstream in(text);
