@@ -369,6 +369,16 @@ void CheckLicence(NodeView& node, std::vector<Finding>& out) {
   for (const auto& entry : fs::directory_iterator(node.Path(dir / "ClientConfigToken"), ec)) {
     if (entry.path().extension() == ".tok") tokens.push_back(entry.path().filename());
   }
+  // Absent is "missing" below; anything else (not root: the directory is 0700) must not read as
+  // a missing token.
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    out.push_back(
+        {"licence.unreadable", Severity::kWarning,
+         "cannot list " + node.Path(dir / "ClientConfigToken").string() + ": " + ec.message(),
+         "the token cannot be checked (the plugin publishes it 0700/0600, root only)",
+         "run the doctor as root (sudo vgpuctl doctor)"});
+    return;
+  }
   if (tokens.empty()) {
     out.push_back({"licence.token-missing", Severity::kWarning,
                    "no *.tok in " + node.Path(dir / "ClientConfigToken").string(),

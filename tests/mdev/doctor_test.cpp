@@ -206,6 +206,12 @@ std::vector<Fault> Faults() {
       {"no licence token published", "t4x2",
        [](DoctorNode& n) { n.Remove("var/lib/kata-vgpu/licensing/ClientConfigToken"); },
        "licence/licence.token-missing", Severity::kWarning, "*.tok"},
+      {"the token directory unreadable (here: a file where it should be)", "t4x2",
+       [](DoctorNode& n) {
+         n.Remove("var/lib/kata-vgpu/licensing/ClientConfigToken");
+         n.Write("var/lib/kata-vgpu/licensing/ClientConfigToken", "");
+       },
+       "licence/licence.unreadable", Severity::kWarning, "cannot list"},
       {"a licence token that is not a JWT", "t4x2",
        [](DoctorNode& n) {
          n.Write("var/lib/kata-vgpu/licensing/ClientConfigToken/client_configuration_token.tok",
