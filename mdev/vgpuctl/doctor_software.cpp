@@ -355,6 +355,15 @@ void CheckLicence(NodeView& node, std::vector<Finding>& out) {
       "put the token in the kvgpu-client-token Secret (docs/install.md step 8); "
       "the device plugin publishes it here within about 90 s";
   auto gridd = node.Read(dir / "gridd.conf");
+  std::error_code exists_ec;
+  if (!gridd && fs::exists(node.Path(dir / "gridd.conf"), exists_ec)) {
+    out.push_back({"licence.unreadable", Severity::kWarning,
+                   "cannot read " + node.Path(dir / "gridd.conf").string(),
+                   "the licensing files cannot be checked (the plugin publishes them 0600, root "
+                   "only)",
+                   "run the doctor as root (sudo vgpuctl doctor)"});
+    return;
+  }
   if (!gridd) {
     out.push_back({"licence.gridd-conf-missing", Severity::kWarning,
                    node.Path(dir / "gridd.conf").string() + " is missing",

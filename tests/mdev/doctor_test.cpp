@@ -212,6 +212,12 @@ std::vector<Fault> Faults() {
          n.Write("var/lib/kata-vgpu/licensing/ClientConfigToken", "");
        },
        "licence/licence.unreadable", Severity::kWarning, "cannot list"},
+      {"gridd.conf unreadable (here: a directory in its place)", "t4x2",
+       [](DoctorNode& n) {
+         n.Remove("var/lib/kata-vgpu/licensing/gridd.conf");
+         fs::create_directories(n.root() / "var/lib/kata-vgpu/licensing/gridd.conf");
+       },
+       "licence/licence.unreadable", Severity::kWarning, "cannot read"},
       {"a licence token that is not a JWT", "t4x2",
        [](DoctorNode& n) {
          n.Write("var/lib/kata-vgpu/licensing/ClientConfigToken/client_configuration_token.tok",
