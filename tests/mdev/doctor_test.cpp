@@ -10,6 +10,7 @@
 #include <cctype>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -179,9 +180,24 @@ std::vector<Fault> Faults() {
              "  runtime_path = \"/opt/kata/bin/containerd-shim-kata-v2\"\n");
        },
        "containerd/containerd.handler-missing", Severity::kError, "'kata-vgpu-vf'"},
+      {"a handler whose ConfigPath names a file that does not exist", "t4x2",
+       [](DoctorNode& n) {
+         std::ifstream in(n.root() / "etc/containerd/config.toml");
+         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+         std::string from = "configuration-kata-vgpu-vf.toml";
+         text.replace(text.find(from), from.size(), "configuration-gone.toml");
+         n.Write("etc/containerd/config.toml", text);
+       },
+       "containerd/containerd.handler-config-missing", Severity::kError, "configuration-gone.toml"},
       {"the QEMU wrapper not installed", "t4x2",
        [](DoctorNode& n) { n.Remove("opt/kata-vgpu/bin/qemu-system-x86_64"); },
        "qemu-wrapper/qemu-wrapper.missing", Severity::kError, "qemu-system-x86_64"},
+      {"the kata-vgpu class running Kata's plain QEMU instead of the wrapper", "t4x2",
+       [](DoctorNode& n) {
+         n.Write("opt/kata-vgpu/share/defaults/kata-containers/configuration-kata-vgpu.toml",
+                 "[hypervisor.qemu]\npath = \"/opt/kata/bin/qemu-system-x86_64\"\n");
+       },
+       "qemu-wrapper/qemu-wrapper.unused", Severity::kWarning, "/opt/kata/bin/qemu-system-x86_64"},
       {"the guest kernel missing", "t4x2",
        [](DoctorNode& n) { n.Remove("opt/kata-vgpu/guest/vmlinuz-6.1.119-kvgpu3"); },
        "guest-image/guest.kernel-missing", Severity::kError, "vmlinuz"},
