@@ -219,6 +219,18 @@ std::vector<Fault> Faults() {
                  "driver-version=535.183.06\nkernel-release=6.1.119-kvgpu3\n");
        },
        "guest-driver-branch/guest.driver-branch-older", Severity::kWarning, "R535"},
+      {"a guest driver branch the doctor's table does not know", "t4x2",
+       [](DoctorNode& n) {
+         n.Write("opt/kata-vgpu/driver/bundle-info",
+                 "driver-version=390.157\nkernel-release=6.1.119-kvgpu3\n");
+       },
+       "guest-driver-branch/guest.driver-branch-unknown", Severity::kWarning, "R390"},
+      {"no driver bundle installed", "t4x2",
+       [](DoctorNode& n) { n.Remove("opt/kata-vgpu/driver"); }, "guest-image/guest.bundle-missing",
+       Severity::kError, "bundle-info"},
+      {"gridd.conf not published", "t4x2",
+       [](DoctorNode& n) { n.Remove("var/lib/kata-vgpu/licensing/gridd.conf"); },
+       "licence/licence.gridd-conf-missing", Severity::kWarning, "gridd.conf"},
       {"no licence token published", "t4x2",
        [](DoctorNode& n) { n.Remove("var/lib/kata-vgpu/licensing/ClientConfigToken"); },
        "licence/licence.token-missing", Severity::kWarning, "*.tok"},
