@@ -139,6 +139,16 @@ std::vector<Fault> Faults() {
       {"the plain NVIDIA driver without the vGPU manager", "t4x2",
        [](DoctorNode& n) { n.Remove("sys/module/nvidia_vgpu_vfio"); },
        "vgpu-manager/nvidia.vgpu-manager-missing", Severity::kError, "nvidia_vgpu_vfio"},
+      {"a host driver version that is not digits and dots", "t4x2",
+       [](DoctorNode& n) { n.Write("sys/module/nvidia/version", "unknown\n"); },
+       "nvidia-driver/nvidia.version-unreadable", Severity::kWarning, "unknown"},
+      {"the vGPU manager loaded but no GPU offers vGPU types", "t4x2",
+       [](DoctorNode& n) {
+         for (const auto& entry : fs::directory_iterator(n.root() / "sys/class/mdev_bus")) {
+           fs::remove(entry.path());
+         }
+       },
+       "vgpu-parents/parents.none", Severity::kError, "no mdev parent"},
       {"SR-IOV VFs not enabled", "a100-sriov",
        [](DoctorNode& n) { n.Write(Pf(n, 0) / "sriov_numvfs", "0\n"); },
        "vgpu-parents/sriov.vfs-disabled", Severity::kError, "sriov_numvfs 0"},
