@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mdev/vgpuctl/doctor.h"
 #include "mdev/vgpuctl/vgpuctl.h"
+#include "sim/host_software.h"
 #include "sim/kernel_model.h"
 
 namespace kvgpu::demo {
@@ -62,6 +64,23 @@ void Expect(bool ok, const std::string& what) {
   std::exit(1);
 }
 
+// docs/first-node.md on the simulated node: the doctor finds it ready, then finds exactly what a
+// missing VFIO module breaks.
+void ShowDoctor(Shell& shell) {
+  Say("Is this node ready for vGPU pods? The doctor reads every precondition of docs/install.md "
+      "(the simulator also lays out Kata, containerd, the guest image, the licence and the "
+      "plugin's "
+      "sockets as the installers leave them):");
+  shell.Run({"doctor"});
+  Say("The same node if vfio_pci had not loaded: one finding, with why and the fix (exit 4).");
+  std::filesystem::path module = std::filesystem::path(shell.root) / "sys/module/vfio_pci";
+  std::filesystem::path aside = module;
+  aside += ".demo-aside";
+  std::filesystem::rename(module, aside);
+  shell.Run({"doctor"}, kvgpu::doctor::kExitErrors);
+  std::filesystem::rename(aside, module);
+}
+
 }  // namespace
 
 int RunVgpuctlTour(const std::string& profile_name, std::string root) {
@@ -90,6 +109,12 @@ int RunVgpuctlTour(const std::string& profile_name, std::string root) {
 
   Say("A simulated node (" + profile->summary + ") laid out like sysfs under " + root +
       ". The same code runs on a real node with --sysfs-root /.");
+  if (Status s = kvgpu::sim::LayOutHostSoftware(root); !s.ok()) {
+    std::cerr << "demo: " << s.message() << "\n";
+    return 1;
+  }
+  // The mtty sample profile has no NVIDIA driver: the doctor would rightly find nothing ready.
+  if (!profile->host_driver_version.empty()) ShowDoctor(shell);
   Say("Which vGPU types can each GPU create, and how many of each?");
   shell.Run({"types"});
 

@@ -74,6 +74,8 @@ Status KernelModel::LayoutNode() {
     }
   }
 
+  if (Status s = LayoutHostKernel(any_mdev); !s.ok()) return s;
+
   unsigned slot = 1;
   for (size_t i = 0; i < profile_.gpus.size(); ++i) {
     const GpuSpec& spec = profile_.gpus[i];

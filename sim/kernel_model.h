@@ -60,6 +60,9 @@ struct NodeProfile {
   std::string name;
   std::string summary;
   std::vector<GpuSpec> gpus;
+  // /sys/module/nvidia/version: the host's vGPU manager (empty: no NVIDIA driver, as with mtty).
+  // The built-in NVIDIA profiles carry an R550 (vGPU 17) manager version.
+  std::string host_driver_version;
 };
 
 // Built-in profiles: "t4x2", "a100-sriov", "h200-vfio", "mtty", "mixed".
@@ -158,6 +161,8 @@ class KernelModel : public mdev::SysfsIo {
 
   // Layout (kernel_layout.cpp).
   Status LayoutNode();
+  // The kernel around the GPUs (kernel_host.cpp): loaded modules, the IOMMU, the command line.
+  Status LayoutHostKernel(bool any_mdev);
   Status LayoutGpu(size_t gpu);
   Status LayoutPciFunction(size_t gpu, const std::string& address, bool is_vf);
   Status LayoutMdevTypes(size_t gpu, const std::string& parent);

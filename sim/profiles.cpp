@@ -15,6 +15,9 @@ namespace kvgpu::sim {
 
 namespace {
 
+// A vGPU 17.x (R550) manager's version: its branch is what the doctor matches the guest driver to.
+constexpr const char* kHostDriver = "550.90.05";
+
 // A type without a description (mtty, vendor VFIO).
 TypeSpec Plain(std::string id, std::string name, uint32_t max_instances, uint32_t cost = 1) {
   TypeSpec type;
@@ -124,24 +127,29 @@ Result<NodeProfile> ProfileByName(std::string_view name) {
   if (name == "t4x2") {
     return NodeProfile{"t4x2",
                        "two Tesla T4, time-sliced vGPU on the mdev bus",
-                       {TeslaT4("0000:3b:00.0"), TeslaT4("0000:af:00.0")}};
+                       {TeslaT4("0000:3b:00.0"), TeslaT4("0000:af:00.0")},
+                       kHostDriver};
   }
   if (name == "a100-sriov") {
-    return NodeProfile{
-        "a100-sriov", "one A100 80GB with SR-IOV VFs as mdev parents", {A100Sriov("0000:41:00.0")}};
+    return NodeProfile{"a100-sriov",
+                       "one A100 80GB with SR-IOV VFs as mdev parents",
+                       {A100Sriov("0000:41:00.0")},
+                       kHostDriver};
   }
   if (name == "h200-vfio") {
     return NodeProfile{"h200-vfio",
                        "one H200 with vendor-specific VFIO VFs, no mdev bus",
-                       {H200VendorVfio("0000:41:00.0")}};
+                       {H200VendorVfio("0000:41:00.0")},
+                       kHostDriver};
   }
   if (name == "mtty") {
-    return NodeProfile{"mtty", "the kernel's mtty sample driver", {Mtty()}};
+    return NodeProfile{"mtty", "the kernel's mtty sample driver", {Mtty()}, ""};
   }
   if (name == "mixed") {
     return NodeProfile{"mixed",
                        "a T4, an A100 with SR-IOV VFs and the mtty sample",
-                       {TeslaT4("0000:3b:00.0"), A100Sriov("0000:41:00.0"), Mtty()}};
+                       {TeslaT4("0000:3b:00.0"), A100Sriov("0000:41:00.0"), Mtty()},
+                       kHostDriver};
   }
   std::string known;
   for (const auto& profile : ProfileNames()) known += (known.empty() ? "" : ", ") + profile;

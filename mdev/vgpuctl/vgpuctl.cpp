@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <ostream>
 
+#include "common/clock.h"
 #include "mdev/make_backend.h"
+#include "mdev/vgpuctl/doctor.h"
 #include "mdev/vgpuctl/format.h"
 
 namespace kvgpu::vgpuctl {
@@ -13,6 +15,55 @@ namespace {
 
 constexpr int kFailed = 1;
 constexpr int kUsage = 2;
+
+// The doctor's subcommand: its flags, and the run, which only reads and needs no backend.
+struct DoctorCommand {
+  doctor::Options options;
+  std::string root;
+  std::string kata_version_file;
+  CLI::App* command;
+
+  DoctorCommand(CLI::App& app, bool& json) {
+    command = app.add_subcommand(
+        "doctor", "check, read-only, every node precondition of docs/install.md (docs/vgpuctl.md)");
+    command->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
+    command->add_option("--root", root,
+                        "directory every node path is read under (default: --sysfs-root)");
+    struct PathFlag {
+      const char* flag;
+      std::filesystem::path* value;
+      const char* help;
+    };
+    for (const auto& [flag, value, help] : {
+             PathFlag{"--containerd-config", &options.containerd_config,
+                      "containerd's config.toml"},
+             PathFlag{"--kubelet-dir", &options.kubelet_dir,
+                      "kubelet's root: device-plugins/ holds its and the plugin's sockets"},
+             PathFlag{"--state-dir", &options.state_dir,
+                      "the device plugin's --state-dir (device-plugin-state.json)"},
+             PathFlag{"--licensing-dir", &options.licensing_dir,
+                      "the device plugin's --licensing-dir (gridd.conf, ClientConfigToken/)"},
+             PathFlag{"--kata-dir", &options.kata_dir, "where Kata Containers is installed"},
+             PathFlag{"--prefix", &options.install_prefix,
+                      "where kata-config/install.sh and guest-image/build.sh install put their "
+                      "files"},
+         }) {
+      command->add_option(flag, *value, help)->capture_default_str();
+    }
+    command->add_option("--kata-version-file", kata_version_file,
+                        "a file with the output of 'kata-runtime --version' (default: run "
+                        "<kata-dir>/bin/kata-runtime --version under the root)");
+  }
+
+  int Run(const std::string& sysfs_root, bool json, mdev::SysfsIo& io, std::ostream& out) {
+    options.root = root.empty() ? sysfs_root : root;
+    if (!kata_version_file.empty()) options.kata_version_file = kata_version_file;
+    options.now_unix_s = UnixNowMs() / 1000;
+    doctor::Report report = doctor::Diagnose(options, io);
+    out << (json ? doctor::ReportJson(report).dump(2) + "\n" : doctor::ReportTable(report));
+    return report.ExitCode();
+  }
+};
 
 void PrintWarnings(const mdev::Inventory& inventory, std::ostream& err) {
   for (const auto& warning : inventory.warnings) err << "vgpuctl: warning: " << warning << "\n";
@@ -60,6 +111,8 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
   remove->add_option("ID", remove_id, "mdev UUID, or the VF address of a vendor-VFIO vGPU")
       ->required();
 
+  DoctorCommand doctor(app, json);
+
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
   try {
     app.parse(reversed);
@@ -71,6 +124,8 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
     err << "vgpuctl: " << e.what() << " (see vgpuctl --help)\n";
     return kUsage;
   }
+
+  if (doctor.command->parsed()) return doctor.Run(sysfs_root, json, io, out);
 
   auto made = mdev::MakeBackend(choice, sysfs_root, io);
   if (!made.ok()) {

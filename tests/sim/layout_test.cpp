@@ -192,11 +192,11 @@ TEST_F(LayoutTest, BadProfilesAreRefusedBeforeTouchingTheDisk) {
   auto with = [&](auto change) {
     GpuSpec gpu = t4();
     change(gpu);
-    return NodeProfile{"bad", "", {gpu}};
+    return NodeProfile{"bad", "", {gpu}, ""};
   };
   const BadProfileCase cases[] = {
-      {"no GPU", NodeProfile{"empty", "", {}}},
-      {"same GPU twice", NodeProfile{"twice", "", {t4(), t4()}}},
+      {"no GPU", NodeProfile{"empty", "", {}, ""}},
+      {"same GPU twice", NodeProfile{"twice", "", {t4(), t4()}, ""}},
       {"not a PCI address", with([](GpuSpec& g) { g.address = "3b:00.0"; })},
       {"upper-case PCI address", with([](GpuSpec& g) { g.address = "0000:3B:00.0"; })},
       {"SR-IOV kind without VFs", with([](GpuSpec& g) { g.kind = GpuKind::kSriovMdev; })},

@@ -70,14 +70,15 @@ class SimFsTest : public ModelTest {
   std::unique_ptr<SimFs> fs_;
 };
 
-TEST_F(SimFsTest, TheTopShowsDevSysAndSimButNotTheScratchDirectory) {
+TEST_F(SimFsTest, TheTopShowsDevProcSysAndSimButNotTheScratchDirectory) {
   std::vector<SimFs::DirEntry> entries;
   ASSERT_EQ(fs_->ReadDir("/", &entries), 0);
   std::vector<std::string> names;
   for (const auto& entry : entries) names.push_back(entry.name);
   std::sort(names.begin(), names.end());
-  // dev/: the kvm and vhost-vsock entries the device plugin's readiness check looks for.
-  EXPECT_EQ(names, (std::vector<std::string>{"dev", "sim", "sys"}));
+  // dev/: the kvm and vhost-vsock entries the device plugin's readiness check looks for;
+  // proc/: the kernel command line (proc/cmdline) vgpuctl doctor reads.
+  EXPECT_EQ(names, (std::vector<std::string>{"dev", "proc", "sim", "sys"}));
   struct stat st;
   EXPECT_EQ(fs_->GetAttr("/.sim-scratch", &st), -ENOENT);
   EXPECT_EQ(fs_->GetAttr("/sim/nothing", &st), -ENOENT);
