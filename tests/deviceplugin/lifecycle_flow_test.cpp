@@ -12,6 +12,7 @@
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/fake_podresources.h"
+#include "tests/deviceplugin/daemon_builders.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
@@ -60,18 +61,10 @@ class LifecycleFlowTest : public ::testing::Test {
   }
 
   void StartDaemon() {
-    DaemonOptions options;
-    options.args.sysfs_root = sim_.model().root();
-    options.args.kubelet_dir = sim_.dir() / "kubelet";
-    options.args.state_dir = sim_.dir() / "state";
-    options.args.node_name = "node-1";
-    Config config;
-    config.udev_events = false;
-    config.rescan_interval = 100ms;
-    config.lifecycle.grace_period = 0ms;
-    config.lifecycle.poll_interval = 10s;  // only triggers may act fast
-    options.config = config;
-    options.io = &sim_.model();
+    DaemonOptions options = testing::SimDaemonOptions(sim_);
+    options.config.rescan_interval = 100ms;
+    options.config.lifecycle.grace_period = 0ms;
+    options.config.lifecycle.poll_interval = 10s;  // only triggers may act fast
     options.retry_initial = 20ms;
     options.retry_max = 200ms;
     options.pods = &pods_;
@@ -292,15 +285,9 @@ namespace kvgpu::deviceplugin {
 namespace {
 
 TEST(LifecycleStartTest, AKubeconfigThatDoesNotLoadStopsTheStartWithItsName) {
-  testing::SimNode sim("mtty");
-  DaemonOptions options;
-  options.args.sysfs_root = sim.model().root();
-  options.args.kubelet_dir = sim.dir() / "kubelet";
-  options.args.state_dir = sim.dir() / "state";
-  options.args.node_name = "node-1";
+  SimNode sim("mtty");
+  DaemonOptions options = testing::SimDaemonOptions(sim);
   options.args.kubeconfig = sim.dir() / "missing-kubeconfig";
-  options.config.udev_events = false;
-  options.io = &sim.model();
   Daemon daemon(options);
   Status started = daemon.Start();
   ASSERT_FALSE(started.ok());

@@ -21,6 +21,7 @@
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/fake_podresources.h"
+#include "tests/deviceplugin/daemon_builders.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
@@ -88,20 +89,12 @@ class HungPeersTest : public ::testing::Test {
   }
 
   void StartDaemon() {
-    DaemonOptions options;
-    options.args.sysfs_root = sim_.model().root();
-    options.args.kubelet_dir = sim_.dir() / "kubelet";
-    options.args.state_dir = sim_.dir() / "state";
-    options.args.node_name = "node-1";
+    DaemonOptions options = testing::SimDaemonOptions(sim_);
     options.args.metrics_addr = "127.0.0.1:0";
     options.args.node_readiness_check = false;
-    Config config;
-    config.udev_events = false;
-    config.rescan_interval = 200ms;
-    config.scheduler_state.publish = true;
-    config.scheduler_state.min_interval = 50ms;
-    options.config = config;
-    options.io = &sim_.model();
+    options.config.rescan_interval = 200ms;
+    options.config.scheduler_state.publish = true;
+    options.config.scheduler_state.min_interval = 50ms;
     options.pods = &pods_;
     options.events = &events_;
     options.api = &api_;
@@ -191,74 +184,69 @@ TEST_F(HungPeersTest, AWorkingKubeletAfterAHungOneHasEveryResourceWithinFiveSeco
 // learned and announced, pod gone, vGPU removed, Events). No line the daemon logs may hold a
 // control character: every peer-supplied name was escaped where it entered.
 TEST(LyingPeersTest, NoPeerSuppliedNameForgesALogLine) {
-  kvgpu::testing::SimNode sim("t4x2");
-  const auto kubelet_dir = sim.dir() / "kubelet";
-  std::filesystem::create_directories(kubelet_dir / "pod-resources");
-  kvgpu::testing::FakeKubelet kubelet(kubelet_dir / "device-plugins");
-  kvgpu::testing::FakePodResources podresources(kubelet_dir / "pod-resources" / "kubelet.sock");
-  kvgpu::testing::CheckpointWriter checkpoint(kubelet_dir);
-  kvgpu::testing::InMemoryPodWatcher pods;
-  kvgpu::testing::RecordingEventRecorder events;
-  ASSERT_TRUE(kubelet.Start());
-  ASSERT_TRUE(podresources.Start());
-
+  // The sink is added before anything that logs runs, and taken away after all of it is gone:
+  // the logger's sink list is not safe to change while other threads log.
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
   spdlog::default_logger()->sinks().push_back(sink);
   const auto level = spdlog::get_level();
   spdlog::set_level(spdlog::level::debug);
+  {
+    kvgpu::testing::SimNode sim("t4x2");
+    const auto kubelet_dir = sim.dir() / "kubelet";
+    std::filesystem::create_directories(kubelet_dir / "pod-resources");
+    kvgpu::testing::FakeKubelet kubelet(kubelet_dir / "device-plugins");
+    kvgpu::testing::FakePodResources podresources(kubelet_dir / "pod-resources" / "kubelet.sock");
+    kvgpu::testing::CheckpointWriter checkpoint(kubelet_dir);
+    kvgpu::testing::InMemoryPodWatcher pods;
+    kvgpu::testing::RecordingEventRecorder events;
+    ASSERT_TRUE(kubelet.Start());
+    ASSERT_TRUE(podresources.Start());
 
-  DaemonOptions options;
-  options.args.sysfs_root = sim.model().root();
-  options.args.kubelet_dir = kubelet_dir;
-  options.args.state_dir = sim.dir() / "state";
-  options.args.node_name = "node-1";
-  options.args.node_readiness_check = false;
-  Config config;
-  config.udev_events = false;
-  config.rescan_interval = 100ms;
-  config.lifecycle.grace_period = 0ms;
-  config.lifecycle.poll_interval = 200ms;
-  options.config = config;
-  options.io = &sim.model();
-  options.pods = &pods;
-  options.events = &events;
-  options.settle = 200ms;
-  Daemon daemon(options);
-  ASSERT_TRUE(daemon.Start().ok());
-  pods.Sync({});
-  const std::string resource = "tencent.com/vgpu-222";
-  ASSERT_TRUE(kubelet.WaitUntil([&] { return kubelet.Devices(resource).size() == 32; }));
+    DaemonOptions options = testing::SimDaemonOptions(sim);
+    options.args.node_readiness_check = false;
+    options.config.rescan_interval = 100ms;
+    options.config.lifecycle.grace_period = 0ms;
+    options.config.lifecycle.poll_interval = 200ms;
+    options.pods = &pods;
+    options.events = &events;
+    options.settle = 200ms;
+    Daemon daemon(options);
+    ASSERT_TRUE(daemon.Start().ok());
+    pods.Sync({});
+    const std::string resource = "tencent.com/vgpu-222";
+    ASSERT_TRUE(kubelet.WaitUntil([&] { return kubelet.Devices(resource).size() == 32; }));
 
-  const std::string forged = "\n2026-11-27 06:00:00.000 [info] vgpu removed by admin";
-  const std::string name = "evil" + forged, ns = "ml" + forged, uid = "uid" + forged;
-  const std::string id = sim.gpu(0) + "-nvidia-222-0";
-  v1beta1::AllocateResponse response;
-  ASSERT_TRUE(kubelet.Allocate(resource, {{id}}, &response).ok());
-  podresources.SetPods({{ns, name, {{"main" + forged, {{resource, {id}}}}}}});
-  checkpoint.Write({{uid,
-                     "main" + forged,
-                     resource,
-                     {id},
-                     -1,
-                     response.container_responses(0).SerializeAsString()}});
-  kube::PodInfo pod;
-  pod.uid = kvgpu::PeerName(uid);  // as the API client parses it (kube/pod.cpp)
-  pod.namespace_name = kvgpu::PeerName(ns);
-  pod.name = kvgpu::PeerName(name);
-  pod.node_name = "node-1";
-  pod.phase = "Running";
-  pods.Emit(kube::PodEventType::kAdded, pod);
-  EXPECT_TRUE(Eventually([&] {
-    auto records = daemon.manager().Snapshot().records;
-    return !records.empty() && records[0].owner_pod.has_value();
-  })) << "the owner is learned (and announced in the log)";
+    const std::string forged = "\n2026-11-27 06:00:00.000 [info] vgpu removed by admin";
+    const std::string name = "evil" + forged, ns = "ml" + forged, uid = "uid" + forged;
+    const std::string id = sim.gpu(0) + "-nvidia-222-0";
+    v1beta1::AllocateResponse response;
+    ASSERT_TRUE(kubelet.Allocate(resource, {{id}}, &response).ok());
+    podresources.SetPods({{ns, name, {{"main" + forged, {{resource, {id}}}}}}});
+    checkpoint.Write({{uid,
+                       "main" + forged,
+                       resource,
+                       {id},
+                       -1,
+                       response.container_responses(0).SerializeAsString()}});
+    kube::PodInfo pod;
+    pod.uid = kvgpu::PeerName(uid);  // as the API client parses it (kube/pod.cpp)
+    pod.namespace_name = kvgpu::PeerName(ns);
+    pod.name = kvgpu::PeerName(name);
+    pod.node_name = "node-1";
+    pod.phase = "Running";
+    pods.Emit(kube::PodEventType::kAdded, pod);
+    EXPECT_TRUE(Eventually([&] {
+      auto records = daemon.manager().Snapshot().records;
+      return !records.empty() && records[0].owner_pod.has_value();
+    })) << "the owner is learned (and announced in the log)";
 
-  podresources.SetPods({});
-  pod.deleting = true;
-  pods.Emit(kube::PodEventType::kDeleted, pod);
-  EXPECT_TRUE(Eventually([&] { return daemon.manager().Snapshot().records.empty(); }))
-      << "the pod's vGPU is removed (and the removal logged)";
-  daemon.Stop();
+    podresources.SetPods({});
+    pod.deleting = true;
+    pods.Emit(kube::PodEventType::kDeleted, pod);
+    EXPECT_TRUE(Eventually([&] { return daemon.manager().Snapshot().records.empty(); }))
+        << "the pod's vGPU is removed (and the removal logged)";
+    daemon.Stop();
+  }
 
   spdlog::set_level(level);
   auto& sinks = spdlog::default_logger()->sinks();

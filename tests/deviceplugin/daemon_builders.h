@@ -1,0 +1,21 @@
+// The whole daemon on a simulated node, as the flow tests start it: sysfs is the kernel model's,
+// kubelet's directory and the state record live in the node's temp dir, the node is "node-1".
+#pragma once
+
+#include "deviceplugin/daemon.h"
+#include "fakes/common/sim_node.h"
+
+namespace kvgpu::deviceplugin::testing {
+
+inline DaemonOptions SimDaemonOptions(kvgpu::testing::SimNode& sim) {
+  DaemonOptions options;
+  options.args.sysfs_root = sim.model().root();
+  options.args.kubelet_dir = sim.dir() / "kubelet";
+  options.args.state_dir = sim.dir() / "state";
+  options.args.node_name = "node-1";
+  options.io = &sim.model();
+  options.config.udev_events = false;  // the host's events are not the model's
+  return options;
+}
+
+}  // namespace kvgpu::deviceplugin::testing
