@@ -523,12 +523,15 @@ void SchedulingCluster::Delete(const std::string& name) {
 }
 
 bool SchedulingCluster::Settle(std::chrono::milliseconds timeout) {
-  return Eventually(
+  const bool settled = Eventually(
       [&] {
         return std::all_of(nodes_.begin(), nodes_.end(),
                            [&](const auto& node) { return node->Settled(api_); });
       },
       timeout, 20ms);
+  // Given time, every replica's node watch catches up.
+  for (auto& replica : replicas_) replica->view.SyncNodes(api_.Nodes());
+  return settled;
 }
 
 std::string SchedulingCluster::Explain(const ClusterPod& pod) {

@@ -144,7 +144,8 @@ class SchedulingCluster {
   void RestartScheduler();
   // An extender replica restarts: a fresh view that lists the nodes and bound pods again.
   void RestartExtender(size_t replica);
-  // Waits until every node has settled (kernel, plugin, kubelet and published state agree).
+  // Waits until every node has settled (kernel, plugin, kubelet and published state agree);
+  // then every replica's node watch shows the Nodes as they are.
   bool Settle(std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
   std::vector<ClusterPod> Pods() const { return pods_; }
