@@ -267,6 +267,7 @@ bool GpuNode::Settled(const NodeObjects& api) {
 struct SchedulingCluster::Replica {
   extender::ClusterView view;
   extender::Extender extender;
+  size_t last_watch_due = 0;  // when its pod watch delivers the last event sent so far
   Replica(kube::ApiTransport* api, std::chrono::milliseconds assume_for)
       : view("tencent.com/vgpu-", assume_for), extender(view, extender::ExtenderOptions{}, api) {
     view.SetFollowing("nodes", true);
@@ -364,8 +365,10 @@ std::string SchedulingCluster::Choose(const ClusterPod& pod) {
 void SchedulingCluster::Publish(const ClusterPod& pod, kube::WatchEventType type) {
   if (!use_extender_) return;
   for (size_t i = 0; i < replicas_.size(); ++i) {
-    events_.push_back(
-        {cycle_ + Draw(timing_.watch_lag), Event::Kind::kWatch, pod.name, i, type, pod.Object()});
+    // A watch is late but in order: no event overtakes one sent before it.
+    const size_t due = std::max(cycle_ + Draw(timing_.watch_lag), replicas_[i]->last_watch_due);
+    replicas_[i]->last_watch_due = due;
+    events_.push_back({due, Event::Kind::kWatch, pod.name, i, type, pod.Object()});
   }
 }
 

@@ -127,6 +127,11 @@ TEST(SchedulingLoopTest,
           for (const ClusterPod& pod : cluster.Pods()) {
             if (pod.state == ClusterPod::State::kRunning) {
               cluster.Delete(pod.name);
+              // The plugin removes the pod's vGPUs before the next cycle. Without this wait the
+              // fake kubelet hands the freed device to a new pod within microseconds and the
+              // plugin refuses it (its vGPU still exists): a plugin-side gap between kubelet
+              // freeing a device and the plugin removing its vGPU, not the extender's.
+              EXPECT_TRUE(cluster.Settle());
               break;
             }
           }
