@@ -10,9 +10,10 @@
 // the next cycle starts at once. The bind (the extender's bind verb, as with bindVerb) lands some
 // cycles later; a refused bind sends the pod back to the queue. Each extender replica learns
 // binds and pod changes through its own watch, some cycles late; the scheduler calls a replica at
-// random (two behind one Service); kubelet admits a bound pod some cycles after its bind. Cycles
-// are a discrete clock driven by a seeded random source, so a run is repeatable while every
-// interleaving kube-scheduler allows can occur; the device plugins run on their own threads.
+// random (two behind one Service), the events of one watch in order; kubelet admits a bound pod
+// some cycles after its bind. Cycles are a discrete clock driven by a seeded random source, so a
+// run is repeatable while every interleaving kube-scheduler allows can occur; the device plugins
+// run on their own threads.
 #pragma once
 
 #include <chrono>
