@@ -28,6 +28,17 @@ std::optional<std::pair<std::string, std::optional<std::string>>> NameAndAnnotat
   return std::pair{name->get<std::string>(), annotation};
 }
 
+std::optional<std::string> LedgerAnnotation(const nlohmann::json& node) {
+  const nlohmann::json* annotations = node.contains("metadata") && node["metadata"].is_object() &&
+                                              node["metadata"].contains("annotations")
+                                          ? &node["metadata"]["annotations"]
+                                          : nullptr;
+  if (annotations == nullptr || !annotations->is_object()) return std::nullopt;
+  auto it = annotations->find(kBindLedgerAnnotation);
+  if (it == annotations->end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
 }  // namespace
 
 ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds assume_for)
@@ -35,11 +46,13 @@ ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds 
 
 void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
   std::map<std::string, std::string> annotations;
+  std::lock_guard lock(mutex_);
+  ledgers_.clear();
   for (const nlohmann::json& node : nodes) {
     auto parsed = NameAndAnnotation(node);
     if (parsed && parsed->second) annotations[parsed->first] = *parsed->second;
+    if (parsed) PutLedger(parsed->first, LedgerAnnotation(node));
   }
-  std::lock_guard lock(mutex_);
   annotations_ = std::move(annotations);
   std::erase_if(parsed_, [&](const auto& entry) { return !annotations_.contains(entry.first); });
 }
@@ -48,6 +61,8 @@ void ClusterView::NodeChanged(kube::WatchEventType type, const nlohmann::json& n
   auto parsed = NameAndAnnotation(node);
   if (!parsed) return;
   std::lock_guard lock(mutex_);
+  PutLedger(parsed->first,
+            type == kube::WatchEventType::kDeleted ? std::nullopt : LedgerAnnotation(node));
   if (type == kube::WatchEventType::kDeleted || !parsed->second) {
     annotations_.erase(parsed->first);
     parsed_.erase(parsed->first);
@@ -84,6 +99,25 @@ std::shared_ptr<const Result<scheduling::NodeVgpuState>> ClusterView::State(
   std::lock_guard lock(mutex_);
   parsed_[node] = Parsed{*text, state};
   return state;
+}
+
+void ClusterView::PutLedger(const std::string& node, const std::optional<std::string>& text) {
+  if (!text) {
+    ledgers_.erase(node);
+    return;
+  }
+  Result<std::vector<LedgerEntry>> entries = ParseBindLedger(*text);
+  if (!entries.ok()) {
+    // Filter goes on without it; bind reads the ledger again and refuses what it cannot read.
+    spdlog::warn("node {}: {}", node, entries.status().message());
+    ledgers_.erase(node);
+    return;
+  }
+  ledgers_[node] = std::move(*entries);
+}
+
+bool ClusterView::SeenDeleted(const std::string& uid) const {
+  return deleted_.contains(uid);
 }
 
 void ClusterView::PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed) {
@@ -132,6 +166,9 @@ void ClusterView::PodChanged(kube::WatchEventType type, const kube::PodInfo& pod
   std::lock_guard lock(mutex_);
   if (type == kube::WatchEventType::kDeleted) {
     pods_.erase(pod.uid);
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(deleted_, [&](const auto& entry) { return now - entry.second > assume_for_; });
+    deleted_[pod.uid] = now;
     return;
   }
   // An event without a node says nothing of a bind of ours still on its way.
@@ -145,25 +182,48 @@ void ClusterView::Assume(const kube::PodInfo& pod, const std::string& node) {
   PutPod(pod, node, true);
 }
 
-std::map<std::string, std::vector<BoundPod>> ClusterView::BoundPodsByNode() const {
+std::map<std::string, std::vector<BoundPod>> ClusterView::BoundPodsByNode(
+    int64_t now_unix_ms) const {
   std::map<std::string, std::vector<BoundPod>> out;
-  {
-    std::lock_guard lock(mutex_);
-    const auto now = std::chrono::steady_clock::now();
-    for (const auto& [uid, pod] : pods_) {
-      if (pod.assumed_at && now - *pod.assumed_at > assume_for_) continue;
-      out[pod.node].push_back(pod);
-    }
+  std::lock_guard lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [uid, pod] : pods_) {
+    if (pod.assumed_at && now - *pod.assumed_at > assume_for_) continue;
+    out[pod.node].push_back(pod);
   }
   for (auto& [node, pods] : out) {
     std::sort(pods.begin(), pods.end(),
               [](const BoundPod& a, const BoundPod& b) { return a.order < b.order; });
   }
+  for (const auto& [node, entries] : ledgers_) {
+    // The holders are checked where the node's state is at hand (JudgeNode skips them).
+    std::vector<LedgerEntry> live = LiveEntries(entries, nullptr, now_unix_ms, assume_for_);
+    if (!live.empty()) out[node] = WithLedgerLocked(std::move(out[node]), live);
+  }
   return out;
 }
 
-std::vector<BoundPod> ClusterView::BoundPods(const std::string& node) const {
-  std::map<std::string, std::vector<BoundPod>> all = BoundPodsByNode();
+std::vector<BoundPod> ClusterView::WithLedger(std::vector<BoundPod> bound,
+                                              const std::vector<LedgerEntry>& entries) const {
+  std::lock_guard lock(mutex_);
+  return WithLedgerLocked(std::move(bound), entries);
+}
+
+std::vector<BoundPod> ClusterView::WithLedgerLocked(std::vector<BoundPod> bound,
+                                                    const std::vector<LedgerEntry>& entries) const {
+  // Recorded binds the pod watch does not show yet come after the pods it shows, in bind order.
+  uint64_t order = next_order_;
+  for (const LedgerEntry& entry : entries) {
+    const bool known = std::any_of(bound.begin(), bound.end(),
+                                   [&](const BoundPod& pod) { return pod.uid == entry.uid; });
+    if (known || SeenDeleted(entry.uid)) continue;
+    bound.push_back(BoundPod{entry.uid, entry.key, "", entry.demand, order++, std::nullopt});
+  }
+  return bound;
+}
+
+std::vector<BoundPod> ClusterView::BoundPods(const std::string& node, int64_t now_unix_ms) const {
+  std::map<std::string, std::vector<BoundPod>> all = BoundPodsByNode(now_unix_ms);
   auto it = all.find(node);
   return it == all.end() ? std::vector<BoundPod>{} : std::move(it->second);
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "extender/bind_ledger.h"
 #include "kube/list_watch.h"
 #include "kube/pod.h"
 #include "scheduling/gpu_fit.h"
@@ -53,10 +55,19 @@ class ClusterView {
   void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);
   // The extender bound `pod` to `node` itself: count it before the watch shows it.
   void Assume(const kube::PodInfo& pod, const std::string& node);
-  // vGPU pods bound to `node` that have not finished, in the order they were bound.
-  std::vector<BoundPod> BoundPods(const std::string& node) const;
+  // vGPU pods bound to `node` that have not finished, in the order they were bound: those the
+  // pod watch shows, the extender's own binds, and the binds other replicas recorded in the
+  // node's bind ledger (bind_ledger.h) that the pod watch does not show yet. `now_unix_ms` ages
+  // the ledger's entries.
+  std::vector<BoundPod> BoundPods(const std::string& node, int64_t now_unix_ms = UnixNowMs()) const;
   // The same for every node at once (one look per request, not one per node).
-  std::map<std::string, std::vector<BoundPod>> BoundPodsByNode() const;
+  std::map<std::string, std::vector<BoundPod>> BoundPodsByNode(
+      int64_t now_unix_ms = UnixNowMs()) const;
+  // `bound` (one node's BoundPods) with the ledger `entries` it lacks, skipping pods the view
+  // saw deleted: what a bind judges a node by.
+  std::vector<BoundPod> WithLedger(std::vector<BoundPod> bound,
+                                   const std::vector<LedgerEntry>& entries) const;
+  std::chrono::milliseconds assume_for() const { return assume_for_; }
 
   // Whether a watch follows the API server ("nodes", "pods"); readiness needs both.
   void SetFollowing(const std::string& source, bool following);
@@ -65,6 +76,10 @@ class ClusterView {
  private:
   // With mutex_ held.
   void PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed);
+  void PutLedger(const std::string& node, const std::optional<std::string>& text);
+  bool SeenDeleted(const std::string& uid) const;
+  std::vector<BoundPod> WithLedgerLocked(std::vector<BoundPod> bound,
+                                         const std::vector<LedgerEntry>& entries) const;
 
   std::string prefix_;
   std::chrono::milliseconds assume_for_;
@@ -76,6 +91,11 @@ class ClusterView {
   };
   std::map<std::string, Parsed> parsed_;  // node -> its last text, parsed
   std::map<std::string, BoundPod> pods_;  // by uid
+  // The bind ledger of each node as the node watch last showed it.
+  std::map<std::string, std::vector<LedgerEntry>> ledgers_;
+  // Pods the watch saw deleted, by uid, and when: a ledger entry of theirs takes nothing (kept
+  // as long as an entry lives).
+  std::map<std::string, std::chrono::steady_clock::time_point> deleted_;
   uint64_t next_order_ = 0;
   std::map<std::string, bool> following_;
 };

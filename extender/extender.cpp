@@ -15,22 +15,12 @@ Extender::Extender(ClusterView& view, ExtenderOptions options, kube::ApiTranspor
       api_(api),
       now_(now ? std::move(now) : Clock([] { return UnixNowMs(); })) {}
 
-void Extender::Remember(const kube::PodInfo& pod) {
-  std::lock_guard lock(mutex_);
-  if (seen_.insert_or_assign(pod.uid, pod).second) seen_order_.push_back(pod.uid);
-  while (seen_order_.size() > options_.remembered_pods) {
-    seen_.erase(seen_order_.front());
-    seen_order_.pop_front();
-  }
-}
-
 Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
   Result<std::vector<scheduling::Demand>> demand = PodDemand(args.pod, options_.resource_prefix);
   if (!demand.ok()) return demand.status();
-  Remember(args.pod);
   Judged judged;
   const int64_t now = now_();
-  const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode();
+  const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode(now);
   const std::vector<BoundPod> none;
   for (const CandidateNode& node : args.nodes) {
     if (demand->empty()) {  // no vGPU asked for: not ours to judge
@@ -89,27 +79,96 @@ json Extender::Prioritize(const json& body) {
   return PriorityList(scores);
 }
 
+Result<BindTarget> Extender::BindablePod(const BindingArgs& args) {
+  Result<json> object = api_->Get("/api/v1/namespaces/" + kube::QueryEscape(args.pod_namespace) +
+                                  "/pods/" + kube::QueryEscape(args.pod_name));
+  if (!object.ok()) return object.status();
+  Result<kube::PodInfo> pod = kube::ParsePod(*object);
+  if (!pod.ok()) return pod.status();
+  auto refuse = [&](const std::string& why) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "kata-vgpu extender: will not bind pod " + pod->Key() + ": " + why);
+  };
+  if (pod->uid != args.pod_uid) return refuse("its UID is " + pod->uid + ", not " + args.pod_uid);
+  if (!pod->node_name.empty()) return refuse("it is bound to " + pod->node_name + " already");
+  if (pod->deleting || pod->Finished()) return refuse("it is ending");
+  Result<std::vector<scheduling::Demand>> demand = PodDemand(*pod, options_.resource_prefix);
+  if (!demand.ok()) return demand.status();
+  if (demand->empty()) return refuse("it asks for no vGPU (this extender binds vGPU pods only)");
+  return BindTarget{std::move(*pod), std::move(*demand)};
+}
+
+// One try at recording the bind in the node's ledger: judged against the Node as the API server
+// has it now, written only if nobody changed the Node since (409 Conflict otherwise).
+Status Extender::RecordBind(const std::string& node, const BindTarget& target) {
+  const std::string path = "/api/v1/nodes/" + kube::QueryEscape(node);
+  Result<json> object = api_->Get(path);
+  if (!object.ok()) return object.status();
+  const json& metadata = object->contains("metadata") ? (*object)["metadata"] : json::object();
+  const std::string version = metadata.value("resourceVersion", "");
+  const json annotations = metadata.value("annotations", json::object());
+  std::shared_ptr<const Result<scheduling::NodeVgpuState>> state;
+  if (auto it = annotations.find(scheduling::kNodeStateAnnotation);
+      it != annotations.end() && it->is_string()) {
+    state = view_.State(node, it->get<std::string>());
+  }
+  std::vector<LedgerEntry> entries;
+  if (auto it = annotations.find(kBindLedgerAnnotation);
+      it != annotations.end() && it->is_string()) {
+    Result<std::vector<LedgerEntry>> parsed = ParseBindLedger(it->get<std::string>());
+    // Another version's ledger: binding beside binds this one cannot count could over-commit.
+    if (!parsed.ok()) return parsed.status();
+    entries = std::move(*parsed);
+  }
+  const int64_t now = now_();
+  entries = LiveEntries(entries, state && state->ok() ? &state->value() : nullptr, now,
+                        view_.assume_for());
+  std::erase_if(entries, [&](const LedgerEntry& e) { return e.uid == target.pod.uid; });
+  const NodeVerdict verdict =
+      JudgeNode(state.get(), view_.WithLedger(view_.BoundPods(node, now), entries), target.pod.uid,
+                target.demand, now, options_.fit);
+  if (verdict.kind != NodeVerdict::Kind::kFits) {
+    return Status::Error(ErrorCode::kNoRoom, "kata-vgpu extender: node " + node +
+                                                 " cannot take pod " + target.pod.Key() +
+                                                 " now: " + verdict.reason);
+  }
+  entries.push_back({target.pod.uid, target.pod.Key(), now, target.demand});
+  const json patch = {{"metadata",
+                       {{"resourceVersion", version},
+                        {"annotations", {{kBindLedgerAnnotation, RenderBindLedger(entries)}}}}}};
+  Result<json> patched = api_->Patch(path, patch, "application/merge-patch+json");
+  return patched.ok() ? Status::Ok() : patched.status();
+}
+
 json Extender::Bind(const json& body) {
   Result<BindingArgs> args = ParseBindingArgs(body);
   if (!args.ok()) return BindingResult(args.status().message());
   if (api_ == nullptr) return BindingResult("kata-vgpu extender: binding is not configured");
+  Result<BindTarget> target = BindablePod(*args);
+  if (!target.ok()) return BindingResult(target.status().message());
+  Status recorded = Status::Ok();
+  for (int attempt = 0; attempt < options_.bind_attempts; ++attempt) {
+    recorded = RecordBind(args->node, *target);
+    if (recorded.http_status() != 409) break;  // 409: the Node changed under us; judge again
+  }
+  if (!recorded.ok()) {
+    spdlog::info("bind {} to {} refused: {}", LogSafe(target->pod.Key()), LogSafe(args->node),
+                 recorded.message());
+    return BindingResult(recorded.message());
+  }
   const json binding = {
       {"apiVersion", "v1"},
       {"kind", "Binding"},
       {"metadata",
        {{"name", args->pod_name}, {"namespace", args->pod_namespace}, {"uid", args->pod_uid}}},
       {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", args->node}}}};
+  // A failed binding leaves its ledger entry to expire: the node holds the room a little longer,
+  // which delays a pod but never over-commits a GPU.
   Result<json> bound = api_->Post("/api/v1/namespaces/" + kube::QueryEscape(args->pod_namespace) +
                                       "/pods/" + kube::QueryEscape(args->pod_name) + "/binding",
                                   binding);
   if (!bound.ok()) return BindingResult(bound.status().message());
-  kube::PodInfo pod;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = seen_.find(args->pod_uid);
-    if (it != seen_.end()) pod = it->second;
-  }
-  if (!pod.uid.empty()) view_.Assume(pod, args->node);
+  view_.Assume(target->pod, args->node);
   return BindingResult("");
 }
 

@@ -1,12 +1,13 @@
 // The scheduler extender's verbs over the cluster view: filter keeps the nodes whose GPUs can take
-// the pod's vGPUs (node_fit.h), prioritize scores them (pack or spread), bind binds the pod
-// through the API server and counts it on the node at once. Stateless apart from the view, so
-// replicas agree and a restart loses nothing: bad input is answered with an error, a node
-// without usable state is failed with the reason, and nothing here throws past a request.
+// the pod's vGPUs (node_fit.h), prioritize scores them (pack or spread), bind checks the pod fits
+// beside every bind recorded on the node, records its own there with a conditional write
+// (bind_ledger.h), binds through the API server and counts the pod on the node at once. Nothing
+// but the watches lives in a replica, so replicas agree and a restart loses nothing: bad input is
+// answered with an error, a node without usable state is failed with the reason, and nothing here
+// throws past a request.
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -24,8 +25,15 @@ namespace kvgpu::extender {
 struct ExtenderOptions {
   std::string resource_prefix = "tencent.com/vgpu-";
   FitOptions fit;
-  // How many pods seen by filter are remembered for bind (which names the pod only).
-  size_t remembered_pods = 4096;
+  // How often bind judges a node again when another replica's bind (or the plugin's state)
+  // changed the Node between its read and its conditional write.
+  int bind_attempts = 8;
+};
+
+// A pod the bind verb may bind, and its vGPUs.
+struct BindTarget {
+  kube::PodInfo pod;
+  std::vector<scheduling::Demand> demand;
 };
 
 class Extender {
@@ -48,16 +56,15 @@ class Extender {
     std::vector<std::pair<std::string, NodeVerdict>> verdicts;  // in the order sent
   };
   Result<Judged> Judge(const ExtenderArgs& args);
-  void Remember(const kube::PodInfo& pod);
+  // The pod as the API server has it, if bind may bind it: pending, unbound, with the UID the
+  // scheduler named, asking for a vGPU.
+  Result<BindTarget> BindablePod(const BindingArgs& args);
+  Status RecordBind(const std::string& node, const BindTarget& target);
 
   ClusterView& view_;
   ExtenderOptions options_;
   kube::ApiTransport* api_;
   Clock now_;
-
-  std::mutex mutex_;
-  std::map<std::string, kube::PodInfo> seen_;  // by uid, for bind
-  std::deque<std::string> seen_order_;
 };
 
 }  // namespace kvgpu::extender

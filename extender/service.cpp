@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "https/client_auth.h"
 #include "https/http_server.h"
 #include "https/tls_files.h"
 #include "kube/config.h"
@@ -177,9 +178,13 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
   ServiceMetrics* metrics = &impl->metrics;
   impl->http = std::make_unique<https::HttpsServer>(
       ctx,
-      [extender, metrics](const https::HttpRequest& request) {
+      [extender, metrics,
+       client_ca_set = !options.client_ca_file.empty()](const https::HttpRequest& request) {
         const auto start = std::chrono::steady_clock::now();
-        https::HttpResponse response = extender->Handle(request);
+        // filter, prioritize and bind answer only kube-scheduler when a client CA is set.
+        std::optional<https::HttpResponse> refused =
+            https::RefuseWithoutClientCertificate(request, client_ca_set);
+        https::HttpResponse response = refused ? std::move(*refused) : extender->Handle(request);
         metrics->Observe(request.path, response.status, std::chrono::steady_clock::now() - start);
         return response;
       },

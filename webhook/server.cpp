@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "https/client_auth.h"
 #include "https/file_stamp.h"
 #include "https/http_server.h"
 #include "https/tls_files.h"
@@ -74,11 +75,9 @@ struct Server::Impl {
 };
 
 HttpResponse Server::Impl::Route(const HttpRequest& request) {
-  const bool open_path = request.path == "/healthz" || request.path == "/readyz";
-  if (!options.client_ca_file.empty() && !request.client_certificate && !open_path)
-    return {403, "text/plain; charset=utf-8",
-            "a client certificate signed by the --client-ca-file CA is required (only /healthz "
-            "and /readyz answer without one)\n"};
+  if (auto refused =
+          https::RefuseWithoutClientCertificate(request, !options.client_ca_file.empty()))
+    return *refused;
   if (request.path == "/mutate") {
     if (request.method != "POST") return {405, "text/plain; charset=utf-8", "use POST /mutate\n"};
     auto start = std::chrono::steady_clock::now();

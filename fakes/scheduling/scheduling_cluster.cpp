@@ -15,6 +15,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kNodesPath = "/api/v1/nodes";
+constexpr std::string_view kPodsPath = "/api/v1/namespaces/";
 
 size_t HealthyCount(const std::map<std::string, std::string>& devices) {
   return static_cast<size_t>(std::count_if(devices.begin(), devices.end(),
@@ -24,13 +25,26 @@ size_t HealthyCount(const std::map<std::string, std::string>& devices) {
 }  // namespace
 
 Result<json> NodeObjects::Get(const std::string& path, kube::Canceller*) {
+  const std::string prefix = std::string(kNodesPath) + "/";
+  if (path.starts_with(kPodsPath) && pods_.get) return pods_.get(path.substr(kPodsPath.size()));
+  std::lock_guard lock(mutex_);
+  if (path.starts_with(prefix)) {
+    auto it = nodes_.find(path.substr(prefix.size()));
+    if (it == nodes_.end()) return Status::Remote(ErrorCode::kHttp, "node not found", 404);
+    return it->second;
+  }
   if (path != kNodesPath) return Status::Remote(ErrorCode::kHttp, "not found", 404);
   json items = json::array();
-  for (const json& node : Nodes()) items.push_back(node);
-  return json{{"kind", "NodeList"}, {"metadata", {{"resourceVersion", "1"}}}, {"items", items}};
+  for (const auto& [name, node] : nodes_) items.push_back(node);
+  return json{{"kind", "NodeList"},
+              {"metadata", {{"resourceVersion", std::to_string(version_)}}},
+              {"items", items}};
 }
 
-Result<json> NodeObjects::Post(const std::string&, const json&, kube::Canceller*) {
+Result<json> NodeObjects::Post(const std::string& path, const json& body, kube::Canceller*) {
+  if (path.starts_with(kPodsPath) && path.ends_with("/binding") && pods_.bind) {
+    return pods_.bind(path.substr(kPodsPath.size(), path.size() - kPodsPath.size() - 8), body);
+  }
   return Status::Remote(ErrorCode::kHttp, "method not allowed", 405);
 }
 
@@ -45,7 +59,19 @@ Result<json> NodeObjects::Patch(const std::string& path, const json& body,
   json& node = nodes_[name];
   if (node.is_null())
     node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
-  node.merge_patch(body);
+  json patch = body;
+  // The API server's optimistic concurrency: a resourceVersion in the patch is a precondition.
+  if (patch.contains("metadata") && patch["metadata"].contains("resourceVersion")) {
+    if (patch["metadata"]["resourceVersion"] != node["metadata"].value("resourceVersion", "")) {
+      return Status::Remote(
+          ErrorCode::kHttp,
+          "Operation cannot be fulfilled on nodes \"" + name + "\": the object has been modified",
+          409);
+    }
+    patch["metadata"].erase("resourceVersion");
+  }
+  node.merge_patch(patch);
+  node["metadata"]["resourceVersion"] = std::to_string(++version_);
   return node;
 }
 
@@ -57,6 +83,7 @@ Status NodeObjects::Stream(const std::string&, std::chrono::milliseconds,
 
 std::vector<json> NodeObjects::Nodes() const {
   std::lock_guard lock(mutex_);
+  // A copy per node: the caller reads it while the plugins go on patching.
   std::vector<json> out;
   for (const auto& [name, node] : nodes_) out.push_back(node);
   return out;
@@ -87,7 +114,8 @@ json ClusterPod::Object() const {
        {{"phase", state == State::kFailed    ? "Failed"
                   : state == State::kRunning ? "Running"
                                              : "Pending"}}}};
-  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  // An assumed pod is bound in kube-scheduler's cache only.
+  if (!node.empty() && state != State::kAssumed) pod["spec"]["nodeName"] = node;
   return pod;
 }
 
@@ -235,14 +263,33 @@ bool GpuNode::Settled(const NodeObjects& api) {
   return true;
 }
 
-SchedulingCluster::SchedulingCluster(size_t nodes, bool use_extender, const std::string& profile)
-    : use_extender_(use_extender), extender_(view_, extender::ExtenderOptions{}) {
+// An extender replica: its own view, fed by its own (late) watches.
+struct SchedulingCluster::Replica {
+  extender::ClusterView view;
+  extender::Extender extender;
+  size_t last_watch_due = 0;  // when its pod watch delivers the last event sent so far
+  Replica(kube::ApiTransport* api, std::chrono::milliseconds assume_for)
+      : view("tencent.com/vgpu-", assume_for), extender(view, extender::ExtenderOptions{}, api) {
+    view.SetFollowing("nodes", true);
+    view.SetFollowing("pods", true);
+  }
+};
+
+SchedulingCluster::SchedulingCluster(size_t nodes, bool use_extender, const std::string& profile,
+                                     LoopTiming timing)
+    : use_extender_(use_extender), timing_(timing), random_(timing.seed) {
+  api_.ServePods(
+      {[this](const std::string& path) { return ApiGetPod(path); },
+       [this](const std::string& path, const json& binding) { return ApiBind(path, binding); }});
   for (size_t i = 0; i < nodes; ++i) {
     nodes_.push_back(std::make_unique<GpuNode>("node-" + std::to_string(i), api_, profile));
   }
-  view_.SetFollowing("nodes", true);
-  view_.SetFollowing("pods", true);
+  for (size_t i = 0; i < std::max<size_t>(timing_.replicas, 1); ++i) {
+    replicas_.push_back(std::make_unique<Replica>(&api_, timing_.assume_for));
+  }
 }
+
+SchedulingCluster::~SchedulingCluster() = default;
 
 void SchedulingCluster::Submit(std::vector<ClusterPod> pods) {
   for (ClusterPod& pod : pods) pods_.push_back(std::move(pod));
@@ -253,18 +300,30 @@ size_t SchedulingCluster::Count(ClusterPod::State state) const {
                                            [&](const ClusterPod& p) { return p.state == state; }));
 }
 
+ClusterPod* SchedulingCluster::Find(const std::string& name) {
+  auto it =
+      std::find_if(pods_.begin(), pods_.end(), [&](const ClusterPod& p) { return p.name == name; });
+  return it == pods_.end() ? nullptr : &*it;
+}
+
+size_t SchedulingCluster::Draw(size_t max) {
+  return std::uniform_int_distribution<size_t>(0, max)(random_);
+}
+
 uint32_t SchedulingCluster::Requested(const std::string& node, const std::string& resource) const {
   uint32_t requested = 0;
   for (const ClusterPod& other : pods_) {
-    const bool holds =
-        other.state == ClusterPod::State::kBound || other.state == ClusterPod::State::kRunning;
+    const bool holds = other.state == ClusterPod::State::kAssumed ||
+                       other.state == ClusterPod::State::kBound ||
+                       other.state == ClusterPod::State::kRunning;
     if (holds && other.node == node && other.resource == resource) requested += other.count;
   }
   return requested;
 }
 
 std::string SchedulingCluster::Choose(const ClusterPod& pod) {
-  // kube-scheduler's own NodeResourcesFit: allocatable minus what pods bound there request.
+  // kube-scheduler's own NodeResourcesFit: allocatable minus what pods bound or assumed there
+  // request.
   std::vector<std::string> candidates;
   std::map<std::string, uint32_t> room;
   for (const auto& node : nodes_) {
@@ -283,12 +342,13 @@ std::string SchedulingCluster::Choose(const ClusterPod& pod) {
                                return room[a] != room[b] ? room[a] < room[b] : a > b;
                              });
   }
-  view_.SyncNodes(api_.Nodes());  // the node watch, up to date
+  // The Service sends each call to any replica.
+  Replica& replica = *replicas_[Draw(replicas_.size() - 1)];
   json args = {{"Pod", pod.Object()}, {"Nodes", nullptr}, {"NodeNames", candidates}};
-  json filtered = extender_.Filter(args);
+  json filtered = replica.extender.Filter(args);
   if (!filtered["Error"].get<std::string>().empty() || filtered["NodeNames"].empty()) return "";
   args["NodeNames"] = filtered["NodeNames"];
-  json scores = extender_.Prioritize(args);
+  json scores = replicas_[Draw(replicas_.size() - 1)]->extender.Prioritize(args);
   std::string best;
   int64_t best_score = -1;
   for (const json& entry : scores) {
@@ -302,78 +362,189 @@ std::string SchedulingCluster::Choose(const ClusterPod& pod) {
   return best;
 }
 
-size_t SchedulingCluster::ScheduleAndAdmit() {
-  std::vector<size_t> bound;
-  for (size_t i = 0; i < pods_.size(); ++i) {
-    ClusterPod& pod = pods_[i];
-    if (pod.state != ClusterPod::State::kPending) continue;
-    const std::string node = Choose(pod);
-    if (node.empty()) continue;
-    pod.node = node;
+void SchedulingCluster::Publish(const ClusterPod& pod, kube::WatchEventType type) {
+  if (!use_extender_) return;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    // A watch is late but in order: no event overtakes one sent before it.
+    const size_t due = std::max(cycle_ + Draw(timing_.watch_lag), replicas_[i]->last_watch_due);
+    replicas_[i]->last_watch_due = due;
+    events_.push_back({due, Event::Kind::kWatch, pod.name, i, type, pod.Object()});
+  }
+}
+
+Result<json> SchedulingCluster::ApiGetPod(const std::string& path) {
+  // "<namespace>/pods/<name>"
+  const size_t slash = path.rfind('/');
+  ClusterPod* pod = Find(path.substr(slash + 1));
+  if (pod == nullptr || !path.starts_with("default/pods/")) {
+    return Status::Remote(ErrorCode::kHttp, "pods not found", 404);
+  }
+  return pod->Object();
+}
+
+Result<json> SchedulingCluster::ApiBind(const std::string& path, const json& binding) {
+  // "<namespace>/pods/<name>": the API server binds a pod once, to the node in the Binding.
+  ClusterPod* pod = Find(path.substr(path.rfind('/') + 1));
+  if (pod == nullptr) return Status::Remote(ErrorCode::kHttp, "pods not found", 404);
+  if (pod->state != ClusterPod::State::kAssumed) {
+    return Status::Remote(ErrorCode::kHttp, "pod " + pod->name + " is already assigned", 409);
+  }
+  pod->node = binding["target"]["name"].get<std::string>();
+  pod->state = ClusterPod::State::kBound;
+  return binding;
+}
+
+// The binding goroutine's call: the extender's bind verb (bindVerb), or the default binder.
+bool SchedulingCluster::BindLands(ClusterPod& pod) {
+  if (!use_extender_) {
     pod.state = ClusterPod::State::kBound;
-    bound.push_back(i);
-    if (use_extender_) {
-      // The extender's watch of assigned pods reports the binding.
-      view_.PodChanged(kube::WatchEventType::kAdded, *kube::ParsePod(pod.Object()));
+    return true;
+  }
+  const json args = {{"PodName", pod.name},
+                     {"PodNamespace", "default"},
+                     {"PodUID", pod.uid()},
+                     {"Node", pod.node}};
+  const std::string node = pod.node;
+  json result = replicas_[Draw(replicas_.size() - 1)]->extender.Bind(args);
+  if (result["Error"].get<std::string>().empty() && pod.state == ClusterPod::State::kBound) {
+    return true;
+  }
+  // kube-scheduler forgets the assumed pod and queues it again.
+  if (pod.state == ClusterPod::State::kAssumed) {
+    pod.state = ClusterPod::State::kPending;
+    pod.node.clear();
+  }
+  ++refused_binds_;
+  return false;
+}
+
+void SchedulingCluster::Land(const Event& event, size_t* bound) {
+  ClusterPod* pod = Find(event.pod);
+  switch (event.kind) {
+    case Event::Kind::kBind:
+      if (pod == nullptr || pod->state != ClusterPod::State::kAssumed) return;
+      if (!BindLands(*pod)) return;
+      ++*bound;
+      Publish(*pod, kube::WatchEventType::kAdded);
+      events_.push_back(
+          {cycle_ + 1 + Draw(timing_.admit_latency), Event::Kind::kAdmit, pod->name, 0, {}, {}});
+      return;
+    case Event::Kind::kWatch: {
+      extender::ClusterView& view = replicas_[event.replica]->view;
+      view.PodChanged(event.type, *kube::ParsePod(event.object));
+      return;
+    }
+    case Event::Kind::kAdmit: {
+      if (pod == nullptr || pod->state != ClusterPod::State::kBound) return;
+      auto node = std::find_if(nodes_.begin(), nodes_.end(),
+                               [&](const auto& n) { return n->name() == pod->node; });
+      Status admitted = (*node)->Admit(*pod);
+      pod->state = admitted.ok() ? ClusterPod::State::kRunning : ClusterPod::State::kFailed;
+      if (!admitted.ok()) pod->failure = admitted.message();
+      Publish(*pod, kube::WatchEventType::kModified);
+      return;
     }
   }
-  std::map<std::string, std::string> states_before;  // for failure messages
-  for (const auto& node : nodes_)
-    states_before[node->name()] = api_.Annotation(node->name()).value_or("");
-  for (size_t i : bound) {
-    ClusterPod& pod = pods_[i];
-    auto node = std::find_if(nodes_.begin(), nodes_.end(),
-                             [&](const auto& n) { return n->name() == pod.node; });
-    Status admitted = (*node)->Admit(pod);
-    pod.state = admitted.ok() ? ClusterPod::State::kRunning : ClusterPod::State::kFailed;
-    if (!admitted.ok()) {
-      pod.failure = admitted.message() + "\n  bound to " + pod.node + " in this pass:";
-      for (size_t j : bound) {
-        const ClusterPod& other = pods_[j];
-        if (other.node == pod.node) {
-          pod.failure += " " + other.name + "(" + std::to_string(other.count) + "x" +
-                         other.resource.substr(17) + ")";
-        }
+}
+
+void SchedulingCluster::RunDue(size_t cycle, size_t* bound) {
+  // In the order they fell due (stable: events due together keep the order they were made in).
+  for (;;) {
+    auto next = std::min_element(events_.begin(), events_.end(),
+                                 [](const Event& a, const Event& b) { return a.due < b.due; });
+    if (next == events_.end() || next->due > cycle) return;
+    Event event = std::move(*next);
+    events_.erase(next);
+    Land(event, bound);
+  }
+}
+
+size_t SchedulingCluster::ScheduleAndAdmit(const std::function<void(size_t)>& each_cycle) {
+  size_t bound = 0;
+  std::vector<std::string> queue;
+  for (const ClusterPod& pod : pods_) {
+    if (pod.state == ClusterPod::State::kPending) queue.push_back(pod.name);
+  }
+  for (size_t n = 0; n < queue.size(); ++n, ++cycle_) {
+    if (each_cycle) each_cycle(n);
+    RunDue(cycle_, &bound);
+    for (auto& replica : replicas_) {
+      if (std::bernoulli_distribution(timing_.node_watch_p)(random_)) {
+        replica->view.SyncNodes(api_.Nodes());
       }
-      pod.failure += "\n  state before the pass: " + states_before[pod.node];
     }
-    if (use_extender_) {
-      view_.PodChanged(kube::WatchEventType::kModified, *kube::ParsePod(pod.Object()));
+    ClusterPod* pod = Find(queue[n]);
+    if (pod == nullptr || pod->state != ClusterPod::State::kPending) continue;
+    const std::string node = Choose(*pod);
+    if (node.empty()) continue;
+    // Assumed; the binding cycle runs on its own and the next scheduling cycle starts now.
+    pod->node = node;
+    pod->state = ClusterPod::State::kAssumed;
+    events_.push_back(
+        {cycle_ + Draw(timing_.bind_latency), Event::Kind::kBind, pod->name, 0, {}, {}});
+  }
+  while (!events_.empty()) RunDue(cycle_++, &bound);
+  return bound;
+}
+
+void SchedulingCluster::RestartScheduler() {
+  std::erase_if(events_, [](const Event& e) { return e.kind == Event::Kind::kBind; });
+  for (ClusterPod& pod : pods_) {
+    if (pod.state == ClusterPod::State::kAssumed) {
+      pod.state = ClusterPod::State::kPending;
+      pod.node.clear();
     }
   }
-  return bound.size();
+}
+
+void SchedulingCluster::RestartExtender(size_t replica) {
+  std::erase_if(events_, [&](const Event& e) {
+    return e.kind == Event::Kind::kWatch && e.replica == replica;
+  });
+  replicas_[replica] = std::make_unique<Replica>(&api_, timing_.assume_for);
+  // Its list-then-watch: the nodes, and the pods the API server has bound.
+  replicas_[replica]->view.SyncNodes(api_.Nodes());
+  std::vector<kube::PodInfo> bound;
+  for (const ClusterPod& pod : pods_) {
+    if (pod.state == ClusterPod::State::kBound || pod.state == ClusterPod::State::kRunning) {
+      bound.push_back(*kube::ParsePod(pod.Object()));
+    }
+  }
+  replicas_[replica]->view.SyncPods(bound);
 }
 
 void SchedulingCluster::Delete(const std::string& name) {
-  auto it =
-      std::find_if(pods_.begin(), pods_.end(), [&](const ClusterPod& p) { return p.name == name; });
-  if (it == pods_.end()) return;
-  if (it->state == ClusterPod::State::kRunning) {
+  ClusterPod* pod = Find(name);
+  if (pod == nullptr) return;
+  if (pod->state == ClusterPod::State::kRunning) {
     for (const auto& node : nodes_) {
-      if (node->name() == it->node) node->Remove(*it);
+      if (node->name() == pod->node) node->Remove(*pod);
     }
   }
-  if (use_extender_)
-    view_.PodChanged(kube::WatchEventType::kDeleted, *kube::ParsePod(it->Object()));
-  pods_.erase(it);
+  Publish(*pod, kube::WatchEventType::kDeleted);
+  pods_.erase(pods_.begin() + (pod - pods_.data()));
 }
 
 bool SchedulingCluster::Settle(std::chrono::milliseconds timeout) {
-  return Eventually(
+  const bool settled = Eventually(
       [&] {
         return std::all_of(nodes_.begin(), nodes_.end(),
                            [&](const auto& node) { return node->Settled(api_); });
       },
       timeout, 20ms);
+  // Given time, every replica's node watch catches up.
+  for (auto& replica : replicas_) replica->view.SyncNodes(api_.Nodes());
+  return settled;
 }
 
 std::string SchedulingCluster::Explain(const ClusterPod& pod) {
   std::string out;
-  view_.SyncNodes(api_.Nodes());
+  Replica& replica = *replicas_.front();
+  replica.view.SyncNodes(api_.Nodes());
   std::vector<std::string> names;
   for (const auto& node : nodes_) names.push_back(node->name());
   json args = {{"Pod", pod.Object()}, {"Nodes", nullptr}, {"NodeNames", names}};
-  json filtered = extender_.Filter(args);
+  json filtered = replica.extender.Filter(args);
   const std::string type = "nvidia-" + pod.resource.substr(std::string("tencent.com/vgpu-").size());
   for (const auto& node : nodes_) {
     const uint32_t requested = Requested(node->name(), pod.resource);

@@ -1,20 +1,28 @@
 // A small cluster for scheduling tests and benchmarks: simulated GPU nodes, each running the real
 // device plugin (publishing its vGPU state to an in-memory API server) with the fake kubelet;
 // kubelet's device manager as far as admission goes (count check, GetPreferredAllocation,
-// Allocate, failing a pod as UnexpectedAdmissionError does); and a scheduling cycle as
-// kube-scheduler runs it, one pod at a time: its own count filter on the nodes' allocatable
-// extended resources, then - when an extender is given - the extender's filter and prioritize
-// over the JSON protocol, the highest score winning, then bind.
+// Allocate, failing a pod as UnexpectedAdmissionError does); and kube-scheduler's cycle
+// (schedule_one.go) around the scheduler extender.
 //
-// A burst is scheduled back to back and only then admitted by each node's kubelet, the way bound
-// pods reach kubelets while the scheduler goes on: the race the extender exists for.
+// Timing is kube-scheduler's: a scheduling cycle (its own count filter on allocatable minus what
+// bound and assumed pods request, then the extender's filter and prioritize over the JSON
+// protocol, the highest score winning) assumes the pod and hands the bind to a binding goroutine;
+// the next cycle starts at once. The bind (the extender's bind verb, as with bindVerb) lands some
+// cycles later; a refused bind sends the pod back to the queue. Each extender replica learns
+// binds and pod changes through its own watch, some cycles late; the scheduler calls a replica at
+// random (two behind one Service), the events of one watch in order; kubelet admits a bound pod
+// some cycles after its bind. Cycles are a discrete clock driven by a seeded random source, so a
+// run is repeatable while every interleaving kube-scheduler allows can occur; the device plugins
+// run on their own threads.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -29,7 +37,9 @@
 namespace kvgpu::testing {
 
 // The API server's Node objects, as far as the device plugins write them (merge patches of
-// metadata.annotations) and the extender's node watch reads them.
+// metadata.annotations) and the extender reads and conditionally patches them (a patch carrying
+// metadata.resourceVersion applies only to that version, else 409 Conflict), and its pods as far
+// as the extender's bind reads one and POSTs its Binding (answered by `pods`).
 class NodeObjects : public kube::ApiTransport {
  public:
   Result<nlohmann::json> Get(const std::string& path, kube::Canceller* cancel) override;
@@ -45,13 +55,24 @@ class NodeObjects : public kube::ApiTransport {
   std::vector<nlohmann::json> Nodes() const;
   std::optional<std::string> Annotation(const std::string& node) const;
 
+  // The pod API: GET of a pod and POST of its binding, by namespace/name path; set before use.
+  struct Pods {
+    std::function<Result<nlohmann::json>(const std::string& name)> get;
+    std::function<Result<nlohmann::json>(const std::string& name, const nlohmann::json& binding)>
+        bind;
+  };
+  void ServePods(Pods pods) { pods_ = std::move(pods); }
+
  private:
   mutable std::mutex mutex_;
   std::map<std::string, nlohmann::json> nodes_;  // name -> Node
+  uint64_t version_ = 0;                         // the last resourceVersion given out
+  Pods pods_;
 };
 
 struct ClusterPod {
-  enum class State { kPending, kBound, kRunning, kFailed };
+  // kAssumed: in kube-scheduler's cache with its bind on the way; the API server has it Pending.
+  enum class State { kPending, kAssumed, kBound, kRunning, kFailed };
   std::string name;
   std::string resource;
   uint32_t count = 1;
@@ -92,23 +113,47 @@ class GpuNode {
   std::vector<kubelet::PodResources> running_;
 };
 
+// kube-scheduler's timing, in scheduling cycles: each delay is drawn uniformly from [0, max].
+struct LoopTiming {
+  size_t replicas = 2;        // extender replicas behind the Service
+  size_t bind_latency = 3;    // cycles from assuming a pod to its bind landing
+  size_t watch_lag = 4;       // cycles before a replica's pod watch shows a change
+  size_t admit_latency = 5;   // cycles from a bind landing to kubelet admitting the pod
+  double node_watch_p = 0.5;  // chance per cycle that a replica's node watch has caught up
+  uint32_t seed = 1;
+  // How long a bind's ledger entry counts (ClusterView's assume_for).
+  std::chrono::milliseconds assume_for{std::chrono::seconds(30)};
+};
+
 class SchedulingCluster {
  public:
-  // `nodes` simulated nodes named node-0...; with `use_extender`, the extender in the loop.
-  SchedulingCluster(size_t nodes, bool use_extender, const std::string& profile = "t4x2");
+  // `nodes` simulated nodes named node-0...; with `use_extender`, the extender in the loop (and
+  // its bind verb binding); without, kube-scheduler's default binder.
+  SchedulingCluster(size_t nodes, bool use_extender, const std::string& profile = "t4x2",
+                    LoopTiming timing = {});
+  ~SchedulingCluster();
 
   // Adds pods to the queue (Pending).
   void Submit(std::vector<ClusterPod> pods);
-  // One scheduling pass over every Pending pod, back to back, then every node's kubelet admits
-  // what was bound to it, in bind order. Returns the pods bound in this pass.
-  size_t ScheduleAndAdmit();
-  // Deletes a running pod.
+  // One pass of the scheduling queue: a cycle for every Pending pod in turn, binds, watch events
+  // and admissions landing between cycles as they fall due, then every one still on its way.
+  // `each_cycle(n)` runs before cycle n (churn, restarts mid-burst). Returns the pods bound.
+  size_t ScheduleAndAdmit(const std::function<void(size_t cycle)>& each_cycle = nullptr);
+  // Deletes a pod (its devices free on its node; the replicas' watches see it in time).
   void Delete(const std::string& name);
-  // Waits until every node has settled (kernel, plugin, kubelet and published state agree).
+  // kube-scheduler restarts: its binding goroutines and its cache of assumed pods are gone; the
+  // pods whose bind had not landed are Pending again.
+  void RestartScheduler();
+  // An extender replica restarts: a fresh view that lists the nodes and bound pods again.
+  void RestartExtender(size_t replica);
+  // Waits until every node has settled (kernel, plugin, kubelet and published state agree);
+  // then every replica's node watch shows the Nodes as they are.
   bool Settle(std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
   std::vector<ClusterPod> Pods() const { return pods_; }
   size_t Count(ClusterPod::State state) const;
+  // Binds the extender refused (the pod went back to the queue).
+  size_t RefusedBinds() const { return refused_binds_; }
   std::vector<std::unique_ptr<GpuNode>>& nodes() { return nodes_; }
   // Whether the kernel of some node can still make `count` vGPUs of `resource` - read from the
   // simulated kernels alone (each GPU: free, or locked to the type with instances left), as an
@@ -119,16 +164,39 @@ class SchedulingCluster {
   std::string Explain(const ClusterPod& pod);
 
  private:
+  struct Replica;
+  struct Event {
+    enum class Kind { kBind, kWatch, kAdmit };
+    size_t due = 0;
+    Kind kind = Kind::kBind;
+    std::string pod;              // name
+    size_t replica = 0;           // kWatch: whose watch
+    kube::WatchEventType type{};  // kWatch
+    nlohmann::json object;        // kWatch: the pod as it was then
+  };
+
   std::string Choose(const ClusterPod& pod);
-  // What the pods bound to `node` (or running there) request of `resource`: kube-scheduler's
-  // count of it.
+  // What the pods bound to `node`, assumed there or running there request of `resource`:
+  // kube-scheduler's count of it.
   uint32_t Requested(const std::string& node, const std::string& resource) const;
+  ClusterPod* Find(const std::string& name);
+  size_t Draw(size_t max);
+  void Publish(const ClusterPod& pod, kube::WatchEventType type);  // to every replica's watch
+  void RunDue(size_t cycle, size_t* bound);
+  void Land(const Event& event, size_t* bound);
+  bool BindLands(ClusterPod& pod);
+  Result<nlohmann::json> ApiGetPod(const std::string& path);
+  Result<nlohmann::json> ApiBind(const std::string& path, const nlohmann::json& binding);
 
   NodeObjects api_;
   std::vector<std::unique_ptr<GpuNode>> nodes_;
   bool use_extender_;
-  extender::ClusterView view_{"tencent.com/vgpu-"};
-  extender::Extender extender_;
+  LoopTiming timing_;
+  std::mt19937 random_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<Event> events_;
+  size_t cycle_ = 0;
+  size_t refused_binds_ = 0;
   std::vector<ClusterPod> pods_;
 };
 

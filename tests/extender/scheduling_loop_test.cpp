@@ -1,18 +1,23 @@
-// The extender in a scheduling loop as kube-scheduler runs it (fakes/scheduling): one pod at a
-// time, the scheduler's own count filter, the extender's filter and prioritize, bind; a burst is
-// bound back to back before the kubelets admit it. Four simulated 2 x T4 nodes run the real
+// The extender in a scheduling loop with kube-scheduler's timing (fakes/scheduling): each cycle
+// assumes its pod and binds it asynchronously, through the extender's bind verb, some cycles
+// later; the next cycle starts before the last bind lands; two extender replicas behind one
+// Service each learn binds through their own late watch. Four simulated 2 x T4 nodes run the real
 // device plugin, which publishes its state as in a cluster; kubelet's admission is the fake
 // kubelet's device manager. The pods that the kernels could still take must be placed, and no pod
-// may fail admission; without the extender the same burst makes kubelet fail pods, which is the
-// control that shows the scenario is a real one.
+// may fail admission - through churn, a scheduler restart and extender restarts mid-burst;
+// without the extender the same burst makes kubelet fail pods, which is the control that shows
+// the scenario is a real one.
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "fakes/scheduling/scheduling_cluster.h"
 
 namespace kvgpu::testing {
 namespace {
+
+using namespace std::chrono_literals;
 
 // Six T4 types: 16, 8, 16, 8, 4 and 2 per GPU.
 const std::vector<std::string> kTypes = {"222", "223", "230", "231", "232", "233"};
@@ -40,6 +45,17 @@ std::string Failures(const SchedulingCluster& cluster) {
   return out;
 }
 
+// Passes of the scheduling queue until one binds nothing, the nodes settled after each: pods
+// whose bind was refused (another replica's bind took the room) are scheduled again.
+void ScheduleUntilStable(SchedulingCluster& cluster) {
+  for (int pass = 0; pass < 12; ++pass) {
+    const size_t bound = cluster.ScheduleAndAdmit();
+    ASSERT_TRUE(cluster.Settle());
+    if (bound == 0) return;
+  }
+  FAIL() << "still binding pods after 12 passes";
+}
+
 // Every pod still Pending is one no kernel can take now.
 void ExpectPendingFitNowhere(SchedulingCluster& cluster) {
   for (const ClusterPod& pod : cluster.Pods()) {
@@ -52,7 +68,7 @@ void ExpectPendingFitNowhere(SchedulingCluster& cluster) {
 }
 
 TEST(SchedulingLoopTest,
-     ABurstOf200PodsOfSixTypesOnFourNodesFailsNoPodAndLeavesOnlyMisfitsPending) {
+     ABurstOf200PodsOfSixTypesBoundAsynchronouslyThroughTwoReplicasFailsNoPodAndPlacesAllThatFit) {
   std::mt19937 random(17);
   SchedulingCluster cluster(4, /*use_extender=*/true);
   ASSERT_TRUE(cluster.Settle());
@@ -63,12 +79,15 @@ TEST(SchedulingLoopTest,
   EXPECT_EQ(cluster.Count(ClusterPod::State::kRunning), bound);
   EXPECT_GT(cluster.Count(ClusterPod::State::kPending), 0u) << "200 pods cannot all fit";
   ASSERT_TRUE(cluster.Settle());
+  ScheduleUntilStable(cluster);
+  EXPECT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
   ExpectPendingFitNowhere(cluster);
   // Scheduling again with everything settled places nothing more and fails nothing.
   EXPECT_EQ(cluster.ScheduleAndAdmit(), 0u);
   EXPECT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
 }
 
+// The same burst and timing with kube-scheduler's count filter and default binder alone.
 TEST(SchedulingLoopTest, WithoutTheExtenderTheSameBurstMakesKubeletFailPods) {
   std::mt19937 random(17);
   SchedulingCluster cluster(4, /*use_extender=*/false);
@@ -79,22 +98,51 @@ TEST(SchedulingLoopTest, WithoutTheExtenderTheSameBurstMakesKubeletFailPods) {
       << "the counts kubelet reports let the scheduler over-commit time-sliced GPUs";
 }
 
-// Random bursts of mixed types and sizes, and deletions between them: after every round, no pod
-// failed admission and every pod left Pending fits on no node.
-TEST(SchedulingLoopTest, RandomBurstsAndDeletionsNeverFailAPodAndPlaceEveryPodThatFits) {
+// Random bursts of mixed types and sizes with churn mid-burst (running pods deleted, new pods
+// arriving), a kube-scheduler restart and an extender replica restart in every round: after
+// every round, no pod failed admission and every pod left Pending fits on no node.
+TEST(SchedulingLoopTest,
+     RandomBurstsWithChurnAndRestartsMidBurstNeverFailAPodAndPlaceEveryPodThatFits) {
   for (uint32_t seed : {3u, 11u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 random(seed);
-    SchedulingCluster cluster(3, /*use_extender=*/true);
+    LoopTiming timing;
+    timing.seed = seed;
+    // Short, so that a ledger entry of a pod deleted before a restarted replica saw it ends
+    // within the test's wait (30 s in a cluster).
+    timing.assume_for = 1s;
+    SchedulingCluster cluster(3, /*use_extender=*/true, "t4x2", timing);
     ASSERT_TRUE(cluster.Settle());
     for (int round = 0; round < 4; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       const std::string prefix = "r" + std::to_string(round) + "-";
       cluster.Submit(
           Burst(random, std::uniform_int_distribution<size_t>(10, 40)(random), prefix, 3));
-      cluster.ScheduleAndAdmit();
+      const size_t restart_at = std::uniform_int_distribution<size_t>(0, 10)(random);
+      size_t arrivals = 0;
+      cluster.ScheduleAndAdmit([&](size_t cycle) {
+        if (cycle == restart_at) cluster.RestartScheduler();
+        if (cycle == restart_at + 3) cluster.RestartExtender(static_cast<size_t>(round % 2));
+        if (std::bernoulli_distribution(0.1)(random)) {  // churn
+          for (const ClusterPod& pod : cluster.Pods()) {
+            if (pod.state == ClusterPod::State::kRunning) {
+              cluster.Delete(pod.name);
+              // The plugin removes the pod's vGPUs before the next cycle. Without this wait the
+              // fake kubelet hands the freed device to a new pod within microseconds and the
+              // plugin refuses it (its vGPU still exists): a plugin-side gap between kubelet
+              // freeing a device and the plugin removing its vGPU, not the extender's.
+              EXPECT_TRUE(cluster.Settle());
+              break;
+            }
+          }
+          cluster.Submit(Burst(random, 1, prefix + "late-" + std::to_string(arrivals++), 3));
+        }
+      });
       ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
       ASSERT_TRUE(cluster.Settle());
+      std::this_thread::sleep_for(timing.assume_for);
+      ScheduleUntilStable(cluster);
+      ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
       ExpectPendingFitNowhere(cluster);
       // Some running pods end; their vGPUs go and the GPUs may free up for other types.
       std::vector<std::string> ending;

@@ -1,7 +1,7 @@
 // The extender process as kube-scheduler meets it: HTTPS with the configured certificate, not
 // ready until the node and pod watches follow the API server, then filter and bind answering over
-// the wire, each call counted in the metrics; a start without usable TLS files fails with the
-// reason.
+// the wire, each call counted in the metrics; with a client CA the verbs refuse callers without
+// a certificate; a start without usable TLS files fails with the reason.
 #include "extender/service.h"
 
 #include <gtest/gtest.h>
@@ -26,21 +26,33 @@ using namespace kvgpu::extender::testing;  // NOLINT(google-build-using-namespac
 using nlohmann::json;
 
 // The API server for the extender's watches: lists of nodes and assigned pods, watches that stay
-// open (and silent) until cancelled, bindings recorded.
+// open (and silent) until cancelled; for bind, one Node or pending pod by name, Node patches
+// accepted and bindings recorded.
 class QuietCluster : public kube::ApiTransport {
  public:
-  explicit QuietCluster(json nodes) : nodes_(std::move(nodes)) {}
+  QuietCluster(json nodes, json pods) : nodes_(std::move(nodes)), pods_(std::move(pods)) {}
   Result<json> Get(const std::string& path, kube::Canceller*) override {
+    for (const json& node : nodes_) {
+      if (path == "/api/v1/nodes/" + node["metadata"]["name"].get<std::string>()) return node;
+    }
+    for (const json& pod : pods_) {
+      if (path == "/api/v1/namespaces/ml/pods/" + pod["metadata"]["name"].get<std::string>()) {
+        return pod;
+      }
+    }
     json items = path.starts_with("/api/v1/nodes") ? nodes_ : json::array();
     return json{{"metadata", {{"resourceVersion", "7"}}}, {"items", items}};
   }
-  Result<json> Post(const std::string& path, const json&) override {
+  Result<json> Post(const std::string& path, const json&, kube::Canceller*) override {
     std::lock_guard lock(mutex_);
     posts_.push_back(path);
     return json::object();
   }
-  Result<json> Patch(const std::string&, const json&, const std::string&) override {
-    return Status::Remote(ErrorCode::kHttp, "not here", 405);
+  Result<json> Patch(const std::string& path, const json& body, const std::string&,
+                     kube::Canceller*) override {
+    std::lock_guard lock(mutex_);
+    posts_.push_back("PATCH " + path);
+    return body;
   }
   // Opens, then stays silent until cancelled. The cancel hook runs under the Canceller's lock, so
   // it takes only a lock of its own: no lock is held here while arming or disarming.
@@ -74,9 +86,16 @@ class QuietCluster : public kube::ApiTransport {
 
  private:
   json nodes_;
+  json pods_;
   std::mutex mutex_;
   std::vector<std::string> posts_;
 };
+
+json Train() {
+  return {
+      {"metadata", {{"name", "train"}, {"namespace", "ml"}, {"uid", "u1"}}},
+      {"spec", {{"containers", {{{"name", "main"}, {"resources", {{"limits", {{k222, "1"}}}}}}}}}}};
+}
 
 json WholeNode(const std::string& name, const scheduling::NodeVgpuState& state) {
   return {{"metadata",
@@ -92,7 +111,8 @@ class ServiceTest : public ::testing::Test {
   ServiceTest()
       : authority_("kata-vgpu test CA"),
         cluster_(json::array({WholeNode("n1", NodeOf({T4("a")}, UnixNowMs())),
-                              WholeNode("n2", NodeOf({T4("a", "223", 8)}, UnixNowMs()))})) {
+                              WholeNode("n2", NodeOf({T4("a", "223", 8)}, UnixNowMs()))}),
+                 json::array({Train()})) {
     kvgpu::testing::CertAndKey leaf = authority_.Issue("kvgpu-scheduler-extender", true);
     Write(dir_.path() / "tls.crt", leaf.cert_pem);
     Write(dir_.path() / "tls.key", leaf.key_pem);
@@ -129,10 +149,7 @@ TEST_F(ServiceTest, ServesTheVerbsOverHttpsOnceItFollowsTheApiServer) {
     return ready && ready->status == 200;
   })) << "ready once both watches follow";
 
-  json pod = {
-      {"metadata", {{"name", "train"}, {"namespace", "ml"}, {"uid", "u1"}}},
-      {"spec", {{"containers", {{{"name", "main"}, {"resources", {{"limits", {{k222, "1"}}}}}}}}}}};
-  json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {"n1", "n2"}}};
+  json args = {{"Pod", Train()}, {"Nodes", nullptr}, {"NodeNames", {"n1", "n2"}}};
   auto filtered = client->Post("/filter", args.dump(), "application/json");
   ASSERT_TRUE(filtered);
   ASSERT_EQ(filtered->status, 200);
@@ -144,13 +161,59 @@ TEST_F(ServiceTest, ServesTheVerbsOverHttpsOnceItFollowsTheApiServer) {
   auto bound = client->Post("/bind", binding.dump(), "application/json");
   ASSERT_TRUE(bound);
   EXPECT_EQ(json::parse(bound->body)["Error"], "");
-  EXPECT_EQ(cluster_.posts(), std::vector<std::string>{"/api/v1/namespaces/ml/pods/train/binding"});
+  EXPECT_EQ(cluster_.posts(),
+            (std::vector<std::string>{"PATCH /api/v1/nodes/n1",
+                                      "/api/v1/namespaces/ml/pods/train/binding"}))
+      << "the bind is recorded on the Node, then bound";
 
   const std::string metrics = (*service)->Metrics();
   EXPECT_NE(
       metrics.find("kvgpu_scheduler_extender_requests_total{code=\"200\",path=\"/filter\"} 1"),
       std::string::npos)
       << metrics;
+  (*service)->Stop();
+  runner.join();
+}
+
+// With --client-ca-file, the verbs answer only a client with a certificate that CA signed (what
+// kube-scheduler's tlsConfig certFile/keyFile present); the probes stay open for kubelet.
+TEST_F(ServiceTest, WithAClientCaTheVerbsRefuseACallerWithoutACertificateAndTheProbesStayOpen) {
+  Write(dir_.path() / "client-ca.crt", authority_.cert_pem());
+  kvgpu::testing::CertAndKey scheduler = authority_.Issue("kube-scheduler", false);
+  Write(dir_.path() / "client.crt", scheduler.cert_pem);
+  Write(dir_.path() / "client.key", scheduler.key_pem);
+  ServiceOptions options = Options();
+  options.client_ca_file = (dir_.path() / "client-ca.crt").string();
+  auto service = Service::Create(options);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::thread runner([&] { (*service)->Run(); });
+  std::unique_ptr<httplib::SSLClient> anonymous = Client((*service)->port());
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] {
+    auto ready = anonymous->Get("/readyz");
+    return ready && ready->status == 200;
+  })) << "the probes answer without a certificate";
+  EXPECT_EQ(anonymous->Get("/healthz")->status, 200);
+  const json args = {{"Pod", Train()}, {"Nodes", nullptr}, {"NodeNames", {"n1"}}};
+  const json binding = {
+      {"PodName", "train"}, {"PodNamespace", "ml"}, {"PodUID", "u1"}, {"Node", "n1"}};
+  for (const auto& [path, body] :
+       {std::pair{"/filter", args}, std::pair{"/prioritize", args}, std::pair{"/bind", binding}}) {
+    auto refused = anonymous->Post(path, body.dump(), "application/json");
+    ASSERT_TRUE(refused) << path;
+    EXPECT_EQ(refused->status, 403) << path;
+    EXPECT_NE(refused->body.find("client certificate"), std::string::npos) << refused->body;
+  }
+  EXPECT_TRUE(cluster_.posts().empty()) << "nothing was bound or written";
+
+  httplib::SSLClient scheduler_client("127.0.0.1", (*service)->port(),
+                                      (dir_.path() / "client.crt").string(),
+                                      (dir_.path() / "client.key").string());
+  scheduler_client.set_ca_cert_path((dir_.path() / "ca.crt").c_str());
+  scheduler_client.enable_server_certificate_verification(true);
+  auto filtered = scheduler_client.Post("/filter", args.dump(), "application/json");
+  ASSERT_TRUE(filtered);
+  EXPECT_EQ(filtered->status, 200);
+  EXPECT_EQ(json::parse(filtered->body)["NodeNames"], json::array({"n1"}));
   (*service)->Stop();
   runner.join();
 }
