@@ -13,7 +13,7 @@ cd "$top"
 build=${KVGPU_BUILD_DIR:-build}
 
 repeat=0
-if [[ ${1:-} == --repeat ]]; then
+if [[ ${1:-} == "--repeat" ]]; then
   [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: --repeat needs a run count (1 or more)" >&2; exit 2; }
   repeat=$2
   shift 2

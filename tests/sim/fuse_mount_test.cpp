@@ -123,7 +123,8 @@ TEST_F(FuseSimTest, TheScratchDirectoryIsHiddenAndTheControlDirectoryShown) {
   for (const auto& entry : fs::directory_iterator(Mount())) {
     names.insert(entry.path().filename().string());
   }
-  EXPECT_EQ(names, (std::set<std::string>{"dev", "sim", "sys"}));
+  // proc/ holds the host's kernel command line (/proc/cmdline), which `vgpuctl doctor` reads.
+  EXPECT_EQ(names, (std::set<std::string>{"dev", "proc", "sim", "sys"}));
   EXPECT_FALSE(fs::exists(Mount() / ".sim-scratch"));
 }
 
