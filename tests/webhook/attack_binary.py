@@ -85,15 +85,15 @@ def request(conn, method, path, body=b""):
     return int(header.split(b" ")[1]), rest[:length]
 
 
-def fresh(port, what):
+def fresh(port, what, limit_s=FRESH_LIMIT_S):
     """A new client's probe and review, both answered within the limit."""
     started = time.monotonic()
     try:
-        with tls(port, FRESH_LIMIT_S + 1) as conn:
+        with tls(port, limit_s + 1) as conn:
             health, _ = request(conn, "GET", "/healthz")
             mutate, _ = request(conn, "POST", "/mutate", kata_review())
         took = time.monotonic() - started
-        check(health == 200 and mutate == 200 and took < FRESH_LIMIT_S,
+        check(health == 200 and mutate == 200 and took < limit_s,
               f"{what}: fresh /healthz {health} and /mutate {mutate} in {took:.2f} s")
     except (OSError, ConnectionError) as error:
         check(False, f"{what}: fresh client failed: {error}")
@@ -554,8 +554,13 @@ def main():
             used = cpu_seconds(webhook.process.pid) - before
             check(used < 0.4, f"out of descriptors: {used:.2f} s of CPU in 2 s (no spinning)")
             # Issue #26: the spare descriptor lets the oldest silent client be dropped for a new
-            # one, so the probes are answered while the 100 are still connected.
-            fresh(webhook.port, "out of descriptors, the silent clients still connected")
+            # one, so the probes are answered while the 100 are still connected. The new client
+            # is last in the kernel's accept queue, behind the ~36 silent ones that did not fit,
+            # each admitted by dropping an older one: what is tested is that it gets in at all,
+            # not the 1 s of the probes. On two loaded cores it once took over 2 s (the suite's
+            # other tests running beside it). 6 s stays below the server's 10 s handshake timeout,
+            # which would otherwise be the only way in.
+            fresh(webhook.port, "out of descriptors, the silent clients still connected", 6.0)
             for conn in conns:
                 conn.close()
             time.sleep(0.3)
