@@ -268,6 +268,10 @@ TEST(LifecycleTest, AVgpuWhoseCreateOutlastsTheSettleTimeIsKeptUntilKubeletCanHa
   LifecycleOptions options = LifecycleFixture::Options();
   options.settle = 300ms;
   LifecycleFixture f(nullptr, options);
+  // kubelet has been answering for longer than the settle time: its own "answers again only since
+  // moments ago" rule must not be what keeps the vGPU, only the vGPU's clock.
+  ASSERT_TRUE(f.tracker.Collect().kubelet_known);
+  std::this_thread::sleep_for(options.settle + 50ms);
   f.io.HoldCreates(true);
   auto allocated = std::async(std::launch::async, [&] { return f.Allocate("mtty-mtty-2-0"); });
   f.io.WaitUntilCreateBlocked();
