@@ -25,4 +25,23 @@ class Canceller {
   std::function<void()> hook_;
 };
 
+// Arms `cancel` (may be null: nothing to arm) with `hook` for as long as it lives: one call's
+// scope. `cancelled()` says whether the call should not start, or was broken.
+class ArmedCall {
+ public:
+  ArmedCall(Canceller* cancel, std::function<void()> hook) : cancel_(cancel) {
+    if (cancel_ != nullptr) armed_ = cancel_->Arm(std::move(hook));
+  }
+  ~ArmedCall() {
+    if (cancel_ != nullptr && armed_) cancel_->Disarm();
+  }
+  ArmedCall(const ArmedCall&) = delete;
+  ArmedCall& operator=(const ArmedCall&) = delete;
+  bool cancelled() const { return cancel_ != nullptr && (!armed_ || cancel_->cancelled()); }
+
+ private:
+  Canceller* cancel_;
+  bool armed_ = true;
+};
+
 }  // namespace kvgpu

@@ -457,15 +457,10 @@ Status PluginServer::Register(const std::filesystem::path& kubelet_socket,
   auto stub = api::Registration::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
-  if (cancel != nullptr && !cancel->Arm([&context] { context.TryCancel(); })) {
+  ArmedCall armed(cancel, [&context] { context.TryCancel(); });
+  if (armed.cancelled()) {
     return Status::Error(ErrorCode::kCancelled, "registration of " + resource_ + " cancelled");
   }
-  struct Disarm {
-    Canceller* cancel;
-    ~Disarm() {
-      if (cancel != nullptr) cancel->Disarm();
-    }
-  } disarm{cancel};
   api::RegisterRequest request;
   request.set_version(kApiVersion);
   request.set_endpoint(socket_name_);

@@ -196,29 +196,6 @@ std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::millisecond
   return client;
 }
 
-namespace {
-
-// Arms `cancel` with the connection for as long as it lives.
-class ArmedRequest {
- public:
-  ArmedRequest(Canceller* cancel, const std::shared_ptr<httplib::ClientImpl>& client)
-      : cancel_(cancel) {
-    if (cancel_ != nullptr) armed_ = cancel_->Arm([client] { client->stop(); });
-  }
-  ~ArmedRequest() {
-    if (cancel_ != nullptr && armed_) cancel_->Disarm();
-  }
-  ArmedRequest(const ArmedRequest&) = delete;
-  ArmedRequest& operator=(const ArmedRequest&) = delete;
-  bool cancelled() const { return cancel_ != nullptr && (!armed_ || cancel_->cancelled()); }
-
- private:
-  Canceller* cancel_;
-  bool armed_ = true;
-};
-
-}  // namespace
-
 Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,
                                        const nlohmann::json* body, const std::string& content_type,
                                        Canceller* cancel) {
@@ -227,7 +204,7 @@ Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::str
   if (!client) return error;
   const std::string full = FullPath(path);
   const std::string what = method + " " + full;
-  ArmedRequest armed(cancel, client);
+  ArmedCall armed(cancel, [client] { client->stop(); });
   if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   httplib::Result res = [&] {
     if (method == "GET") return client->Get(full.c_str());
@@ -268,7 +245,7 @@ Status ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle
   if (!client) return error;
   const std::string full = FullPath(path);
   const std::string what = "GET " + full;
-  ArmedRequest armed(cancel, client);
+  ArmedCall armed(cancel, [client] { client->stop(); });
   if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   int status = 0;
   std::string pending;     // a line not yet complete
