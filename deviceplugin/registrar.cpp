@@ -68,6 +68,7 @@ void Registrar::EnsureServers(const std::vector<std::string>& resources) {
       continue;
     }
     unregistered_.insert(resource);
+    ++lost_[resource];
     AttemptAtOnce();
   }
 }
@@ -99,7 +100,10 @@ void Registrar::HandleDirEvents(const std::vector<DirEvent>& events) {
       Status served = server->Serve();
       if (!served.ok()) spdlog::error("serve failed resource={}: {}", resource, served.ToString());
     }
-    if (ours_lost || kubelet_back) unregistered_.insert(resource);
+    if (ours_lost || kubelet_back) {
+      unregistered_.insert(resource);
+      ++lost_[resource];
+    }
   }
   if (kubelet_back) {
     spdlog::info("kubelet.sock created (kubelet started); registering again");
@@ -175,8 +179,10 @@ bool Registrar::RegisterOne(const std::string& resource, PluginServer& server, C
   // first registration on, since kubelet may admit pods (and our lifecycle list it) as soon
   // as one resource is back.
   bool note_restart = false;
+  uint64_t lost = 0;
   {
     std::lock_guard lock(mutex_);
+    lost = lost_[resource];
     // Noted once per restart, not once per resource or retry: until all are registered again.
     note_restart = registered_once_.contains(resource) && !restart_noted_;
     if (note_restart) restart_noted_ = true;
@@ -188,6 +194,12 @@ bool Registrar::RegisterOne(const std::string& resource, PluginServer& server, C
   if (registered.code() == ErrorCode::kCancelled) return false;
   if (hooks_.attempted) hooks_.attempted(resource, registered.ok());
   std::lock_guard lock(mutex_);
+  if (registered.ok() && lost_[resource] != lost) {
+    // kubelet lost the resource (our socket removed, kubelet restarted) while this call was on
+    // its way: what it registered may be gone. Registered again on the next attempt.
+    spdlog::debug("resource={} lost while registering; registering again", resource);
+    return false;
+  }
   if (registered.ok()) {
     unregistered_.erase(resource);
     if (unregistered_.empty()) restart_noted_ = false;

@@ -97,6 +97,9 @@ class Registrar {
   mutable std::mutex mutex_;  // guards the members below
   std::map<std::string, std::unique_ptr<PluginServer>> servers_;
   std::set<std::string> unregistered_;
+  // Raised each time a resource must be registered anew: a call that began before the last raise
+  // does not count as its registration.
+  std::map<std::string, uint64_t> lost_;
   std::set<std::string> registered_once_;
   bool restart_noted_ = false;  // kubelet_restarted told for the registrations under way
   bool withheld_ = false;
