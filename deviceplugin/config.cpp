@@ -18,13 +18,6 @@ Status Invalid(const std::string& message) {
   return Status::Error(ErrorCode::kInvalid, message);
 }
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 Result<std::string> Scalar(const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar()) return Invalid("config key " + key + ": expected a single value");
   return node.as<std::string>();
@@ -301,23 +294,6 @@ Result<Config> LoadConfigFile(const std::filesystem::path& path) {
     return Status::Error(config.status().code(), path.string() + ": " + config.status().message());
   }
   return config;
-}
-
-const PinRule* FindPin(const Config& config, const std::string& physical_gpu,
-                       const std::vector<std::string>& models) {
-  for (const PinRule& rule : config.pinning) {
-    if (rule.pci_address && EqualsIgnoreCase(*rule.pci_address, physical_gpu)) return &rule;
-  }
-  for (const PinRule& rule : config.pinning) {
-    if (!rule.model) continue;
-    for (const std::string& model : models) {
-      if (EqualsIgnoreCase(*rule.model, model)) return &rule;
-    }
-  }
-  for (const PinRule& rule : config.pinning) {
-    if (rule.all) return &rule;
-  }
-  return nullptr;
 }
 
 const char* ConfigKeysHelp() {

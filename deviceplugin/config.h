@@ -11,20 +11,10 @@
 
 #include "common/duration.h"
 #include "common/status.h"
-#include "deviceplugin/resource_naming.h"
+#include "deviceplugin/model/model_options.h"
 #include "mdev/make_backend.h"
 
 namespace kvgpu::deviceplugin {
-
-// Static mode: a GPU matching the rule offers only `type`.
-struct PinRule {
-  std::optional<std::string> pci_address;  // the GPU (or its PF for SR-IOV): "0000:3b:00.0"
-  std::optional<std::string> model;        // "T4" (from the type names) or a PCI device id "0x1eb8"
-  bool all = false;
-  std::string type_id;  // "nvidia-222"
-
-  bool operator==(const PinRule&) const = default;
-};
 
 // When vGPUs go (lifecycle.h).
 struct LifecycleConfig {
@@ -46,14 +36,10 @@ struct SchedulerStateConfig {
   bool operator==(const SchedulerStateConfig&) const = default;
 };
 
-struct Config {
+// The process's options: the model's own (model_options.h, handed to it by slicing: it never sees
+// the rest) and what the daemon's loops and publishers need.
+struct Config : ModelOptions {
   mdev::BackendChoice backend;  // sysfs, or libvirt at a URI
-  NamingOptions naming;
-  std::vector<std::string> allowed_types;  // empty: every type the node shows
-  std::vector<PinRule> pinning;            // first match wins, by address, then model, then all
-  bool spread_across_gpus = false;         // multi-vGPU requests: distinct physical GPUs first
-  bool cdi_enabled = false;
-  std::filesystem::path cdi_dir = "/var/run/cdi";
   std::chrono::milliseconds rescan_interval{5000};
   bool udev_events = true;
   std::string log_level = "info";
@@ -68,9 +54,5 @@ Result<Config> LoadConfigFile(const std::filesystem::path& path);
 
 // The text --help shows for the config file.
 const char* ConfigKeysHelp();
-
-// The rule that applies to a GPU, if any.
-const PinRule* FindPin(const Config& config, const std::string& physical_gpu,
-                       const std::vector<std::string>& models);
 
 }  // namespace kvgpu::deviceplugin

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "common/clock.h"
-#include "deviceplugin/state_rebuild.h"
+#include "deviceplugin/lifecycle/state_rebuild.h"
 
 namespace kvgpu::deviceplugin {
 

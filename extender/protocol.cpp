@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "common/ascii.h"
 #include "kube/pod.h"
 
 namespace kvgpu::extender {
@@ -12,19 +13,12 @@ using nlohmann::json;
 
 namespace {
 
-bool SameIgnoringCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 // Go's encoding/json: the exact name first, else the first case-insensitive match.
 const json* Field(const json& object, std::string_view name) {
   if (!object.is_object()) return nullptr;
   if (auto it = object.find(std::string(name)); it != object.end()) return &*it;
   for (auto it = object.begin(); it != object.end(); ++it) {
-    if (SameIgnoringCase(it.key(), name)) return &*it;
+    if (EqualsIgnoringAsciiCase(it.key(), name)) return &*it;
   }
   return nullptr;
 }

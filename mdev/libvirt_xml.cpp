@@ -7,6 +7,7 @@
 #include <pugixml.hpp>
 #include <sstream>
 
+#include "common/ascii.h"
 #include "mdev/nvidia.h"
 
 namespace kvgpu::mdev {
@@ -172,9 +173,7 @@ Result<LibvirtMdev> ParseLibvirtMdev(const std::string& xml) {
 }
 
 std::optional<ErrorCode> LibvirtFailureKind(const std::string& message) {
-  std::string lower = message;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::string lower = AsciiLower(message);
   // mdevctl 1.2's words (seen from libvirt 9.0 in the VM lab), then the kernel's errno texts.
   static const std::pair<const char*, ErrorCode> kWords[] = {
       {"no available instances", ErrorCode::kNoRoom},

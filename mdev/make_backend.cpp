@@ -1,7 +1,7 @@
 #include "mdev/make_backend.h"
 
 #include "mdev/libvirt_backend.h"
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 
 namespace kvgpu::mdev {
 
@@ -23,7 +23,7 @@ Result<std::unique_ptr<Backend>> MakeBackend(const BackendChoice& choice,
     options.sysfs_root = sysfs_root;
     return std::unique_ptr<Backend>(std::make_unique<LibvirtBackend>(options, io));
   }
-  return std::unique_ptr<Backend>(std::make_unique<Node>(sysfs_root, io));
+  return std::unique_ptr<Backend>(std::make_unique<SysfsBackend>(sysfs_root, io));
 }
 
 }  // namespace kvgpu::mdev

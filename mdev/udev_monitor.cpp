@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 
 namespace kvgpu::mdev {
 
@@ -107,7 +107,7 @@ void UdevMonitor::Stop() {
 }
 
 // The sysfs backend's events are the kernel's own; they live here, beside the monitor.
-Result<std::unique_ptr<EventSubscription>> Node::WatchChanges(
+Result<std::unique_ptr<EventSubscription>> SysfsBackend::WatchChanges(
     std::function<void(const std::string& what)> changed) {
   auto monitor = std::make_unique<UdevMonitor>(
       UdevMonitorOptions{}, [changed = std::move(changed)](const DeviceEvent& event) {

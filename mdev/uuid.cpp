@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "common/ascii.h"
+
 namespace kvgpu::mdev {
 
 bool IsValidUuid(std::string_view text) {
@@ -20,9 +22,7 @@ bool IsValidUuid(std::string_view text) {
 }
 
 std::string NormalizeUuid(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
+  return AsciiLower(text);
 }
 
 std::string NewUuid() {

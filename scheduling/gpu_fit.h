@@ -1,6 +1,6 @@
 // Where vGPUs go on a node's GPUs: the one placement rule that the device plugin (kubelet's
-// GetPreferredAllocation, deviceplugin/placement.h) and the scheduler extender (which node can
-// take a pod, extender/) both follow, so that a node places a pod where the extender assumed.
+// GetPreferredAllocation, deviceplugin/model/placement.h) and the scheduler extender (which node
+// can take a pod, extender/) both follow, so that a node places a pod where the extender assumed.
 //
 // A GPU is ranked for the next vGPU of a resource by RankGpu: GPUs locked to another type last
 // (a time-sliced GPU hosts one type at a time), then GPUs already carrying the type, fuller first,

@@ -12,6 +12,7 @@
 #include <set>
 #include <system_error>
 
+#include "common/ascii.h"
 #include "sim/model_internal.h"
 #include "sim/tree.h"
 
@@ -31,12 +32,6 @@ bool IsGuid(std::string_view text) {
     if (dash ? text[i] != '-' : !IsHex(text[i])) return false;
   }
   return true;
-}
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 // The kernel's kstrtoull(text, 0): optional '+', 0x/0 prefixes pick the base, digits, then at
@@ -279,7 +274,7 @@ Status KernelModel::WriteCreate(const Attribute& attr, const fs::path& path,
   if (data.size() < 36 || data.size() > 37 || !IsGuid(data.substr(0, 36))) {
     return Errno(EINVAL, path, "'" + std::string(data) + "' is not a UUID");
   }
-  std::string uuid = Lower(data.substr(0, 36));
+  std::string uuid = AsciiLower(data.substr(0, 36));
   if (vgpus_.count(uuid) != 0) {
     return Errno(EEXIST, path, "an mdev " + uuid + " already exists");
   }
@@ -344,7 +339,7 @@ Status KernelModel::WriteCurrentType(const Attribute& attr, const fs::path& path
 
 void KernelModel::SetBusy(const std::string& vgpu_id, bool busy) {
   std::lock_guard lock(mutex_);
-  auto it = vgpus_.find(Lower(vgpu_id));
+  auto it = vgpus_.find(AsciiLower(vgpu_id));
   if (it != vgpus_.end()) it->second.busy = busy;
 }
 

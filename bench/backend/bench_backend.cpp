@@ -18,7 +18,7 @@
 #include "deviceplugin/daemon.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "mdev/make_backend.h"
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "mdev/uuid.h"
 
 namespace kvgpu {
@@ -52,7 +52,7 @@ std::string Stats(std::vector<double> ms) {
 // Every mdev but the persistent one (libvirt-lab.sh's), by raw sysfs: a clean start per backend.
 void RemoveOthers(const std::string& persistent) {
   mdev::PosixSysfsIo io;
-  mdev::Node node("/", io);
+  mdev::SysfsBackend node("/", io);
   auto inventory = node.Scan();
   if (!inventory.ok()) return;
   for (const mdev::Vgpu& vgpu : inventory->vgpus) {

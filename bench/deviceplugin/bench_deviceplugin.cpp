@@ -99,14 +99,14 @@ std::vector<std::string> Ids(int gpu, int first, int n) {
 }
 
 // Removes every vGPU (outside the timed part) so the next round starts from a free node.
-void Clear(sim::KernelModel& model, mdev::Node& node) {
+void Clear(sim::KernelModel& model, mdev::SysfsBackend& node) {
   for (const std::string& id : model.VgpuIds()) (void)node.Remove(id);
 }
 
 void BenchManager(int iterations) {
   kvgpu::testing::TempDir dir;
   auto model = sim::KernelModel::Create(dir.path() / "root", BigNode());
-  mdev::Node node((*model)->root(), **model);
+  mdev::SysfsBackend node((*model)->root(), **model);
   MemoryStateStore store;
   UnknownHolders holders;
   KernelClock clock;
@@ -138,7 +138,7 @@ void BenchGrpc(int iterations, std::chrono::milliseconds settle) {
   testing::FakeKubelet kubelet(dir.path() / "kubelet" / "device-plugins");
   if (!kubelet.Start()) throw std::runtime_error("kubelet fake failed");
   // The daemon's own node; the benchmark removes vGPUs through a second Node on the same model.
-  mdev::Node node((*model)->root(), **model);
+  mdev::SysfsBackend node((*model)->root(), **model);
   DaemonOptions options;
   options.args.sysfs_root = (*model)->root();
   options.args.kubelet_dir = dir.path() / "kubelet";

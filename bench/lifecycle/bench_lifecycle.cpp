@@ -23,8 +23,8 @@
 
 #include "common/clock.h"
 #include "deviceplugin/daemon.h"
-#include "deviceplugin/lifecycle.h"
-#include "deviceplugin/resource_manager.h"
+#include "deviceplugin/lifecycle/lifecycle.h"
+#include "deviceplugin/model/resource_manager.h"
 #include "fakes/apiserver/in_memory_kube.h"
 #include "fakes/cluster/daemons.h"
 #include "fakes/cluster/fake_node.h"
@@ -182,7 +182,7 @@ void BenchPass(int iterations) {
   kvgpu::testing::TempDir dir;
   auto model = sim::KernelModel::Create(dir.path() / "root", Node512());
   if (!model.ok()) throw std::runtime_error(model.status().ToString());
-  mdev::Node node((*model)->root(), **model);
+  mdev::SysfsBackend node((*model)->root(), **model);
   MemoryStateStore store;
   UnknownHolders holders;
   ResourceManager manager(node, {}, store, holders);

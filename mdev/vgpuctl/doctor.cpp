@@ -36,7 +36,7 @@ std::vector<std::string> NodeView::ListSys(const fs::path& relative) {
 
 const mdev::Inventory* NodeView::Inventory() {
   if (!inventory_) {
-    mdev::Node node(options_.root, sysfs_);
+    mdev::SysfsBackend node(options_.root, sysfs_);
     auto scanned = node.Scan();
     inventory_ = scanned.ok() ? std::optional<mdev::Inventory>(*scanned) : std::nullopt;
   }

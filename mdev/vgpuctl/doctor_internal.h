@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "mdev/vgpuctl/doctor.h"
 
 namespace kvgpu::doctor::internal {

@@ -128,7 +128,7 @@ void CheckVfio(NodeView& node, std::vector<Finding>& out) {
 }
 
 // Kata runs every pod as a KVM guest and talks to its agent over vsock: the same two device
-// nodes the device plugin's readiness gate requires (deviceplugin/node_readiness.cpp).
+// nodes the device plugin's readiness gate requires (deviceplugin/publish/node_readiness.cpp).
 void CheckKvm(NodeView& node, std::vector<Finding>& out) {
   struct Need {
     const char* path;

@@ -424,8 +424,8 @@ bool IsSocket(const fs::path& path) {
 }
 
 // The running device plugin: kubelet's registration socket, the plugin's own sockets
-// (kata-vgpu-<resource>.sock, deviceplugin/resource_naming.cpp) and its state file
-// (deviceplugin/state_store.h: {"version": 1, "vgpus": [...]}).
+// (kata-vgpu-<resource>.sock, deviceplugin/model/resource_naming.cpp) and its state file
+// (deviceplugin/model/state_store.h: {"version": 1, "vgpus": [...]}).
 void CheckDevicePlugin(NodeView& node, std::vector<Finding>& out) {
   fs::path plugins = node.options().kubelet_dir / "device-plugins";
   if (!IsSocket(node.Path(plugins / "kubelet.sock"))) {

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/ascii.h"
+
 namespace kvgpu::sim {
 
 namespace {
@@ -73,8 +75,7 @@ Status ApplyLine(KernelModel& model, const std::vector<std::string>& words) {
   if (command == "busy" || command == "release") {
     if (words.size() != 2) return Bad(command + " takes one vGPU id");
     // The model keys vGPUs by lower-case UUID, as the kernel compares them.
-    std::string id = words[1];
-    for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string id = AsciiLower(words[1]);
     if (!HasVgpu(model, id)) return Status::FromErrno(ENOENT, "control: no vGPU " + words[1]);
     model.SetBusy(id, command == "busy");
     return Status::Ok();

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "deviceplugin/resource_naming.h"
+#include "deviceplugin/model/resource_naming.h"
 #include "fakes/common/sim_node.h"
 #include "sim/kernel_model.h"
 

@@ -177,7 +177,7 @@ class WriteSwallower : public SysfsIo {
 
 TEST_F(T4Node, CreateAndRemoveVerifyTheKernelsAnswerWithinABoundedWait) {
   WriteSwallower swallower(sim_.model());
-  Node node(sim_.root(), swallower, {.settle_timeout = std::chrono::milliseconds(50)});
+  SysfsBackend node(sim_.root(), swallower, {.settle_timeout = std::chrono::milliseconds(50)});
   auto created = node.Create({gpu0_, "nvidia-222", std::string(kUuidA)});
   EXPECT_EQ(created.status().code(), ErrorCode::kTimeout);
 
@@ -262,8 +262,8 @@ TEST_F(H200Node, TypeNamesStayKnownWhenTheCardIsFull) {
   EXPECT_EQ(vgpu->type_name, "NVIDIA H200X-141C");
   EXPECT_EQ(sim_.node().KnownTypeNames().at("1414"), "NVIDIA H200X-1-18C");
 
-  // A fresh Node (a restarted daemon) learns names only from what it is told or sees.
-  Node restarted(sim_.root(), sim_.model());
+  // A fresh SysfsBackend (a restarted daemon) learns names only from what it is told or sees.
+  SysfsBackend restarted(sim_.root(), sim_.model());
   auto blind = restarted.Scan();
   ASSERT_TRUE(blind.ok());
   EXPECT_FALSE(blind->FindVgpu(vfs_[0])->type_name.has_value());

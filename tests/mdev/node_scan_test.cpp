@@ -123,10 +123,10 @@ TEST(NodeScan, MixedNodeShowsEveryKindOfParent) {
 TEST(NodeScan, NoSysfsIsAnErrorAndAnEmptySysfsIsAnEmptyNode) {
   testing::TempDir dir;
   PosixSysfsIo io;
-  Node missing(dir.path(), io);
+  SysfsBackend missing(dir.path(), io);
   EXPECT_EQ(missing.Scan().status().code(), ErrorCode::kGone);
   fs::create_directories(dir.path() / "sys");
-  auto empty = Node(dir.path(), io).Scan();
+  auto empty = SysfsBackend(dir.path(), io).Scan();
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE(empty->parents.empty());
   EXPECT_TRUE(empty->vgpus.empty());

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "fakes/common/sim_node.h"
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "sim/kernel_model.h"
 
 namespace kvgpu::mdev {

@@ -1,5 +1,5 @@
 // kvgpu-sim as a user meets it: the real binary mounts a profile, and the real vgpuctl binary,
-// mdev::Node over PosixSysfsIo, cat and plain syscalls work against the mount, seeing the
+// mdev::SysfsBackend over PosixSysfsIo, cat and plain syscalls work against the mount, seeing the
 // model's answers as errno from open(2) and write(2).
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <set>
 
 #include "fuse_test_util.h"
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "sim_test_util.h"
 
 namespace kvgpu::sim::testing {
@@ -437,7 +437,7 @@ TEST_F(FuseSimTest, ConcurrentCreatesNeverOversubscribeAType) {
   EXPECT_EQ(no_room, 5);
 }
 
-// --- mdev::Node with the production SysfsIo ---
+// --- mdev::SysfsBackend with the production SysfsIo ---
 
 TEST_F(FuseSimTest, MdevNodeWithPosixSysfsIoWorksOverTheMount) {
   struct Case {
@@ -455,7 +455,7 @@ TEST_F(FuseSimTest, MdevNodeWithPosixSysfsIoWorksOverTheMount) {
     SCOPED_TRACE(c.profile);
     ASSERT_NO_FATAL_FAILURE(Start(c.profile));
     mdev::PosixSysfsIo io;
-    mdev::Node node(Mount(), io);
+    mdev::SysfsBackend node(Mount(), io);
     auto before = node.Scan();
     ASSERT_TRUE(before.ok()) << before.status().ToString();
     EXPECT_EQ(before->parents.size(), c.parents);

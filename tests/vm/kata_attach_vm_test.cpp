@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "tests/vm/lab_support.h"
 
 extern char** environ;
@@ -305,7 +305,7 @@ TEST_F(KataAttachVmTest, RemoveWhileQemuHoldsTheMdevBlocksUntilQemuLetsGo) {
     action.sa_handler = [](int) {};
     ::sigaction(SIGUSR1, &action, nullptr);
     mdev::PosixSysfsIo io;
-    mdev::Node node("/", io);
+    mdev::SysfsBackend node("/", io);
     Status status = node.Remove(uuid_);
     std::string report = std::to_string(static_cast<int>(status.code())) + " " +
                          std::to_string(status.sys_errno()) + " " + status.ToString();

@@ -14,7 +14,7 @@
 
 #include "fakes/common/eventually.h"
 #include "mdev/libvirt_backend.h"
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "mdev/uuid.h"
 #include "tests/vm/lab_support.h"
 
@@ -101,7 +101,7 @@ class BothBackendsVmTest : public ::testing::TestWithParam<std::string> {
     if (GetParam() == "libvirt") {
       backend_ = std::make_unique<mdev::LibvirtBackend>(options, io_);
     } else {
-      backend_ = std::make_unique<mdev::Node>("/", io_);
+      backend_ = std::make_unique<mdev::SysfsBackend>("/", io_);
     }
   }
   void TearDown() override {

@@ -11,7 +11,7 @@
 #include <optional>
 #include <set>
 
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "mdev/uuid.h"
 #include "tests/vm/lab_support.h"
 
@@ -23,7 +23,7 @@ using mdev::CreateRequest;
 class NodeVmTest : public LabTest {
  protected:
   mdev::PosixSysfsIo io_;
-  mdev::Node node_{"/", io_};
+  mdev::SysfsBackend node_{"/", io_};
 
   mdev::Vgpu MustCreate(const std::string& parent, const std::string& type,
                         std::optional<std::string> uuid = std::nullopt) {
@@ -161,8 +161,9 @@ KernelState Snapshot() {
 
 struct ErrorCase {
   std::string description;
-  std::function<void(mdev::Node&)> arrange;  // brings the kernel into the state the case needs
-  std::function<Status(mdev::Node&)> act;
+  std::function<void(mdev::SysfsBackend&)>
+      arrange;  // brings the kernel into the state the case needs
+  std::function<Status(mdev::SysfsBackend&)> act;
   ErrorCode code;
   int sys_errno;  // the kernel's errno carried in the Status; 0 when the library refuses first
   std::string message_part;
@@ -170,7 +171,7 @@ struct ErrorCase {
 
 constexpr const char* kTaken = "6a4e34f2-5c4e-4e8f-9d0e-0a1b2c3d4e5f";
 
-void Fill(mdev::Node& node, const std::string& parent, const std::string& type) {
+void Fill(mdev::SysfsBackend& node, const std::string& parent, const std::string& type) {
   while (AvailableInstances(parent, type) > 0) {
     auto created = node.Create({parent, type, std::nullopt});
     ASSERT_TRUE(created.ok()) << created.status().ToString();
@@ -179,12 +180,12 @@ void Fill(mdev::Node& node, const std::string& parent, const std::string& type) 
 
 TEST_F(NodeVmTest, EveryKernelRefusalIsATypedErrorThatChangesNothing) {
   auto create = [](std::string parent, std::string type, std::optional<std::string> uuid) {
-    return [=](mdev::Node& node) { return node.Create({parent, type, uuid}).status(); };
+    return [=](mdev::SysfsBackend& node) { return node.Create({parent, type, uuid}).status(); };
   };
   auto take = [](std::string parent, std::string type) {
-    return [=](mdev::Node& node) { ASSERT_TRUE(node.Create({parent, type, kTaken}).ok()); };
+    return [=](mdev::SysfsBackend& node) { ASSERT_TRUE(node.Create({parent, type, kTaken}).ok()); };
   };
-  auto nothing = [](mdev::Node&) {};
+  auto nothing = [](mdev::SysfsBackend&) {};
   const std::vector<ErrorCase> cases = {
       {"malformed UUID is refused before the kernel sees it", nothing,
        create("mtty", "mtty-1", "not-a-uuid"), ErrorCode::kMalformedUuid, 0, "is not a UUID"},
@@ -195,23 +196,23 @@ TEST_F(NodeVmTest, EveryKernelRefusalIsATypedErrorThatChangesNothing) {
       {"UUID taken on another parent: EEXIST", take("mtty", "mtty-1"),
        create("mdpy", "mdpy-vga", kTaken), ErrorCode::kExists, EEXIST, "already exists"},
       {"mtty out of ports: ENOSPC from the driver",
-       [](mdev::Node& n) { Fill(n, "mtty", "mtty-1"); }, create("mtty", "mtty-1", std::nullopt),
-       ErrorCode::kNoRoom, ENOSPC, "no room"},
+       [](mdev::SysfsBackend& n) { Fill(n, "mtty", "mtty-1"); },
+       create("mtty", "mtty-1", std::nullopt), ErrorCode::kNoRoom, ENOSPC, "no room"},
       {"mtty-2 when one port is left: ENOSPC",
-       [](mdev::Node& n) {
+       [](mdev::SysfsBackend& n) {
          for (int i = 0; i < 23; ++i) ASSERT_TRUE(n.Create({"mtty", "mtty-1", {}}).ok());
        },
        create("mtty", "mtty-2", std::nullopt), ErrorCode::kNoRoom, ENOSPC, "no room"},
       {"mdpy at max_instances: EUSERS from the mdev core",
-       [](mdev::Node& n) { Fill(n, "mdpy", "mdpy-vga"); }, create("mdpy", "mdpy-vga", std::nullopt),
-       ErrorCode::kNoRoom, EUSERS, "no room"},
+       [](mdev::SysfsBackend& n) { Fill(n, "mdpy", "mdpy-vga"); },
+       create("mdpy", "mdpy-vga", std::nullopt), ErrorCode::kNoRoom, EUSERS, "no room"},
       {"mbochs out of video memory: ENOSPC",
-       [](mdev::Node& n) { Fill(n, "mbochs", "mbochs-large"); },
+       [](mdev::SysfsBackend& n) { Fill(n, "mbochs", "mbochs-large"); },
        create("mbochs", "mbochs-small", std::nullopt), ErrorCode::kNoRoom, ENOSPC, "no room"},
       {"remove of an mdev that is gone: ENOENT", nothing,
-       [](mdev::Node& n) { return n.Remove(kTaken); }, ErrorCode::kGone, ENOENT, "no vGPU"},
+       [](mdev::SysfsBackend& n) { return n.Remove(kTaken); }, ErrorCode::kGone, ENOENT, "no vGPU"},
       {"remove of something that is not a UUID", nothing,
-       [](mdev::Node& n) { return n.Remove("mtty"); }, ErrorCode::kMalformedUuid, 0,
+       [](mdev::SysfsBackend& n) { return n.Remove("mtty"); }, ErrorCode::kMalformedUuid, 0,
        "neither an mdev UUID"},
       {"unknown type of a real parent", nothing, create("mtty", "mtty-3", std::nullopt),
        ErrorCode::kUnknownType, 0, "has no type"},

@@ -3,7 +3,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "mdev/node.h"
+#include "mdev/sysfs_backend.h"
 #include "mdev/udev_monitor.h"
 #include "mdev/uuid.h"
 #include "tests/vm/lab_support.h"
@@ -57,7 +57,7 @@ class UdevMonitorVmTest : public LabTest {
   EventLog log_;
   std::unique_ptr<mdev::UdevMonitor> monitor_;
   mdev::PosixSysfsIo io_;
-  mdev::Node node_{"/", io_};
+  mdev::SysfsBackend node_{"/", io_};
 };
 
 constexpr std::chrono::seconds kEventTimeout{5};

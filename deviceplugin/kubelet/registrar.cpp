@@ -1,0 +1,248 @@
+#include "deviceplugin/kubelet/registrar.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/log_safe.h"
+
+namespace kvgpu::deviceplugin {
+
+Registrar::Registrar(RegistrarOptions options, RegistrarHooks hooks)
+    : options_(std::move(options)),
+      hooks_(std::move(hooks)),
+      backoff_(options_.retry_initial, options_.retry_max) {}
+
+Registrar::~Registrar() {
+  Stop();
+}
+
+void Registrar::AttemptAtOnce() {
+  next_attempt_ = Clock::now();
+  backoff_.Reset();
+  due_.notify_all();
+}
+
+void Registrar::CancelInFlight() {
+  for (Canceller* cancel : in_flight_) cancel->Cancel();
+}
+
+void Registrar::Start() {
+  std::lock_guard lock(mutex_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { Attempts(); });
+}
+
+void Registrar::Attempts() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (unregistered_.empty()) {
+      due_.wait(lock);
+      continue;
+    }
+    if (Clock::now() < next_attempt_) {
+      due_.wait_until(lock, next_attempt_);
+      continue;
+    }
+    lock.unlock();
+    RegisterPending();
+    lock.lock();
+  }
+}
+
+void Registrar::EnsureServers(const std::vector<std::string>& resources) {
+  for (const std::string& resource : resources) {
+    std::lock_guard lock(mutex_);
+    auto& server = servers_[resource];
+    if (!server) {
+      server = hooks_.make_server(resource);
+      std::lock_guard notify_lock(notify_mutex_);
+      notify_.push_back(server.get());
+    }
+    server->SetWithheld(withheld_);
+    if (server->serving()) continue;
+    Status served = server->Serve();
+    if (!served.ok()) {
+      spdlog::error("serve failed resource={}: {}", resource, served.ToString());
+      continue;
+    }
+    unregistered_.insert(resource);
+    ++lost_[resource];
+    AttemptAtOnce();
+  }
+}
+
+void Registrar::SetWithheld(bool withheld) {
+  std::lock_guard lock(mutex_);
+  withheld_ = withheld;
+  for (auto& [resource, server] : servers_) server->SetWithheld(withheld);
+}
+
+void Registrar::HandleDirEvents(const std::vector<DirEvent>& events) {
+  bool kubelet_back = false;
+  std::set<std::string> lost;
+  for (const DirEvent& e : events) {
+    if (e.name == kKubeletSocketName) {
+      if (e.created) kubelet_back = true;
+      continue;
+    }
+    if (!e.created) lost.insert(e.name);
+  }
+  if (!kubelet_back && lost.empty()) return;
+  std::lock_guard lock(mutex_);
+  for (auto& [resource, server] : servers_) {
+    // A restarting kubelet clears the directory; the event may predate a socket served since.
+    bool ours_lost =
+        lost.contains(server->socket_name()) && !std::filesystem::exists(server->socket_path());
+    if (ours_lost || (kubelet_back && !std::filesystem::exists(server->socket_path()))) {
+      spdlog::info("socket removed (kubelet restart?) resource={}; serving again", resource);
+      Status served = server->Serve();
+      if (!served.ok()) spdlog::error("serve failed resource={}: {}", resource, served.ToString());
+    }
+    if (ours_lost || kubelet_back) {
+      unregistered_.insert(resource);
+      ++lost_[resource];
+    }
+  }
+  if (kubelet_back) {
+    spdlog::info("kubelet.sock created (kubelet started); registering again");
+    if (hooks_.kubelet_restarted) hooks_.kubelet_restarted("kubelet.sock created");
+    // A round still waiting on the kubelet that went away would hold up the one that came.
+    CancelInFlight();
+  }
+  AttemptAtOnce();
+}
+
+std::optional<Registrar::Clock::time_point> Registrar::NextAttempt() const {
+  std::lock_guard lock(mutex_);
+  if (unregistered_.empty()) return std::nullopt;
+  return next_attempt_;
+}
+
+void Registrar::RegisterIfDue(Clock::time_point now) {
+  std::optional<Clock::time_point> due = NextAttempt();
+  if (due && now >= *due) RegisterPending();
+}
+
+void Registrar::RegisterPending() {
+  std::vector<std::pair<std::string, PluginServer*>> pending;
+  {
+    std::lock_guard lock(mutex_);
+    for (const std::string& resource : unregistered_) {
+      auto it = servers_.find(resource);
+      if (it != servers_.end() && it->second->serving()) {
+        pending.emplace_back(resource, it->second.get());
+      }
+    }
+  }
+  if (pending.empty()) {
+    // Waiting resources whose socket could not be served: tried again after a backoff (the next
+    // HandleDirEvents or EnsureServers serves them), never in a tight loop.
+    std::lock_guard lock(mutex_);
+    next_attempt_ = Clock::now() + backoff_.Next();
+    return;
+  }
+  // Every resource at once: a round costs one register timeout, not one per resource.
+  std::vector<Canceller> cancels(pending.size());
+  {
+    std::lock_guard lock(mutex_);
+    for (Canceller& cancel : cancels) {
+      if (stopping_) cancel.Cancel();
+      in_flight_.push_back(&cancel);
+    }
+  }
+  std::vector<char> took(pending.size(), 0);
+  std::vector<std::thread> calls;
+  calls.reserve(pending.size());
+  for (size_t i = 0; i < pending.size(); ++i) {
+    calls.emplace_back([&, i] {
+      took[i] = RegisterOne(pending[i].first, *pending[i].second, cancels[i]) ? 1 : 0;
+    });
+  }
+  for (std::thread& call : calls) call.join();
+  std::lock_guard lock(mutex_);
+  std::erase_if(in_flight_, [&](Canceller* c) {
+    return c >= cancels.data() && c < cancels.data() + cancels.size();
+  });
+  bool cancelled = false;
+  for (const Canceller& cancel : cancels) cancelled = cancelled || cancel.cancelled();
+  // A cancelled round was cut short for a new kubelet (AttemptAtOnce set the clock) or for Stop.
+  if (!cancelled && std::find(took.begin(), took.end(), 0) != took.end()) {
+    next_attempt_ = Clock::now() + backoff_.Next();
+  }
+}
+
+bool Registrar::RegisterOne(const std::string& resource, PluginServer& server, Canceller& cancel) {
+  // Registering a resource again means kubelet lost it: most often a kubelet restart, however
+  // it was noticed. Removals wait until kubelet lists the node's pods again - from before the
+  // first registration on, since kubelet may admit pods (and our lifecycle list it) as soon
+  // as one resource is back.
+  bool note_restart = false;
+  uint64_t lost = 0;
+  {
+    std::lock_guard lock(mutex_);
+    lost = lost_[resource];
+    // Noted once per restart, not once per resource or retry: until all are registered again.
+    note_restart = registered_once_.contains(resource) && !restart_noted_;
+    if (note_restart) restart_noted_ = true;
+  }
+  if (note_restart && hooks_.kubelet_restarted) {
+    hooks_.kubelet_restarted("a resource registers again");
+  }
+  Status registered = server.Register(options_.kubelet_socket, options_.register_timeout, &cancel);
+  if (registered.code() == ErrorCode::kCancelled) return false;
+  if (hooks_.attempted) hooks_.attempted(resource, registered.ok());
+  std::lock_guard lock(mutex_);
+  if (registered.ok() && lost_[resource] != lost) {
+    // kubelet lost the resource (our socket removed, kubelet restarted) while this call was on
+    // its way: what it registered may be gone. Registered again on the next attempt.
+    spdlog::debug("resource={} lost while registering; registering again", resource);
+    return false;
+  }
+  if (registered.ok()) {
+    unregistered_.erase(resource);
+    if (unregistered_.empty()) restart_noted_ = false;
+    kubelet_missing_logged_ = false;
+    registered_once_.insert(resource);
+    return true;
+  }
+  spdlog::log(kubelet_missing_logged_ ? spdlog::level::debug : spdlog::level::warn, "{}; retrying",
+              LogSafe(registered.message(), 512));
+  kubelet_missing_logged_ = true;
+  return false;
+}
+
+void Registrar::Notify() {
+  std::lock_guard lock(notify_mutex_);
+  for (PluginServer* server : notify_) server->Notify();
+}
+
+std::set<std::string> Registrar::Registered() const {
+  std::lock_guard lock(mutex_);
+  std::set<std::string> out;
+  for (const std::string& resource : registered_once_) {
+    if (servers_.contains(resource) && !unregistered_.contains(resource)) out.insert(resource);
+  }
+  return out;
+}
+
+void Registrar::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    CancelInFlight();
+    due_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard lock(notify_mutex_);
+    notify_.clear();
+  }
+  std::lock_guard lock(mutex_);
+  for (auto& [resource, server] : servers_) server->Stop();
+  servers_.clear();
+  unregistered_.clear();
+}
+
+}  // namespace kvgpu::deviceplugin

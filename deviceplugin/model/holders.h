@@ -1,0 +1,54 @@
+// Who holds a device ID now. Allocate does not say which pod it serves and there is no
+// Deallocate, so when kubelet hands out a device ID whose earlier vGPU still exists, only this
+// answer decides what happens to that vGPU (invariant 1: never destroy a vGPU a live pod uses;
+// and a vGPU is never shared between pods).
+//
+// kubelet never hands a device that an active pod holds to another pod, so an Allocate for a held
+// ID comes from that same pod: its init and app containers share the device, or kubelet asks
+// again after a restart. That pod gets its existing vGPU back.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "deviceplugin/model/state_store.h"
+
+namespace kvgpu::deviceplugin {
+
+enum class Holding {
+  kFree,     // no live pod holds the device ID: its old vGPU is removed and made anew
+  kHeld,     // a live pod holds it: that pod asks again (its next container, or kubelet
+             // after a restart), it gets the same vGPU
+  kUnknown,  // nobody can tell: refused, the old vGPU is kept untouched
+};
+
+// The one verdict type: Allocate's question (holders.h) and the lifecycle's (Judge) alike.
+struct Verdict {
+  Holding holding = Holding::kUnknown;
+  std::string holder;  // "namespace/pod" when known, for messages
+  std::string why;     // for logs
+};
+
+class HolderOracle {
+ public:
+  virtual ~HolderOracle() = default;
+  virtual Verdict Check(const CreatedVgpu& vgpu) = 0;
+  // One answer per record, from one look at the sources (one PodResources List for the lot).
+  // Never called under the manager's lock: asking kubelet may take up to its deadline.
+  // kubelet called Allocate and got vGPUs: it is admitting pods from its sources again.
+  virtual void OnAllocated() {}
+  virtual std::vector<Verdict> CheckAll(const std::vector<CreatedVgpu>& vgpus) {
+    std::vector<Verdict> out;
+    out.reserve(vgpus.size());
+    for (const CreatedVgpu& v : vgpus) out.push_back(Check(v));
+    return out;
+  }
+};
+
+// The default without pod tracking: never claims a device ID is free or held.
+class UnknownHolders : public HolderOracle {
+ public:
+  Verdict Check(const CreatedVgpu&) override { return {}; }
+};
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,39 @@
+// What the model needs to know of the operator's wishes: which types are offered, how they are
+// named, how multi-vGPU requests spread, whether CDI specs are written. The daemon's Config
+// (deviceplugin/config.h) extends these with what only a process has (backend, loops, publishing),
+// so every front end (the device plugin API today, DRA next) hands the model the same options.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/model/resource_naming.h"
+
+namespace kvgpu::deviceplugin {
+
+// Static mode: a GPU matching the rule offers only `type`.
+struct PinRule {
+  std::optional<std::string> pci_address;  // the GPU (or its PF for SR-IOV): "0000:3b:00.0"
+  std::optional<std::string> model;        // "T4" (from the type names) or a PCI device id "0x1eb8"
+  bool all = false;
+  std::string type_id;  // "nvidia-222"
+
+  bool operator==(const PinRule&) const = default;
+};
+
+struct ModelOptions {
+  NamingOptions naming;
+  std::vector<std::string> allowed_types;  // empty: every type the node shows
+  std::vector<PinRule> pinning;            // first match wins, by address, then model, then all
+  bool spread_across_gpus = false;         // multi-vGPU requests: distinct physical GPUs first
+  bool cdi_enabled = false;
+  std::filesystem::path cdi_dir = "/var/run/cdi";
+};
+
+// The rule that applies to a GPU, if any.
+const PinRule* FindPin(const ModelOptions& options, const std::string& physical_gpu,
+                       const std::vector<std::string>& models);
+
+}  // namespace kvgpu::deviceplugin

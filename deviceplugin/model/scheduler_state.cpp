@@ -1,0 +1,52 @@
+#include "deviceplugin/model/scheduler_state.h"
+
+#include <map>
+
+namespace kvgpu::deviceplugin {
+
+namespace {
+
+constexpr const char* kNvidiaVendor = "0x10de";
+
+}  // namespace
+
+scheduling::NodeVgpuState BuildSchedulerState(const mdev::Inventory& inventory,
+                                              const std::vector<CreatedVgpu>& records,
+                                              const DeviceCatalogue& catalogue, bool spread) {
+  std::map<std::string, scheduling::GpuSlots> gpus;
+  auto gpu_named = [&](const std::string& id) -> scheduling::GpuSlots& {
+    scheduling::GpuSlots& gpu = gpus[id];
+    gpu.id = id;
+    return gpu;
+  };
+  for (const mdev::Parent& parent : inventory.parents) {
+    // NVIDIA's time-sliced vGPUs lock a GPU to one type; the kernel's sample drivers do not.
+    gpu_named(parent.physical_gpu).one_type = parent.vendor_id == kNvidiaVendor;
+  }
+  for (const mdev::Vgpu& vgpu : inventory.vgpus) {
+    scheduling::GpuSlots& gpu = gpu_named(vgpu.physical_gpu);
+    if (gpu.locked_type.empty()) gpu.locked_type = vgpu.type_id;
+  }
+  for (const std::string& resource : catalogue.Resources()) {
+    for (const Device& device : catalogue.Devices(resource)) {
+      scheduling::ResourceSlots& slots = gpu_named(device.physical_gpu).resources[resource];
+      slots.type_id = device.key.type_id;
+      if (!device.healthy) continue;
+      ++(device.vgpu_exists ? slots.used : slots.free);
+    }
+  }
+  scheduling::NodeVgpuState state;
+  state.policy = spread ? scheduling::Policy::kSpread : scheduling::Policy::kPack;
+  for (auto& [id, gpu] : gpus) state.gpus.push_back(std::move(gpu));
+  for (const CreatedVgpu& record : records) {
+    if (inventory.FindVgpu(record.vgpu_id) == nullptr) continue;  // gone: counts nowhere
+    if (record.owner_pod) {
+      state.holders.insert(*record.owner_pod);
+    } else {
+      ++state.unattributed[record.resource];
+    }
+  }
+  return state;
+}
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,20 @@
+// The node's vGPU state in the form the scheduler extender reads (scheduling/node_vgpu_state.h),
+// computed from what the plugin knows: the kernel's view, our records and the device lists
+// kubelet sees. Per GPU: what it is locked to, and per resource the vGPUs of ours on it and the
+// devices it can still make - the very counts kubelet admits pods by. Pure.
+#pragma once
+
+#include <vector>
+
+#include "deviceplugin/model/device_catalogue.h"
+#include "deviceplugin/model/state_store.h"
+#include "mdev/model.h"
+#include "scheduling/node_vgpu_state.h"
+
+namespace kvgpu::deviceplugin {
+
+scheduling::NodeVgpuState BuildSchedulerState(const mdev::Inventory& inventory,
+                                              const std::vector<CreatedVgpu>& records,
+                                              const DeviceCatalogue& catalogue, bool spread);
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,261 @@
+#include "deviceplugin/publish/metrics.h"
+
+#include <CivetServer.h>
+#include <civetweb.h>
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace kvgpu::deviceplugin {
+
+namespace {
+// Create/remove take about 0.6 ms under emulation and can take seconds on a loaded driver.
+const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+double Seconds(std::chrono::nanoseconds took) {
+  return std::chrono::duration<double>(took).count();
+}
+
+constexpr const char* kHealthPath = "/healthz";
+}  // namespace
+
+namespace detail {
+struct HealthState {
+  std::mutex mutex;
+  std::function<bool()> check;  // guarded by mutex
+};
+}  // namespace detail
+
+namespace {
+
+using detail::HealthState;
+
+// prometheus-cpp's Exposer takes no handler of ours, only civetweb's callbacks, and those are told
+// nothing but the connection: its listening port is what leads back to the Metrics serving it.
+class HealthByPort {
+ public:
+  static HealthByPort& Get() {
+    static HealthByPort instance;
+    return instance;
+  }
+  void Add(int port, std::shared_ptr<HealthState> health) {
+    std::lock_guard lock(mutex_);
+    by_port_[port] = std::move(health);
+  }
+  void Remove(int port, const HealthState* health) {
+    std::lock_guard lock(mutex_);
+    auto it = by_port_.find(port);
+    if (it != by_port_.end() && it->second.get() == health) by_port_.erase(it);
+  }
+  std::shared_ptr<HealthState> Find(int port) {
+    std::lock_guard lock(mutex_);
+    auto it = by_port_.find(port);
+    return it == by_port_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::shared_ptr<HealthState>> by_port_;
+};
+
+int Reply(mg_connection* conn, int code, const char* reason, const char* body,
+          const char* headers = "") {
+  bool head = std::strcmp(mg_get_request_info(conn)->request_method, "HEAD") == 0;
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
+            code, reason, std::strlen(body), headers, head ? "" : body);
+  return code;
+}
+
+// civetweb's begin_request: answers /healthz itself (a non-zero return), leaves the rest to the
+// Exposer (zero).
+int ServeHealth(mg_connection* conn) {
+  const mg_request_info* request = mg_get_request_info(conn);
+  if (request == nullptr || request->local_uri == nullptr ||
+      std::strcmp(request->local_uri, kHealthPath) != 0) {
+    return 0;
+  }
+  if (std::strcmp(request->request_method, "GET") != 0 &&
+      std::strcmp(request->request_method, "HEAD") != 0) {
+    return Reply(conn, 405, "Method Not Allowed", "GET or HEAD only\n", "Allow: GET, HEAD\r\n");
+  }
+  std::shared_ptr<HealthState> health = HealthByPort::Get().Find(request->server_port);
+  if (!health) return Reply(conn, 503, "Service Unavailable", "starting\n");
+  std::function<bool()> check;
+  {
+    std::lock_guard lock(health->mutex);
+    check = health->check;
+  }
+  if (check && !check()) return Reply(conn, 503, "Service Unavailable", "unhealthy\n");
+  return Reply(conn, 200, "OK", "ok\n");
+}
+
+}  // namespace
+
+struct Metrics::Families {
+  prometheus::Family<prometheus::Gauge>& devices;
+  prometheus::Family<prometheus::Counter>& allocations;
+  prometheus::Family<prometheus::Counter>& failures;
+  prometheus::Family<prometheus::Histogram>& create_seconds;
+  prometheus::Family<prometheus::Histogram>& remove_seconds;
+  prometheus::Family<prometheus::Counter>& registrations;
+  prometheus::Family<prometheus::Histogram>& push_seconds;
+  prometheus::Family<prometheus::Counter>& state_publications;
+  prometheus::Gauge& state_generation;
+  prometheus::Family<prometheus::Gauge>& backend_connected;
+  prometheus::Family<prometheus::Gauge>& backend_reconnects;
+  std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
+};
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      health_(std::make_shared<HealthState>()) {
+  auto& reg = *registry_;
+  families_.reset(new Families{
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_devices")
+          .Help("Devices advertised to kubelet, by resource and state "
+                "(available, allocated, unhealthy)")
+          .Register(reg),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_allocations_total")
+          .Help("Allocate calls that succeeded, by resource")
+          .Register(reg),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_allocation_failures_total")
+          .Help("Allocate calls that failed, by resource and reason")
+          .Register(reg),
+      prometheus::BuildHistogram()
+          .Name("kvgpu_deviceplugin_vgpu_create_seconds")
+          .Help("Time the kernel took to create a vGPU (write to create until it shows)")
+          .Register(reg),
+      prometheus::BuildHistogram()
+          .Name("kvgpu_deviceplugin_vgpu_remove_seconds")
+          .Help("Time the kernel took to remove a vGPU")
+          .Register(reg),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_registrations_total")
+          .Help("Registrations with kubelet, by resource and result")
+          .Register(reg),
+      prometheus::BuildHistogram()
+          .Name("kvgpu_deviceplugin_listandwatch_push_seconds")
+          .Help("From a change of the device lists to the new list written to kubelet's stream")
+          .Register(reg),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_state_publications_total")
+          .Help("Writes of the node's vGPU state to its Node for the scheduler extender, by result")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_state_generation")
+          .Help("Generation of the node's vGPU state last written to its Node")
+          .Register(reg)
+          .Add({}),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_backend_connected")
+          .Help("1 while the vGPU backend (label backend: sysfs, libvirt) is reachable, else 0")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_backend_reconnects")
+          .Help("Connections to the vGPU backend regained after a loss since start (libvirt)")
+          .Register(reg),
+      {}});
+}
+
+Metrics::~Metrics() {
+  std::vector<int> ports = Ports();
+  exposer_.reset();  // no request runs past this
+  for (int port : ports) HealthByPort::Get().Remove(port, health_.get());
+}
+
+Status Metrics::Serve(const std::string& host_port) {
+  CivetCallbacks callbacks;  // copied by the server
+  callbacks.begin_request = ServeHealth;
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(host_port, 2, &callbacks);
+  } catch (const std::exception& e) {
+    return Status::Error(ErrorCode::kIo,
+                         "metrics endpoint " + host_port + " not served: " + e.what());
+  }
+  exposer_->RegisterCollectable(registry_);
+  for (int port : Ports()) HealthByPort::Get().Add(port, health_);
+  return Status::Ok();
+}
+
+void Metrics::SetHealthCheck(std::function<bool()> check) {
+  std::lock_guard lock(health_->mutex);
+  health_->check = std::move(check);
+}
+
+std::vector<int> Metrics::Ports() const {
+  return exposer_ ? exposer_->GetListeningPorts() : std::vector<int>{};
+}
+
+void Metrics::OnVgpuCreated(const std::string& resource, std::chrono::nanoseconds took, bool ok) {
+  std::lock_guard lock(families_->mutex);
+  families_->create_seconds
+      .Add({{"resource", resource}, {"result", ok ? "ok" : "error"}}, kLatencyBuckets)
+      .Observe(Seconds(took));
+}
+
+void Metrics::OnVgpuRemoved(const std::string& resource, std::chrono::nanoseconds took, bool ok) {
+  std::lock_guard lock(families_->mutex);
+  families_->remove_seconds
+      .Add({{"resource", resource}, {"result", ok ? "ok" : "error"}}, kLatencyBuckets)
+      .Observe(Seconds(took));
+}
+
+void Metrics::OnAllocation(const std::string& resource, const Status& result) {
+  if (result.ok()) {
+    families_->allocations.Add({{"resource", resource}}).Increment();
+  } else {
+    families_->failures.Add({{"resource", resource}, {"reason", ErrorCodeName(result.code())}})
+        .Increment();
+  }
+}
+
+void Metrics::OnDevices(const std::map<std::string, DeviceCounts>& per_resource) {
+  for (const auto& [resource, counts] : per_resource) {
+    families_->devices.Add({{"resource", resource}, {"state", "available"}}).Set(counts.available);
+    families_->devices.Add({{"resource", resource}, {"state", "allocated"}}).Set(counts.allocated);
+    families_->devices.Add({{"resource", resource}, {"state", "unhealthy"}}).Set(counts.unhealthy);
+  }
+}
+
+void Metrics::OnPush(const std::string& resource, std::chrono::nanoseconds took) {
+  static const prometheus::Histogram::BucketBoundaries kPushBuckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
+  std::lock_guard lock(families_->mutex);
+  families_->push_seconds.Add({{"resource", resource}}, kPushBuckets).Observe(Seconds(took));
+}
+
+void Metrics::OnRegistration(const std::string& resource, bool ok) {
+  families_->registrations.Add({{"resource", resource}, {"result", ok ? "ok" : "error"}})
+      .Increment();
+}
+
+void Metrics::OnStatePublished(bool ok, uint64_t generation) {
+  families_->state_publications.Add({{"result", ok ? "ok" : "error"}}).Increment();
+  if (ok) families_->state_generation.Set(static_cast<double>(generation));
+}
+
+void Metrics::OnBackend(const std::string& backend, const mdev::BackendHealth& health) {
+  families_->backend_connected.Add({{"backend", backend}}).Set(health.connected ? 1 : 0);
+  families_->backend_reconnects.Add({{"backend", backend}})
+      .Set(static_cast<double>(health.reconnects));
+}
+
+std::string Metrics::Render() const {
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(registry_->Collect());
+}
+
+}  // namespace kvgpu::deviceplugin

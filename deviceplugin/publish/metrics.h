@@ -1,0 +1,63 @@
+// Prometheus metrics (prometheus-cpp), served at --metrics-addr on /metrics, with GET /healthz
+// on the same address for the deployment's probes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "deviceplugin/model/resource_manager.h"
+#include "mdev/backend.h"
+
+namespace prometheus {
+class Exposer;
+class Registry;
+}  // namespace prometheus
+
+namespace kvgpu::deviceplugin {
+
+namespace detail {
+struct HealthState;  // what /healthz asks; found by the HTTP server's callback
+}  // namespace detail
+
+class Metrics : public ManagerObserver {
+ public:
+  Metrics();
+  ~Metrics() override;
+
+  // Starts the HTTP endpoint; a busy or malformed address is an error.
+  Status Serve(const std::string& host_port);
+  // What GET /healthz answers: 200 "ok" while `check` returns true, 503 otherwise; without a
+  // check, 200 as long as the endpoint answers. Called on the HTTP server's threads, so it must be
+  // quick and thread-safe. May be set before or after Serve.
+  void SetHealthCheck(std::function<bool()> check);
+  // Ports the endpoint listens on (resolves port 0); empty when not serving.
+  std::vector<int> Ports() const;
+
+  void OnVgpuCreated(const std::string& resource, std::chrono::nanoseconds took, bool ok) override;
+  void OnVgpuRemoved(const std::string& resource, std::chrono::nanoseconds took, bool ok) override;
+  void OnAllocation(const std::string& resource, const Status& result) override;
+  void OnDevices(const std::map<std::string, DeviceCounts>& per_resource) override;
+  void OnRegistration(const std::string& resource, bool ok);
+  void OnPush(const std::string& resource, std::chrono::nanoseconds took);
+  // The node's vGPU state written to its Node (ok), or not; the generation it carries.
+  void OnStatePublished(bool ok, uint64_t generation);
+  // After each rescan: whether the backend is reachable, and how often it came back.
+  void OnBackend(const std::string& backend, const mdev::BackendHealth& health);
+
+  // Text exposition of everything, for tests.
+  std::string Render() const;
+  // Where other parts of the daemon (the lifecycle) add their families.
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  struct Families;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<detail::HealthState> health_;
+  std::unique_ptr<Families> families_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace kvgpu::deviceplugin

@@ -1,0 +1,78 @@
+// The sysfs backend: the node as the kernel shows it, read and written directly. Discovery of
+// parents, types and vGPUs under a sysfs root, and creation/removal of vGPUs, for both flavours.
+//
+// Paths are always <root>/sys/...; the root is "/" on a real node and a temp dir in tests.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "mdev/backend.h"
+#include "mdev/model.h"
+#include "mdev/sysfs_io.h"
+
+namespace kvgpu::mdev {
+
+struct SysfsBackendOptions {
+  // How long create/remove wait for the kernel to show (or stop showing) the device.
+  std::chrono::milliseconds settle_timeout{2000};
+  std::chrono::milliseconds settle_poll{1};
+};
+
+class SysfsBackend : public Backend {
+ public:
+  SysfsBackend(std::filesystem::path root, SysfsIo& io, SysfsBackendOptions options = {});
+
+  const char* Name() const override { return "sysfs"; }
+
+  const std::filesystem::path& root() const { return root_; }
+
+  // Reads everything afresh. Odd entries are skipped with a warning; only an unreadable root
+  // (no sysfs at all) is an error. A root with neither an mdev bus nor vendor-VFIO VFs is an
+  // empty inventory, not an error.
+  Result<Inventory> Scan() override;
+
+  // Creates one vGPU and waits until the kernel shows it with its IOMMU group.
+  Result<Vgpu> Create(const CreateRequest& request) override;
+
+  // Removes a vGPU by id (UUID, or VF address for vendor VFIO) and waits until it is gone.
+  Status Remove(const std::string& id) override;
+
+  // Kernel uevents (libudev, udev_monitor.h) for the mdev and PCI subsystems.
+  Result<std::unique_ptr<EventSubscription>> WatchChanges(
+      std::function<void(const std::string& what)> changed) override;
+
+  // Vendor-VFIO type names seen so far, by type id: `creatable_vgpu_types` shrinks to its header
+  // when a card is full, so names are remembered from earlier scans (and may be seeded by a
+  // caller that persisted them).
+  std::map<std::string, std::string> KnownTypeNames() const;
+  void RememberTypeNames(const std::map<std::string, std::string>& names);
+
+  // Paths, for callers that watch or report them.
+  std::filesystem::path MdevBusDir() const;      // <root>/sys/class/mdev_bus
+  std::filesystem::path MdevDevicesDir() const;  // <root>/sys/bus/mdev/devices
+  std::filesystem::path PciDevicesDir() const;   // <root>/sys/bus/pci/devices
+
+ private:
+  Status ScanMdevParents(Inventory& inventory);
+  Status ScanMdevDevices(Inventory& inventory);
+  Status ScanVendorVfio(Inventory& inventory);
+  Result<Vgpu> CreateMdev(const CreateRequest& request);
+  Result<Vgpu> CreateVendorVfio(const CreateRequest& request);
+  Status RemoveMdev(const std::string& uuid);
+  Status RemoveVendorVfio(const std::string& vf);
+  std::optional<std::string> TypeName(const std::string& type_id) const;
+
+  std::filesystem::path root_;
+  SysfsIo& io_;
+  SysfsBackendOptions options_;
+  mutable std::mutex names_mutex_;
+  std::map<std::string, std::string> vendor_type_names_;
+};
+
+}  // namespace kvgpu::mdev

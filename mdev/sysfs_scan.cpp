@@ -1,0 +1,290 @@
+// Discovery: parents, types and existing vGPUs as sysfs shows them.
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include "mdev/backend_kit.h"
+#include "mdev/nvidia.h"
+#include "mdev/sysfs_backend.h"
+#include "mdev/sysfs_internal.h"
+#include "mdev/uuid.h"
+
+namespace kvgpu::mdev {
+
+namespace {
+
+// "dddd:bb:dd.f" in hex, the form sysfs names PCI functions by.
+bool LooksLikePciAddress(const std::string& name) {
+  constexpr std::string_view kShape = "hhhh:hh:hh.f";
+  if (name.size() != kShape.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    switch (kShape[i]) {
+      case 'h':
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+        break;
+      case 'f':
+        if (c < '0' || c > '7') return false;
+        break;
+      default:
+        if (c != kShape[i]) return false;
+    }
+  }
+  return true;
+}
+
+std::optional<std::string> OptionalAttribute(SysfsIo& io, const fs::path& path) {
+  if (!io.Exists(path)) return std::nullopt;
+  auto value = ReadAttribute(io, path);
+  if (!value.ok()) return std::nullopt;
+  return *value;
+}
+
+}  // namespace
+
+namespace internal {
+
+std::optional<uint32_t> ParseUnsigned(std::string_view text) {
+  uint32_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+// Identity of a PCI device (or virtual parent) shared by both flavours.
+void FillDeviceIdentity(SysfsIo& io, const fs::path& dir, Parent& parent) {
+  auto subsystem = LinkName(io, dir / "subsystem");
+  parent.is_pci = subsystem.ok() ? *subsystem == "pci" : LooksLikePciAddress(parent.name);
+  parent.physical_gpu = parent.name;
+  if (io.Exists(dir / "physfn")) {
+    auto pf = LinkName(io, dir / "physfn");
+    if (pf.ok()) {
+      parent.is_virtual_function = true;
+      parent.physical_gpu = *pf;
+    }
+  }
+  parent.vendor_id = OptionalAttribute(io, dir / "vendor");
+  parent.device_id = OptionalAttribute(io, dir / "device");
+  if (io.Exists(dir / "driver")) {
+    auto driver = LinkName(io, dir / "driver");
+    if (driver.ok()) parent.driver = *driver;
+  }
+}
+
+std::optional<uint32_t> IommuGroup(SysfsIo& io, const fs::path& device_dir) {
+  auto group = LinkName(io, device_dir / "iommu_group");
+  if (!group.ok()) return std::nullopt;
+  return ParseUnsigned(*group);
+}
+
+Result<VgpuType> ReadMdevType(SysfsIo& io, const fs::path& type_dir) {
+  VgpuType type;
+  type.id = type_dir.filename().string();
+  type.name = OptionalAttribute(io, type_dir / "name");
+  type.description = OptionalAttribute(io, type_dir / "description");
+  auto api = ReadAttribute(io, type_dir / "device_api");
+  if (!api.ok()) return api.status();
+  type.device_api = *api;
+  auto available = ReadAttribute(io, type_dir / "available_instances");
+  if (!available.ok()) return available.status();
+  auto count = ParseUnsigned(*available);
+  if (!count) {
+    return Status::Error(ErrorCode::kInvalid, (type_dir / "available_instances").string() +
+                                                  " holds '" + *available + "', not a count");
+  }
+  type.available_instances = *count;
+  FillNvidiaDetails(type);
+  return type;
+}
+
+Result<Vgpu> ReadMdevDevice(SysfsIo& io, const fs::path& devices_dir, const std::string& uuid,
+                            const std::vector<Parent>& parents) {
+  fs::path link = devices_dir / uuid;
+  auto real = io.Canonical(link);
+  if (!real.ok()) return real.status();
+  Vgpu vgpu;
+  vgpu.id = uuid;
+  vgpu.flavour = Flavour::kMdev;
+  vgpu.parent = real->parent_path().filename().string();
+  auto type = LinkName(io, link / "mdev_type");
+  if (!type.ok()) return type.status();
+  vgpu.type_id = *type;
+  vgpu.physical_gpu = vgpu.parent;
+  for (const auto& parent : parents) {
+    if (parent.name != vgpu.parent) continue;
+    vgpu.physical_gpu = parent.physical_gpu;
+    for (const auto& t : parent.types) {
+      if (t.id == vgpu.type_id) vgpu.type_name = t.name;
+    }
+  }
+  if (!vgpu.type_name) {
+    vgpu.type_name = OptionalAttribute(io, link / "mdev_type" / "name");
+  }
+  vgpu.iommu_group = IommuGroup(io, link);
+  vgpu.vfio_device = kit::VfioDevicePath(vgpu.iommu_group);
+  return vgpu;
+}
+
+}  // namespace internal
+
+SysfsBackend::SysfsBackend(fs::path root, SysfsIo& io, SysfsBackendOptions options)
+    : root_(std::move(root)), io_(io), options_(options) {}
+
+fs::path SysfsBackend::MdevBusDir() const {
+  return root_ / "sys/class/mdev_bus";
+}
+fs::path SysfsBackend::MdevDevicesDir() const {
+  return root_ / "sys/bus/mdev/devices";
+}
+fs::path SysfsBackend::PciDevicesDir() const {
+  return root_ / "sys/bus/pci/devices";
+}
+
+Result<Inventory> SysfsBackend::Scan() {
+  if (!io_.IsDirectory(root_ / "sys")) {
+    return Status::Error(ErrorCode::kGone,
+                         "no sysfs at " + (root_ / "sys").string() + ": check --sysfs-root");
+  }
+  Inventory inventory;
+  for (auto step : {&SysfsBackend::ScanMdevParents, &SysfsBackend::ScanVendorVfio,
+                    &SysfsBackend::ScanMdevDevices}) {
+    Status status = (this->*step)(inventory);
+    if (!status.ok()) return status;
+  }
+  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
+  std::sort(inventory.parents.begin(), inventory.parents.end(), by_name);
+  std::sort(inventory.vgpus.begin(), inventory.vgpus.end(),
+            [](const Vgpu& a, const Vgpu& b) { return a.id < b.id; });
+  return inventory;
+}
+
+Status SysfsBackend::ScanMdevParents(Inventory& inventory) {
+  fs::path bus = MdevBusDir();
+  if (!io_.Exists(bus)) return Status::Ok();  // no mdev driver loaded: nothing to offer
+  auto names = io_.ListDir(bus);
+  if (!names.ok()) return names.status();
+  for (const auto& name : *names) {
+    fs::path dir = bus / name;
+    Parent parent;
+    parent.name = name;
+    parent.flavour = Flavour::kMdev;
+    internal::FillDeviceIdentity(io_, dir, parent);
+    auto type_ids = io_.ListDir(dir / "mdev_supported_types");
+    if (!type_ids.ok()) {
+      inventory.warnings.push_back("parent " + name + " skipped: " + type_ids.status().message());
+      continue;
+    }
+    for (const auto& type_id : *type_ids) {
+      auto type = internal::ReadMdevType(io_, dir / "mdev_supported_types" / type_id);
+      if (!type.ok()) {
+        inventory.warnings.push_back("type " + type_id + " of " + name +
+                                     " skipped: " + type.status().message());
+        continue;
+      }
+      parent.types.push_back(std::move(*type));
+    }
+    inventory.parents.push_back(std::move(parent));
+  }
+  return Status::Ok();
+}
+
+Status SysfsBackend::ScanMdevDevices(Inventory& inventory) {
+  fs::path devices = MdevDevicesDir();
+  if (!io_.Exists(devices)) return Status::Ok();
+  auto names = io_.ListDir(devices);
+  if (!names.ok()) return names.status();
+  for (const auto& name : *names) {
+    if (!IsValidUuid(name)) {
+      inventory.warnings.push_back("mdev entry '" + name + "' is not a UUID; ignored");
+      continue;
+    }
+    auto vgpu = internal::ReadMdevDevice(io_, devices, name, inventory.parents);
+    if (!vgpu.ok()) {
+      // The device may have been removed between listing and reading: not worth a failure.
+      inventory.warnings.push_back("mdev " + name + " skipped: " + vgpu.status().message());
+      continue;
+    }
+    inventory.vgpus.push_back(std::move(*vgpu));
+  }
+  return Status::Ok();
+}
+
+Status SysfsBackend::ScanVendorVfio(Inventory& inventory) {
+  fs::path pci = PciDevicesDir();
+  if (!io_.Exists(pci)) return Status::Ok();
+  auto names = io_.ListDir(pci);
+  if (!names.ok()) return names.status();
+  for (const auto& name : *names) {
+    fs::path nvidia = pci / name / "nvidia";
+    if (!io_.Exists(nvidia / "creatable_vgpu_types")) continue;
+    Parent parent;
+    parent.name = name;
+    parent.flavour = Flavour::kVendorVfio;
+    internal::FillDeviceIdentity(io_, pci / name, parent);
+
+    auto creatable_text = io_.ReadFile(nvidia / "creatable_vgpu_types");
+    if (!creatable_text.ok()) {
+      inventory.warnings.push_back("VF " + name + " skipped: " + creatable_text.status().message());
+      continue;
+    }
+    auto creatable = ParseCreatableVgpuTypes(*creatable_text);
+    if (!creatable.ok()) {
+      inventory.warnings.push_back("VF " + name + " skipped: " + creatable.status().message());
+      continue;
+    }
+    std::map<std::string, std::string> learned;
+    for (const auto& [id, type_name] : *creatable) {
+      learned[id] = type_name;
+      VgpuType type;
+      type.id = id;
+      type.name = type_name;
+      type.available_instances = 1;  // one vGPU per VF
+      type.profile = ParseNvidiaProfile(type_name);
+      parent.types.push_back(std::move(type));
+    }
+    RememberTypeNames(learned);
+
+    auto current = ReadAttribute(io_, nvidia / "current_vgpu_type");
+    if (!current.ok()) {
+      inventory.warnings.push_back("VF " + name + ": " + current.status().message());
+    } else if (auto type_id = internal::ParseUnsigned(*current); !type_id) {
+      inventory.warnings.push_back("VF " + name + ": current_vgpu_type holds '" + *current +
+                                   "', not a type id");
+    } else if (*type_id != 0) {
+      Vgpu vgpu;
+      vgpu.id = name;
+      vgpu.flavour = Flavour::kVendorVfio;
+      vgpu.parent = name;
+      vgpu.physical_gpu = parent.physical_gpu;
+      vgpu.type_id = std::to_string(*type_id);
+      vgpu.iommu_group = internal::IommuGroup(io_, pci / name);
+      vgpu.vfio_device = kit::VfioDevicePath(vgpu.iommu_group);
+      inventory.vgpus.push_back(std::move(vgpu));
+    }
+    inventory.parents.push_back(std::move(parent));
+  }
+  // Names come from any VF's creatable list, so they are looked up once every VF was read.
+  for (auto& vgpu : inventory.vgpus) {
+    if (vgpu.flavour == Flavour::kVendorVfio) vgpu.type_name = TypeName(vgpu.type_id);
+  }
+  return Status::Ok();
+}
+
+std::map<std::string, std::string> SysfsBackend::KnownTypeNames() const {
+  std::lock_guard lock(names_mutex_);
+  return vendor_type_names_;
+}
+
+void SysfsBackend::RememberTypeNames(const std::map<std::string, std::string>& names) {
+  std::lock_guard lock(names_mutex_);
+  for (const auto& [id, name] : names) vendor_type_names_[id] = name;
+}
+
+std::optional<std::string> SysfsBackend::TypeName(const std::string& type_id) const {
+  std::lock_guard lock(names_mutex_);
+  auto it = vendor_type_names_.find(type_id);
+  if (it == vendor_type_names_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace kvgpu::mdev

@@ -1,0 +1,95 @@
+// The state the plugin publishes for the scheduler extender, from hand-built kernel views: per GPU
+// its lock and, per resource, our vGPUs and the devices kubelet can still admit pods to; which
+// pods hold vGPUs and how many are not yet attributed.
+#include "deviceplugin/model/scheduler_state.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/deviceplugin/model/inventory_builders.h"
+
+namespace kvgpu::deviceplugin {
+namespace {
+
+using namespace kvgpu::deviceplugin::testing;  // NOLINT(google-build-using-namespace)
+
+const std::string k222 = "tencent.com/vgpu-222";
+const std::string k223 = "tencent.com/vgpu-223";
+const std::string kGpuA = "0000:3b:00.0";
+const std::string kGpuB = "0000:af:00.0";
+
+mdev::Parent T4(const std::string& name, uint32_t free_222, uint32_t free_223) {
+  mdev::Parent gpu = GpuParent(name);
+  gpu.vendor_id = "0x10de";
+  gpu.types.push_back(TypeWithFree("nvidia-222", free_222));
+  gpu.types.push_back(TypeWithFree("nvidia-223", free_223));
+  return gpu;
+}
+
+const scheduling::GpuSlots& Gpu(const scheduling::NodeVgpuState& state, const std::string& id) {
+  for (const scheduling::GpuSlots& gpu : state.gpus) {
+    if (gpu.id == id) return gpu;
+  }
+  throw std::runtime_error("no GPU " + id);
+}
+
+TEST(SchedulerStateTest, EachGpuShowsItsLockAndTheCountsKubeletAdmitsPodsBy) {
+  mdev::Inventory inv;
+  // A carries two 222 vGPUs of ours: the kernel shows 14 more 222s and no 223. B is free.
+  inv.parents = {T4(kGpuA, 14, 0), T4(kGpuB, 16, 8)};
+  inv.vgpus = {VgpuOn("u0", kGpuA, "nvidia-222"), VgpuOn("u1", kGpuA, "nvidia-222")};
+  CreatedVgpu held = Record222(kGpuA + "-nvidia-222-0", "u0", kGpuA);
+  held.owner_pod = "ml/train-0";
+  CreatedVgpu fresh = Record222(kGpuA + "-nvidia-222-1", "u1", kGpuA);
+  fresh.slot = 1;
+  DeviceCatalogue catalogue;
+  catalogue.Rebuild(inv, {held, fresh}, ModelOptions{});
+
+  scheduling::NodeVgpuState state = BuildSchedulerState(inv, {held, fresh}, catalogue, false);
+  EXPECT_EQ(state.policy, scheduling::Policy::kPack);
+  ASSERT_EQ(state.gpus.size(), 2u);
+  const scheduling::GpuSlots& a = Gpu(state, kGpuA);
+  EXPECT_TRUE(a.one_type);
+  EXPECT_EQ(a.locked_type, "nvidia-222");
+  EXPECT_EQ(a.resources.at(k222), (scheduling::ResourceSlots{"nvidia-222", 2, 14}));
+  EXPECT_FALSE(a.resources.contains(k223)) << "the kernel lists no 223 there: nothing to offer";
+  const scheduling::GpuSlots& b = Gpu(state, kGpuB);
+  EXPECT_EQ(b.locked_type, "");
+  EXPECT_EQ(b.resources.at(k222), (scheduling::ResourceSlots{"nvidia-222", 0, 16}));
+  EXPECT_EQ(b.resources.at(k223), (scheduling::ResourceSlots{"nvidia-223", 0, 8}));
+  EXPECT_EQ(state.holders, std::set<std::string>{"ml/train-0"});
+  EXPECT_EQ(state.unattributed, (std::map<std::string, uint32_t>{{k222, 1}}))
+      << "the vGPU whose pod the plugin has not learned yet";
+}
+
+TEST(SchedulerStateTest, SomeoneElsesVgpuLocksTheGpuAndARemovedOneCountsNowhere) {
+  mdev::Inventory inv;
+  inv.parents = {T4(kGpuA, 0, 7)};
+  inv.vgpus = {VgpuOn("foreign", kGpuA, "nvidia-223")};
+  CreatedVgpu gone = Record222(kGpuA + "-nvidia-222-0", "u-gone", kGpuA);
+  DeviceCatalogue catalogue;
+  catalogue.Rebuild(inv, {gone}, ModelOptions{});
+  scheduling::NodeVgpuState state = BuildSchedulerState(inv, {gone}, catalogue, true);
+  EXPECT_EQ(state.policy, scheduling::Policy::kSpread);
+  const scheduling::GpuSlots& a = Gpu(state, kGpuA);
+  EXPECT_EQ(a.locked_type, "nvidia-223");
+  EXPECT_EQ(a.resources.at(k223), (scheduling::ResourceSlots{"nvidia-223", 0, 7}))
+      << "a foreign vGPU is not ours to count as used, but it locks the GPU";
+  EXPECT_TRUE(state.unattributed.empty());
+  EXPECT_TRUE(state.holders.empty());
+}
+
+TEST(SchedulerStateTest, GpusWithoutNvidiasOneTypeRuleSaySo) {
+  mdev::Inventory inv;
+  mdev::Parent mtty = GpuParent("mtty");
+  mtty.is_pci = false;
+  mtty.types.push_back(TypeWithFree("mtty-1", 2));
+  inv.parents = {mtty};
+  DeviceCatalogue catalogue;
+  catalogue.Rebuild(inv, {}, ModelOptions{});
+  scheduling::NodeVgpuState state = BuildSchedulerState(inv, {}, catalogue, false);
+  ASSERT_EQ(state.gpus.size(), 1u);
+  EXPECT_FALSE(state.gpus[0].one_type);
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin
