@@ -1,29 +1,20 @@
 // kvgpu-scheduler-extender: kube-scheduler's extender for vGPU pods (docs/scheduler-extender.md).
-#include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <thread>
 
 #include "common/duration.h"
 #include "extender/service.h"
+#include "https/daemon_shell.h"
 
 int main(int argc, char** argv) {
+  kvgpu::https::SignalScope signals;
   kvgpu::extender::ServiceOptions options;
   std::string policy = "pack";
   std::string max_age = "10m";
   CLI::App app{"kvgpu-scheduler-extender: places vGPU pods where their GPUs can take them"};
-  app.add_option("--listen", options.listen, "HTTPS address HOST:PORT")->capture_default_str();
-  app.add_option("--tls-cert-file", options.tls_cert_file,
-                 "PEM certificate (chain), reloaded on change")
-      ->required();
-  app.add_option("--tls-key-file", options.tls_key_file, "PEM private key, reloaded on change")
-      ->required();
-  app.add_option("--client-ca-file", options.client_ca_file,
-                 "PEM CA bundle; when set, kube-scheduler must present a certificate it signed");
-  app.add_option("--metrics-addr", options.metrics_addr,
-                 "plain-HTTP Prometheus address HOST:PORT (empty: no metrics)");
+  kvgpu::https::AddShellFlags(app, options, "kube-scheduler");
   app.add_option("--kubeconfig", options.kubeconfig,
                  "kubeconfig for the API server (default: in-cluster)");
   app.add_option("--resource-prefix", options.extender.resource_prefix,
@@ -48,26 +39,10 @@ int main(int argc, char** argv) {
   }
   options.extender.fit.max_state_age = *age;
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
   auto service = kvgpu::extender::Service::Create(options);
   if (!service.ok()) {
     spdlog::error("{}", service.status().message());
     return 1;
   }
-  std::thread waiter([&] {
-    int signal_number = 0;
-    sigwait(&signals, &signal_number);
-    spdlog::info("signal {}: stopping", signal_number);
-    (*service)->Stop();
-  });
-  (*service)->Run();
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
-  return 0;
+  return signals.Serve([&] { (*service)->Run(); }, [&] { (*service)->Stop(); });
 }

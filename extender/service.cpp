@@ -1,21 +1,15 @@
 #include "extender/service.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <set>
-#include <thread>
 
-#include "https/client_auth.h"
 #include "https/http_server.h"
-#include "https/tls_files.h"
 #include "kube/config.h"
 #include "kube/list_watch.h"
 
@@ -71,21 +65,13 @@ struct ServiceMetrics {
 struct Service::Impl {
   ServiceOptions options;
   ServiceMetrics metrics;
-  std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<kube::ApiClient> own_api;
   kube::ApiTransport* api = nullptr;
   std::unique_ptr<ClusterView> view;
   std::unique_ptr<Extender> extender;
   std::unique_ptr<kube::ListWatcher> nodes;
   std::unique_ptr<kube::ListWatcher> pods;
-  std::unique_ptr<https::TlsFiles> tls;
-  std::unique_ptr<https::HttpsServer> http;
-  int port = 0;
-
-  std::thread reloader;
-  std::mutex mutex;
-  std::condition_variable wake;
-  bool stopping = false;
+  std::unique_ptr<https::DaemonShell> shell;
 
   void Watch() {
     nodes = std::make_unique<kube::ListWatcher>(
@@ -114,25 +100,6 @@ struct Service::Impl {
          },
          [this](bool following, const std::string&) { view->SetFollowing("pods", following); }});
   }
-
-  void ReloadLoop() {
-    std::unique_lock lock(mutex);
-    while (!wake.wait_for(lock, options.reload_interval, [this] { return stopping; })) {
-      lock.unlock();
-      std::string error;
-      switch (tls->CheckFiles(&error)) {
-        case https::TlsFiles::Change::kNone:
-          break;
-        case https::TlsFiles::Change::kReloaded:
-          spdlog::info("reloaded TLS certificate: {}", tls->store().Current()->Describe());
-          break;
-        case https::TlsFiles::Change::kFailed:
-          spdlog::error("keeping the previous TLS certificate: {}", error);
-          break;
-      }
-      lock.lock();
-    }
-  }
 };
 
 Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -144,18 +111,6 @@ Service::~Service() {
 Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  auto listen = https::ParseHostPort(options.listen);
-  if (!listen.ok())
-    return Status::Error(ErrorCode::kInvalid, "--listen: " + listen.status().message());
-  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-    return Status::Error(ErrorCode::kInvalid,
-                         "--tls-cert-file and --tls-key-file are required (kube-scheduler calls "
-                         "the extender with enableHTTPS)");
-  }
-  auto tls =
-      https::TlsFiles::Load(options.tls_cert_file, options.tls_key_file, options.client_ca_file);
-  if (!tls.ok()) return tls.status();
-  impl->tls = std::move(*tls);
   impl->api = options.api;
   if (impl->api == nullptr) {
     auto api = ConnectApi(options.kubeconfig);
@@ -166,54 +121,38 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
   impl->view = std::make_unique<ClusterView>(options.extender.resource_prefix);
   impl->extender =
       std::make_unique<Extender>(*impl->view, options.extender, options.bind ? impl->api : nullptr);
-  std::string tls_error;
-  SSL_CTX* ctx = impl->tls->NewServerContext(&tls_error);
-  if (ctx == nullptr) return Status::Error(ErrorCode::kInvalid, tls_error);
-  https::HttpsServerOptions http_options;
-  http_options.worker_threads = options.worker_threads;
+  https::HttpsServerOptions limits;
   // ExtenderArgs with whole Node objects: ~5 KiB a node, so 5,000 nodes fit in 32 MiB.
-  http_options.max_body_bytes = 32 * 1024 * 1024;
-  http_options.max_buffered_body_bytes = 128 * 1024 * 1024;
+  limits.max_body_bytes = 32 * 1024 * 1024;
+  limits.max_buffered_body_bytes = 128 * 1024 * 1024;
   Extender* extender = impl->extender.get();
   ServiceMetrics* metrics = &impl->metrics;
-  impl->http = std::make_unique<https::HttpsServer>(
-      ctx,
-      [extender, metrics,
-       client_ca_set = !options.client_ca_file.empty()](const https::HttpRequest& request) {
-        const auto start = std::chrono::steady_clock::now();
-        // filter, prioritize and bind answer only kube-scheduler when a client CA is set.
-        std::optional<https::HttpResponse> refused =
-            https::RefuseWithoutClientCertificate(request, client_ca_set);
-        https::HttpResponse response = refused ? std::move(*refused) : extender->Handle(request);
-        metrics->Observe(request.path, response.status, std::chrono::steady_clock::now() - start);
-        return response;
-      },
-      http_options);
-  auto port = impl->http->Listen(listen->host, listen->port);
-  if (!port.ok()) {
-    return Status::Error(ErrorCode::kInvalid,
-                         "cannot listen on " + options.listen + ": " + port.status().message());
-  }
-  impl->port = *port;
-  if (!options.metrics_addr.empty()) {
-    try {
-      impl->exposer = std::make_unique<prometheus::Exposer>(options.metrics_addr, 1);
-    } catch (const std::exception& e) {
-      return Status::Error(ErrorCode::kInvalid,
-                           "cannot serve metrics on " + options.metrics_addr + ": " + e.what());
-    }
-    impl->exposer->RegisterCollectable(impl->metrics.registry);
-  }
+  https::ShellHooks hooks;
+  hooks.route = [extender](const https::HttpRequest& request) { return extender->Handle(request); };
+  hooks.observe = [metrics](const https::HttpRequest& request, const https::HttpResponse& response,
+                            std::chrono::nanoseconds took) {
+    metrics->Observe(request.path, response.status, took);
+  };
+  hooks.metrics_text = [metrics] {
+    return prometheus::TextSerializer().Serialize(metrics->registry->Collect());
+  };
+  auto shell = https::DaemonShell::Start(options, limits, std::move(hooks),
+                                         "kube-scheduler calls the extender with enableHTTPS");
+  if (!shell.ok()) return shell.status();
+  impl->shell = std::move(*shell);
   impl->Watch();
-  Impl* raw = impl.get();
-  impl->reloader = std::thread([raw] { raw->ReloadLoop(); });
-  spdlog::info("scheduler extender on port {} (filter, prioritize{}), policy {}", impl->port,
-               options.bind ? ", bind" : "", scheduling::PolicyName(options.extender.fit.policy));
+  spdlog::info("scheduler extender on port {} (filter, prioritize{}), policy {}",
+               impl->shell->port(), options.bind ? ", bind" : "",
+               scheduling::PolicyName(options.extender.fit.policy));
   return std::unique_ptr<Service>(new Service(std::move(impl)));
 }
 
 int Service::port() const {
-  return impl_->port;
+  return impl_->shell->port();
+}
+
+int Service::metrics_port() const {
+  return impl_->shell->metrics_port();
 }
 
 std::string Service::Metrics() const {
@@ -225,18 +164,11 @@ ClusterView& Service::view() {
 }
 
 void Service::Run() {
-  impl_->http->Run();
+  impl_->shell->Run();
 }
 
 void Service::Stop() {
-  {
-    std::lock_guard lock(impl_->mutex);
-    if (impl_->stopping) return;
-    impl_->stopping = true;
-  }
-  impl_->wake.notify_all();
-  if (impl_->reloader.joinable()) impl_->reloader.join();
-  if (impl_->http) impl_->http->Stop();
+  impl_->shell->Stop();
   if (impl_->nodes) impl_->nodes->Stop();
   if (impl_->pods) impl_->pods->Stop();
 }

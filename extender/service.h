@@ -9,21 +9,18 @@
 
 #include "common/status.h"
 #include "extender/extender.h"
+#include "https/daemon_shell.h"
 
 namespace kvgpu::extender {
 
-struct ServiceOptions {
-  std::string listen = ":8888";
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  std::string client_ca_file;  // empty: no client certificate asked for
-  std::string metrics_addr;    // plain-HTTP Prometheus HOST:PORT; empty: none
+// The shell's options (https/daemon_shell.h: listen, TLS files, client CA, metrics, workers,
+// reload interval) and the extender's own.
+struct ServiceOptions : https::ShellOptions {
+  ServiceOptions() { listen = ":8888"; }
   // The API server: a kubeconfig file, or in-cluster when empty.
   std::string kubeconfig;
   bool bind = false;  // serve the bind verb (binds through the API server)
   ExtenderOptions extender;
-  size_t worker_threads = 2;
-  std::chrono::milliseconds reload_interval{1000};
   // The API server for the watches and bind; nullptr: from `kubeconfig`/in-cluster (tests pass
   // their own).
   kube::ApiTransport* api = nullptr;
@@ -37,6 +34,7 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   int port() const;
+  int metrics_port() const;  // 0 without --metrics-addr
   // Text exposition of the metrics (tests).
   std::string Metrics() const;
   // Serves until Stop().

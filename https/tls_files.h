@@ -30,6 +30,7 @@ class TlsFiles {
                                                 std::string client_ca_file);
 
   TlsCredentialStore& store() { return store_; }
+  const TlsCredentialStore& store() const { return store_; }
   // Looks at the files; kFailed (with `error`) only when a change seen now does not load.
   Change CheckFiles(std::string* error = nullptr);
 

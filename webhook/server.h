@@ -9,20 +9,16 @@
 #include <string>
 
 #include "common/status.h"
+#include "https/daemon_shell.h"
 #include "webhook/config.h"
 
 namespace kvgpu::webhook {
 
-struct ServerOptions {
-  std::string listen = ":8443";
-  std::string tls_cert_file;
-  std::string tls_key_file;
-  std::string client_ca_file;  // empty: no client certificate asked for
-  std::string config_file;     // empty: built-in defaults
-  std::string metrics_addr;    // empty: metrics only on the TLS port
-  std::chrono::milliseconds reload_interval{1000};
-  // Event-loop threads; each serves many connections. One per core is the sweet spot.
-  size_t worker_threads = 2;
+// The shell's options (https/daemon_shell.h: listen, TLS files, client CA, metrics, workers,
+// reload interval) and the webhook's own.
+struct ServerOptions : https::ShellOptions {
+  ServerOptions() { listen = ":8443"; }
+  std::string config_file;  // empty: built-in defaults
   std::chrono::seconds idle_timeout{10};
   // A handshake or request not complete this long after it began is cut off (slow clients).
   std::chrono::seconds request_timeout{10};

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "fakes/common/eventually.h"
+#include "fakes/common/http_request.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/common/test_pki.h"
 #include "tests/extender/node_states.h"
@@ -171,6 +172,42 @@ TEST_F(ServiceTest, ServesTheVerbsOverHttpsOnceItFollowsTheApiServer) {
       metrics.find("kvgpu_scheduler_extender_requests_total{code=\"200\",path=\"/filter\"} 1"),
       std::string::npos)
       << metrics;
+  (*service)->Stop();
+  runner.join();
+}
+
+// --metrics-addr is the daemon shell's listener (https/metrics_listener.h): a scrape is answered
+// while other connections sit open and silent. prometheus-cpp's exposer, which the extender used
+// before, gave each connection one of two threads, so two idle ones starved every scrape.
+TEST_F(ServiceTest, MetricsAddrAnswersAScrapeWhileIdleConnectionsAreHeldOpen) {
+  ServiceOptions options = Options();
+  options.metrics_addr = "127.0.0.1:0";
+  auto service = Service::Create(options);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::thread runner([&] { (*service)->Run(); });
+  ASSERT_GT((*service)->metrics_port(), 0);
+  std::unique_ptr<httplib::SSLClient> client = Client((*service)->port());
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] {
+    auto healthy = client->Get("/healthz");
+    return healthy && healthy->status == 200;
+  }));
+
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>((*service)->metrics_port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+    idle.push_back(fd);
+  }
+  const std::string scrape =
+      kvgpu::testing::HttpRequest((*service)->metrics_port(), "GET", "/metrics");
+  EXPECT_NE(scrape.find("kvgpu_scheduler_extender_requests_total{code=\"200\",path=\"/healthz\"}"),
+            std::string::npos)
+      << scrape;
+  for (int fd : idle) ::close(fd);
   (*service)->Stop();
   runner.join();
 }

@@ -1,4 +1,4 @@
-#include "webhook/metrics_listener.h"
+#include "https/metrics_listener.h"
 
 #include <spdlog/spdlog.h>
 
@@ -10,7 +10,7 @@
 #include <list>
 #include <thread>
 
-namespace kvgpu::webhook {
+namespace kvgpu::https {
 namespace {
 
 namespace asio = boost::asio;
@@ -145,4 +145,4 @@ int MetricsListener::port() const {
   return impl_->acceptor.local_endpoint().port();
 }
 
-}  // namespace kvgpu::webhook
+}  // namespace kvgpu::https

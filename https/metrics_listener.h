@@ -1,6 +1,6 @@
 // The plain-HTTP listener for Prometheus on --metrics-addr. prometheus-cpp's Exposer (civetweb)
 // gives each connection a thread from a pool of two, so two idle connections made every scrape
-// time out (issue #26). Here connections are asynchronous on one event loop: an idle one costs a
+// time out. Here connections are asynchronous on one event loop: an idle one costs a
 // descriptor and a timer, never the scrape's turn. Each request is answered and the connection
 // closed; at most `max_connections` are open, a new one evicting the oldest.
 #pragma once
@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 
-namespace kvgpu::webhook {
+namespace kvgpu::https {
 
 class MetricsListener {
  public:
@@ -39,4 +39,4 @@ class MetricsListener {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace kvgpu::webhook
+}  // namespace kvgpu::https
