@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
-#include <tuple>
 
 #include "common/config_keys.h"
 
@@ -99,157 +99,237 @@ Result<std::chrono::milliseconds> DurationKey(const YAML::Node& node, const std:
   return d;
 }
 
-Status ApplyLifecycle(const YAML::Node& node, LifecycleConfig& lifecycle) {
-  if (!node.IsMap()) return Invalid("config key lifecycle: expected a map");
-  Status keys = CheckKeys(node, "lifecycle",
-                          {"gracePeriod", "pollInterval", "retryMax", "watchPods", "events"});
-  if (!keys.ok()) return keys;
-  struct DurationField {
-    const char* key;
-    std::chrono::milliseconds* value;
-    std::chrono::milliseconds minimum;
+// How a key's value is read, checked and stored. Each returns the error naming the key.
+using Reader = std::function<Status(const YAML::Node&, const std::string& key, Config&)>;
+
+template <typename Field>
+Reader BoolInto(Field field) {
+  return [field](const YAML::Node& node, const std::string& key, Config& config) {
+    Result<bool> v = Bool(node, key);
+    if (!v.ok()) return v.status();
+    field(config) = *v;
+    return Status::Ok();
   };
-  for (const DurationField& field :
-       {DurationField{"gracePeriod", &lifecycle.grace_period, std::chrono::milliseconds(0)},
-        DurationField{"pollInterval", &lifecycle.poll_interval, std::chrono::milliseconds(100)},
-        DurationField{"retryMax", &lifecycle.retry_max, std::chrono::milliseconds(100)}}) {
-    if (!node[field.key]) continue;
-    auto d = DurationKey(node[field.key], std::string("lifecycle.") + field.key, field.minimum);
+}
+
+template <typename Field>
+Reader DurationInto(Field field, std::chrono::milliseconds minimum) {
+  return [field, minimum](const YAML::Node& node, const std::string& key, Config& config) {
+    auto d = DurationKey(node, key, minimum);
     if (!d.ok()) return d.status();
-    *field.value = *d;
-  }
-  for (auto [key, value] :
-       {std::pair{"watchPods", &lifecycle.watch_pods}, std::pair{"events", &lifecycle.events}}) {
-    if (!node[key]) continue;
-    Result<bool> v = Bool(node[key], std::string("lifecycle.") + key);
+    field(config) = *d;
+    return Status::Ok();
+  };
+}
+
+// A string the check accepts (it returns the reason it does not), stored by `store`.
+template <typename Store>
+Reader StringInto(Store store, std::function<Status(const std::string&)> check) {
+  return [store, check](const YAML::Node& node, const std::string& key, Config& config) {
+    Result<std::string> v = Scalar(node, key);
     if (!v.ok()) return v.status();
-    *value = *v;
+    if (Status valid = check(*v); !valid.ok()) {
+      return Invalid("config key " + key + ": " + valid.message());
+    }
+    return store(config, *v);
+  };
+}
+
+Status ReadPinning(const YAML::Node& node, const std::string& key, Config& config) {
+  if (!node.IsSequence()) return Invalid("config key " + key + ": expected a list");
+  for (size_t i = 0; i < node.size(); ++i) {
+    Result<PinRule> rule = ParsePin(node[i], i);
+    if (!rule.ok()) return rule.status();
+    config.pinning.push_back(*rule);
   }
   return Status::Ok();
 }
 
-Status ApplySchedulerState(const YAML::Node& node, SchedulerStateConfig& state) {
-  if (!node.IsMap()) return Invalid("config key schedulerState: expected a map");
-  Status keys = CheckKeys(node, "schedulerState", {"publish", "minInterval", "heartbeat"});
+Status AbsolutePath(const std::string& value) {
+  if (value.empty() || value[0] != '/') return Invalid("must be absolute");
+  return Status::Ok();
+}
+
+Status LibvirtUri(const std::string& value) {
+  if (value.find(":/") != std::string::npos) return Status::Ok();
+  return Invalid("\"" + value + "\" is not a libvirt URI (like qemu:///system)");
+}
+
+Status LogLevel(const std::string& value) {
+  static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warn",
+                                                "error", "critical", "off"};
+  if (kLevels.contains(value)) return Status::Ok();
+  return Invalid("\"" + value + "\" is not one of trace, debug, info, warn, error, critical, off");
+}
+
+// Every key of the config file, once: where it is (dotted path; a row without a reader is a
+// map of the rows below it), how it is read and checked, and what --help shows for it (the
+// example value, then the help lines; docs/configuration.md is checked against that text).
+struct KeyRow {
+  std::string path;
+  std::string example;
+  std::vector<std::string> help;
+  Reader read;  // empty: a section
+};
+
+const std::vector<KeyRow>& KeyTable() {
+  using std::chrono::milliseconds;
+  static const std::vector<KeyRow> kRows = {
+      {"backend",
+       "sysfs",
+       {"where vGPUs are made: sysfs (the kernel's files, directly) or",
+        "libvirt (its node-device API, for hosts where libvirt owns mdevs)"},
+       StringInto([](Config& c, const std::string& v) { return c.backend.name = v, Status::Ok(); },
+                  mdev::ValidateBackendName)},
+      {"libvirtURI",
+       "qemu:///system",
+       {"the libvirt connection for backend: libvirt"},
+       StringInto(
+           [](Config& c, const std::string& v) { return c.backend.libvirt_uri = v, Status::Ok(); },
+           LibvirtUri)},
+      {"resourceDomain",
+       "tencent.com",
+       {"domain of the resource names (a DNS subdomain, not kubernetes.io)"},
+       StringInto([](Config& c, const std::string& v) { return c.naming.domain = v, Status::Ok(); },
+                  [](const std::string& v) { return ValidateDomain(v); })},
+      {"namingStyle",
+       "type",
+       {"type:    <domain>/vgpu-<N> for nvidia-<N> and vendor-VFIO id <N>,",
+        "         <domain>/vgpu-<type-id> for other drivers (vgpu-mtty-2)",
+        "profile: <domain>/vgpu-<profile> for NVIDIA types (vgpu-t4-1q),",
+        "         the type style for others"},
+       StringInto(
+           [](Config& c, const std::string& v) {
+             c.naming.style = *ParseNamingStyle(v);
+             return Status::Ok();
+           },
+           [](const std::string& v) { return ParseNamingStyle(v).status(); })},
+      {"allowedTypes",
+       "[nvidia-222]",
+       {"offer only these type ids (default: all the node shows)"},
+       [](const YAML::Node& node, const std::string& key, Config& config) {
+         Result<std::vector<std::string>> v = StringList(node, key);
+         if (!v.ok()) return v.status();
+         config.allowed_types = *v;
+         return Status::Ok();
+       }},
+      {"pinning",
+       "",
+       {"static mode: a matching GPU offers only the given type",
+        "\v    - pciAddress: 0000:3b:00.0  the GPU's PCI address (the PF for SR-IOV GPUs)",
+        "\v      type: nvidia-222",
+        "\v    - model: T4                 GPU name from the type names (T4, A100D) or PCI device "
+        "id "
+        "(0x1eb8)",
+        "\v      type: nvidia-223", "\v    - all: true                 every other GPU",
+        "\v      type: nvidia-224"},
+       ReadPinning},
+      {"spreadAcrossGPUs",
+       "false",
+       {"preferred allocation puts a multi-vGPU request on distinct GPUs"},
+       BoolInto([](Config& c) -> bool& { return c.spread_across_gpus; })},
+      {"cdi", "", {}, {}},
+      {"cdi.enabled",
+       "false",
+       {"also answer CDI device names <resource>=<deviceID> and write", "their specs"},
+       BoolInto([](Config& c) -> bool& { return c.cdi_enabled; })},
+      {"cdi.dir",
+       "/var/run/cdi",
+       {"where CDI specs are written"},
+       StringInto([](Config& c, const std::string& v) { return c.cdi_dir = v, Status::Ok(); },
+                  AbsolutePath)},
+      {"rescanInterval",
+       "5s",
+       {"rescan period of the backend (sysfs or libvirt) (ms, s, m)"},
+       DurationInto([](Config& c) -> milliseconds& { return c.rescan_interval; },
+                    milliseconds(10))},
+      {"udevEvents",
+       "true",
+       {"rescan at once on device events (udev's; libvirt's with", "backend: libvirt)"},
+       BoolInto([](Config& c) -> bool& { return c.udev_events; })},
+      {"logLevel",
+       "info",
+       {"trace, debug, info, warn, error, critical, off"},
+       StringInto([](Config& c, const std::string& v) { return c.log_level = v, Status::Ok(); },
+                  LogLevel)},
+      {"lifecycle", "", {"removing vGPUs whose pod is gone"}, {}},
+      {"lifecycle.gracePeriod",
+       "30s",
+       {"how long a vGPU stays after no live pod holds it (0s allowed)"},
+       DurationInto([](Config& c) -> milliseconds& { return c.lifecycle.grace_period; },
+                    milliseconds(0))},
+      {"lifecycle.pollInterval",
+       "10s",
+       {"how often kubelet's PodResources API is asked (min 100ms)"},
+       DurationInto([](Config& c) -> milliseconds& { return c.lifecycle.poll_interval; },
+                    milliseconds(100))},
+      {"lifecycle.retryMax",
+       "60s",
+       {"longest wait between retries of a removal the kernel refused"},
+       DurationInto([](Config& c) -> milliseconds& { return c.lifecycle.retry_max; },
+                    milliseconds(100))},
+      {"lifecycle.watchPods",
+       "true",
+       {"follow this node's pods at the API server (--kubeconfig or",
+        "in-cluster); false: kubelet's word alone"},
+       BoolInto([](Config& c) -> bool& { return c.lifecycle.watch_pods; })},
+      {"lifecycle.events",
+       "true",
+       {"post Events (VgpuCreated, VgpuRemoved, VgpuRemoveFailed) on pods"},
+       BoolInto([](Config& c) -> bool& { return c.lifecycle.events; })},
+      {"schedulerState", "", {"the node's vGPU state on its Node, for the scheduler extender"}, {}},
+      {"schedulerState.publish",
+       "true",
+       {"needs the API server and --node-name"},
+       BoolInto([](Config& c) -> bool& { return c.scheduler_state.publish; })},
+      {"schedulerState.minInterval",
+       "1s",
+       {"looks for changes this often; at most one write per interval"},
+       DurationInto([](Config& c) -> milliseconds& { return c.scheduler_state.min_interval; },
+                    milliseconds(100))},
+      {"schedulerState.heartbeat",
+       "2m",
+       {"written at least this often, so readers can tell it is live"},
+       DurationInto([](Config& c) -> milliseconds& { return c.scheduler_state.heartbeat; },
+                    milliseconds(1000))},
+  };
+  return kRows;
+}
+
+// The rows one level below `section` ("" for the top), by their last name.
+std::vector<std::pair<std::string, const KeyRow*>> RowsIn(const std::string& section) {
+  std::vector<std::pair<std::string, const KeyRow*>> rows;
+  const std::string prefix = section.empty() ? "" : section + ".";
+  for (const KeyRow& row : KeyTable()) {
+    if (!row.path.starts_with(prefix)) continue;
+    std::string rest = row.path.substr(prefix.size());
+    if (rest.find('.') == std::string::npos) rows.emplace_back(rest, &row);
+  }
+  return rows;
+}
+
+Status ApplySection(const YAML::Node& map, const std::string& section, Config& config) {
+  std::set<std::string> known;
+  for (const auto& [name, row] : RowsIn(section)) known.insert(name);
+  Status keys = CheckKeys(map, section.empty() ? "the config" : section, known);
   if (!keys.ok()) return keys;
-  if (node["publish"]) {
-    Result<bool> v = Bool(node["publish"], "schedulerState.publish");
-    if (!v.ok()) return v.status();
-    state.publish = *v;
+  for (const auto& [name, row] : RowsIn(section)) {
+    const YAML::Node value = map[name];
+    if (!value) continue;
+    if (row->read) {
+      if (Status read = row->read(value, row->path, config); !read.ok()) return read;
+      continue;
+    }
+    if (!value.IsMap()) return Invalid("config key " + row->path + ": expected a map");
+    if (Status inner = ApplySection(value, row->path, config); !inner.ok()) return inner;
   }
-  for (auto [key, value, minimum] :
-       {std::tuple{"minInterval", &state.min_interval, std::chrono::milliseconds(100)},
-        std::tuple{"heartbeat", &state.heartbeat, std::chrono::milliseconds(1000)}}) {
-    if (!node[key]) continue;
-    auto d = DurationKey(node[key], std::string("schedulerState.") + key, minimum);
-    if (!d.ok()) return d.status();
-    *value = *d;
-  }
-  if (state.heartbeat < state.min_interval) {
+  return Status::Ok();
+}
+
+// What no single key can check: the keys against each other.
+Status CheckTogether(const Config& config) {
+  if (config.scheduler_state.heartbeat < config.scheduler_state.min_interval) {
     return Invalid("config key schedulerState.heartbeat: must be at least minInterval");
-  }
-  return Status::Ok();
-}
-
-Status Apply(const YAML::Node& root, Config& config) {
-  Status keys = CheckKeys(root, "the config",
-                          {"backend", "libvirtURI", "resourceDomain", "namingStyle", "allowedTypes",
-                           "pinning", "spreadAcrossGPUs", "cdi", "rescanInterval", "udevEvents",
-                           "logLevel", "lifecycle", "schedulerState"});
-  if (!keys.ok()) return keys;
-  if (root["backend"]) {
-    Result<std::string> v = Scalar(root["backend"], "backend");
-    if (!v.ok()) return v.status();
-    Status valid = mdev::ValidateBackendName(*v);
-    if (!valid.ok()) return Invalid("config key backend: " + valid.message());
-    config.backend.name = *v;
-  }
-  if (root["libvirtURI"]) {
-    Result<std::string> v = Scalar(root["libvirtURI"], "libvirtURI");
-    if (!v.ok()) return v.status();
-    if (v->find(":/") == std::string::npos) {
-      return Invalid("config key libvirtURI: \"" + *v +
-                     "\" is not a libvirt URI (like qemu:///system)");
-    }
-    config.backend.libvirt_uri = *v;
-  }
-  if (root["resourceDomain"]) {
-    Result<std::string> v = Scalar(root["resourceDomain"], "resourceDomain");
-    if (!v.ok()) return v.status();
-    Status valid = ValidateDomain(*v);
-    if (!valid.ok()) return Invalid("config key resourceDomain: " + valid.message());
-    config.naming.domain = *v;
-  }
-  if (root["namingStyle"]) {
-    Result<std::string> v = Scalar(root["namingStyle"], "namingStyle");
-    if (!v.ok()) return v.status();
-    Result<NamingStyle> style = ParseNamingStyle(*v);
-    if (!style.ok()) return Invalid("config key namingStyle: " + style.status().message());
-    config.naming.style = *style;
-  }
-  if (root["allowedTypes"]) {
-    Result<std::vector<std::string>> v = StringList(root["allowedTypes"], "allowedTypes");
-    if (!v.ok()) return v.status();
-    config.allowed_types = *v;
-  }
-  if (root["pinning"]) {
-    if (!root["pinning"].IsSequence()) return Invalid("config key pinning: expected a list");
-    for (size_t i = 0; i < root["pinning"].size(); ++i) {
-      Result<PinRule> rule = ParsePin(root["pinning"][i], i);
-      if (!rule.ok()) return rule.status();
-      config.pinning.push_back(*rule);
-    }
-  }
-  if (root["spreadAcrossGPUs"]) {
-    Result<bool> v = Bool(root["spreadAcrossGPUs"], "spreadAcrossGPUs");
-    if (!v.ok()) return v.status();
-    config.spread_across_gpus = *v;
-  }
-  if (root["cdi"]) {
-    const YAML::Node& cdi = root["cdi"];
-    if (!cdi.IsMap()) return Invalid("config key cdi: expected a map");
-    Status cdi_keys = CheckKeys(cdi, "cdi", {"enabled", "dir"});
-    if (!cdi_keys.ok()) return cdi_keys;
-    if (cdi["enabled"]) {
-      Result<bool> v = Bool(cdi["enabled"], "cdi.enabled");
-      if (!v.ok()) return v.status();
-      config.cdi_enabled = *v;
-    }
-    if (cdi["dir"]) {
-      Result<std::string> v = Scalar(cdi["dir"], "cdi.dir");
-      if (!v.ok()) return v.status();
-      if (v->empty() || (*v)[0] != '/') return Invalid("config key cdi.dir: must be absolute");
-      config.cdi_dir = *v;
-    }
-  }
-  if (root["rescanInterval"]) {
-    auto d = DurationKey(root["rescanInterval"], "rescanInterval", std::chrono::milliseconds(10));
-    if (!d.ok()) return d.status();
-    config.rescan_interval = *d;
-  }
-  if (root["lifecycle"]) {
-    Status lifecycle = ApplyLifecycle(root["lifecycle"], config.lifecycle);
-    if (!lifecycle.ok()) return lifecycle;
-  }
-  if (root["schedulerState"]) {
-    Status state = ApplySchedulerState(root["schedulerState"], config.scheduler_state);
-    if (!state.ok()) return state;
-  }
-  if (root["udevEvents"]) {
-    Result<bool> v = Bool(root["udevEvents"], "udevEvents");
-    if (!v.ok()) return v.status();
-    config.udev_events = *v;
-  }
-  if (root["logLevel"]) {
-    Result<std::string> v = Scalar(root["logLevel"], "logLevel");
-    if (!v.ok()) return v.status();
-    static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warn",
-                                                  "error", "critical", "off"};
-    if (!kLevels.contains(*v)) {
-      return Invalid("config key logLevel: \"" + *v +
-                     "\" is not one of trace, debug, info, warn, error, critical, off");
-    }
-    config.log_level = *v;
   }
   // A pinned type that the allow-list hides could never be offered: say so now.
   if (!config.allowed_types.empty()) {
@@ -261,6 +341,38 @@ Status Apply(const YAML::Node& root, Config& config) {
     }
   }
   return Status::Ok();
+}
+
+Status Apply(const YAML::Node& root, Config& config) {
+  if (Status keys = ApplySection(root, "", config); !keys.ok()) return keys;
+  return CheckTogether(config);
+}
+
+// --help's text for the config file, from the table: "key: example" in a 32-column left
+// column indented by depth, the help lines beside it; a line starting "\v" stands in the left
+// column as it is (the pinning example).
+std::string KeysHelpText() {
+  std::string out = "Config file (--config, YAML; every key optional):\n";
+  for (const KeyRow& row : KeyTable()) {
+    const size_t depth = static_cast<size_t>(std::count(row.path.begin(), row.path.end(), '.'));
+    const std::string name =
+        row.path.substr(row.path.rfind('.') == std::string::npos ? 0 : row.path.rfind('.') + 1);
+    std::string left = std::string(2 + 2 * depth, ' ') + name + ":";
+    if (!row.example.empty()) left += " " + row.example;
+    bool first = true;
+    for (const std::string& line : row.help) {
+      if (line.starts_with('\v')) {
+        out += line.substr(1) + "\n";
+        continue;
+      }
+      std::string lead = first ? left : "";
+      lead.resize(std::max<size_t>(lead.size() + 1, 32), ' ');
+      out += lead + line + "\n";
+      first = false;
+    }
+    if (row.help.empty()) out += left + "\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -297,44 +409,8 @@ Result<Config> LoadConfigFile(const std::filesystem::path& path) {
 }
 
 const char* ConfigKeysHelp() {
-  return R"(Config file (--config, YAML; every key optional):
-  backend: sysfs                where vGPUs are made: sysfs (the kernel's files, directly) or
-                                libvirt (its node-device API, for hosts where libvirt owns mdevs)
-  libvirtURI: qemu:///system    the libvirt connection for backend: libvirt
-  resourceDomain: tencent.com   domain of the resource names (a DNS subdomain, not kubernetes.io)
-  namingStyle: type             type:    <domain>/vgpu-<N> for nvidia-<N> and vendor-VFIO id <N>,
-                                         <domain>/vgpu-<type-id> for other drivers (vgpu-mtty-2)
-                                profile: <domain>/vgpu-<profile> for NVIDIA types (vgpu-t4-1q),
-                                         the type style for others
-  allowedTypes: [nvidia-222]    offer only these type ids (default: all the node shows)
-  pinning:                      static mode: a matching GPU offers only the given type
-    - pciAddress: 0000:3b:00.0  the GPU's PCI address (the PF for SR-IOV GPUs)
-      type: nvidia-222
-    - model: T4                 GPU name from the type names (T4, A100D) or PCI device id (0x1eb8)
-      type: nvidia-223
-    - all: true                 every other GPU
-      type: nvidia-224
-  spreadAcrossGPUs: false       preferred allocation puts a multi-vGPU request on distinct GPUs
-  cdi:
-    enabled: false              also answer CDI device names <resource>=<deviceID> and write
-                                their specs
-    dir: /var/run/cdi           where CDI specs are written
-  rescanInterval: 5s            rescan period of the backend (sysfs or libvirt) (ms, s, m)
-  udevEvents: true              rescan at once on device events (udev's; libvirt's with
-                                backend: libvirt)
-  logLevel: info                trace, debug, info, warn, error, critical, off
-  lifecycle:                    removing vGPUs whose pod is gone
-    gracePeriod: 30s            how long a vGPU stays after no live pod holds it (0s allowed)
-    pollInterval: 10s           how often kubelet's PodResources API is asked (min 100ms)
-    retryMax: 60s               longest wait between retries of a removal the kernel refused
-    watchPods: true             follow this node's pods at the API server (--kubeconfig or
-                                in-cluster); false: kubelet's word alone
-    events: true                post Events (VgpuCreated, VgpuRemoved, VgpuRemoveFailed) on pods
-  schedulerState:               the node's vGPU state on its Node, for the scheduler extender
-    publish: true               needs the API server and --node-name
-    minInterval: 1s             looks for changes this often; at most one write per interval
-    heartbeat: 2m               written at least this often, so readers can tell it is live
-)";
+  static const std::string kText = KeysHelpText();
+  return kText.c_str();
 }
 
 }  // namespace kvgpu::deviceplugin

@@ -115,7 +115,7 @@ Status Daemon::OpenPodSources() {
   if (api_ && lifecycle.watch_pods) {
     if (pods == nullptr) {
       own_pods_ = std::make_unique<kube::ApiPodWatcher>(
-          *api_, kube::PodWatchOptions{.node_name = args.node_name});
+          *api_, kube::PodWatchOptions{.node_name = args.node_name, .watch = {}});
     }
     if (events == nullptr && lifecycle.events) {
       api_events_ =

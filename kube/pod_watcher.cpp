@@ -7,15 +7,10 @@ namespace kvgpu::kube {
 namespace {
 
 ListWatchOptions ForPodsOn(const PodWatchOptions& options) {
-  return ListWatchOptions{
-      .path = "/api/v1/pods?fieldSelector=" + QueryEscape("spec.nodeName=" + options.node_name),
-      .what = "pods on " + options.node_name,
-      .initial_backoff = options.initial_backoff,
-      .max_backoff = options.max_backoff,
-      .jitter = options.jitter,
-      .watch_timeout = options.watch_timeout,
-      .idle_timeout = options.idle_timeout,
-      .seed = options.seed};
+  ListWatchOptions watch = options.watch;
+  watch.path = "/api/v1/pods?fieldSelector=" + QueryEscape("spec.nodeName=" + options.node_name);
+  watch.what = "pods on " + options.node_name;
+  return watch;
 }
 
 }  // namespace

@@ -44,14 +44,8 @@ class PodWatcher {
 
 struct PodWatchOptions {
   std::string node_name;
-  std::chrono::milliseconds initial_backoff{200};
-  std::chrono::milliseconds max_backoff{30000};
-  double jitter = 0.5;  // each wait is the backoff scaled by a random factor in [1-jitter, 1]
-  // Sent as timeoutSeconds: the server ends each watch after this long and we watch again.
-  std::chrono::seconds watch_timeout{300};
-  // A watch that stays silent this long is taken as dead (bookmarks arrive about every minute).
-  std::chrono::milliseconds idle_timeout{std::chrono::seconds(330)};
-  std::uint32_t seed = std::random_device{}();
+  // Backoff and timeouts of the list and watch; its path and name are the node's pods.
+  ListWatchOptions watch;
 };
 
 class ApiPodWatcher : public PodWatcher {

@@ -78,7 +78,10 @@ def config_keys(repo):
         full = os.path.join(repo, path)
         if os.path.exists(full):
             with open(full) as f:
-                keys.update(re.findall(r"\"([a-zA-Z][a-zA-Z0-9]*)\"", f.read()))
+                # "key", or a dotted path of the plugin's key table ("lifecycle.gracePeriod").
+                for quoted in re.findall(r"\"([a-zA-Z][a-zA-Z0-9]*(?:\.[a-zA-Z][a-zA-Z0-9]*)*)\"",
+                                         f.read()):
+                    keys.update(quoted.split("."))
             with open(full) as f:
                 keys.update(re.findall(r"^\s*([a-zA-Z][a-zA-Z0-9]*):", f.read(), re.M))  # default YAML
     return keys

@@ -31,9 +31,9 @@ class PodWatchIntegrationTest : public ::testing::Test {
     client_ = std::move(client.value());
     PodWatchOptions options;
     options.node_name = "node-a";
-    options.initial_backoff = std::chrono::milliseconds(20);
-    options.max_backoff = std::chrono::milliseconds(100);
-    options.seed = 3;
+    options.watch.initial_backoff = std::chrono::milliseconds(20);
+    options.watch.max_backoff = std::chrono::milliseconds(100);
+    options.watch.seed = 3;
     watcher_ = std::make_unique<ApiPodWatcher>(*client_, options);
   }
   void TearDown() override {

@@ -108,9 +108,9 @@ Result<nlohmann::json> List(const std::string& version, std::vector<std::string>
 PodWatchOptions FastOptions() {
   PodWatchOptions options;
   options.node_name = "node-a";
-  options.initial_backoff = std::chrono::milliseconds(1);
-  options.max_backoff = std::chrono::milliseconds(5);
-  options.seed = 1;
+  options.watch.initial_backoff = std::chrono::milliseconds(1);
+  options.watch.max_backoff = std::chrono::milliseconds(5);
+  options.watch.seed = 1;
   return options;
 }
 
