@@ -21,13 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include "https/asio_names.h"
+
 namespace kvgpu::https {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Parser = http::request_parser<http::string_body>;
 

@@ -10,15 +10,9 @@
 #include <list>
 #include <thread>
 
+#include "https/asio_names.h"
+
 namespace kvgpu::https {
-namespace {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
-
-}  // namespace
 
 // Everything runs on the one thread of `io`, so no state here needs a lock.
 struct MetricsListener::Impl : std::enable_shared_from_this<MetricsListener::Impl> {

@@ -155,25 +155,16 @@ Result<std::shared_ptr<const Config>> Build(const json& in) {
     return fail();
   }
 
-  std::string word;
-  if (!check.String(in, "nonKataPods", "the config", word)) return fail();
-  if (word == "deny") {
-    config->non_kata_policy = NonKataPolicy::kDeny;
-  } else if (word == "setRuntimeClass") {
-    config->non_kata_policy = NonKataPolicy::kSetRuntimeClass;
-  } else {
-    check.Fail("nonKataPods must be deny or setRuntimeClass, not '" + word + "'");
+  if (!check.Choice(in, "nonKataPods", "the config",
+                    {std::pair{"deny", NonKataPolicy::kDeny},
+                     std::pair{"setRuntimeClass", NonKataPolicy::kSetRuntimeClass}},
+                    config->non_kata_policy))
     return fail();
-  }
-  if (!check.String(in, "sidecarMode", "the config", word)) return fail();
-  if (word == "native") {
-    config->sidecar_mode = SidecarMode::kNative;
-  } else if (word == "classic") {
-    config->sidecar_mode = SidecarMode::kClassic;
-  } else {
-    check.Fail("sidecarMode must be native or classic, not '" + word + "'");
+  if (!check.Choice(
+          in, "sidecarMode", "the config",
+          {std::pair{"native", SidecarMode::kNative}, std::pair{"classic", SidecarMode::kClassic}},
+          config->sidecar_mode))
     return fail();
-  }
   const auto& classes = config->runtime_class_names;
   if (std::find(classes.begin(), classes.end(), config->runtime_class_to_set) == classes.end()) {
     check.Fail("runtimeClassToSet '" + config->runtime_class_to_set +

@@ -2,9 +2,11 @@
 // returns false after recording a message that names the key and what it must be.
 #pragma once
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config_keys.h"
@@ -34,6 +36,22 @@ class Checker {
       return Fail(where + "." + key + " must be a non-empty string");
     out = value->get<std::string>();
     return true;
+  }
+  // One of `choices` (word, value), named in the failure as "key must be a or b, not 'x'".
+  template <typename Value>
+  bool Choice(const nlohmann::json& object, const char* key, const std::string& where,
+              std::initializer_list<std::pair<const char*, Value>> choices, Value& out) {
+    std::string word;
+    if (!String(object, key, where, word)) return false;
+    std::string names;
+    for (const auto& [name, value] : choices) {
+      if (word == name) {
+        out = value;
+        return true;
+      }
+      names += names.empty() ? name : std::string(" or ") + name;
+    }
+    return Fail(std::string(key) + " must be " + names + ", not '" + word + "'");
   }
   bool StringList(const nlohmann::json& value, const std::string& where,
                   std::vector<std::string>& out, bool allow_empty_list) {
