@@ -89,6 +89,84 @@ Result<Inventory> LibvirtBackend::Scan() {
   return inventory;
 }
 
+namespace {
+
+const VgpuType* FindType(const std::vector<LibvirtParent>& parents, const std::string& parent,
+                         const std::string& type_id) {
+  for (const LibvirtParent& candidate : parents) {
+    if (candidate.parent.name != parent) continue;
+    for (const VgpuType& type : candidate.parent.types) {
+      if (type.id == type_id) return &type;
+    }
+  }
+  return nullptr;
+}
+
+// The parent to create on, once libvirt shows it with the type, an instance free, and no mdev
+// of this UUID yet; else the error a caller can act on.
+Result<const LibvirtParent*> CreatableOn(LibvirtBackend::Impl& impl, virConnectPtr conn,
+                                         const CreateRequest& request, const std::string& uuid,
+                                         const std::vector<LibvirtParent>& parents) {
+  auto parent = std::find_if(parents.begin(), parents.end(), [&](const LibvirtParent& p) {
+    return p.parent.name == request.parent;
+  });
+  if (parent == parents.end()) {
+    return Status::Error(ErrorCode::kUnknownParent,
+                         "no vGPU-capable parent '" + request.parent +
+                             "' in libvirt (see `vgpuctl types --backend libvirt` or `virsh "
+                             "nodedev-list --cap mdev_types`)");
+  }
+  const VgpuType* type = FindType(parents, request.parent, request.type_id);
+  if (type == nullptr) {
+    return Status::Error(ErrorCode::kUnknownType, "parent " + request.parent + " has no type '" +
+                                                      request.type_id + "' (see `vgpuctl types`)");
+  }
+  const std::string what = "vGPU " + uuid;
+  if (type->available_instances == 0) {
+    return kit::CreateFailed(Status::Error(ErrorCode::kNoRoom, "availableInstances is 0"), what,
+                             request.type_id, request.parent);
+  }
+  std::vector<std::string> warnings;
+  Result<std::vector<ListedMdev>> existing = impl.ListMdevs(conn, warnings);
+  impl.Check(existing.status());
+  if (!existing.ok()) return existing.status();
+  for (const ListedMdev& listed : *existing) {
+    if (listed.mdev.uuid == uuid) {
+      return kit::CreateFailed(Status::Error(ErrorCode::kExists, "libvirt lists it"), what,
+                               request.type_id, request.parent);
+    }
+  }
+  return &*parent;
+}
+
+// libvirt returns the device as soon as it lists it; its IOMMU group follows from udev.
+Result<Vgpu> WaitUntilShown(const LibvirtBackend::Impl& impl, virNodeDevicePtr created,
+                            const std::vector<LibvirtParent>& parents, const std::string& uuid) {
+  Result<Vgpu> out = Status::Error(ErrorCode::kTimeout, "");
+  bool shown = kit::WaitFor(impl.options.settle_timeout, impl.options.settle_poll, [&] {
+    std::string now = TakeString(virNodeDeviceGetXMLDesc(created, 0));
+    if (now.empty()) {
+      virResetLastError();
+      return false;
+    }
+    Result<LibvirtMdev> mdev = ParseLibvirtMdev(now);
+    if (!mdev.ok() || !mdev->iommu_group) return false;
+    mdev->uuid = NormalizeUuid(mdev->uuid);
+    std::optional<Vgpu> vgpu = ToVgpu({*mdev, false}, parents);
+    if (!vgpu) return false;
+    out = *vgpu;
+    return true;
+  });
+  if (!shown) {
+    return Status::Error(ErrorCode::kTimeout, "created " + uuid +
+                                                  " through libvirt but libvirt does not show "
+                                                  "its IOMMU group");
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Vgpu> LibvirtBackend::Create(const CreateRequest& request) {
   if (request.parent.empty() || request.type_id.empty()) {
     return Status::Error(ErrorCode::kInvalid, "create needs a parent and a type");
@@ -103,46 +181,10 @@ Result<Vgpu> LibvirtBackend::Create(const CreateRequest& request) {
   Result<std::vector<LibvirtParent>> parents = impl_->ListParents(conn, warnings);
   impl_->Check(parents.status());
   if (!parents.ok()) return parents.status();
+  Result<const LibvirtParent*> parent = CreatableOn(*impl_, conn, request, uuid, *parents);
+  if (!parent.ok()) return parent.status();
 
-  auto find_type = [&](const std::vector<LibvirtParent>& list) -> const VgpuType* {
-    for (const LibvirtParent& parent : list) {
-      if (parent.parent.name != request.parent) continue;
-      for (const VgpuType& type : parent.parent.types) {
-        if (type.id == request.type_id) return &type;
-      }
-    }
-    return nullptr;
-  };
-  auto parent = std::find_if(parents->begin(), parents->end(), [&](const LibvirtParent& p) {
-    return p.parent.name == request.parent;
-  });
-  if (parent == parents->end()) {
-    return Status::Error(ErrorCode::kUnknownParent,
-                         "no vGPU-capable parent '" + request.parent +
-                             "' in libvirt (see `vgpuctl types --backend libvirt` or `virsh "
-                             "nodedev-list --cap mdev_types`)");
-  }
-  const VgpuType* type = find_type(*parents);
-  if (type == nullptr) {
-    return Status::Error(ErrorCode::kUnknownType, "parent " + request.parent + " has no type '" +
-                                                      request.type_id + "' (see `vgpuctl types`)");
-  }
-  std::string what = "vGPU " + uuid;
-  if (type->available_instances == 0) {
-    return kit::CreateFailed(Status::Error(ErrorCode::kNoRoom, "availableInstances is 0"), what,
-                             request.type_id, request.parent);
-  }
-  Result<std::vector<ListedMdev>> existing = impl_->ListMdevs(conn, warnings);
-  impl_->Check(existing.status());
-  if (!existing.ok()) return existing.status();
-  for (const ListedMdev& listed : *existing) {
-    if (listed.mdev.uuid == uuid) {
-      return kit::CreateFailed(Status::Error(ErrorCode::kExists, "libvirt lists it"), what,
-                               request.type_id, request.parent);
-    }
-  }
-
-  std::string xml = LibvirtMdevCreateXml(parent->device_name, request.type_id, uuid);
+  std::string xml = LibvirtMdevCreateXml((*parent)->device_name, request.type_id, uuid);
   DevicePtr created(virNodeDeviceCreateXML(conn, xml.c_str(), 0));
   if (!created) {
     Status failed = LastError("virNodeDeviceCreateXML");
@@ -151,37 +193,14 @@ Result<Vgpu> LibvirtBackend::Create(const CreateRequest& request) {
     if (failed.code() == ErrorCode::kIo) {
       std::vector<std::string> ignored;
       auto now = impl_->ListParents(conn, ignored);
-      if (now.ok()) {
-        const VgpuType* again = find_type(*now);
-        if (again != nullptr && again->available_instances == 0) {
-          failed = Status::Error(ErrorCode::kNoRoom, failed.message());
-        }
+      const VgpuType* again = now.ok() ? FindType(*now, request.parent, request.type_id) : nullptr;
+      if (again != nullptr && again->available_instances == 0) {
+        failed = Status::Error(ErrorCode::kNoRoom, failed.message());
       }
     }
-    return kit::CreateFailed(failed, what, request.type_id, request.parent);
+    return kit::CreateFailed(failed, "vGPU " + uuid, request.type_id, request.parent);
   }
-  // libvirt returns the device as soon as it lists it; its IOMMU group follows from udev.
-  Result<Vgpu> out = Status::Error(ErrorCode::kTimeout, "");
-  bool shown = kit::WaitFor(impl_->options.settle_timeout, impl_->options.settle_poll, [&] {
-    std::string now = TakeString(virNodeDeviceGetXMLDesc(created.get(), 0));
-    if (now.empty()) {
-      virResetLastError();
-      return false;
-    }
-    Result<LibvirtMdev> mdev = ParseLibvirtMdev(now);
-    if (!mdev.ok() || !mdev->iommu_group) return false;
-    mdev->uuid = NormalizeUuid(mdev->uuid);
-    std::optional<Vgpu> vgpu = ToVgpu({*mdev, false}, *parents);
-    if (!vgpu) return false;
-    out = *vgpu;
-    return true;
-  });
-  if (!shown) {
-    return Status::Error(ErrorCode::kTimeout, "created " + uuid +
-                                                  " through libvirt but libvirt does not show "
-                                                  "its IOMMU group");
-  }
-  return out;
+  return WaitUntilShown(*impl_, created.get(), *parents, uuid);
 }
 
 Status LibvirtBackend::Remove(const std::string& id) {

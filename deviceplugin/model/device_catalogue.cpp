@@ -76,124 +76,169 @@ bool Offered(const ModelOptions& options, const mdev::Inventory& inventory,
   return pin == nullptr || pin->type_id == type.id;
 }
 
-bool DeviceCatalogue::Rebuild(const mdev::Inventory& inventory,
-                              const std::vector<CreatedVgpu>& records,
-                              const ModelOptions& options) {
-  SlotsByType listed_slots;
+namespace {
+
+using DevicesByParent = std::map<std::string, std::vector<Device>>;
+
+// How many more instances of `type` may be listed on its parent: what the kernel says is
+// available, less our vGPUs it no longer shows (their slots are still ours), within the VF
+// budget of its physical GPU and within the type's maximum.
+uint32_t FreeToList(const mdev::VgpuType& type, bool offered, uint32_t ours, uint32_t missing,
+                    uint32_t* vf_budget) {
+  uint32_t free =
+      offered && type.available_instances > missing ? type.available_instances - missing : 0;
+  if (vf_budget != nullptr) {
+    free = std::min(free, *vf_budget);
+    *vf_budget -= free;
+  }
+  // Never more than the type can hold on this parent: a count read a moment before the kernel
+  // showed our newest vGPU (a cached or racing read) must not list one device too many.
+  if (type.nvidia && type.nvidia->max_instance) {
+    const uint32_t max = *type.nvidia->max_instance;
+    const uint32_t held = ours - missing;
+    free = std::min(free, max > held ? max - held : 0);
+  }
+  return free;
+}
+
+}  // namespace
+
+// One pass of Rebuild: the free devices of every offered type, then ours, then what vanished
+// parents listed, into the lists kubelet sees.
+struct DeviceCatalogue::Pass {
+  const mdev::Inventory& inventory;
+  const std::vector<CreatedVgpu>& records;
+  const ModelOptions& options;
+  SlotsByType listed_slots;  // the free slots the lists hold now, kept first
+  std::set<std::string> existing;
+  std::map<std::pair<std::string, std::string>, uint32_t> vf_budget;
+  std::map<std::string, std::vector<Device>> views;
+  DevicesByParent by_parent;
+  std::vector<std::string> warnings;
+
+  void OfferType(const mdev::Parent& parent, const mdev::VgpuType& type) {
+    std::vector<const CreatedVgpu*> ours;
+    for (const CreatedVgpu& r : records) {
+      if (r.parent == parent.name && r.type_id == type.id) ours.push_back(&r);
+    }
+    const bool offered = Offered(options, inventory, parent, type);
+    if (!offered && ours.empty()) return;
+    Result<std::string> resource = ResourceNameFor(options.naming, type);
+    if (!resource.ok()) {
+      warnings.push_back(resource.status().message());
+      return;
+    }
+    // Offered, even with no instance free now (its GPU locked to another type): the resource is
+    // served and registered from the start, its list empty until the GPU frees up.
+    views.try_emplace(*resource);
+    std::set<uint32_t> used;
+    uint32_t missing = 0;
+    for (const CreatedVgpu* r : ours) {
+      used.insert(r->slot);
+      if (!existing.contains(r->vgpu_id)) ++missing;
+    }
+    auto budget = vf_budget.find({parent.physical_gpu, type.id});
+    const uint32_t free = FreeToList(type, offered, static_cast<uint32_t>(ours.size()), missing,
+                                     budget == vf_budget.end() ? nullptr : &budget->second);
+    auto before = listed_slots.find({parent.name, type.id});
+    for (uint32_t slot :
+         PickFreeSlots(free, used, before == listed_slots.end() ? nullptr : &before->second)) {
+      DeviceKey key{parent.name, type.id, slot};
+      std::string id = MakeDeviceId(key);
+      if (id.size() > kMaxDeviceIdLength) {
+        warnings.push_back("type " + type.id + " of " + parent.name +
+                           ": device IDs would exceed 63 characters; not offered");
+        break;
+      }
+      by_parent[parent.name].push_back(
+          Device{id, *resource, key, parent.physical_gpu, true, false, false});
+    }
+  }
+
+  // Our vGPUs, wherever their parent is; those of a vanished parent are Unhealthy. Returns
+  // their device IDs.
+  std::set<std::string> AddOurs() {
+    std::set<std::string> ids;
+    for (const CreatedVgpu& r : records) {
+      Device d{r.device_id,
+               r.resource,
+               DeviceKey{r.parent, r.type_id, r.slot},
+               r.physical_gpu,
+               inventory.FindParent(r.parent) != nullptr,
+               true,
+               existing.contains(r.vgpu_id)};
+      ids.insert(r.device_id);
+      by_parent[r.parent].push_back(std::move(d));
+    }
+    return ids;
+  }
+};
+
+SlotsByType DeviceCatalogue::ListedFreeSlots() {
+  SlotsByType slots;
   for (const auto& [resource, devices] : views_) {
     for (const Device& d : devices) {
       if (!d.healthy) continue;
-      listed_slots[{d.key.parent, d.key.type_id}].insert(d.key.slot);
+      slots[{d.key.parent, d.key.type_id}].insert(d.key.slot);
       advertised_.insert(d.id);  // bounded: one entry per slot ever offered
     }
   }
-  std::map<std::string, std::vector<Device>> views;
-  std::map<std::string, std::vector<Device>> by_parent;
-  std::set<std::string> existing;
-  for (const mdev::Vgpu& v : inventory.vgpus) existing.insert(v.id);
-  std::vector<std::string> naming_warnings;
-  auto vf_budget = VfBudgets(inventory);
+  return slots;
+}
 
-  for (const mdev::Parent& parent : inventory.parents) {
-    std::vector<Device>& parent_devices = by_parent[parent.name];
-    for (const mdev::VgpuType& type : parent.types) {
-      std::vector<const CreatedVgpu*> ours;
-      for (const CreatedVgpu& r : records) {
-        if (r.parent == parent.name && r.type_id == type.id) ours.push_back(&r);
-      }
-      const bool offered = Offered(options, inventory, parent, type);
-      if (!offered && ours.empty()) continue;
-      Result<std::string> resource = ResourceNameFor(options.naming, type);
-      if (!resource.ok()) {
-        naming_warnings.push_back(resource.status().message());
-        continue;
-      }
-      // Offered, even with no instance free now (its GPU locked to another type): the resource
-      // is served and registered from the start, its list empty until the GPU frees up.
-      views.try_emplace(*resource);
-      std::set<uint32_t> used;
-      uint32_t missing = 0;
-      for (const CreatedVgpu* r : ours) {
-        used.insert(r->slot);
-        if (!existing.contains(r->vgpu_id)) ++missing;
-      }
-      uint32_t free =
-          offered && type.available_instances > missing ? type.available_instances - missing : 0;
-      if (auto budget = vf_budget.find({parent.physical_gpu, type.id}); budget != vf_budget.end()) {
-        free = std::min(free, budget->second);
-        budget->second -= free;
-      }
-      // Never more than the type can hold on this parent: a count read a moment before the
-      // kernel showed our newest vGPU (a cached or racing read) must not list one device too many.
-      if (type.nvidia && type.nvidia->max_instance) {
-        const uint32_t max = *type.nvidia->max_instance;
-        const auto held = static_cast<uint32_t>(ours.size()) - missing;
-        free = std::min(free, max > held ? max - held : 0);
-      }
-      auto before = listed_slots.find({parent.name, type.id});
-      for (uint32_t slot :
-           PickFreeSlots(free, used, before == listed_slots.end() ? nullptr : &before->second)) {
-        DeviceKey key{parent.name, type.id, slot};
-        std::string id = MakeDeviceId(key);
-        if (id.size() > kMaxDeviceIdLength) {
-          naming_warnings.push_back("type " + type.id + " of " + parent.name +
-                                    ": device IDs would exceed 63 characters; not offered");
-          break;
-        }
-        parent_devices.push_back(
-            Device{id, *resource, key, parent.physical_gpu, true, false, false});
-      }
-    }
-  }
-  // Our vGPUs, wherever their parent is; those of a vanished parent are Unhealthy.
-  std::set<std::string> ours_ids;
-  for (const CreatedVgpu& r : records) {
-    Device d{r.device_id,
-             r.resource,
-             DeviceKey{r.parent, r.type_id, r.slot},
-             r.physical_gpu,
-             inventory.FindParent(r.parent) != nullptr,
-             true,
-             existing.contains(r.vgpu_id)};
-    ours_ids.insert(r.device_id);
-    by_parent[r.parent].push_back(std::move(d));
-  }
-  for (auto& [parent_name, devices] : by_parent) {
-    if (inventory.FindParent(parent_name) != nullptr) last_seen_[parent_name] = devices;
+void DeviceCatalogue::KeepVanishedParents(Pass& pass, const std::set<std::string>& ours_ids) {
+  for (auto& [parent_name, devices] : pass.by_parent) {
+    if (pass.inventory.FindParent(parent_name) != nullptr) last_seen_[parent_name] = devices;
   }
   // Parents gone since an earlier scan: what they offered stays listed, Unhealthy, so kubelet
   // stops scheduling onto it without forgetting the devices.
   for (const auto& [parent_name, devices] : last_seen_) {
-    if (inventory.FindParent(parent_name) != nullptr) continue;
+    if (pass.inventory.FindParent(parent_name) != nullptr) continue;
     for (Device d : devices) {
       if (ours_ids.contains(d.id)) continue;  // already listed from the record
       d.healthy = false;
-      by_parent[parent_name].push_back(std::move(d));
+      pass.by_parent[parent_name].push_back(std::move(d));
     }
   }
+}
+
+bool DeviceCatalogue::Publish(Pass& pass) {
   resource_of_.clear();
-  for (auto& [parent_name, devices] : by_parent) {
+  for (auto& [parent_name, devices] : pass.by_parent) {
     for (Device& d : devices) {
       if (resource_of_.contains(d.id)) continue;
       resource_of_[d.id] = d.resource;
-      views[d.resource].push_back(std::move(d));
+      pass.views[d.resource].push_back(std::move(d));
     }
   }
-  for (auto& [resource, devices] : views) {
+  for (auto& [resource, devices] : pass.views) {
     std::sort(devices.begin(), devices.end(),
               [](const Device& a, const Device& b) { return a.id < b.id; });
   }
   // A resource seen once keeps its (maybe empty) list, so its server can say "none left".
-  for (const auto& [resource, devices] : views_) views.try_emplace(resource);
-  const bool changed = views != views_;
-  views_ = std::move(views);
-  for (const std::string& w : naming_warnings) {
+  for (const auto& [resource, devices] : views_) pass.views.try_emplace(resource);
+  const bool changed = pass.views != views_;
+  views_ = std::move(pass.views);
+  for (const std::string& w : pass.warnings) {
     if (std::find(naming_warnings_.begin(), naming_warnings_.end(), w) == naming_warnings_.end()) {
       spdlog::error("naming: {}", w);
     }
   }
-  naming_warnings_ = std::move(naming_warnings);
+  naming_warnings_ = std::move(pass.warnings);
   return changed;
+}
+
+bool DeviceCatalogue::Rebuild(const mdev::Inventory& inventory,
+                              const std::vector<CreatedVgpu>& records,
+                              const ModelOptions& options) {
+  Pass pass{inventory, records, options, ListedFreeSlots(), {}, VfBudgets(inventory), {}, {}, {}};
+  for (const mdev::Vgpu& v : inventory.vgpus) pass.existing.insert(v.id);
+  for (const mdev::Parent& parent : inventory.parents) {
+    pass.by_parent.try_emplace(parent.name);
+    for (const mdev::VgpuType& type : parent.types) pass.OfferType(parent, type);
+  }
+  KeepVanishedParents(pass, pass.AddOurs());
+  return Publish(pass);
 }
 
 std::vector<std::string> DeviceCatalogue::Resources() const {

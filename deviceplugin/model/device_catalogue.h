@@ -69,6 +69,14 @@ class DeviceCatalogue {
   const std::vector<std::string>& naming_warnings() const { return naming_warnings_; }
 
  private:
+  struct Pass;
+  using SlotsByType = std::map<std::pair<std::string, std::string>, std::set<uint32_t>>;
+  // The free slots the lists hold now (kept first by the next pass); records them advertised.
+  SlotsByType ListedFreeSlots();
+  void KeepVanishedParents(Pass& pass, const std::set<std::string>& ours_ids);
+  // The pass's lists become the catalogue's; true when any changed.
+  bool Publish(Pass& pass);
+
   std::map<std::string, std::vector<Device>> views_;          // resource -> devices by id
   std::unordered_map<std::string, std::string> resource_of_;  // device id -> resource
   std::set<std::string> advertised_;                          // every device ID a list has offered
