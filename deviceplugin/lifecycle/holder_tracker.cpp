@@ -15,6 +15,26 @@ bool Alive(const kube::PodInfo& pod) {
   return !pod.Finished() && !pod.deleting;
 }
 
+// The first of the checkpoint's pods `uids` that the API server shows alive, if it is followed.
+const kube::PodInfo* AliveOneOf(const HolderFacts& facts, const std::vector<std::string>* uids) {
+  if (uids == nullptr || !facts.api_following) return nullptr;
+  for (const std::string& uid : *uids) {
+    auto pod = facts.api_pods.find(uid);
+    if (pod != facts.api_pods.end() && Alive(pod->second)) return &pod->second;
+  }
+  return nullptr;
+}
+
+// Whether the API server, followed now, has shown every one of `uids` (alive or deleted). A UID
+// it has not shown yet may be a pod newer than our watch: not proof the pod is gone.
+bool AllShownByTheApi(const HolderFacts& facts, const std::vector<std::string>* uids) {
+  if (uids == nullptr || !facts.api_following) return false;
+  for (const std::string& uid : *uids) {
+    if (!facts.api_pods.contains(uid) && !facts.api_deleted.contains(uid)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix_ms,
@@ -40,16 +60,7 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   if (auto it = facts.checkpoint_uids.find(ref); it != facts.checkpoint_uids.end()) {
     uids = &it->second;
   }
-  const kube::PodInfo* alive = nullptr;
-  if (uids != nullptr && facts.api_following) {
-    for (const std::string& uid : *uids) {
-      auto pod = facts.api_pods.find(uid);
-      if (pod != facts.api_pods.end() && Alive(pod->second)) {
-        alive = &pod->second;
-        break;
-      }
-    }
-  }
+  const kube::PodInfo* alive = AliveOneOf(facts, uids);
   if (alive != nullptr && removal) {
     return {Holding::kHeld, alive->Key(),
             "the API server shows " + alive->Key() +
@@ -86,12 +97,7 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   if (young) {
     // kubelet records the pod only after Allocate returns. The protection ends once the pod
     // the checkpoint names is gone from kubelet and the API server alike.
-    bool pod_gone = uids != nullptr && facts.api_following;
-    for (size_t i = 0; pod_gone && i < uids->size(); ++i) {
-      // A UID the API has not shown yet may be a pod newer than our watch: not proof.
-      pod_gone = facts.api_pods.contains((*uids)[i]) || facts.api_deleted.contains((*uids)[i]);
-    }
-    if (!pod_gone) {
+    if (!AllShownByTheApi(facts, uids)) {
       return {Holding::kHeld, vgpu.owner_pod.value_or(""),
               "allocated moments ago; kubelet records the pod after Allocate returns"};
     }
