@@ -124,6 +124,43 @@ Result<Config> LoadKubeconfig(const std::filesystem::path& path, const std::stri
   return config;
 }
 
+namespace {
+
+// The credentials of the context's user: a token (or its file) or a client certificate and key;
+// exec and auth-provider plugins are refused.
+Status ReadUser(const YAML::Node& root, const std::string& user_name,
+                const std::filesystem::path& base_dir, Config& config) {
+  const auto found_user = FindNamed(root["users"], user_name, "user");
+  if (!found_user) return Status::Error(ErrorCode::kConfig, "user \"" + user_name + "\" not found");
+  const YAML::Node& user = *found_user;
+  const std::string where = "user \"" + user_name + "\"";
+  if (user["exec"] || user["auth-provider"]) {
+    return Status::Error(ErrorCode::kConfig,
+                         where +
+                             ": exec and auth-provider credentials are not supported; use a "
+                             "token or a client certificate");
+  }
+  auto cert = DataOrFile(user, "client-certificate", base_dir, where);
+  if (!cert.ok()) return cert.status();
+  auto key = DataOrFile(user, "client-key", base_dir, where);
+  if (!key.ok()) return key.status();
+  if (cert->empty() != key->empty()) {
+    return Status::Error(ErrorCode::kConfig,
+                         where + ": a client certificate needs its key and the other way round");
+  }
+  config.client_cert_pem = std::move(cert.value());
+  config.client_key_pem = std::move(key.value());
+  config.token = StringField(user, "token");
+  const std::string token_file = StringField(user, "tokenFile");
+  if (!token_file.empty()) {
+    config.token_file = token_file;
+    if (config.token_file.is_relative()) config.token_file = base_dir / config.token_file;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::path& base_dir,
                                const std::string& context) {
   YAML::Node root;
@@ -174,34 +211,8 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
     config.namespace_name = StringField(ctx, "namespace");
 
     if (!user_name.empty()) {
-      const auto found_user = FindNamed(root["users"], user_name, "user");
-      if (!found_user)
-        return Status::Error(ErrorCode::kConfig, "user \"" + user_name + "\" not found");
-      const YAML::Node& user = *found_user;
-      const std::string where = "user \"" + user_name + "\"";
-      if (user["exec"] || user["auth-provider"]) {
-        return Status::Error(ErrorCode::kConfig,
-                             where +
-                                 ": exec and auth-provider credentials are not supported; use a "
-                                 "token or a client certificate");
-      }
-      auto cert = DataOrFile(user, "client-certificate", base_dir, where);
-      if (!cert.ok()) return cert.status();
-      auto key = DataOrFile(user, "client-key", base_dir, where);
-      if (!key.ok()) return key.status();
-      if (cert->empty() != key->empty()) {
-        return Status::Error(
-            ErrorCode::kConfig,
-            where + ": a client certificate needs its key and the other way round");
-      }
-      config.client_cert_pem = std::move(cert.value());
-      config.client_key_pem = std::move(key.value());
-      config.token = StringField(user, "token");
-      const std::string token_file = StringField(user, "tokenFile");
-      if (!token_file.empty()) {
-        config.token_file = token_file;
-        if (config.token_file.is_relative()) config.token_file = base_dir / config.token_file;
-      }
+      Status user = ReadUser(root, user_name, base_dir, config);
+      if (!user.ok()) return user;
     }
     return config;
   } catch (const YAML::Exception& e) {

@@ -115,6 +115,93 @@ workload:
   env: []
 )";
 
+// The class names, prefixes, namespaces, annotations and policies: each alone, then against
+// each other.
+bool ReadPolicy(Checker& check, const json& in, Config* config) {
+  if (!check.StringList(in.value("runtimeClassNames", json()), "runtimeClassNames",
+                        config->runtime_class_names, false) ||
+      !check.StringList(in.value("coldPlugRuntimeClassNames", json()), "coldPlugRuntimeClassNames",
+                        config->cold_plug_runtime_class_names, true) ||
+      !check.StringList(in.value("resourcePrefixes", json()), "resourcePrefixes",
+                        config->resource_prefixes, false) ||
+      !check.StringList(in.value("excludedNamespaces", json()), "excludedNamespaces",
+                        config->excluded_namespaces, true) ||
+      !check.String(in, "optOutAnnotation", "the config", config->opt_out_annotation) ||
+      !check.String(in, "markerAnnotation", "the config", config->marker_annotation) ||
+      !check.String(in, "runtimeClassToSet", "the config", config->runtime_class_to_set))
+    return false;
+  // Both go into every mutated pod's metadata: a key the API server refuses would make every
+  // vGPU pod fail to create.
+  for (const auto& [key, value] : {std::pair{"optOutAnnotation", &config->opt_out_annotation},
+                                   std::pair{"markerAnnotation", &config->marker_annotation}}) {
+    if (!IsQualifiedName(*value)) {
+      check.Fail(std::string(key) + " '" + *value +
+                 "' is not a valid annotation key ([prefix/]name: prefix a DNS subdomain, name "
+                 "up to 63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric)");
+      return false;
+    }
+  }
+  if (config->opt_out_annotation == config->marker_annotation) {
+    check.Fail("optOutAnnotation and markerAnnotation must differ");
+    return false;
+  }
+
+  if (!check.Choice(in, "nonKataPods", "the config",
+                    {std::pair{"deny", NonKataPolicy::kDeny},
+                     std::pair{"setRuntimeClass", NonKataPolicy::kSetRuntimeClass}},
+                    config->non_kata_policy))
+    return false;
+  if (!check.Choice(
+          in, "sidecarMode", "the config",
+          {std::pair{"native", SidecarMode::kNative}, std::pair{"classic", SidecarMode::kClassic}},
+          config->sidecar_mode))
+    return false;
+  const auto& classes = config->runtime_class_names;
+  if (std::find(classes.begin(), classes.end(), config->runtime_class_to_set) == classes.end()) {
+    check.Fail("runtimeClassToSet '" + config->runtime_class_to_set +
+               "' must be one of runtimeClassNames (a config that sets runtimeClassNames "
+               "without the built-in class kata-vgpu sets runtimeClassToSet too)");
+    return false;
+  }
+  // A misspelt class here would silently make a cold-plug class hot-plug.
+  for (const auto& name : config->cold_plug_runtime_class_names) {
+    if (std::find(classes.begin(), classes.end(), name) == classes.end()) {
+      check.Fail("coldPlugRuntimeClassNames entry '" + name +
+                 "' must be one of runtimeClassNames (a config that sets runtimeClassNames "
+                 "sets coldPlugRuntimeClassNames too, [] when no class cold-plugs)");
+      return false;
+    }
+  }
+
+  return true;
+}
+
+// The volumes, the two injected containers and the workload's mounts, which name the volumes.
+bool ReadInjections(Checker& check, const json& in, Config* config, ContainerSpec& driver,
+                    ContainerSpec& gridd) {
+  std::set<std::string> volume_names;
+  if (!BuildVolumes(check, in.value("volumes", json()), config->volumes, volume_names)) {
+    return false;
+  }
+  const auto& prefixes = config->resource_prefixes;
+  if (!BuildContainer(check, in.value("driverInit", json()), "driverInit", volume_names, prefixes,
+                      {"hotPlugArgs"}, driver) ||
+      !BuildContainer(check, in.value("gridd", json()), "gridd", volume_names, prefixes,
+                      {"startupProbe", "readinessProbe"}, gridd))
+    return false;
+  if (driver.base.name == gridd.base.name) {
+    check.Fail("driverInit.name and gridd.name must differ");
+    return false;
+  }
+
+  if (!BuildWorkload(check, in.value("workload", json::object()), volume_names,
+                     config->workload_mounts, config->workload_env)) {
+    return false;
+  }
+
+  return true;
+}
+
 Result<std::shared_ptr<const Config>> Build(const json& in) {
   Checker check;
   auto config = std::make_shared<Config>();
@@ -127,82 +214,9 @@ Result<std::shared_ptr<const Config>> Build(const json& in) {
            "excludedNamespaces", "optOutAnnotation", "markerAnnotation", "nonKataPods",
            "runtimeClassToSet", "sidecarMode", "volumes", "driverInit", "gridd", "workload"}))
     return fail();
-  if (!check.StringList(in.value("runtimeClassNames", json()), "runtimeClassNames",
-                        config->runtime_class_names, false) ||
-      !check.StringList(in.value("coldPlugRuntimeClassNames", json()), "coldPlugRuntimeClassNames",
-                        config->cold_plug_runtime_class_names, true) ||
-      !check.StringList(in.value("resourcePrefixes", json()), "resourcePrefixes",
-                        config->resource_prefixes, false) ||
-      !check.StringList(in.value("excludedNamespaces", json()), "excludedNamespaces",
-                        config->excluded_namespaces, true) ||
-      !check.String(in, "optOutAnnotation", "the config", config->opt_out_annotation) ||
-      !check.String(in, "markerAnnotation", "the config", config->marker_annotation) ||
-      !check.String(in, "runtimeClassToSet", "the config", config->runtime_class_to_set))
-    return fail();
-  // Both go into every mutated pod's metadata: a key the API server refuses would make every
-  // vGPU pod fail to create.
-  for (const auto& [key, value] : {std::pair{"optOutAnnotation", &config->opt_out_annotation},
-                                   std::pair{"markerAnnotation", &config->marker_annotation}}) {
-    if (!IsQualifiedName(*value)) {
-      check.Fail(std::string(key) + " '" + *value +
-                 "' is not a valid annotation key ([prefix/]name: prefix a DNS subdomain, name "
-                 "up to 63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric)");
-      return fail();
-    }
-  }
-  if (config->opt_out_annotation == config->marker_annotation) {
-    check.Fail("optOutAnnotation and markerAnnotation must differ");
-    return fail();
-  }
-
-  if (!check.Choice(in, "nonKataPods", "the config",
-                    {std::pair{"deny", NonKataPolicy::kDeny},
-                     std::pair{"setRuntimeClass", NonKataPolicy::kSetRuntimeClass}},
-                    config->non_kata_policy))
-    return fail();
-  if (!check.Choice(
-          in, "sidecarMode", "the config",
-          {std::pair{"native", SidecarMode::kNative}, std::pair{"classic", SidecarMode::kClassic}},
-          config->sidecar_mode))
-    return fail();
-  const auto& classes = config->runtime_class_names;
-  if (std::find(classes.begin(), classes.end(), config->runtime_class_to_set) == classes.end()) {
-    check.Fail("runtimeClassToSet '" + config->runtime_class_to_set +
-               "' must be one of runtimeClassNames (a config that sets runtimeClassNames "
-               "without the built-in class kata-vgpu sets runtimeClassToSet too)");
-    return fail();
-  }
-  // A misspelt class here would silently make a cold-plug class hot-plug.
-  for (const auto& name : config->cold_plug_runtime_class_names) {
-    if (std::find(classes.begin(), classes.end(), name) == classes.end()) {
-      check.Fail("coldPlugRuntimeClassNames entry '" + name +
-                 "' must be one of runtimeClassNames (a config that sets runtimeClassNames "
-                 "sets coldPlugRuntimeClassNames too, [] when no class cold-plugs)");
-      return fail();
-    }
-  }
-
-  std::set<std::string> volume_names;
-  if (!BuildVolumes(check, in.value("volumes", json()), config->volumes, volume_names)) {
-    return fail();
-  }
-  const auto& prefixes = config->resource_prefixes;
+  if (!ReadPolicy(check, in, config.get())) return fail();
   ContainerSpec driver, gridd;
-  if (!BuildContainer(check, in.value("driverInit", json()), "driverInit", volume_names, prefixes,
-                      {"hotPlugArgs"}, driver) ||
-      !BuildContainer(check, in.value("gridd", json()), "gridd", volume_names, prefixes,
-                      {"startupProbe", "readinessProbe"}, gridd))
-    return fail();
-  if (driver.base.name == gridd.base.name) {
-    check.Fail("driverInit.name and gridd.name must differ");
-    return fail();
-  }
-
-  if (!BuildWorkload(check, in.value("workload", json::object()), volume_names,
-                     config->workload_mounts, config->workload_env)) {
-    return fail();
-  }
-
+  if (!ReadInjections(check, in, config.get(), driver, gridd)) return fail();
   ComposeInjections(driver, gridd, *config);
   return std::shared_ptr<const Config>(std::move(config));
 }

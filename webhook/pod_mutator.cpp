@@ -504,11 +504,8 @@ Result<PlanOrDecision> PlanInjection(const PodView& view, const Injection& injec
   return PlanOrDecision(plan);
 }
 
-// Render: the JSON Patch for a planned injection, and the warnings the pod author should see.
-Result<PodDecision> RenderInjection(const PodView& view, const PodScope& scope,
-                                    const InjectionPlan& plan, const Injection& injection,
-                                    AttachMode mode, const Config& config) {
-  PodDecision decision;
+// The injected volumes as the pod gets them: renamed where the plan had to.
+std::vector<std::string> VolumeTexts(const InjectionPlan& plan, const Config& config) {
   std::vector<std::string> volumes;
   for (const InjectedVolume& volume : config.volumes) {
     const std::string& name = plan.volume_names.at(volume.name);
@@ -520,17 +517,28 @@ Result<PodDecision> RenderInjection(const PodView& view, const PodScope& scope,
     object["name"] = name;
     volumes.push_back(object.dump());
   }
+  return volumes;
+}
 
-  PatchBuilder patch;
-  const std::string marker_path =
-      "/metadata/annotations/" + EscapePointerToken(config.marker_annotation);
+// The marker annotation, whether or not the pod has metadata or annotations yet.
+void AddMarker(PatchBuilder& patch, const PodView& view, const Config& config) {
   if (AbsentOrNull(*view.metadata)) {
     patch.Add("/metadata", {{"annotations", {{config.marker_annotation, "true"}}}});
   } else if (AbsentOrNull(*view.annotations)) {
     patch.Add("/metadata/annotations", {{config.marker_annotation, "true"}});
   } else {
-    patch.Add(marker_path, "true");
+    patch.Add("/metadata/annotations/" + EscapePointerToken(config.marker_annotation), "true");
   }
+}
+
+// Render: the JSON Patch for a planned injection, and the warnings the pod author should see.
+Result<PodDecision> RenderInjection(const PodView& view, const PodScope& scope,
+                                    const InjectionPlan& plan, const Injection& injection,
+                                    AttachMode mode, const Config& config) {
+  PodDecision decision;
+  const std::vector<std::string> volumes = VolumeTexts(plan, config);
+  PatchBuilder patch;
+  AddMarker(patch, view, config);
   if (scope.set_runtime_class) {
     patch.Add("/spec/runtimeClassName", config.runtime_class_to_set);
     decision.warnings.push_back("kata-vgpu: set runtimeClassName to " +

@@ -69,6 +69,62 @@ void PrintWarnings(const mdev::Inventory& inventory, std::ostream& err) {
   for (const auto& warning : inventory.warnings) err << "vgpuctl: warning: " << warning << "\n";
 }
 
+// The subcommands that go through a backend: types, list, create, remove.
+struct BackendCommands {
+  CLI::App* types;
+  CLI::App* list;
+  CLI::App* create;
+  CLI::App* remove;
+  mdev::CreateRequest request;
+  std::string uuid;
+  std::string remove_id;
+
+  BackendCommands(CLI::App& app, bool& json) {
+    types = app.add_subcommand("types", "vGPU types each parent can create, with availability");
+    types->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
+    list = app.add_subcommand("list", "existing vGPUs");
+    list->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
+    create = app.add_subcommand("create", "create one vGPU and print its id");
+    create->add_option("--parent", request.parent, "parent device (PCI address, or e.g. mtty)")
+        ->required();
+    create->add_option("--type", request.type_id, "type id (nvidia-222, mtty-2, 1414)")->required();
+    create->add_option("--uuid", uuid, "UUID for the new mdev (default: a random one)");
+    remove = app.add_subcommand("remove", "remove one vGPU");
+    remove->add_option("ID", remove_id, "mdev UUID, or the VF address of a vendor-VFIO vGPU")
+        ->required();
+  }
+
+  int Run(mdev::Backend& node, bool json, std::ostream& out, std::ostream& err) {
+    auto fail = [&](const Status& status) {
+      err << "vgpuctl: " << status.message() << "\n";
+      return kFailed;
+    };
+    if (types->parsed() || list->parsed()) {
+      auto inventory = node.Scan();
+      if (!inventory.ok()) return fail(inventory.status());
+      if (json) {
+        out << (types->parsed() ? TypesJson(*inventory) : VgpusJson(*inventory)).dump(2) << "\n";
+      } else {
+        PrintWarnings(*inventory, err);
+        out << (types->parsed() ? TypesTable(*inventory) : VgpusTable(*inventory));
+      }
+      return 0;
+    }
+    if (create->parsed()) {
+      if (!uuid.empty()) request.uuid = uuid;
+      auto vgpu = node.Create(request);
+      if (!vgpu.ok()) return fail(vgpu.status());
+      out << vgpu->id << "\n";
+      return 0;
+    }
+    if (remove->parsed()) {
+      Status status = node.Remove(remove_id);
+      return status.ok() ? 0 : fail(status);
+    }
+    return kUsage;
+  }
+};
+
 }  // namespace
 
 int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& out,
@@ -91,26 +147,8 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
   app.add_option("--libvirt-uri", choice.libvirt_uri,
                  "the libvirt connection for --backend libvirt")
       ->capture_default_str();
-
   bool json = false;
-  auto* types = app.add_subcommand("types", "vGPU types each parent can create, with availability");
-  types->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
-  auto* list = app.add_subcommand("list", "existing vGPUs");
-  list->add_flag("--json", json, "machine-readable output (docs/vgpuctl.md)");
-
-  mdev::CreateRequest request;
-  std::string uuid;
-  auto* create = app.add_subcommand("create", "create one vGPU and print its id");
-  create->add_option("--parent", request.parent, "parent device (PCI address, or e.g. mtty)")
-      ->required();
-  create->add_option("--type", request.type_id, "type id (nvidia-222, mtty-2, 1414)")->required();
-  create->add_option("--uuid", uuid, "UUID for the new mdev (default: a random one)");
-
-  std::string remove_id;
-  auto* remove = app.add_subcommand("remove", "remove one vGPU");
-  remove->add_option("ID", remove_id, "mdev UUID, or the VF address of a vendor-VFIO vGPU")
-      ->required();
-
+  BackendCommands commands(app, json);
   DoctorCommand doctor(app, json);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
@@ -124,44 +162,13 @@ int Run(const std::vector<std::string>& args, mdev::SysfsIo& io, std::ostream& o
     err << "vgpuctl: " << e.what() << " (see vgpuctl --help)\n";
     return kUsage;
   }
-
   if (doctor.command->parsed()) return doctor.Run(sysfs_root, json, io, out);
-
   auto made = mdev::MakeBackend(choice, sysfs_root, io);
   if (!made.ok()) {
     err << "vgpuctl: " << made.status().message() << "\n";
     return kUsage;
   }
-  mdev::Backend& node = **made;
-  auto fail = [&](const Status& status) {
-    err << "vgpuctl: " << status.message() << "\n";
-    return kFailed;
-  };
-
-  if (types->parsed() || list->parsed()) {
-    auto inventory = node.Scan();
-    if (!inventory.ok()) return fail(inventory.status());
-    if (json) {
-      out << (types->parsed() ? TypesJson(*inventory) : VgpusJson(*inventory)).dump(2) << "\n";
-    } else {
-      PrintWarnings(*inventory, err);
-      out << (types->parsed() ? TypesTable(*inventory) : VgpusTable(*inventory));
-    }
-    return 0;
-  }
-  if (create->parsed()) {
-    if (!uuid.empty()) request.uuid = uuid;
-    auto vgpu = node.Create(request);
-    if (!vgpu.ok()) return fail(vgpu.status());
-    out << vgpu->id << "\n";
-    return 0;
-  }
-  if (remove->parsed()) {
-    Status status = node.Remove(remove_id);
-    if (!status.ok()) return fail(status);
-    return 0;
-  }
-  return kUsage;
+  return commands.Run(**made, json, out, err);
 }
 
 }  // namespace kvgpu::vgpuctl
