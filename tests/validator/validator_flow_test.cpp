@@ -1,0 +1,294 @@
+// kvgpu-validator's whole flow on a simulated node: kvgpu-sim's GPUs, the real device plugin and
+// vgpuctl as separate processes, the fake API server holding the Node, and the test playing
+// kubelet and the Kata guest: it admits the probe pod through the plugin (a real vGPU is made),
+// runs the pod's script with the stand-in nvidia-smi and vectorAdd (data/README.md) and serves
+// its output as the pod's log. A healthy node ends True; one fault per step ends False with that
+// step named, and the probe pod's vGPU is gone after every run but the one that keeps it.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+
+#include "fakes/cluster/daemons.h"
+#include "fakes/cluster/fake_node.h"
+#include "fakes/cluster/sim_mount.h"
+#include "fakes/common/temp_dir.h"
+#include "kube/node.h"
+#include "sim/host_software.h"
+#include "sim/kernel_model.h"
+#include "validator/command.h"
+#include "validator/record.h"
+#include "validator/validator.h"
+
+namespace kvgpu::validator {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using testing::FakeNode;
+
+constexpr const char* kNode = "node-1";
+const std::string kData = KVGPU_VALIDATOR_TEST_DATA;
+constexpr const char* kConfig =
+    "udevEvents: false\nrescanInterval: 200ms\nlifecycle:\n  gracePeriod: 0s\n"
+    "  pollInterval: 200ms\n";
+
+// What the test's kubelet and guest do wrong, one at a time.
+struct Faults {
+  bool never_runs = false;        // the pod stays Pending (a Kata VM that never boots)
+  bool unlicensed = false;        // nvidia-smi -q says Unlicensed
+  bool sample_fails = false;      // vectorAdd fails its check
+  bool vgpu_kept = false;         // QEMU keeps the vGPU: the plugin cannot remove it
+};
+
+class ValidatorFlowTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (testing::FuseUnavailableReason()) return;
+    dir_ = new testing::TempDir();
+    sim_ = new testing::SimMount(KVGPU_SIM_PATH, "t4x2", dir_->path());
+    if (auto failed = sim_->Mount()) FAIL() << *failed;
+    node_ = new FakeNode(dir_->path() / "kubelet", kNode);
+    ASSERT_TRUE(node_->Start().ok());
+    plugin_ = new testing::PluginProcess(KVGPU_DEVICE_PLUGIN_PATH, sim_->mount(),
+                                         dir_->path() / "plugin", *node_, kConfig);
+    if (auto failed = plugin_->Start(*node_, 12)) FAIL() << *failed;
+    // The doctor's node: the same profile's kernel tree with the installed software beside it.
+    auto profile = sim::ProfileByName("t4x2");
+    auto model = sim::KernelModel::Create(dir_->path() / "host", *profile);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = model->release();
+    ASSERT_TRUE(sim::LayOutHostSoftware(model_->root()).ok());
+  }
+
+  static void TearDownTestSuite() {
+    delete plugin_;
+    delete node_;
+    delete sim_;
+    delete model_;
+    delete dir_;
+  }
+
+  void SetUp() override {
+    if (auto reason = testing::FuseUnavailableReason()) GTEST_SKIP() << *reason;
+    ASSERT_NE(plugin_, nullptr);
+    PublishNode(true);
+    node_->api().SetPodHooks({[this](const nlohmann::json& pod) { Created(pod); },
+                              [this](const std::string& ns, const std::string& name) {
+                                Deleting(ns, name);
+                              }});
+    auto client = kube::ApiClient::Create(ClientConfig());
+    ASSERT_TRUE(client.ok());
+    api_ = std::move(client.value());
+  }
+
+  void TearDown() override {
+    std::vector<std::thread> pods;
+    {
+      std::lock_guard lock(mutex_);
+      pods.swap(pods_);
+    }
+    for (auto& pod : pods) pod.join();
+    node_->api().SetPodHooks({});
+    if (HasFailure()) std::cerr << "--- plugin log ---\n" << plugin_->process().Log();
+  }
+
+  static kube::Config ClientConfig() {
+    kube::Config config;
+    config.server = node_->api().url();
+    config.ca_pem = node_->api().ca_pem();
+    config.token = testing::FakeApiServer::kToken;
+    return config;
+  }
+
+  // The Node as kubelet reports it: the plugin's resources as allocatable (or none).
+  void PublishNode(bool with_resources) {
+    nlohmann::json allocatable = {{"cpu", "8"}};
+    for (const auto& resource : node_->Resources()) {
+      if (with_resources) allocatable[resource.name] = std::to_string(resource.allocatable);
+    }
+    node_->api().SetNode(
+        {{"apiVersion", "v1"},
+         {"kind", "Node"},
+         {"metadata", {{"name", kNode}, {"labels", {{"kata-vgpu.io/vgpu-mode", "mdev"}}}}},
+         {"status",
+          {{"allocatable", allocatable},
+           {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}}});
+  }
+
+  // kubelet and the Kata guest, on their own thread: the request that created the pod returns.
+  void Created(const nlohmann::json& pod) {
+    std::lock_guard lock(mutex_);
+    pods_.emplace_back([this, pod] {
+      if (faults_.never_runs) return;
+      if (!node_->AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
+      const std::string ns = pod["metadata"]["namespace"];
+      const std::string name = pod["metadata"]["name"];
+      if (faults_.vgpu_kept) {
+        for (const auto& line : VgpuIds()) sim_->Control("busy " + line);
+      }
+      const auto& command = pod["spec"]["containers"][0]["command"];
+      auto run = RunCommand(
+          {"env", "PATH=" + kData + "/bin:/usr/bin:/bin",
+           "KVGPU_FAKE_SMI_OUTPUT=" + kData +
+               (faults_.unlicensed ? "/nvidia-smi-q-unlicensed.txt" : "/nvidia-smi-q-licensed.txt"),
+           std::string("KVGPU_FAKE_CUDA=") + (faults_.sample_fails ? "fail" : "pass"), command[0],
+           command[1], command[2]},
+          10s);
+      node_->api().SetPodLog(ns, name, run.ok() ? run->out : run.status().message());
+      node_->api().SetPhase(ns, name, "Succeeded");
+    });
+  }
+
+  void Deleting(const std::string& ns, const std::string& name) {
+    if (faults_.never_runs) {
+      node_->api().MarkDeleting(ns, name);
+      node_->api().DeletePod(ns, name);
+      return;
+    }
+    node_->DeletePod(ns, name);
+  }
+
+  static std::vector<std::string> VgpuIds() {
+    std::vector<std::string> ids;
+    std::istringstream lines(sim_->State());
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::string kind, id;
+      fields >> kind >> id;
+      if (kind == "vgpu") ids.push_back(id);
+    }
+    return ids;
+  }
+
+  ValidatorOptions Options() const {
+    ValidatorOptions options;
+    options.node = kNode;
+    options.vgpuctl = KVGPU_VGPUCTL_PATH;
+    options.host_root = model_->root().string();
+    options.sysfs_root = sim_->mount().string();
+    options.state_file = plugin_->state_file().string();
+    options.guest.nvidia_smi = "nvidia-smi";
+    options.guest.cuda_sample = "vectorAdd";
+    options.guest.licence_interval = 100ms;
+    options.timeouts = {10s, 5s, 3s, 5s, 500ms, 5s, 3s};
+    options.poll = 50ms;
+    return options;
+  }
+
+  // One run, recorded on the Node as the program does.
+  Outcome Validate() {
+    Validator validator(*api_, Options());
+    Outcome outcome = validator.Run();
+    EXPECT_TRUE(RecordOnNode(*api_, kNode, outcome).ok());
+    return outcome;
+  }
+
+  void ExpectNode(const std::string& status, const std::string& reason) {
+    auto node = kube::ParseNode(node_->api().node(kNode));
+    ASSERT_TRUE(node.ok());
+    const auto* condition = node->Condition(kConditionType);
+    ASSERT_NE(condition, nullptr);
+    EXPECT_EQ(condition->status, status);
+    EXPECT_EQ(condition->reason, reason) << condition->message;
+    EXPECT_EQ(node->labels.at(kValidatedLabel), status == "True" ? "true" : "false");
+    EXPECT_NE(node->Condition("Ready"), nullptr);  // kubelet's conditions stay
+    const auto events = node_->api().events();
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back()["involvedObject"]["kind"], "Node");
+    EXPECT_EQ(events.back()["reason"],
+              status == "True" ? "KataVgpuValidated" : "KataVgpuValidationFailed");
+  }
+
+  static testing::TempDir* dir_;
+  static testing::SimMount* sim_;
+  static FakeNode* node_;
+  static testing::PluginProcess* plugin_;
+  static sim::KernelModel* model_;
+  std::unique_ptr<kube::ApiClient> api_;
+  Faults faults_;
+  std::mutex mutex_;
+  std::vector<std::thread> pods_;
+};
+
+testing::TempDir* ValidatorFlowTest::dir_ = nullptr;
+testing::SimMount* ValidatorFlowTest::sim_ = nullptr;
+FakeNode* ValidatorFlowTest::node_ = nullptr;
+testing::PluginProcess* ValidatorFlowTest::plugin_ = nullptr;
+sim::KernelModel* ValidatorFlowTest::model_ = nullptr;
+
+TEST_F(ValidatorFlowTest, AHealthySimulatedNodeIsValidatedAndItsVgpuIsGoneAfterwards) {
+  const Outcome outcome = Validate();
+  ASSERT_TRUE(outcome.validated()) << (outcome.failed() ? outcome.failed()->message : "");
+  EXPECT_EQ(outcome.steps.size(), 7u);
+  ExpectNode("True", "Validated");
+  EXPECT_TRUE(VgpuIds().empty());
+  // The smallest type of the T4 (1 GiB, T4-1Q) was asked for.
+  EXPECT_NE(outcome.steps[1].message.find("tencent.com/vgpu-230"), std::string::npos)
+      << outcome.steps[1].message;
+}
+
+TEST_F(ValidatorFlowTest, ADoctorFindingFailsTheDoctorStepAndMakesNoPod) {
+  const fs::path module = model_->root() / "sys/module/vfio_pci";
+  fs::rename(module, fs::path(module.string() + ".aside"));
+  const Outcome outcome = Validate();
+  fs::rename(fs::path(module.string() + ".aside"), module);
+  ASSERT_NE(outcome.failed(), nullptr);
+  EXPECT_EQ(outcome.failed()->step, Step::kDoctor);
+  EXPECT_TRUE(outcome.pod.empty());
+  ExpectNode("False", "Doctor");
+}
+
+TEST_F(ValidatorFlowTest, NoAllocatableVgpuFailsSchedule) {
+  PublishNode(false);
+  const Outcome outcome = Validate();
+  ASSERT_NE(outcome.failed(), nullptr);
+  EXPECT_EQ(outcome.failed()->step, Step::kSchedule);
+  ExpectNode("False", "Schedule");
+}
+
+TEST_F(ValidatorFlowTest, APodThatNeverRunsFailsAttachAndIsStillDeleted) {
+  faults_.never_runs = true;
+  const Outcome outcome = Validate();
+  ASSERT_NE(outcome.failed(), nullptr);
+  EXPECT_EQ(outcome.failed()->step, Step::kAttach);
+  EXPECT_EQ(outcome.steps.back().step, Step::kCleanup);
+  EXPECT_TRUE(outcome.steps.back().ok);
+  ExpectNode("False", "Attach");
+}
+
+TEST_F(ValidatorFlowTest, AnUnlicensedGuestFailsLicence) {
+  faults_.unlicensed = true;
+  const Outcome outcome = Validate();
+  ASSERT_NE(outcome.failed(), nullptr);
+  EXPECT_EQ(outcome.failed()->step, Step::kLicence);
+  EXPECT_NE(outcome.failed()->message.find("Unlicensed"), std::string::npos);
+  ExpectNode("False", "Licence");
+  EXPECT_TRUE(VgpuIds().empty());
+}
+
+TEST_F(ValidatorFlowTest, AFailingSampleFailsCuda) {
+  faults_.sample_fails = true;
+  const Outcome outcome = Validate();
+  ASSERT_NE(outcome.failed(), nullptr);
+  EXPECT_EQ(outcome.failed()->step, Step::kCuda);
+  ExpectNode("False", "Cuda");
+}
+
+TEST_F(ValidatorFlowTest, AVgpuLeftBehindFailsCleanup) {
+  faults_.vgpu_kept = true;
+  const Outcome outcome = Validate();
+  ASSERT_NE(outcome.failed(), nullptr);
+  EXPECT_EQ(outcome.failed()->step, Step::kCleanup) << outcome.failed()->message;
+  ExpectNode("False", "Cleanup");
+  // Let it go, so the plugin removes it and the node is clean for the next test.
+  for (const auto& id : VgpuIds()) sim_->Control("release " + id);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!VgpuIds().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(VgpuIds().empty());
+}
+
+}  // namespace
+}  // namespace kvgpu::validator
