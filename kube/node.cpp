@@ -70,16 +70,16 @@ nlohmann::json ConditionPatch(const NodeCondition& condition, const NodeInfo& cu
 
 Status SetNodeCondition(ApiTransport& api, const NodeInfo& current, const NodeCondition& condition,
                         std::chrono::system_clock::time_point now, Canceller* cancel) {
-  if (condition.type.empty() ||
-      (condition.status != "True" && condition.status != "False" &&
-       condition.status != "Unknown")) {
-    return Status::Error(ErrorCode::kInvalid, "a node condition needs a type and a status of "
-                                              "True, False or Unknown, not \"" +
-                                                  condition.status + "\"");
+  if (condition.type.empty() || (condition.status != "True" && condition.status != "False" &&
+                                 condition.status != "Unknown")) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "a node condition needs a type and a status of "
+                         "True, False or Unknown, not \"" +
+                             condition.status + "\"");
   }
-  auto answer = api.Patch(NodePath(current.name) + "/status",
-                          ConditionPatch(condition, current, now),
-                          "application/strategic-merge-patch+json", cancel);
+  auto answer =
+      api.Patch(NodePath(current.name) + "/status", ConditionPatch(condition, current, now),
+                "application/strategic-merge-patch+json", cancel);
   return answer.ok() ? Status() : answer.status();
 }
 

@@ -35,7 +35,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   const char* node = std::getenv("NODE_NAME");
   if (node != nullptr) o.node = node;
   app.add_option("--node-name", o.node, "the node to validate (default: $NODE_NAME)");
-  app.add_option("--namespace", o.namespace_name, "where the probe pod runs")->capture_default_str();
+  app.add_option("--namespace", o.namespace_name, "where the probe pod runs")
+      ->capture_default_str();
   app.add_option("--kubeconfig", f.kubeconfig, "kubeconfig file (default: in-cluster)");
   app.add_option("--image", o.image, "the probe pod's image: nvidia-smi and the CUDA sample")
       ->capture_default_str();
@@ -62,14 +63,20 @@ void AddFlags(CLI::App& app, Flags& f) {
 Status ParseDurations(Flags& f, std::chrono::milliseconds* interval) {
   auto& t = f.options.timeouts;
   const std::map<std::string, std::chrono::milliseconds*> targets = {
-      {"--doctor-timeout", &t.doctor},   {"--schedule-timeout", &t.schedule},
-      {"--attach-timeout", &t.attach},   {"--driver-timeout", &t.driver},
-      {"--licence-timeout", &t.licence}, {"--cuda-timeout", &t.cuda},
-      {"--cleanup-timeout", &t.cleanup}, {"--poll-interval", &f.options.poll},
-      {"--licence-interval", &f.options.guest.licence_interval}, {"--interval", interval}};
+      {"--doctor-timeout", &t.doctor},
+      {"--schedule-timeout", &t.schedule},
+      {"--attach-timeout", &t.attach},
+      {"--driver-timeout", &t.driver},
+      {"--licence-timeout", &t.licence},
+      {"--cuda-timeout", &t.cuda},
+      {"--cleanup-timeout", &t.cleanup},
+      {"--poll-interval", &f.options.poll},
+      {"--licence-interval", &f.options.guest.licence_interval},
+      {"--interval", interval}};
   for (const auto& [flag, target] : targets) {
     auto parsed = ParseDuration(f.durations.at(flag));
-    if (!parsed.ok()) return Status::Error(ErrorCode::kInvalid, flag + ": " + parsed.status().message());
+    if (!parsed.ok())
+      return Status::Error(ErrorCode::kInvalid, flag + ": " + parsed.status().message());
     *target = parsed.value();
   }
   if (f.options.poll.count() == 0 || f.options.guest.licence_interval.count() == 0) {
@@ -106,7 +113,8 @@ bool RunOnce(kube::ApiTransport& api, const Flags& f, Metrics& metrics) {
 }  // namespace
 
 int Main(int argc, char** argv) {
-  CLI::App app{"kvgpu-validator: proves a vGPU works in a Kata pod on this node (docs/validator.md)"};
+  CLI::App app{
+      "kvgpu-validator: proves a vGPU works in a Kata pod on this node (docs/validator.md)"};
   Flags flags;
   AddFlags(app, flags);
   CLI11_PARSE(app, argc, argv);

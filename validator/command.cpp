@@ -64,8 +64,8 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!finished) {
-    return Status::Error(ErrorCode::kTimeout, argv[0] + " ran longer than " +
-                                                  std::to_string(timeout.count()) + " ms");
+    return Status::Error(ErrorCode::kTimeout,
+                         argv[0] + " ran longer than " + std::to_string(timeout.count()) + " ms");
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;

@@ -108,7 +108,8 @@ Status Metrics::Serve(const std::string& host_port) {
     exposer_ = std::make_unique<prometheus::Exposer>(host_port, 1);
     exposer_->RegisterCollectable(registry_);
   } catch (const std::exception& e) {
-    return Status::Error(ErrorCode::kConfig, "cannot serve metrics at " + host_port + ": " + e.what());
+    return Status::Error(ErrorCode::kConfig,
+                         "cannot serve metrics at " + host_port + ": " + e.what());
   }
   return Status();
 }

@@ -44,8 +44,8 @@ long Count(const std::string& quantity) {
 // Framebuffer (MiB) per type id from `vgpuctl types --json`; empty when it cannot tell.
 std::map<std::string, uint64_t> Framebuffers(const ValidatorOptions& o) {
   std::map<std::string, uint64_t> out;
-  auto run = RunCommand({o.vgpuctl, "--sysfs-root", o.sysfs_root, "types", "--json"},
-                        o.timeouts.doctor);
+  auto run =
+      RunCommand({o.vgpuctl, "--sysfs-root", o.sysfs_root, "types", "--json"}, o.timeouts.doctor);
   if (!run.ok() || run->exit_code != 0) return out;
   const auto doc = nlohmann::json::parse(run->out, nullptr, false);
   if (!doc.is_object()) return out;
@@ -62,30 +62,17 @@ std::map<std::string, uint64_t> Framebuffers(const ValidatorOptions& o) {
 
 }  // namespace
 
+// Each step's name (logs, metrics) and the condition's reason when it fails, in kSteps order.
+constexpr std::pair<const char*, const char*> kStepNames[] = {
+    {"doctor", "Doctor"},   {"schedule", "Schedule"}, {"attach", "Attach"},  {"driver", "Driver"},
+    {"licence", "Licence"}, {"cuda", "Cuda"},         {"cleanup", "Cleanup"}};
+
 const char* StepName(Step step) {
-  switch (step) {
-    case Step::kDoctor: return "doctor";
-    case Step::kSchedule: return "schedule";
-    case Step::kAttach: return "attach";
-    case Step::kDriver: return "driver";
-    case Step::kLicence: return "licence";
-    case Step::kCuda: return "cuda";
-    case Step::kCleanup: return "cleanup";
-  }
-  return "unknown";
+  return kStepNames[static_cast<size_t>(step)].first;
 }
 
 const char* StepReason(Step step) {
-  switch (step) {
-    case Step::kDoctor: return "Doctor";
-    case Step::kSchedule: return "Schedule";
-    case Step::kAttach: return "Attach";
-    case Step::kDriver: return "Driver";
-    case Step::kLicence: return "Licence";
-    case Step::kCuda: return "Cuda";
-    case Step::kCleanup: return "Cleanup";
-  }
-  return "Unknown";
+  return kStepNames[static_cast<size_t>(step)].second;
 }
 
 bool Outcome::validated() const {
@@ -112,8 +99,8 @@ Outcome Validator::Run() {
   Outcome outcome;
   using Member = Verdict (Validator::*)();
   const std::pair<Step, Member> flow[] = {
-      {Step::kDoctor, &Validator::Doctor}, {Step::kSchedule, &Validator::Schedule},
-      {Step::kAttach, &Validator::Attach}, {Step::kDriver, &Validator::Driver},
+      {Step::kDoctor, &Validator::Doctor},   {Step::kSchedule, &Validator::Schedule},
+      {Step::kAttach, &Validator::Attach},   {Step::kDriver, &Validator::Driver},
       {Step::kLicence, &Validator::Licence}, {Step::kCuda, &Validator::Cuda}};
   for (const auto& [step, member] : flow) {
     const auto start = Clock::now();
@@ -157,8 +144,8 @@ Validator::Verdict Validator::Doctor() {
   if (!run.ok()) return {false, run.status().message()};
   const auto report = nlohmann::json::parse(run->out, nullptr, false);
   if (!report.is_object() || !report.contains("checks")) {
-    return {false, "vgpuctl doctor exited " + std::to_string(run->exit_code) +
-                       " without its JSON report"};
+    return {false,
+            "vgpuctl doctor exited " + std::to_string(run->exit_code) + " without its JSON report"};
   }
   std::vector<std::string> errors;
   std::vector<std::string> warnings;
@@ -191,8 +178,8 @@ Result<std::string> Validator::PickResource(const kube::NodeInfo& node) {
     }
   }
   if (candidates.empty()) {
-    return Status::Error(ErrorCode::kInvalid, "the node has no allocatable " +
-                                                  options_.resource_prefix + "* resource");
+    return Status::Error(ErrorCode::kInvalid,
+                         "the node has no allocatable " + options_.resource_prefix + "* resource");
   }
   // The smallest framebuffer: resource -> type from the plugin's state annotation, type ->
   // framebuffer from the node's sysfs. A resource neither tells comes last, by name.
@@ -241,7 +228,8 @@ Validator::Verdict Validator::Schedule() {
       api_.Post("/api/v1/namespaces/" + options_.namespace_name + "/pods", BuildPod(spec));
   if (!created.ok()) return {false, "cannot create the probe pod: " + created.status().message()};
   pod_made_ = true;
-  return {true, "pod " + pod_name_ + " asks for one " + *resource + " (" + spec.runtime_class + ")"};
+  return {true,
+          "pod " + pod_name_ + " asks for one " + *resource + " (" + spec.runtime_class + ")"};
 }
 
 std::string Validator::PodPath() const {
@@ -361,8 +349,8 @@ Result<std::set<std::string>> Validator::VgpusOnNode() {
   if (!run.ok()) return run.status();
   const auto doc = nlohmann::json::parse(run->out, nullptr, false);
   if (run->exit_code != 0 || !doc.is_object()) {
-    return Status::Error(ErrorCode::kInvalid, "vgpuctl list exited " +
-                                                  std::to_string(run->exit_code));
+    return Status::Error(ErrorCode::kInvalid,
+                         "vgpuctl list exited " + std::to_string(run->exit_code));
   }
   std::set<std::string> ids;
   for (const auto& vgpu : doc.value("vgpus", nlohmann::json::array())) {

@@ -18,7 +18,7 @@
 namespace kvgpu::validator {
 
 enum class Step { kDoctor, kSchedule, kAttach, kDriver, kLicence, kCuda, kCleanup };
-inline constexpr Step kSteps[] = {Step::kDoctor, Step::kSchedule, Step::kAttach, Step::kDriver,
+inline constexpr Step kSteps[] = {Step::kDoctor,  Step::kSchedule, Step::kAttach, Step::kDriver,
                                   Step::kLicence, Step::kCuda,     Step::kCleanup};
 const char* StepName(Step step);    // "doctor"
 const char* StepReason(Step step);  // the condition's reason when it fails: "Doctor"

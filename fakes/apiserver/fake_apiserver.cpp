@@ -601,20 +601,19 @@ nlohmann::json FakeApiServer::pod(const std::string& ns, const std::string& name
 
 void FakeApiServer::RoutePods(httplib::Server& server) {
   server.Post(R"(/api/v1/namespaces/([^/]+)/pods)", [this](const httplib::Request& req,
-                                                          httplib::Response& res) {
+                                                           httplib::Response& res) {
     const std::string ns = req.matches[1];
     auto pod = nlohmann::json::parse(req.body, nullptr, false);
     if (!pod.is_object() || pod.value("kind", "") != "Pod" || !pod["metadata"].is_object() ||
-        pod["metadata"].value("name", "").empty() ||
-        pod["metadata"].value("namespace", ns) != ns) {
+        pod["metadata"].value("name", "").empty() || pod["metadata"].value("namespace", ns) != ns) {
       Reply(res, 400, Status(400, "BadRequest", "not a Pod with a name in namespace " + ns));
       return;
     }
     pod["metadata"]["namespace"] = ns;
     if (!this->pod(ns, pod["metadata"]["name"]).is_null()) {
-      Reply(res, 409, Status(409, "AlreadyExists", "pods \"" +
-                                                       pod["metadata"]["name"].get<std::string>() +
-                                                       "\" already exists"));
+      Reply(res, 409,
+            Status(409, "AlreadyExists",
+                   "pods \"" + pod["metadata"]["name"].get<std::string>() + "\" already exists"));
       return;
     }
     if (!pod["status"].is_object() || !pod["status"].contains("phase")) {
@@ -642,61 +641,61 @@ void FakeApiServer::RoutePods(httplib::Server& server) {
     Reply(res, 200, found);
   });
 
-  server.Get(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/log)", [this](const httplib::Request& req,
-                                                                      httplib::Response& res) {
-    const std::string key = Key(req.matches[1], req.matches[2]);
-    std::lock_guard lock(mutex_);
-    const auto log = logs_.find(key);
-    if (pods_.count(key) == 0 || log == logs_.end()) {
-      const int code = pods_.count(key) == 0 ? 404 : 400;
-      Reply(res, code,
-            Status(code, code == 404 ? "NotFound" : "BadRequest",
-                   "container \"main\" in pod \"" + std::string(req.matches[2]) +
-                       "\" is waiting to start: ContainerCreating"));
-      return;
-    }
-    res.status = 200;
-    res.set_content(log->second, "text/plain");
-  });
+  server.Get(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/log)",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               const std::string key = Key(req.matches[1], req.matches[2]);
+               std::lock_guard lock(mutex_);
+               const auto log = logs_.find(key);
+               if (pods_.count(key) == 0 || log == logs_.end()) {
+                 const int code = pods_.count(key) == 0 ? 404 : 400;
+                 Reply(res, code,
+                       Status(code, code == 404 ? "NotFound" : "BadRequest",
+                              "container \"main\" in pod \"" + std::string(req.matches[2]) +
+                                  "\" is waiting to start: ContainerCreating"));
+                 return;
+               }
+               res.status = 200;
+               res.set_content(log->second, "text/plain");
+             });
 
-  server.Delete(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+))", [this](const httplib::Request& req,
-                                                                     httplib::Response& res) {
-    const std::string ns = req.matches[1];
-    const std::string name = req.matches[2];
-    const auto found = pod(ns, name);
-    if (found.is_null()) {
-      Reply(res, 404, Status(404, "NotFound", "pods \"" + name + "\" not found"));
-      return;
-    }
-    PodHooks hooks;
-    {
-      std::lock_guard lock(mutex_);
-      hooks = hooks_;
-    }
-    if (hooks.deleting) {
-      hooks.deleting(ns, name);
-    } else {
-      MarkDeleting(ns, name);
-      DeletePod(ns, name);
-    }
-    Reply(res, 200, found);
-  });
+  server.Delete(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+))",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  const std::string ns = req.matches[1];
+                  const std::string name = req.matches[2];
+                  const auto found = pod(ns, name);
+                  if (found.is_null()) {
+                    Reply(res, 404, Status(404, "NotFound", "pods \"" + name + "\" not found"));
+                    return;
+                  }
+                  PodHooks hooks;
+                  {
+                    std::lock_guard lock(mutex_);
+                    hooks = hooks_;
+                  }
+                  if (hooks.deleting) {
+                    hooks.deleting(ns, name);
+                  } else {
+                    MarkDeleting(ns, name);
+                    DeletePod(ns, name);
+                  }
+                  Reply(res, 200, found);
+                });
 }
 
 void FakeApiServer::RouteNodes(httplib::Server& server) {
-  server.Get(R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req,
-                                                httplib::Response& res) {
-    const auto found = node(req.matches[1]);
-    if (found.is_null()) {
-      Reply(res, 404,
-            Status(404, "NotFound", "nodes \"" + std::string(req.matches[1]) + "\" not found"));
-      return;
-    }
-    Reply(res, 200, found);
-  });
+  server.Get(
+      R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+        const auto found = node(req.matches[1]);
+        if (found.is_null()) {
+          Reply(res, 404,
+                Status(404, "NotFound", "nodes \"" + std::string(req.matches[1]) + "\" not found"));
+          return;
+        }
+        Reply(res, 200, found);
+      });
 
   server.Patch(R"(/api/v1/nodes/([^/]+)(/status)?)", [this](const httplib::Request& req,
-                                                           httplib::Response& res) {
+                                                            httplib::Response& res) {
     const std::string name = req.matches[1];
     const bool status = req.matches[2].matched;
     const std::string type = req.get_header_value("Content-Type");

@@ -24,25 +24,35 @@ class NodePodTest : public ::testing::Test {
     auto client = ApiClient::Create(config);
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::move(client.value());
-    server_.SetNode({{"metadata", {{"name", "gpu-1"}, {"labels", {{"a", "b"}}}}},
-                     {"status",
-                      {{"conditions",
-                        {{{"type", "Ready"}, {"status", "True"}, {"reason", "KubeletReady"}}}}}}}});
-  }
-  FakeApiServer server_;
-  std::unique_ptr<ApiClient> client_;
+    server_.SetNode({
+      {"metadata", {{"name", "gpu-1"}, {"labels", {{"a", "b"}}}}}, {
+        "status", {
+          {
+            "conditions", {
+              {
+                {"type", "Ready"}, {"status", "True"}, {
+                  "reason", "KubeletReady"
+                }
+              }
+            }
+          }
+        }
+      }}
+  });
+} FakeApiServer server_;
+std::unique_ptr<ApiClient> client_;
 };
 
 TEST_F(NodePodTest, AConditionJoinsKubeletsAndReplacesOnlyItsOwnType) {
   auto node = GetNode(*client_, "gpu-1");
   ASSERT_TRUE(node.ok()) << node.status().ToString();
   const auto now = std::chrono::system_clock::now();
-  ASSERT_TRUE(SetNodeCondition(*client_, *node, {"KataVgpuValidated", "False", "Cuda", "x", ""}, now)
-                  .ok());
+  ASSERT_TRUE(
+      SetNodeCondition(*client_, *node, {"KataVgpuValidated", "False", "Cuda", "x", ""}, now).ok());
   node = GetNode(*client_, "gpu-1");
-  ASSERT_TRUE(SetNodeCondition(*client_, *node, {"KataVgpuValidated", "True", "Validated", "", ""},
-                               now)
-                  .ok());
+  ASSERT_TRUE(
+      SetNodeCondition(*client_, *node, {"KataVgpuValidated", "True", "Validated", "", ""}, now)
+          .ok());
   node = GetNode(*client_, "gpu-1");
   ASSERT_TRUE(node.ok());
   ASSERT_EQ(node->conditions.size(), 2u);

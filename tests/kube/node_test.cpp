@@ -45,15 +45,16 @@ class RecordingTransport : public ApiTransport {
 const std::chrono::system_clock::time_point kNow{1735787045s};  // 2025-01-02T03:04:05Z
 
 TEST(Node, ParsesLabelsAllocatableAndConditions) {
-  const nlohmann::json node = {
-      {"metadata",
-       {{"name", "gpu-1"},
-        {"labels", {{"kata-vgpu.io/vgpu-mode", "mdev"}}},
-        {"annotations", {{"a", "b"}}}}},
-      {"status",
-       {{"allocatable", {{"tencent.com/vgpu-230", "16"}, {"cpu", "8"}}},
-        {"conditions",
-         {{{"type", "Ready"}, {"status", "True"}, {"lastTransitionTime", "2024-01-01T00:00:00Z"}}}}}}};
+  const nlohmann::json node = {{"metadata",
+                                {{"name", "gpu-1"},
+                                 {"labels", {{"kata-vgpu.io/vgpu-mode", "mdev"}}},
+                                 {"annotations", {{"a", "b"}}}}},
+                               {"status",
+                                {{"allocatable", {{"tencent.com/vgpu-230", "16"}, {"cpu", "8"}}},
+                                 {"conditions",
+                                  {{{"type", "Ready"},
+                                    {"status", "True"},
+                                    {"lastTransitionTime", "2024-01-01T00:00:00Z"}}}}}}};
   auto info = ParseNode(node);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_EQ(info->name, "gpu-1");
@@ -73,7 +74,8 @@ TEST(Node, ANodeWithoutANameIsADecodeError) {
 TEST(Node, ConditionPatchKeepsTheTransitionTimeWhileTheStatusStaysTheSame) {
   NodeInfo current;
   current.name = "gpu-1";
-  current.conditions.push_back({"KataVgpuValidated", "True", "Validated", "", "2024-05-05T00:00:00Z"});
+  current.conditions.push_back(
+      {"KataVgpuValidated", "True", "Validated", "", "2024-05-05T00:00:00Z"});
   const NodeCondition same{"KataVgpuValidated", "True", "Validated", "ok", ""};
   auto patch = ConditionPatch(same, current, kNow);
   const auto& entry = patch["status"]["conditions"][0];
@@ -90,8 +92,9 @@ TEST(Node, SetNodeConditionSendsAStrategicMergePatchOfTheStatus) {
   RecordingTransport api;
   NodeInfo current;
   current.name = "gpu-1";
-  ASSERT_TRUE(SetNodeCondition(api, current, {"KataVgpuValidated", "True", "Validated", "", ""}, kNow)
-                  .ok());
+  ASSERT_TRUE(
+      SetNodeCondition(api, current, {"KataVgpuValidated", "True", "Validated", "", ""}, kNow)
+          .ok());
   ASSERT_EQ(api.sent.size(), 1u);
   EXPECT_EQ(api.sent[0].path, "/api/v1/nodes/gpu-1/status");
   EXPECT_EQ(api.sent[0].content_type, "application/strategic-merge-patch+json");

@@ -35,10 +35,10 @@ constexpr const char* kConfig =
 
 // What the test's kubelet and guest do wrong, one at a time.
 struct Faults {
-  bool never_runs = false;        // the pod stays Pending (a Kata VM that never boots)
-  bool unlicensed = false;        // nvidia-smi -q says Unlicensed
-  bool sample_fails = false;      // vectorAdd fails its check
-  bool vgpu_kept = false;         // QEMU keeps the vGPU: the plugin cannot remove it
+  bool never_runs = false;    // the pod stays Pending (a Kata VM that never boots)
+  bool unlicensed = false;    // nvidia-smi -q says Unlicensed
+  bool sample_fails = false;  // vectorAdd fails its check
+  bool vgpu_kept = false;     // QEMU keeps the vGPU: the plugin cannot remove it
 };
 
 class ValidatorFlowTest : public ::testing::Test {
@@ -73,10 +73,9 @@ class ValidatorFlowTest : public ::testing::Test {
     if (auto reason = testing::FuseUnavailableReason()) GTEST_SKIP() << *reason;
     ASSERT_NE(plugin_, nullptr);
     PublishNode(true);
-    node_->api().SetPodHooks({[this](const nlohmann::json& pod) { Created(pod); },
-                              [this](const std::string& ns, const std::string& name) {
-                                Deleting(ns, name);
-                              }});
+    node_->api().SetPodHooks(
+        {[this](const nlohmann::json& pod) { Created(pod); },
+         [this](const std::string& ns, const std::string& name) { Deleting(ns, name); }});
     auto client = kube::ApiClient::Create(ClientConfig());
     ASSERT_TRUE(client.ok());
     api_ = std::move(client.value());
@@ -108,107 +107,117 @@ class ValidatorFlowTest : public ::testing::Test {
       if (with_resources) allocatable[resource.name] = std::to_string(resource.allocatable);
     }
     node_->api().SetNode(
-        {{"apiVersion", "v1"},
-         {"kind", "Node"},
-         {"metadata", {{"name", kNode}, {"labels", {{"kata-vgpu.io/vgpu-mode", "mdev"}}}}},
-         {"status",
-          {{"allocatable", allocatable},
-           {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}}});
-  }
+        {
+      {"apiVersion", "v1"}, {"kind", "Node"},
+          {"metadata", {{"name", kNode}, {"labels", {{"kata-vgpu.io/vgpu-mode", "mdev"}}}}}, {
+        "status", {
+          {"allocatable", allocatable}, {
+            "conditions", {
+              {
+                {"type", "Ready"}, {
+                  "status", "True"
+                }
+              }
+            }
+          }
+        }
+      }}
+  });
+}
 
   // kubelet and the Kata guest, on their own thread: the request that created the pod returns.
   void Created(const nlohmann::json& pod) {
-    std::lock_guard lock(mutex_);
-    pods_.emplace_back([this, pod] {
-      if (faults_.never_runs) return;
-      if (!node_->AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
-      const std::string ns = pod["metadata"]["namespace"];
-      const std::string name = pod["metadata"]["name"];
-      if (faults_.vgpu_kept) {
-        for (const auto& line : VgpuIds()) sim_->Control("busy " + line);
-      }
-      const auto& command = pod["spec"]["containers"][0]["command"];
-      auto run = RunCommand(
-          {"env", "PATH=" + kData + "/bin:/usr/bin:/bin",
-           "KVGPU_FAKE_SMI_OUTPUT=" + kData +
-               (faults_.unlicensed ? "/nvidia-smi-q-unlicensed.txt" : "/nvidia-smi-q-licensed.txt"),
-           std::string("KVGPU_FAKE_CUDA=") + (faults_.sample_fails ? "fail" : "pass"), command[0],
-           command[1], command[2]},
-          10s);
-      node_->api().SetPodLog(ns, name, run.ok() ? run->out : run.status().message());
-      node_->api().SetPhase(ns, name, "Succeeded");
-    });
-  }
-
-  void Deleting(const std::string& ns, const std::string& name) {
-    if (faults_.never_runs) {
-      node_->api().MarkDeleting(ns, name);
-      node_->api().DeletePod(ns, name);
-      return;
+  std::lock_guard lock(mutex_);
+  pods_.emplace_back([this, pod] {
+    if (faults_.never_runs) return;
+    if (!node_->AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
+    const std::string ns = pod["metadata"]["namespace"];
+    const std::string name = pod["metadata"]["name"];
+    if (faults_.vgpu_kept) {
+      for (const auto& line : VgpuIds()) sim_->Control("busy " + line);
     }
-    node_->DeletePod(ns, name);
-  }
+    const auto& command = pod["spec"]["containers"][0]["command"];
+    auto run = RunCommand(
+        {"env", "PATH=" + kData + "/bin:/usr/bin:/bin",
+         "KVGPU_FAKE_SMI_OUTPUT=" + kData +
+             (faults_.unlicensed ? "/nvidia-smi-q-unlicensed.txt" : "/nvidia-smi-q-licensed.txt"),
+         std::string("KVGPU_FAKE_CUDA=") + (faults_.sample_fails ? "fail" : "pass"), command[0],
+         command[1], command[2]},
+        10s);
+    node_->api().SetPodLog(ns, name, run.ok() ? run->out : run.status().message());
+    node_->api().SetPhase(ns, name, "Succeeded");
+  });
+}
 
-  static std::vector<std::string> VgpuIds() {
-    std::vector<std::string> ids;
-    std::istringstream lines(sim_->State());
-    for (std::string line; std::getline(lines, line);) {
-      std::istringstream fields(line);
-      std::string kind, id;
-      fields >> kind >> id;
-      if (kind == "vgpu") ids.push_back(id);
-    }
-    return ids;
+void Deleting(const std::string& ns, const std::string& name) {
+  if (faults_.never_runs) {
+    node_->api().MarkDeleting(ns, name);
+    node_->api().DeletePod(ns, name);
+    return;
   }
+  node_->DeletePod(ns, name);
+}
 
-  ValidatorOptions Options() const {
-    ValidatorOptions options;
-    options.node = kNode;
-    options.vgpuctl = KVGPU_VGPUCTL_PATH;
-    options.host_root = model_->root().string();
-    options.sysfs_root = sim_->mount().string();
-    options.state_file = plugin_->state_file().string();
-    options.guest.nvidia_smi = "nvidia-smi";
-    options.guest.cuda_sample = "vectorAdd";
-    options.guest.licence_interval = 100ms;
-    options.timeouts = {10s, 5s, 3s, 5s, 500ms, 5s, 3s};
-    options.poll = 50ms;
-    return options;
+static std::vector<std::string> VgpuIds() {
+  std::vector<std::string> ids;
+  std::istringstream lines(sim_->State());
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string kind, id;
+    fields >> kind >> id;
+    if (kind == "vgpu") ids.push_back(id);
   }
+  return ids;
+}
 
-  // One run, recorded on the Node as the program does.
-  Outcome Validate() {
-    Validator validator(*api_, Options());
-    Outcome outcome = validator.Run();
-    EXPECT_TRUE(RecordOnNode(*api_, kNode, outcome).ok());
-    return outcome;
-  }
+ValidatorOptions Options() const {
+  ValidatorOptions options;
+  options.node = kNode;
+  options.vgpuctl = KVGPU_VGPUCTL_PATH;
+  options.host_root = model_->root().string();
+  options.sysfs_root = sim_->mount().string();
+  options.state_file = plugin_->state_file().string();
+  options.guest.nvidia_smi = "nvidia-smi";
+  options.guest.cuda_sample = "vectorAdd";
+  options.guest.licence_interval = 100ms;
+  options.timeouts = {10s, 5s, 3s, 5s, 500ms, 5s, 3s};
+  options.poll = 50ms;
+  return options;
+}
 
-  void ExpectNode(const std::string& status, const std::string& reason) {
-    auto node = kube::ParseNode(node_->api().node(kNode));
-    ASSERT_TRUE(node.ok());
-    const auto* condition = node->Condition(kConditionType);
-    ASSERT_NE(condition, nullptr);
-    EXPECT_EQ(condition->status, status);
-    EXPECT_EQ(condition->reason, reason) << condition->message;
-    EXPECT_EQ(node->labels.at(kValidatedLabel), status == "True" ? "true" : "false");
-    EXPECT_NE(node->Condition("Ready"), nullptr);  // kubelet's conditions stay
-    const auto events = node_->api().events();
-    ASSERT_FALSE(events.empty());
-    EXPECT_EQ(events.back()["involvedObject"]["kind"], "Node");
-    EXPECT_EQ(events.back()["reason"],
-              status == "True" ? "KataVgpuValidated" : "KataVgpuValidationFailed");
-  }
+// One run, recorded on the Node as the program does.
+Outcome Validate() {
+  Validator validator(*api_, Options());
+  Outcome outcome = validator.Run();
+  EXPECT_TRUE(RecordOnNode(*api_, kNode, outcome).ok());
+  return outcome;
+}
 
-  static testing::TempDir* dir_;
-  static testing::SimMount* sim_;
-  static FakeNode* node_;
-  static testing::PluginProcess* plugin_;
-  static sim::KernelModel* model_;
-  std::unique_ptr<kube::ApiClient> api_;
-  Faults faults_;
-  std::mutex mutex_;
-  std::vector<std::thread> pods_;
+void ExpectNode(const std::string& status, const std::string& reason) {
+  auto node = kube::ParseNode(node_->api().node(kNode));
+  ASSERT_TRUE(node.ok());
+  const auto* condition = node->Condition(kConditionType);
+  ASSERT_NE(condition, nullptr);
+  EXPECT_EQ(condition->status, status);
+  EXPECT_EQ(condition->reason, reason) << condition->message;
+  EXPECT_EQ(node->labels.at(kValidatedLabel), status == "True" ? "true" : "false");
+  EXPECT_NE(node->Condition("Ready"), nullptr);  // kubelet's conditions stay
+  const auto events = node_->api().events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["involvedObject"]["kind"], "Node");
+  EXPECT_EQ(events.back()["reason"],
+            status == "True" ? "KataVgpuValidated" : "KataVgpuValidationFailed");
+}
+
+static testing::TempDir* dir_;
+static testing::SimMount* sim_;
+static FakeNode* node_;
+static testing::PluginProcess* plugin_;
+static sim::KernelModel* model_;
+std::unique_ptr<kube::ApiClient> api_;
+Faults faults_;
+std::mutex mutex_;
+std::vector<std::thread> pods_;
 };
 
 testing::TempDir* ValidatorFlowTest::dir_ = nullptr;
