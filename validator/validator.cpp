@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -30,6 +31,17 @@ std::string LastLine(const std::string& text) {
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
   }
   return last;
+}
+
+// Five characters of [a-z0-9], as the API server's generateName adds: runs in the same second
+// (a Job re-run, a restart) must not meet the previous run's pod or its log.
+std::string RandomSuffix() {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device random;
+  std::uniform_int_distribution<size_t> pick(0, sizeof kAlphabet - 2);
+  std::string out;
+  for (int i = 0; i < 5; ++i) out.push_back(kAlphabet[pick(random)]);
+  return out;
 }
 
 // A count from an allocatable quantity ("16"); 0 for anything else.
@@ -213,9 +225,7 @@ Validator::Verdict Validator::Schedule() {
   }
   auto resource = PickResource(*node);
   if (!resource.ok()) return {false, resource.status().message()};
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  pod_name_ = "kvgpu-validator-" + options_.node.substr(0, 200) + "-" +
-              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count());
+  pod_name_ = "kvgpu-validator-" + options_.node.substr(0, 200) + "-" + RandomSuffix();
   PodSpec spec{options_.namespace_name,
                pod_name_,
                options_.node,

@@ -186,6 +186,8 @@ std::uint64_t FakeApiServer::Record(const std::string& type, nlohmann::json old_
     version = ++version_;
     pod["metadata"]["resourceVersion"] = std::to_string(version);
     if (type == "DELETED") {
+      // A pod's log goes with it: a later pod of the same name starts without one.
+      logs_.erase(Key(pod));
       pods_.erase(Key(pod));
     } else {
       pods_[Key(pod)] = pod;
@@ -567,7 +569,10 @@ void FakeApiServer::SetNode(nlohmann::json node) {
   {
     std::lock_guard lock(mutex_);
     node["metadata"]["resourceVersion"] = std::to_string(++version_);
-    nodes_[node["metadata"].value("name", "")] = std::move(node);
+    // The name first: json's operator= takes its argument by value, and C++17 evaluates the
+    // right side of `=` first, so `node` would already be moved from.
+    const std::string name = node["metadata"].value("name", "");
+    nodes_[name] = std::move(node);
   }
   Notify();
 }

@@ -24,23 +24,15 @@ class NodePodTest : public ::testing::Test {
     auto client = ApiClient::Create(config);
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::move(client.value());
-    server_.SetNode({
-      {"metadata", {{"name", "gpu-1"}, {"labels", {{"a", "b"}}}}}, {
-        "status", {
-          {
-            "conditions", {
-              {
-                {"type", "Ready"}, {"status", "True"}, {
-                  "reason", "KubeletReady"
-                }
-              }
-            }
-          }
-        }
-      }}
-  });
-} FakeApiServer server_;
-std::unique_ptr<ApiClient> client_;
+    // kubelet's own condition is there first: the validator's must join it, not replace it.
+    server_.SetNode(nlohmann::json::parse(R"({
+      "metadata": {"name": "gpu-1", "labels": {"a": "b"}},
+      "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}
+    })"));
+  }
+
+  FakeApiServer server_;
+  std::unique_ptr<ApiClient> client_;
 };
 
 TEST_F(NodePodTest, AConditionJoinsKubeletsAndReplacesOnlyItsOwnType) {

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "fakes/cluster/daemons.h"
@@ -14,6 +16,7 @@
 #include "fakes/cluster/sim_mount.h"
 #include "fakes/common/temp_dir.h"
 #include "kube/node.h"
+#include "scheduling/node_vgpu_state.h"
 #include "sim/host_software.h"
 #include "sim/kernel_model.h"
 #include "validator/command.h"
@@ -50,6 +53,8 @@ class ValidatorFlowTest : public ::testing::Test {
     if (auto failed = sim_->Mount()) FAIL() << *failed;
     node_ = new FakeNode(dir_->path() / "kubelet", kNode);
     ASSERT_TRUE(node_->Start().ok());
+    // The Node exists before the plugin starts, so its vGPU state annotation lands on it.
+    node_->api().SetNode({{"metadata", {{"name", kNode}}}});
     plugin_ = new testing::PluginProcess(KVGPU_DEVICE_PLUGIN_PATH, sim_->mount(),
                                          dir_->path() / "plugin", *node_, kConfig);
     if (auto failed = plugin_->Start(*node_, 12)) FAIL() << *failed;
@@ -100,124 +105,133 @@ class ValidatorFlowTest : public ::testing::Test {
     return config;
   }
 
-  // The Node as kubelet reports it: the plugin's resources as allocatable (or none).
-  void PublishNode(bool with_resources) {
+  // The Node as kubelet reports it: the plugin's resources as allocatable (none, or those of
+  // `only` when given). The plugin's annotation stays, as kubelet's status updates leave it.
+  void PublishNode(bool with_resources, const std::set<std::string>& only = {}) {
+    nlohmann::json node = node_->api().node(kNode);
+    node["metadata"]["labels"] = {{"kata-vgpu.io/vgpu-mode", "mdev"}};
     nlohmann::json allocatable = {{"cpu", "8"}};
     for (const auto& resource : node_->Resources()) {
-      if (with_resources) allocatable[resource.name] = std::to_string(resource.allocatable);
+      if (with_resources && (only.empty() || only.count(resource.name) != 0)) {
+        allocatable[resource.name] = std::to_string(resource.allocatable);
+      }
     }
-    node_->api().SetNode(
-        {
-      {"apiVersion", "v1"}, {"kind", "Node"},
-          {"metadata", {{"name", kNode}, {"labels", {{"kata-vgpu.io/vgpu-mode", "mdev"}}}}}, {
-        "status", {
-          {"allocatable", allocatable}, {
-            "conditions", {
-              {
-                {"type", "Ready"}, {
-                  "status", "True"
-                }
-              }
-            }
-          }
-        }
-      }}
-  });
-}
+    node["status"] = {{"allocatable", allocatable},
+                      {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}};
+    node_->api().SetNode(std::move(node));
+  }
+
+  // Until the plugin's vGPU state annotation (resource -> type) is on the Node.
+  static bool WaitForStateAnnotation() {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto annotations =
+          node_->api().node(kNode)["metadata"].value("annotations", nlohmann::json::object());
+      if (annotations.contains(scheduling::kNodeStateAnnotation)) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
 
   // kubelet and the Kata guest, on their own thread: the request that created the pod returns.
   void Created(const nlohmann::json& pod) {
-  std::lock_guard lock(mutex_);
-  pods_.emplace_back([this, pod] {
-    if (faults_.never_runs) return;
-    if (!node_->AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
-    const std::string ns = pod["metadata"]["namespace"];
-    const std::string name = pod["metadata"]["name"];
-    if (faults_.vgpu_kept) {
-      for (const auto& line : VgpuIds()) sim_->Control("busy " + line);
+    std::lock_guard lock(mutex_);
+    pods_.emplace_back([this, pod] {
+      if (faults_.never_runs) return;
+      if (!node_->AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
+      const std::string ns = pod["metadata"]["namespace"];
+      const std::string name = pod["metadata"]["name"];
+      if (faults_.vgpu_kept) {
+        for (const auto& line : VgpuIds()) sim_->Control("busy " + line);
+      }
+      const auto& command = pod["spec"]["containers"][0]["command"];
+      auto run = RunCommand(
+          {"env", "PATH=" + kData + "/bin:/usr/bin:/bin",
+           "KVGPU_FAKE_SMI_OUTPUT=" + kData +
+               (faults_.unlicensed ? "/nvidia-smi-q-unlicensed.txt" : "/nvidia-smi-q-licensed.txt"),
+           std::string("KVGPU_FAKE_CUDA=") + (faults_.sample_fails ? "fail" : "pass"), command[0],
+           command[1], command[2]},
+          10s);
+      // The phase before the log: once the log is there the validator may delete the pod.
+      node_->api().SetPhase(ns, name, "Succeeded");
+      node_->api().SetPodLog(ns, name, run.ok() ? run->out : run.status().message());
+    });
+  }
+
+  void Deleting(const std::string& ns, const std::string& name) {
+    if (faults_.never_runs) {
+      node_->api().MarkDeleting(ns, name);
+      node_->api().DeletePod(ns, name);
+      return;
     }
-    const auto& command = pod["spec"]["containers"][0]["command"];
-    auto run = RunCommand(
-        {"env", "PATH=" + kData + "/bin:/usr/bin:/bin",
-         "KVGPU_FAKE_SMI_OUTPUT=" + kData +
-             (faults_.unlicensed ? "/nvidia-smi-q-unlicensed.txt" : "/nvidia-smi-q-licensed.txt"),
-         std::string("KVGPU_FAKE_CUDA=") + (faults_.sample_fails ? "fail" : "pass"), command[0],
-         command[1], command[2]},
-        10s);
-    node_->api().SetPodLog(ns, name, run.ok() ? run->out : run.status().message());
-    node_->api().SetPhase(ns, name, "Succeeded");
-  });
-}
-
-void Deleting(const std::string& ns, const std::string& name) {
-  if (faults_.never_runs) {
-    node_->api().MarkDeleting(ns, name);
-    node_->api().DeletePod(ns, name);
-    return;
+    node_->DeletePod(ns, name);
   }
-  node_->DeletePod(ns, name);
-}
 
-static std::vector<std::string> VgpuIds() {
-  std::vector<std::string> ids;
-  std::istringstream lines(sim_->State());
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream fields(line);
-    std::string kind, id;
-    fields >> kind >> id;
-    if (kind == "vgpu") ids.push_back(id);
+  static std::vector<std::string> VgpuIds() {
+    std::vector<std::string> ids;
+    std::istringstream lines(sim_->State());
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::string kind, id;
+      fields >> kind >> id;
+      if (kind == "vgpu") ids.push_back(id);
+    }
+    return ids;
   }
-  return ids;
-}
 
-ValidatorOptions Options() const {
-  ValidatorOptions options;
-  options.node = kNode;
-  options.vgpuctl = KVGPU_VGPUCTL_PATH;
-  options.host_root = model_->root().string();
-  options.sysfs_root = sim_->mount().string();
-  options.state_file = plugin_->state_file().string();
-  options.guest.nvidia_smi = "nvidia-smi";
-  options.guest.cuda_sample = "vectorAdd";
-  options.guest.licence_interval = 100ms;
-  options.timeouts = {10s, 5s, 3s, 5s, 500ms, 5s, 3s};
-  options.poll = 50ms;
-  return options;
-}
+  ValidatorOptions Options() const {
+    ValidatorOptions options;
+    options.node = kNode;
+    options.vgpuctl = KVGPU_VGPUCTL_PATH;
+    options.host_root = model_->root().string();
+    options.sysfs_root = sim_->mount().string();
+    options.state_file = plugin_->state_file().string();
+    options.guest.nvidia_smi = "nvidia-smi";
+    options.guest.cuda_sample = "vectorAdd";
+    options.guest.licence_interval = 100ms;
+    // Bounds far above what the simulated node takes (attach ~0.1 s), except cleanup's: the
+    // plugin keeps a vGPU at least until it has heard kubelet answer for its settle time (5 s,
+    // deviceplugin/holder_tracker.h), which the suite's first run may still be within.
+    options.timeouts = {10s, 5s, 2s, 5s, 500ms, 5s, 8s};
+    options.poll = 50ms;
+    return options;
+  }
 
-// One run, recorded on the Node as the program does.
-Outcome Validate() {
-  Validator validator(*api_, Options());
-  Outcome outcome = validator.Run();
-  EXPECT_TRUE(RecordOnNode(*api_, kNode, outcome).ok());
-  return outcome;
-}
+  // One run, recorded on the Node as the program does.
+  Outcome Validate(std::optional<std::chrono::milliseconds> cleanup = std::nullopt) {
+    ValidatorOptions options = Options();
+    if (cleanup) options.timeouts.cleanup = *cleanup;
+    Validator validator(*api_, options);
+    Outcome outcome = validator.Run();
+    EXPECT_TRUE(RecordOnNode(*api_, kNode, outcome).ok());
+    return outcome;
+  }
 
-void ExpectNode(const std::string& status, const std::string& reason) {
-  auto node = kube::ParseNode(node_->api().node(kNode));
-  ASSERT_TRUE(node.ok());
-  const auto* condition = node->Condition(kConditionType);
-  ASSERT_NE(condition, nullptr);
-  EXPECT_EQ(condition->status, status);
-  EXPECT_EQ(condition->reason, reason) << condition->message;
-  EXPECT_EQ(node->labels.at(kValidatedLabel), status == "True" ? "true" : "false");
-  EXPECT_NE(node->Condition("Ready"), nullptr);  // kubelet's conditions stay
-  const auto events = node_->api().events();
-  ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back()["involvedObject"]["kind"], "Node");
-  EXPECT_EQ(events.back()["reason"],
-            status == "True" ? "KataVgpuValidated" : "KataVgpuValidationFailed");
-}
+  void ExpectNode(const std::string& status, const std::string& reason) {
+    auto node = kube::ParseNode(node_->api().node(kNode));
+    ASSERT_TRUE(node.ok());
+    const auto* condition = node->Condition(kConditionType);
+    ASSERT_NE(condition, nullptr);
+    EXPECT_EQ(condition->status, status);
+    EXPECT_EQ(condition->reason, reason) << condition->message;
+    EXPECT_EQ(node->labels.at(kValidatedLabel), status == "True" ? "true" : "false");
+    EXPECT_NE(node->Condition("Ready"), nullptr);  // kubelet's conditions stay
+    const auto events = node_->api().events();
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back()["involvedObject"]["kind"], "Node");
+    EXPECT_EQ(events.back()["reason"],
+              status == "True" ? "KataVgpuValidated" : "KataVgpuValidationFailed");
+  }
 
-static testing::TempDir* dir_;
-static testing::SimMount* sim_;
-static FakeNode* node_;
-static testing::PluginProcess* plugin_;
-static sim::KernelModel* model_;
-std::unique_ptr<kube::ApiClient> api_;
-Faults faults_;
-std::mutex mutex_;
-std::vector<std::thread> pods_;
+  static testing::TempDir* dir_;
+  static testing::SimMount* sim_;
+  static FakeNode* node_;
+  static testing::PluginProcess* plugin_;
+  static sim::KernelModel* model_;
+  std::unique_ptr<kube::ApiClient> api_;
+  Faults faults_;
+  std::mutex mutex_;
+  std::vector<std::thread> pods_;
 };
 
 testing::TempDir* ValidatorFlowTest::dir_ = nullptr;
@@ -232,8 +246,19 @@ TEST_F(ValidatorFlowTest, AHealthySimulatedNodeIsValidatedAndItsVgpuIsGoneAfterw
   EXPECT_EQ(outcome.steps.size(), 7u);
   ExpectNode("True", "Validated");
   EXPECT_TRUE(VgpuIds().empty());
-  // The smallest type of the T4 (1 GiB, T4-1Q) was asked for.
-  EXPECT_NE(outcome.steps[1].message.find("tencent.com/vgpu-230"), std::string::npos)
+  // A 1 GiB type was asked for: the T4's smallest are 222, 225 and 230 (T4-1B, -1A, -1Q), and
+  // among equals the first by name.
+  EXPECT_NE(outcome.steps[1].message.find("tencent.com/vgpu-222 "), std::string::npos)
+      << outcome.steps[1].message;
+}
+
+TEST_F(ValidatorFlowTest, TheProbeAsksForTheSmallestFramebufferNotTheFirstName) {
+  // T4-8A (8 GiB), T4-2Q (2 GiB), T4-16Q (16 GiB): by name 228 would come first.
+  ASSERT_TRUE(WaitForStateAnnotation());
+  PublishNode(true, {"tencent.com/vgpu-228", "tencent.com/vgpu-231", "tencent.com/vgpu-234"});
+  const Outcome outcome = Validate();
+  ASSERT_TRUE(outcome.validated()) << (outcome.failed() ? outcome.failed()->message : "");
+  EXPECT_NE(outcome.steps[1].message.find("tencent.com/vgpu-231 "), std::string::npos)
       << outcome.steps[1].message;
 }
 
@@ -286,9 +311,11 @@ TEST_F(ValidatorFlowTest, AFailingSampleFailsCuda) {
 
 TEST_F(ValidatorFlowTest, AVgpuLeftBehindFailsCleanup) {
   faults_.vgpu_kept = true;
-  const Outcome outcome = Validate();
+  // The run fails at the cleanup bound, so a short one.
+  const Outcome outcome = Validate(2s);
   ASSERT_NE(outcome.failed(), nullptr);
   EXPECT_EQ(outcome.failed()->step, Step::kCleanup) << outcome.failed()->message;
+  EXPECT_NE(outcome.failed()->message.find("vGPU"), std::string::npos) << outcome.failed()->message;
   ExpectNode("False", "Cleanup");
   // Let it go, so the plugin removes it and the node is clean for the next test.
   for (const auto& id : VgpuIds()) sim_->Control("release " + id);
