@@ -244,7 +244,7 @@ def cmd_schema(args):
 def exported_metrics(repo):
     """Metric family names the C++ code registers (prometheus-cpp's `.Name("...")`)."""
     names = set()
-    for folder in ("deviceplugin", "webhook"):
+    for folder in ("deviceplugin", "webhook", "validator"):
         for path in sorted(glob.glob(os.path.join(repo, folder, "*.cpp"))):
             with open(path) as f:
                 names.update(re.findall(r'\.Name\("(kvgpu_[a-z0-9_]+)"\)', f.read()))
