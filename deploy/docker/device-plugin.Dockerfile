@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # kvgpu-device-plugin, with vgpuctl and kvgpu-validator (the validator DaemonSet of
-# deploy/components/validator runs this image too: it needs vgpuctl beside it). Build from the repository root (deploy/build-images.sh does):
+# deploy/components/validator runs this image too: it needs vgpuctl beside it). Build from the
+# repository root (deploy/build-images.sh does):
 #   docker build -f deploy/docker/device-plugin.Dockerfile -t kata-vgpu/device-plugin:TAG .
 # The runtime image holds the program and the Debian packages of the libraries it loads
 # (deploy/docker/runtime-packages.sh works them out from the built binary), nothing else.
