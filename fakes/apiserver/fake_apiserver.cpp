@@ -604,36 +604,39 @@ nlohmann::json FakeApiServer::pod(const std::string& ns, const std::string& name
   return it == pods_.end() ? nlohmann::json() : it->second;
 }
 
+// POST .../pods: stored Pending (unless the pod says otherwise), then told to the hooks.
+void FakeApiServer::CreatePod(const httplib::Request& req, httplib::Response& res) {
+  const std::string ns = req.matches[1];
+  auto pod = nlohmann::json::parse(req.body, nullptr, false);
+  if (!pod.is_object() || pod.value("kind", "") != "Pod" || !pod["metadata"].is_object() ||
+      pod["metadata"].value("name", "").empty() || pod["metadata"].value("namespace", ns) != ns) {
+    Reply(res, 400, Status(400, "BadRequest", "not a Pod with a name in namespace " + ns));
+    return;
+  }
+  pod["metadata"]["namespace"] = ns;
+  if (!this->pod(ns, pod["metadata"]["name"]).is_null()) {
+    Reply(res, 409,
+          Status(409, "AlreadyExists",
+                 "pods \"" + pod["metadata"]["name"].get<std::string>() + "\" already exists"));
+    return;
+  }
+  if (!pod["status"].is_object() || !pod["status"].contains("phase")) {
+    pod["status"] = {{"phase", "Pending"}};
+  }
+  AddPod(pod);
+  const auto stored = this->pod(ns, pod["metadata"]["name"]);
+  Reply(res, 201, stored);
+  PodHooks hooks;
+  {
+    std::lock_guard lock(mutex_);
+    hooks = hooks_;
+  }
+  if (hooks.created) hooks.created(stored);
+}
+
 void FakeApiServer::RoutePods(httplib::Server& server) {
-  server.Post(R"(/api/v1/namespaces/([^/]+)/pods)", [this](const httplib::Request& req,
-                                                           httplib::Response& res) {
-    const std::string ns = req.matches[1];
-    auto pod = nlohmann::json::parse(req.body, nullptr, false);
-    if (!pod.is_object() || pod.value("kind", "") != "Pod" || !pod["metadata"].is_object() ||
-        pod["metadata"].value("name", "").empty() || pod["metadata"].value("namespace", ns) != ns) {
-      Reply(res, 400, Status(400, "BadRequest", "not a Pod with a name in namespace " + ns));
-      return;
-    }
-    pod["metadata"]["namespace"] = ns;
-    if (!this->pod(ns, pod["metadata"]["name"]).is_null()) {
-      Reply(res, 409,
-            Status(409, "AlreadyExists",
-                   "pods \"" + pod["metadata"]["name"].get<std::string>() + "\" already exists"));
-      return;
-    }
-    if (!pod["status"].is_object() || !pod["status"].contains("phase")) {
-      pod["status"] = {{"phase", "Pending"}};
-    }
-    AddPod(pod);
-    const auto stored = this->pod(ns, pod["metadata"]["name"]);
-    Reply(res, 201, stored);
-    PodHooks hooks;
-    {
-      std::lock_guard lock(mutex_);
-      hooks = hooks_;
-    }
-    if (hooks.created) hooks.created(stored);
-  });
+  server.Post(R"(/api/v1/namespaces/([^/]+)/pods)",
+              [this](const httplib::Request& req, httplib::Response& res) { CreatePod(req, res); });
 
   server.Get(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+))", [this](const httplib::Request& req,
                                                                   httplib::Response& res) {

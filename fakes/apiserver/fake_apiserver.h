@@ -34,6 +34,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }  // namespace httplib
 
 namespace kvgpu::testing {
@@ -138,6 +140,7 @@ class FakeApiServer {
   std::uint64_t Record(const std::string& type, nlohmann::json old_pod, nlohmann::json pod);
   void Route(httplib::Server& server);
   void RoutePods(httplib::Server& server);
+  void CreatePod(const httplib::Request& req, httplib::Response& res);
   void RouteNodes(httplib::Server& server);
   void Notify();
   static bool Matches(const nlohmann::json& pod, const std::string& node);
