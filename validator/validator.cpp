@@ -234,6 +234,9 @@ Validator::Verdict Validator::Schedule() {
                options_.image,
                "",
                options_.guest};
+  pod_made_unix_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   auto created =
       api_.Post("/api/v1/namespaces/" + options_.namespace_name + "/pods", BuildPod(spec));
   if (!created.ok()) return {false, "cannot create the probe pod: " + created.status().message()};
@@ -336,20 +339,28 @@ Validator::Verdict Validator::Cuda() {
       &waiting);
 }
 
-std::set<std::string> Validator::OwnedInState() const {
-  std::set<std::string> owned;
+Validator::StateView Validator::ProbeVgpusInState() const {
+  StateView view;
   std::ifstream in(options_.state_file);
   const auto state = nlohmann::json::parse(in, nullptr, false);
-  if (!state.is_object()) return owned;
+  if (!state.is_object()) return view;
   const std::string owner = options_.namespace_name + "/" + pod_name_;
   for (const auto& entry : state.value("vgpus", nlohmann::json::array())) {
-    if (entry.value("ownerPod", "") == owner) owned.insert(entry.value("vgpu", ""));
+    if (!entry.is_object()) continue;
+    const std::string id = entry.value("vgpu", "");
+    if (entry.contains("ownerPod")) {
+      if (entry.value("ownerPod", "") == owner) view.owned.insert(id);
+      continue;
+    }
+    // createdMs; a state file from before it has only `created`, in seconds.
+    const int64_t created = entry.value("createdMs", entry.value("created", int64_t{0}) * 1000);
+    if (created >= pod_made_unix_ms_) view.unattributed.insert(id);
   }
-  return owned;
+  return view;
 }
 
 void Validator::NoteVgpus() {
-  const auto owned = OwnedInState();
+  const auto owned = ProbeVgpusInState().owned;
   vgpus_.insert(owned.begin(), owned.end());
 }
 
@@ -382,10 +393,15 @@ Validator::Verdict Validator::Cleanup() {
           waiting = "pod " + pod_name_ + " still exists";
           return std::nullopt;
         }
-        const auto owned = OwnedInState();
-        vgpus_.insert(owned.begin(), owned.end());
-        if (!owned.empty()) {
+        const auto view = ProbeVgpusInState();
+        vgpus_.insert(view.owned.begin(), view.owned.end());
+        if (!view.owned.empty()) {
           waiting = "the plugin's state still holds a vGPU of " + pod_name_;
+          return std::nullopt;
+        }
+        if (!view.unattributed.empty()) {
+          waiting = "the plugin's state holds vGPU " + *view.unattributed.begin() +
+                    ", made since " + pod_name_ + " was created and attributed to no pod yet";
           return std::nullopt;
         }
         auto on_node = VgpusOnNode();

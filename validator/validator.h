@@ -94,13 +94,20 @@ class Validator {
   std::optional<GuestLog> ReadLog(std::string* waiting);
   // Learns the vGPUs the plugin made for the probe pod (its state file's ownerPod).
   void NoteVgpus();
-  std::set<std::string> OwnedInState() const;
+  struct StateView {
+    std::set<std::string> owned;  // ownerPod is the probe pod
+    // Made since the probe pod was created and not attributed to any pod yet: the plugin learns
+    // a vGPU's pod from kubelet only a pass after Allocate, so until then it may be the probe's.
+    std::set<std::string> unattributed;
+  };
+  StateView ProbeVgpusInState() const;
   Result<std::set<std::string>> VgpusOnNode();
 
   kube::ApiTransport& api_;
   ValidatorOptions options_;
   std::string pod_name_;
   bool pod_made_ = false;
+  int64_t pod_made_unix_ms_ = 0;  // just before the probe pod was created
   std::set<std::string> vgpus_;
 };
 

@@ -6,6 +6,7 @@
 // step named, and the probe pod's vGPU is gone after every run but the one that keeps it.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -42,6 +43,9 @@ struct Faults {
   bool unlicensed = false;    // nvidia-smi -q says Unlicensed
   bool sample_fails = false;  // vectorAdd fails its check
   bool vgpu_kept = false;     // QEMU keeps the vGPU: the plugin cannot remove it
+  // The validator reads a copy of the plugin's state taken after Allocate with every ownerPod
+  // gone, as before the plugin's next pass learns the pod from kubelet (and the vGPU kept).
+  bool owner_unknown = false;
 };
 
 class ValidatorFlowTest : public ::testing::Test {
@@ -141,9 +145,10 @@ class ValidatorFlowTest : public ::testing::Test {
       if (!node_->AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
       const std::string ns = pod["metadata"]["namespace"];
       const std::string name = pod["metadata"]["name"];
-      if (faults_.vgpu_kept) {
+      if (faults_.vgpu_kept || faults_.owner_unknown) {
         for (const auto& line : VgpuIds()) sim_->Control("busy " + line);
       }
+      if (faults_.owner_unknown) WriteStateWithoutOwners();
       const auto& command = pod["spec"]["containers"][0]["command"];
       auto run = RunCommand(
           {"env", "PATH=" + kData + "/bin:/usr/bin:/bin",
@@ -167,6 +172,32 @@ class ValidatorFlowTest : public ::testing::Test {
     node_->DeletePod(ns, name);
   }
 
+  static std::filesystem::path StateWithoutOwners() { return dir_->path() / "state-view.json"; }
+
+  // The plugin's state once it lists a vGPU, every ownerPod taken out.
+  static void WriteStateWithoutOwners() {
+    nlohmann::json state;
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    do {
+      std::ifstream in(plugin_->state_file());
+      state = nlohmann::json::parse(in, nullptr, false);
+      if (state.is_object() && !state.value("vgpus", nlohmann::json::array()).empty()) break;
+      std::this_thread::sleep_for(20ms);
+    } while (std::chrono::steady_clock::now() < deadline);
+    for (auto& entry : state["vgpus"]) entry.erase("ownerPod");
+    std::ofstream(StateWithoutOwners()) << state.dump();
+  }
+
+  // Lets a kept vGPU go, so the plugin removes it and the node is clean for the next test.
+  static void ReleaseKeptVgpus() {
+    for (const auto& id : VgpuIds()) sim_->Control("release " + id);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!VgpuIds().empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(VgpuIds().empty());
+  }
+
   static std::vector<std::string> VgpuIds() {
     std::vector<std::string> ids;
     std::istringstream lines(sim_->State());
@@ -185,7 +216,8 @@ class ValidatorFlowTest : public ::testing::Test {
     options.vgpuctl = KVGPU_VGPUCTL_PATH;
     options.host_root = model_->root().string();
     options.sysfs_root = sim_->mount().string();
-    options.state_file = plugin_->state_file().string();
+    options.state_file =
+        (faults_.owner_unknown ? StateWithoutOwners() : plugin_->state_file()).string();
     options.guest.nvidia_smi = "nvidia-smi";
     options.guest.cuda_sample = "vectorAdd";
     options.guest.licence_interval = 100ms;
@@ -311,19 +343,26 @@ TEST_F(ValidatorFlowTest, AFailingSampleFailsCuda) {
 
 TEST_F(ValidatorFlowTest, AVgpuLeftBehindFailsCleanup) {
   faults_.vgpu_kept = true;
-  // The run fails at the cleanup bound, so a short one.
-  const Outcome outcome = Validate(2s);
+  // The run fails at the cleanup bound, so a short one (the simulated plugin answers in ms).
+  const Outcome outcome = Validate(1s);
   ASSERT_NE(outcome.failed(), nullptr);
   EXPECT_EQ(outcome.failed()->step, Step::kCleanup) << outcome.failed()->message;
   EXPECT_NE(outcome.failed()->message.find("vGPU"), std::string::npos) << outcome.failed()->message;
   ExpectNode("False", "Cleanup");
-  // Let it go, so the plugin removes it and the node is clean for the next test.
-  for (const auto& id : VgpuIds()) sim_->Control("release " + id);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!VgpuIds().empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_TRUE(VgpuIds().empty());
+  ReleaseKeptVgpus();
+}
+
+TEST_F(ValidatorFlowTest, AVgpuNotYetAttributedToAnyPodStillFailsCleanup) {
+  // The plugin's state says nothing of whose the new vGPU is; it stays on the node. Without
+  // counting it the run would pass with "the plugin never attributed a vGPU to it".
+  faults_.owner_unknown = true;
+  const Outcome outcome = Validate(1s);
+  ASSERT_NE(outcome.failed(), nullptr);
+  EXPECT_EQ(outcome.failed()->step, Step::kCleanup) << outcome.failed()->message;
+  EXPECT_NE(outcome.failed()->message.find("attributed to no pod yet"), std::string::npos)
+      << outcome.failed()->message;
+  ExpectNode("False", "Cleanup");
+  ReleaseKeptVgpus();
 }
 
 }  // namespace
