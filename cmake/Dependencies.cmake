@@ -64,14 +64,23 @@ else()
 endif()
 set(KVGPU_TEST_TMPDIR ${_default_test_tmpdir} CACHE PATH "TMPDIR for the tests")
 
-# kvgpu_test(name LABELS l... SOURCES s... LIBS l...): one gtest binary registered with CTest.
+# kvgpu_test(name [ONE_TEST] LABELS l... SOURCES s... LIBS l...): one gtest binary registered
+# with CTest, each case a test of its own; with ONE_TEST the binary is a single test of `name`,
+# for a suite whose cases share one costly fixture (SetUpTestSuite) that a process per case
+# would pay again each time.
 function(kvgpu_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "ONE_TEST" "TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   kvgpu_warnings(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
+  endif()
+  if(T_ONE_TEST)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+                         ENVIRONMENT "TMPDIR=${KVGPU_TEST_TMPDIR}")
+    return()
   endif()
   gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
                        ENVIRONMENT "TMPDIR=${KVGPU_TEST_TMPDIR}" DISCOVERY_TIMEOUT 60)

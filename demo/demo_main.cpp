@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kvgpu-demo: a simulated node with two NVIDIA T4 GPUs (kvgpu-sim) running the real\n"
       "kvgpu-device-plugin and kvgpu-webhook, with a Kata pod asking for a vGPU from admission to\n"
-      "deletion. Needs /dev/fuse and root (or fusermount3)."};
+      "deletion, then kvgpu-validator validating the node. Needs /dev/fuse and root (or "
+      "fusermount3)."};
   bool tour = false;
   std::string profile_name = "t4x2";
   std::string root;
@@ -40,8 +41,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  kvgpu::demo::NodeDemo demo(
-      {KVGPU_SIM_PATH, KVGPU_DEVICE_PLUGIN_PATH, KVGPU_WEBHOOK_PATH, KVGPU_VGPUCTL_PATH});
+  kvgpu::demo::NodeDemo demo({KVGPU_SIM_PATH, KVGPU_DEVICE_PLUGIN_PATH, KVGPU_WEBHOOK_PATH,
+                              KVGPU_VGPUCTL_PATH, KVGPU_VALIDATOR_STANDINS});
   std::thread([&demo, signals] {
     int signal_number = 0;
     sigwait(&signals, &signal_number);

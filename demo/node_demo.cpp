@@ -10,6 +10,9 @@
 #include <stdexcept>
 
 #include "demo/pod_view.h"
+#include "demo/validator_step.h"
+#include "kube/node.h"
+#include "validator/record.h"
 
 namespace kvgpu::demo {
 
@@ -334,6 +337,37 @@ void NodeDemo::DeletePod() {
   Check(back, "the capacity of step a) again", Describe(node_->Resources()));
 }
 
+void NodeDemo::ValidateNode() {
+  Step("e) kvgpu-validator proves a vGPU works in a Kata pod here, and says so on the Node");
+  Say("As its DaemonSet runs it (docs/validator.md): vgpuctl doctor, then a Kata pod of the\n"
+      "node's smallest vGPU type that runs nvidia-smi -q and vectorAdd in its guest. This demo\n"
+      "plays that guest with stand-ins printing NVIDIA's documented output formats.\n");
+  auto outcome = RunValidator({node_.get(), sim_.get(), programs_.vgpuctl, plugin_->state_file(),
+                               dir_, programs_.validator_standins},
+                              kNode);
+  Check(outcome.ok(), "the validator to run", outcome.ok() ? "" : outcome.status().ToString());
+  for (const auto& step : outcome->steps) {
+    char head[48];
+    std::snprintf(head, sizeof head, "  %-9s %-7s %5.2f s  ", validator::StepName(step.step),
+                  step.ok ? "passed" : "FAILED", std::chrono::duration<double>(step.took).count());
+    Say(head + step.message);
+  }
+  const auto node = kube::ParseNode(node_->api().node(kNode));
+  Check(node.ok(), "the Node to be readable");
+  const auto* condition = node->Condition(validator::kConditionType);
+  const auto label = node->labels.find(validator::kValidatedLabel);
+  Check(condition != nullptr && label != node->labels.end(), "the condition and label on the Node");
+  Say("\nOn the Node (`kubectl describe node " + std::string(kNode) + "`): condition " +
+      condition->type + "=" + condition->status + " (" + condition->reason + "), label " +
+      label->first + "=" + label->second + ", and an Event " +
+      node_->api().events().back().value("reason", "") + ".");
+  Check(outcome->validated() && condition->status == "True" && label->second == "true",
+        "the node validated",
+        outcome->failed() == nullptr ? condition->message : outcome->failed()->message);
+  Check(sim_->State().find("\nvgpu ") == std::string::npos, "the probe pod's vGPU gone",
+        sim_->State());
+}
+
 int NodeDemo::Run() {
   const auto began = std::chrono::steady_clock::now();
   resource_ = "tencent.com/vgpu-" + std::string(kType).substr(std::string("nvidia-").size());
@@ -347,6 +381,7 @@ int NodeDemo::Run() {
     AdmitPod();
     AllocatePod();
     DeletePod();
+    ValidateNode();
   } catch (const std::exception& failed) {
     if (interrupted_) {
       Teardown();

@@ -25,6 +25,7 @@ struct Programs {
   std::filesystem::path device_plugin;
   std::filesystem::path webhook;
   std::filesystem::path vgpuctl;
+  std::filesystem::path validator_standins;  // tests/validator/data: nvidia-smi, vectorAdd
 };
 
 class NodeDemo {
@@ -49,6 +50,7 @@ class NodeDemo {
   void AdmitPod();
   void AllocatePod();
   void DeletePod();
+  void ValidateNode();
   std::string Vgpuctl(const std::string& command);
 
   Programs programs_;

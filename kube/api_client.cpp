@@ -190,13 +190,15 @@ std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::millisecond
     *error = token.status();
     return nullptr;
   }
-  httplib::Headers headers = {{"Accept", "application/json"}, {"User-Agent", options_.user_agent}};
+  // client-go's Accept: JSON where the API has it, and a pod's log (text/plain) where it has not.
+  httplib::Headers headers = {{"Accept", "application/json, */*"},
+                              {"User-Agent", options_.user_agent}};
   if (!token->empty()) headers.emplace("Authorization", "Bearer " + token.value());
   client->set_default_headers(std::move(headers));
   return client;
 }
 
-Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,
+Result<std::string> ApiClient::SendRaw(const std::string& method, const std::string& path,
                                        const nlohmann::json* body, const std::string& content_type,
                                        Canceller* cancel) {
   Status error;
@@ -208,6 +210,7 @@ Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::str
   if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   httplib::Result res = [&] {
     if (method == "GET") return client->Get(full.c_str());
+    if (method == "DELETE") return client->Delete(full.c_str());
     if (method == "POST") return client->Post(full.c_str(), body->dump(), content_type.c_str());
     return client->Patch(full.c_str(), body->dump(), content_type.c_str());
   }();
@@ -216,9 +219,19 @@ Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::str
     return Status::Error(ErrorCode::kTransport, what + ": " + httplib::to_string(res.error()));
   }
   if (res->status < 200 || res->status > 299) return HttpError(res->status, res->body, what);
-  auto json = nlohmann::json::parse(res->body, nullptr, false);
-  if (json.is_discarded())
-    return Status::Error(ErrorCode::kDecode, what + ": the answer is not JSON");
+  return std::move(res->body);
+}
+
+Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,
+                                       const nlohmann::json* body, const std::string& content_type,
+                                       Canceller* cancel) {
+  auto text = SendRaw(method, path, body, content_type, cancel);
+  if (!text.ok()) return text.status();
+  auto json = nlohmann::json::parse(text.value(), nullptr, false);
+  if (json.is_discarded()) {
+    return Status::Error(ErrorCode::kDecode,
+                         method + " " + FullPath(path) + ": the answer is not JSON");
+  }
   return json;
 }
 
@@ -234,6 +247,22 @@ Result<nlohmann::json> ApiClient::Post(const std::string& path, const nlohmann::
 Result<nlohmann::json> ApiClient::Patch(const std::string& path, const nlohmann::json& body,
                                         const std::string& content_type, Canceller* cancel) {
   return Send("PATCH", path, &body, content_type, cancel);
+}
+
+Result<nlohmann::json> ApiClient::Delete(const std::string& path, Canceller* cancel) {
+  return Send("DELETE", path, nullptr, "", cancel);
+}
+
+Result<std::string> ApiClient::GetText(const std::string& path, Canceller* cancel) {
+  return SendRaw("GET", path, nullptr, "", cancel);
+}
+
+Result<nlohmann::json> ApiTransport::Delete(const std::string& path, Canceller*) {
+  return Status::Error(ErrorCode::kConfig, "DELETE " + path + ": not supported by this transport");
+}
+
+Result<std::string> ApiTransport::GetText(const std::string& path, Canceller*) {
+  return Status::Error(ErrorCode::kConfig, "GET " + path + ": not supported by this transport");
 }
 
 Status ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle_timeout,

@@ -45,6 +45,11 @@ class ApiTransport {
   virtual Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
                                        const std::string& content_type,
                                        Canceller* cancel = nullptr) = 0;
+  // DELETE, and GET of a body that is not JSON (a pod's log). Not pure, so the transports that
+  // stand in for the API server in tests of watches and patches need not grow them: those answer
+  // kConfig "not supported".
+  virtual Result<nlohmann::json> Delete(const std::string& path, Canceller* cancel = nullptr);
+  virtual Result<std::string> GetText(const std::string& path, Canceller* cancel = nullptr);
   // GETs `path`; `on_open` runs once the server accepted (200), then `on_line` gets each
   // non-empty line of the body as it arrives, until the server ends the body (ok), `on_line`
   // returns false (ok), the stream breaks or stays silent longer than `idle_timeout`
@@ -68,6 +73,8 @@ class ApiClient : public ApiTransport {
   Result<nlohmann::json> Patch(const std::string& path, const nlohmann::json& body,
                                const std::string& content_type,
                                Canceller* cancel = nullptr) override;
+  Result<nlohmann::json> Delete(const std::string& path, Canceller* cancel = nullptr) override;
+  Result<std::string> GetText(const std::string& path, Canceller* cancel = nullptr) override;
   Status Stream(const std::string& path, std::chrono::milliseconds idle_timeout,
                 const std::function<void()>& on_open,
                 const std::function<bool(std::string_view line)>& on_line,
@@ -80,6 +87,10 @@ class ApiClient : public ApiTransport {
   std::shared_ptr<httplib::ClientImpl> Connect(std::chrono::milliseconds read_timeout,
                                                Status* error);
   Result<nlohmann::json> Send(const std::string& method, const std::string& path,
+                              const nlohmann::json* body, const std::string& content_type,
+                              Canceller* cancel);
+  // The same, the answer's body as it came (2xx only).
+  Result<std::string> SendRaw(const std::string& method, const std::string& path,
                               const nlohmann::json* body, const std::string& content_type,
                               Canceller* cancel);
   std::string FullPath(const std::string& path) const;
@@ -95,6 +106,9 @@ class ApiClient : public ApiTransport {
 
 // "The pod X/Y (uid)" and friends use this to turn an API Status body into a message.
 std::string StatusMessage(const std::string& body);
+
+// RFC 3339 in UTC with seconds, as the API writes timestamps: "2025-01-02T03:04:05Z".
+std::string Rfc3339(std::chrono::system_clock::time_point when);
 
 // Percent-encodes a query parameter value (RFC 3986 unreserved characters pass).
 std::string QueryEscape(std::string_view value);

@@ -7,8 +7,6 @@
 
 namespace kvgpu::kube {
 
-namespace {
-
 std::string Rfc3339(std::chrono::system_clock::time_point when) {
   const std::time_t seconds = std::chrono::system_clock::to_time_t(when);
   std::tm utc{};
@@ -17,8 +15,6 @@ std::string Rfc3339(std::chrono::system_clock::time_point when) {
   std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
   return text;
 }
-
-}  // namespace
 
 nlohmann::json BuildEvent(const PodRef& pod, EventType type, const std::string& reason,
                           const std::string& message, const std::string& component,

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <openssl/pem.h>
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 
@@ -27,6 +28,28 @@ std::string Key(const std::string& ns, const std::string& name) {
 
 std::string Key(const nlohmann::json& pod) {
   return Key(pod["metadata"].value("namespace", ""), pod["metadata"].value("name", ""));
+}
+
+// The real server's strategic merge of a Node: status.conditions is a list merged by `type`
+// (each patched condition replaces the one of its type, or is added); the rest is a merge patch.
+void StrategicMergeNode(nlohmann::json& node, nlohmann::json patch) {
+  if (patch.contains("status") && patch["status"].is_object() &&
+      patch["status"].contains("conditions") && patch["status"]["conditions"].is_array()) {
+    nlohmann::json& conditions = node["status"]["conditions"];
+    if (!conditions.is_array()) conditions = nlohmann::json::array();
+    for (const auto& condition : patch["status"]["conditions"]) {
+      auto same = std::find_if(conditions.begin(), conditions.end(), [&](const auto& c) {
+        return c.value("type", "") == condition.value("type", "");
+      });
+      if (same != conditions.end()) {
+        *same = condition;
+      } else {
+        conditions.push_back(condition);
+      }
+    }
+    patch["status"].erase("conditions");
+  }
+  node.merge_patch(patch);
 }
 
 }  // namespace
@@ -163,6 +186,8 @@ std::uint64_t FakeApiServer::Record(const std::string& type, nlohmann::json old_
     version = ++version_;
     pod["metadata"]["resourceVersion"] = std::to_string(version);
     if (type == "DELETED") {
+      // A pod's log goes with it: a later pod of the same name starts without one.
+      logs_.erase(Key(pod));
       pods_.erase(Key(pod));
     } else {
       pods_[Key(pod)] = pod;
@@ -536,6 +561,184 @@ void FakeApiServer::Route(httplib::Server& server) {
                 Reply(res, 201, event);
                 changed_.notify_all();
               });
+  RoutePods(server);
+  RouteNodes(server);
+}
+
+void FakeApiServer::SetNode(nlohmann::json node) {
+  {
+    std::lock_guard lock(mutex_);
+    node["metadata"]["resourceVersion"] = std::to_string(++version_);
+    // The name first: json's operator= takes its argument by value, and C++17 evaluates the
+    // right side of `=` first, so `node` would already be moved from.
+    const std::string name = node["metadata"].value("name", "");
+    nodes_[name] = std::move(node);
+  }
+  Notify();
+}
+
+nlohmann::json FakeApiServer::node(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  const auto it = nodes_.find(name);
+  return it == nodes_.end() ? nlohmann::json() : it->second;
+}
+
+int FakeApiServer::node_patches() const {
+  std::lock_guard lock(mutex_);
+  return node_patches_;
+}
+
+void FakeApiServer::SetPodHooks(PodHooks hooks) {
+  std::lock_guard lock(mutex_);
+  hooks_ = std::move(hooks);
+}
+
+void FakeApiServer::SetPodLog(const std::string& ns, const std::string& name, std::string text) {
+  std::lock_guard lock(mutex_);
+  logs_[Key(ns, name)] = std::move(text);
+}
+
+nlohmann::json FakeApiServer::pod(const std::string& ns, const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  const auto it = pods_.find(Key(ns, name));
+  return it == pods_.end() ? nlohmann::json() : it->second;
+}
+
+// POST .../pods: stored Pending (unless the pod says otherwise), then told to the hooks.
+void FakeApiServer::CreatePod(const httplib::Request& req, httplib::Response& res) {
+  const std::string ns = req.matches[1];
+  auto pod = nlohmann::json::parse(req.body, nullptr, false);
+  if (!pod.is_object() || pod.value("kind", "") != "Pod" || !pod["metadata"].is_object() ||
+      pod["metadata"].value("name", "").empty() || pod["metadata"].value("namespace", ns) != ns) {
+    Reply(res, 400, Status(400, "BadRequest", "not a Pod with a name in namespace " + ns));
+    return;
+  }
+  pod["metadata"]["namespace"] = ns;
+  if (!this->pod(ns, pod["metadata"]["name"]).is_null()) {
+    Reply(res, 409,
+          Status(409, "AlreadyExists",
+                 "pods \"" + pod["metadata"]["name"].get<std::string>() + "\" already exists"));
+    return;
+  }
+  if (!pod["status"].is_object() || !pod["status"].contains("phase")) {
+    pod["status"] = {{"phase", "Pending"}};
+  }
+  AddPod(pod);
+  const auto stored = this->pod(ns, pod["metadata"]["name"]);
+  Reply(res, 201, stored);
+  PodHooks hooks;
+  {
+    std::lock_guard lock(mutex_);
+    hooks = hooks_;
+  }
+  if (hooks.created) hooks.created(stored);
+}
+
+void FakeApiServer::RoutePods(httplib::Server& server) {
+  server.Post(R"(/api/v1/namespaces/([^/]+)/pods)",
+              [this](const httplib::Request& req, httplib::Response& res) { CreatePod(req, res); });
+
+  server.Get(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+))", [this](const httplib::Request& req,
+                                                                  httplib::Response& res) {
+    const auto found = pod(req.matches[1], req.matches[2]);
+    if (found.is_null()) {
+      Reply(res, 404,
+            Status(404, "NotFound", "pods \"" + std::string(req.matches[2]) + "\" not found"));
+      return;
+    }
+    Reply(res, 200, found);
+  });
+
+  server.Get(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/log)",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               const std::string key = Key(req.matches[1], req.matches[2]);
+               std::lock_guard lock(mutex_);
+               const auto log = logs_.find(key);
+               if (pods_.count(key) == 0 || log == logs_.end()) {
+                 const int code = pods_.count(key) == 0 ? 404 : 400;
+                 Reply(res, code,
+                       Status(code, code == 404 ? "NotFound" : "BadRequest",
+                              "container \"main\" in pod \"" + std::string(req.matches[2]) +
+                                  "\" is waiting to start: ContainerCreating"));
+                 return;
+               }
+               res.status = 200;
+               res.set_content(log->second, "text/plain");
+             });
+
+  server.Delete(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+))",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  const std::string ns = req.matches[1];
+                  const std::string name = req.matches[2];
+                  const auto found = pod(ns, name);
+                  if (found.is_null()) {
+                    Reply(res, 404, Status(404, "NotFound", "pods \"" + name + "\" not found"));
+                    return;
+                  }
+                  PodHooks hooks;
+                  {
+                    std::lock_guard lock(mutex_);
+                    hooks = hooks_;
+                  }
+                  if (hooks.deleting) {
+                    hooks.deleting(ns, name);
+                  } else {
+                    MarkDeleting(ns, name);
+                    DeletePod(ns, name);
+                  }
+                  Reply(res, 200, found);
+                });
+}
+
+void FakeApiServer::RouteNodes(httplib::Server& server) {
+  server.Get(
+      R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+        const auto found = node(req.matches[1]);
+        if (found.is_null()) {
+          Reply(res, 404,
+                Status(404, "NotFound", "nodes \"" + std::string(req.matches[1]) + "\" not found"));
+          return;
+        }
+        Reply(res, 200, found);
+      });
+
+  server.Patch(R"(/api/v1/nodes/([^/]+)(/status)?)", [this](const httplib::Request& req,
+                                                            httplib::Response& res) {
+    const std::string name = req.matches[1];
+    const bool status = req.matches[2].matched;
+    const std::string type = req.get_header_value("Content-Type");
+    // The real server takes both on either path; this fake takes what each write needs.
+    const std::string want =
+        status ? "application/strategic-merge-patch+json" : "application/merge-patch+json";
+    if (type != want) {
+      Reply(res, 415, Status(415, "UnsupportedMediaType", "this fake takes " + want + " here"));
+      return;
+    }
+    const auto patch = nlohmann::json::parse(req.body, nullptr, false);
+    if (!patch.is_object()) {
+      Reply(res, 400, Status(400, "BadRequest", "the patch is not a JSON object"));
+      return;
+    }
+    std::lock_guard lock(mutex_);
+    const auto it = nodes_.find(name);
+    if (it == nodes_.end()) {
+      Reply(res, 404, Status(404, "NotFound", "nodes \"" + name + "\" not found"));
+      return;
+    }
+    // Each path writes only its part of the object, as the real status subresource does.
+    nlohmann::json scoped = patch;
+    if (status) {
+      scoped = nlohmann::json::object();
+      if (patch.contains("status")) scoped["status"] = patch["status"];
+    } else {
+      scoped.erase("status");
+    }
+    StrategicMergeNode(it->second, scoped);
+    it->second["metadata"]["resourceVersion"] = std::to_string(++version_);
+    ++node_patches_;
+    Reply(res, 200, it->second);
+    changed_.notify_all();
+  });
 }
 
 }  // namespace kvgpu::testing

@@ -3,7 +3,9 @@
 // resourceVersion or, with watch=1, as a stream of watch events (chunked, one JSON object per
 // line) replayed from a resourceVersion, with BOOKMARKs when asked for and timeoutSeconds
 // honoured. POST /api/v1/namespaces/<ns>/events records Events; PATCH
-// /api/v1/namespaces/<ns>/pods/<name> takes a JSON merge patch.
+// /api/v1/namespaces/<ns>/pods/<name> takes a JSON merge patch. A client may also create (POST),
+// get, delete and read the log of a pod by name, and get and patch a Node and its status (what
+// a node validator does); the test plays kubelet for such pods through PodHooks.
 //
 // Like the real watch cache, a watch from a version older than what is kept answers 200 and
 // one ERROR event with a 410 Status ("too old resource version"); SetGoneAsHttpStatus() makes it
@@ -32,6 +34,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }  // namespace httplib
 
 namespace kvgpu::testing {
@@ -78,6 +82,27 @@ class FakeApiServer {
   std::uint64_t DeletePod(const std::string& ns, const std::string& name);
   std::uint64_t resource_version() const;
 
+  // Nodes: GET /api/v1/nodes/<name> answers what was set; PATCH of the node (JSON merge patch)
+  // and of nodes/<name>/status (strategic merge patch: status.conditions merged by `type`, as
+  // the real server's Node schema says) change it.
+  void SetNode(nlohmann::json node);
+  nlohmann::json node(const std::string& name) const;  // null when there is none
+  int node_patches() const;
+
+  // Pods that clients create and delete by name. Without hooks a created pod stays Pending and a
+  // deleted one is gone at once (MODIFIED with deletionTimestamp, then DELETED). With them the
+  // test is kubelet: `created` is told of each pod once stored (on the request's thread: hand
+  // work on to another), and `deleting` replaces the server's own deletion.
+  struct PodHooks {
+    std::function<void(const nlohmann::json& pod)> created;
+    std::function<void(const std::string& ns, const std::string& name)> deleting;
+  };
+  void SetPodHooks(PodHooks hooks);
+  // What GET .../pods/<name>/log answers from now on (text/plain). Before that, a pod's log is
+  // 400 "is waiting to start", as for a container not yet created.
+  void SetPodLog(const std::string& ns, const std::string& name, std::string text);
+  nlohmann::json pod(const std::string& ns, const std::string& name) const;  // null when none
+
   // Forgets history up to now: watches from any older version get 410.
   void Compact();
   void SetGoneAsHttpStatus(bool http_status);
@@ -114,6 +139,9 @@ class FakeApiServer {
 
   std::uint64_t Record(const std::string& type, nlohmann::json old_pod, nlohmann::json pod);
   void Route(httplib::Server& server);
+  void RoutePods(httplib::Server& server);
+  void CreatePod(const httplib::Request& req, httplib::Response& res);
+  void RouteNodes(httplib::Server& server);
   void Notify();
   static bool Matches(const nlohmann::json& pod, const std::string& node);
   // The watch event for `change` as seen by a watch of `node`, or empty.
@@ -144,6 +172,10 @@ class FakeApiServer {
   int unauthorized_ = 0;
   std::vector<std::string> watch_queries_;
   std::vector<nlohmann::json> events_;
+  std::map<std::string, nlohmann::json> nodes_;  // by name
+  int node_patches_ = 0;
+  PodHooks hooks_;
+  std::map<std::string, std::string> logs_;  // by namespace/name
 };
 
 }  // namespace kvgpu::testing

@@ -161,7 +161,12 @@ StepResult FakeNode::RunPod(nlohmann::json pod) {
   pod["status"] = {{"phase", "Pending"}};
   if (!pod["metadata"].contains("uid")) pod["metadata"]["uid"] = RandomUid();
   api_->AddPod(pod);
+  return AdmitPod(pod);
+}
 
+StepResult FakeNode::AdmitPod(const nlohmann::json& pod) {
+  const std::string ns = pod["metadata"].value("namespace", "default");
+  const std::string name = pod["metadata"].value("name", "");
   const auto registered = kubelet_->ConnectedResources();
   RunningPod running{ns, name, "", {}};
   StepResult failed;

@@ -55,6 +55,9 @@ class FakeNode {
   // admission fails the pod turns Failed and holds nothing, as with kubelet's
   // UnexpectedAdmissionError. The pod must have metadata.namespace and name.
   StepResult RunPod(nlohmann::json pod);
+  // kubelet's part of RunPod alone, for a pod a client created bound to this node and the API
+  // server already holds (FakeApiServer::PodHooks): admission, Allocate, Running or Failed.
+  StepResult AdmitPod(const nlohmann::json& pod);
   // A Kata pod with one container asking for `resources` (name -> count).
   StepResult RunPod(const std::string& ns, const std::string& name,
                     const std::map<std::string, int>& resources);

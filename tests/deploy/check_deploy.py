@@ -244,7 +244,7 @@ def cmd_schema(args):
 def exported_metrics(repo):
     """Metric family names the C++ code registers (prometheus-cpp's `.Name("...")`)."""
     names = set()
-    for folder in ("deviceplugin", "webhook", "https", "extender"):
+    for folder in ("deviceplugin", "webhook", "https", "extender", "validator"):
         for path in sorted(glob.glob(os.path.join(repo, folder, "**", "*.cpp"), recursive=True)):
             with open(path) as f:
                 names.update(re.findall(r'\.Name\("(kvgpu_[a-z0-9_]+)"\)', f.read()))
@@ -406,7 +406,9 @@ def check_workloads(report, name, objects):
                     report.check(port_number(c, probe["httpGet"]["port"]) is not None,
                                  where + " %s port is a port of the container" % probe_name)
             sc = c.get("securityContext") or {}
-            if workload["metadata"]["name"] != "kvgpu-device-plugin":
+            if workload["metadata"]["name"] == "kvgpu-validator":
+                check_validator_container(report, where, spec, c)
+            elif workload["metadata"]["name"] != "kvgpu-device-plugin":
                 report.check(not sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False,
                              where + " is not privileged and cannot escalate", json.dumps(sc))
                 report.check(sc.get("readOnlyRootFilesystem") is True, where + " has a read-only root filesystem")
@@ -423,6 +425,41 @@ def check_workloads(report, name, objects):
             report.check(re.match(r"^[^:@]+(:[A-Za-z0-9_][A-Za-z0-9_.-]*)$", image.rsplit("/", 1)[-1]) is not None
                          and not image.endswith(":latest"),
                          "%s: %s image %s has a fixed tag" % (name, key(workload), image))
+
+
+def check_validator_container(report, where, spec, c):
+    """The validator reads the node (the doctor, vgpuctl list, the plugin's state) and changes
+    nothing there: root for root-only files, but unprivileged, no capability, every host path
+    mounted read-only, no host namespace (docs/validator.md)."""
+    sc = c.get("securityContext") or {}
+    report.check(not sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False
+                 and sc.get("readOnlyRootFilesystem") is True
+                 and (sc.get("capabilities") or {}).get("drop") == ["ALL"]
+                 and not (sc.get("capabilities") or {}).get("add"),
+                 where + " is unprivileged, cannot escalate, has no capability", json.dumps(sc))
+    host_volumes = {v["name"] for v in spec.get("volumes") or [] if "hostPath" in v}
+    report.check(all(m.get("readOnly") is True for m in c.get("volumeMounts") or []
+                     if m["name"] in host_volumes),
+                 where + " mounts host paths read-only")
+    report.check(not spec.get("hostNetwork") and not spec.get("hostPID"), where + " uses no host namespace")
+
+
+def check_validator_rbac(report, name, objects):
+    if not find(objects, "ClusterRole", "kvgpu-validator"):
+        return
+    granted = set()
+    for kind in ("ClusterRole", "Role"):
+        role = one(objects, kind, "kvgpu-validator")
+        granted |= {(kind, r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    wanted = ({("ClusterRole", "nodes", v) for v in ("get", "patch")} | {("ClusterRole", "nodes/status", "patch"),
+              ("ClusterRole", "events", "create"), ("Role", "pods/log", "get")}
+              | {("Role", "pods", v) for v in ("create", "get", "delete")})
+    report.check(granted == wanted, "%s: the validator may read and patch nodes and their status, create "
+                 "events, and create/get/delete pods and read their logs in its namespace, nothing else" % name,
+                 str(sorted(granted ^ wanted)))
+    role = one(objects, "Role", "kvgpu-validator")
+    report.check(role["metadata"].get("namespace") == NAMESPACE, "%s: the validator's pod rights are in %s only"
+                 % (name, NAMESPACE))
 
 
 def check_device_plugin(report, name, objects):
@@ -594,7 +631,8 @@ def cmd_policy(args):
     report = Report()
     with scratch_deploy(args.deploy) as deploy:
         for name, objects in render_all(args.kubectl, deploy, report).items():
-            for check in (check_workloads, check_device_plugin, check_webhook, check_rbac):
+            for check in (check_workloads, check_device_plugin, check_webhook, check_rbac,
+                          check_validator_rbac):
                 try:
                     check(report, name, objects)
                 except (LookupError, KeyError, IndexError, TypeError, ValueError) as e:

@@ -1,0 +1,5 @@
+#include "validator/cli.h"
+
+int main(int argc, char** argv) {
+  return kvgpu::validator::Main(argc, argv);
+}
