@@ -61,16 +61,11 @@ struct MetricsListener::Impl : std::enable_shared_from_this<MetricsListener::Imp
   void Answer(const std::shared_ptr<Connection>& connection, Open::iterator where) {
     auto& response = connection->response;
     const auto& request = connection->request;
-    const bool metrics =
-        request.target() == "/metrics" || request.target().starts_with("/metrics?");
     response.version(request.version());
-    response.result(metrics && request.method() == http::verb::get ? http::status::ok
-                                                                   : http::status::not_found);
-    response.set(http::field::content_type,
-                 metrics ? "text/plain; version=0.0.4" : "text/plain; charset=utf-8");
-    response.body() = metrics ? text() : "only GET /metrics here\n";
+    Route(request, response);
     response.keep_alive(false);
-    response.prepare_payload();
+    // A HEAD answer carries the GET answer's length and no body (Route set both).
+    if (request.method() != http::verb::head) response.prepare_payload();
     http::async_write(connection->stream, response,
                       [self = shared_from_this(), connection, where](beast::error_code, size_t) {
                         beast::error_code ignored;
@@ -85,6 +80,38 @@ struct MetricsListener::Impl : std::enable_shared_from_this<MetricsListener::Imp
     if (connection->stream.socket().is_open()) {
       connection->stream.socket().close(ignored);
       open.erase(where);
+    }
+  }
+
+  // What a request gets: the metrics, the health check's word, or 404/405.
+  void Route(const http::request<http::empty_body>& request,
+             http::response<http::string_body>& response) {
+    const std::string_view target(request.target().data(), request.target().size());
+    const bool metrics = target == "/metrics" || target.starts_with("/metrics?");
+    const bool health = options.health && target == "/healthz";
+    const bool get = request.method() == http::verb::get;
+    const bool head = request.method() == http::verb::head;
+    response.set(http::field::content_type, "text/plain; charset=utf-8");
+    if (!metrics && !health) {
+      response.result(http::status::not_found);
+      response.body() =
+          options.health ? "only GET /metrics and /healthz here\n" : "only GET /metrics here\n";
+    } else if (!get && !(health && head)) {
+      response.result(http::status::method_not_allowed);
+      response.set(http::field::allow, health ? "GET, HEAD" : "GET");
+      response.body() = health ? "GET or HEAD only\n" : "GET only\n";
+    } else if (metrics) {
+      response.result(http::status::ok);
+      response.set(http::field::content_type, "text/plain; version=0.0.4");
+      response.body() = text();
+    } else {
+      const bool healthy = options.health();
+      response.result(healthy ? http::status::ok : http::status::service_unavailable);
+      response.body() = healthy ? "ok\n" : "unhealthy\n";
+    }
+    if (head) {
+      response.content_length(response.body().size());
+      response.body().clear();
     }
   }
 

@@ -20,10 +20,13 @@ class MetricsListener {
     size_t max_connections = 64;
     // A request not complete this long after the connection opened is cut off.
     std::chrono::seconds request_timeout{5};
+    // When set, GET or HEAD /healthz answers 200 "ok" while it returns true, else 503
+    // "unhealthy". It runs on the listener's thread: it must be quick.
+    std::function<bool()> health;
   };
 
-  // Binds `host:port` ("" host: every address) and serves GET /metrics with `text()` on its own
-  // thread until destroyed.
+  // Binds `host:port` ("" host: every address) and serves GET /metrics with `text()` (and
+  // /healthz with `options.health`) on its own thread until destroyed.
   static Result<std::unique_ptr<MetricsListener>> Start(const std::string& host, int port,
                                                         std::function<std::string()> text,
                                                         Options options);

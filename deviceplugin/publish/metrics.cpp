@@ -1,17 +1,15 @@
 #include "deviceplugin/publish/metrics.h"
 
-#include <CivetServer.h>
-#include <civetweb.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-#include <cstring>
 #include <map>
 #include <mutex>
+
+#include "https/metrics_listener.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -23,8 +21,6 @@ const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
 double Seconds(std::chrono::nanoseconds took) {
   return std::chrono::duration<double>(took).count();
 }
-
-constexpr const char* kHealthPath = "/healthz";
 }  // namespace
 
 namespace detail {
@@ -33,73 +29,6 @@ struct HealthState {
   std::function<bool()> check;  // guarded by mutex
 };
 }  // namespace detail
-
-namespace {
-
-using detail::HealthState;
-
-// prometheus-cpp's Exposer takes no handler of ours, only civetweb's callbacks, and those are told
-// nothing but the connection: its listening port is what leads back to the Metrics serving it.
-class HealthByPort {
- public:
-  static HealthByPort& Get() {
-    static HealthByPort instance;
-    return instance;
-  }
-  void Add(int port, std::shared_ptr<HealthState> health) {
-    std::lock_guard lock(mutex_);
-    by_port_[port] = std::move(health);
-  }
-  void Remove(int port, const HealthState* health) {
-    std::lock_guard lock(mutex_);
-    auto it = by_port_.find(port);
-    if (it != by_port_.end() && it->second.get() == health) by_port_.erase(it);
-  }
-  std::shared_ptr<HealthState> Find(int port) {
-    std::lock_guard lock(mutex_);
-    auto it = by_port_.find(port);
-    return it == by_port_.end() ? nullptr : it->second;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<int, std::shared_ptr<HealthState>> by_port_;
-};
-
-int Reply(mg_connection* conn, int code, const char* reason, const char* body,
-          const char* headers = "") {
-  bool head = std::strcmp(mg_get_request_info(conn)->request_method, "HEAD") == 0;
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
-            code, reason, std::strlen(body), headers, head ? "" : body);
-  return code;
-}
-
-// civetweb's begin_request: answers /healthz itself (a non-zero return), leaves the rest to the
-// Exposer (zero).
-int ServeHealth(mg_connection* conn) {
-  const mg_request_info* request = mg_get_request_info(conn);
-  if (request == nullptr || request->local_uri == nullptr ||
-      std::strcmp(request->local_uri, kHealthPath) != 0) {
-    return 0;
-  }
-  if (std::strcmp(request->request_method, "GET") != 0 &&
-      std::strcmp(request->request_method, "HEAD") != 0) {
-    return Reply(conn, 405, "Method Not Allowed", "GET or HEAD only\n", "Allow: GET, HEAD\r\n");
-  }
-  std::shared_ptr<HealthState> health = HealthByPort::Get().Find(request->server_port);
-  if (!health) return Reply(conn, 503, "Service Unavailable", "starting\n");
-  std::function<bool()> check;
-  {
-    std::lock_guard lock(health->mutex);
-    check = health->check;
-  }
-  if (check && !check()) return Reply(conn, 503, "Service Unavailable", "unhealthy\n");
-  return Reply(conn, 200, "OK", "ok\n");
-}
-
-}  // namespace
 
 struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& devices;
@@ -118,7 +47,7 @@ struct Metrics::Families {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      health_(std::make_shared<HealthState>()) {
+      health_(std::make_shared<detail::HealthState>()) {
   auto& reg = *registry_;
   families_.reset(new Families{
       prometheus::BuildGauge()
@@ -171,22 +100,47 @@ Metrics::Metrics()
 }
 
 Metrics::~Metrics() {
-  std::vector<int> ports = Ports();
-  exposer_.reset();  // no request runs past this
-  for (int port : ports) HealthByPort::Get().Remove(port, health_.get());
+  listener_.reset();  // no request runs past this
 }
 
 Status Metrics::Serve(const std::string& host_port) {
-  CivetCallbacks callbacks;  // copied by the server
-  callbacks.begin_request = ServeHealth;
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(host_port, 2, &callbacks);
-  } catch (const std::exception& e) {
-    return Status::Error(ErrorCode::kIo,
-                         "metrics endpoint " + host_port + " not served: " + e.what());
+  const size_t colon = host_port.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    const std::string digits = host_port.substr(colon + 1);
+    if (!digits.empty() && digits.size() <= 5 &&
+        digits.find_first_not_of("0123456789") == std::string::npos) {
+      port = std::stoi(digits);
+    }
   }
-  exposer_->RegisterCollectable(registry_);
-  for (int port : Ports()) HealthByPort::Get().Add(port, health_);
+  if (port < 0 || port > 65535) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "metrics endpoint " + host_port + " is not HOST:PORT");
+  }
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  https::MetricsListener::Options options;
+  // Without a check, 200 as long as the endpoint answers; the check itself is quick (metrics.h).
+  options.health = [health = health_] {
+    std::function<bool()> check;
+    {
+      std::lock_guard lock(health->mutex);
+      check = health->check;
+    }
+    return !check || check();
+  };
+  auto listener = https::MetricsListener::Start(
+      host, port,
+      [registry = registry_] {
+        return prometheus::TextSerializer().Serialize(registry->Collect());
+      },
+      options);
+  if (!listener.ok()) {
+    return Status::Error(ErrorCode::kIo, "metrics endpoint " + host_port +
+                                             " not served: " + listener.status().message());
+  }
+  listener_ = std::move(*listener);
   return Status::Ok();
 }
 
@@ -196,7 +150,7 @@ void Metrics::SetHealthCheck(std::function<bool()> check) {
 }
 
 std::vector<int> Metrics::Ports() const {
-  return exposer_ ? exposer_->GetListeningPorts() : std::vector<int>{};
+  return listener_ ? std::vector<int>{listener_->port()} : std::vector<int>{};
 }
 
 void Metrics::OnVgpuCreated(const std::string& resource, std::chrono::nanoseconds took, bool ok) {

@@ -12,14 +12,17 @@
 #include "mdev/backend.h"
 
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
+
+namespace kvgpu::https {
+class MetricsListener;
+}  // namespace kvgpu::https
 
 namespace kvgpu::deviceplugin {
 
 namespace detail {
-struct HealthState;  // what /healthz asks; found by the HTTP server's callback
+struct HealthState;  // what /healthz asks
 }  // namespace detail
 
 class Metrics : public ManagerObserver {
@@ -30,8 +33,8 @@ class Metrics : public ManagerObserver {
   // Starts the HTTP endpoint; a busy or malformed address is an error.
   Status Serve(const std::string& host_port);
   // What GET /healthz answers: 200 "ok" while `check` returns true, 503 otherwise; without a
-  // check, 200 as long as the endpoint answers. Called on the HTTP server's threads, so it must be
-  // quick and thread-safe. May be set before or after Serve.
+  // check, 200 as long as the endpoint answers. Called on the HTTP listener's one thread, so it
+  // must be quick and thread-safe. May be set before or after Serve.
   void SetHealthCheck(std::function<bool()> check);
   // Ports the endpoint listens on (resolves port 0); empty when not serving.
   std::vector<int> Ports() const;
@@ -57,7 +60,7 @@ class Metrics : public ManagerObserver {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<detail::HealthState> health_;
   std::unique_ptr<Families> families_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<https::MetricsListener> listener_;
 };
 
 }  // namespace kvgpu::deviceplugin

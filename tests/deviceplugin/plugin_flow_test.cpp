@@ -331,6 +331,32 @@ TEST(FakeKubeletTest, RefusesWhatKubeletRefuses) {
 
 using kvgpu::testing::HttpRequest;
 
+// kubelet's liveness probe must get its answer while other clients hold connections open and
+// silent. prometheus-cpp's exposer, which served /healthz before, gave each connection one of two
+// threads: two idle connections on the node's metrics port made the probe time out and kubelet
+// restart the plugin. Now the listener (https/metrics_listener.h) is asynchronous.
+TEST(MetricsHealthTest, HealthzAnswersWhileIdleConnectionsAreHeldOpen) {
+  auto metrics = std::make_unique<Metrics>();
+  ASSERT_TRUE(metrics->Serve("127.0.0.1:0").ok());
+  metrics->SetHealthCheck([] { return true; });
+  const int port = metrics->Ports().at(0);
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+    idle.push_back(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(HttpRequest(port, "GET", "/healthz").starts_with("HTTP/1.1 200 OK\r\n"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
+      << "kubelet's probe times out after 1 s by default";
+  for (int fd : idle) ::close(fd);
+}
+
 // Deployment probes ask /healthz on the metrics address; it must follow the check it is given and
 // leave /metrics as it was.
 TEST(MetricsHealthTest, HealthzFollowsItsOwnCheckAndMetricsStillServe) {
