@@ -4,18 +4,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/host_port.h"
 #include "deviceplugin/config.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
-
-bool ValidHostPort(const std::string& text) {
-  size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon + 1 == text.size()) return false;
-  std::string port = text.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
-  return std::stoi(port) <= 65535;
-}
 
 // Flags whose values are checked before they reach the command line (paths that must not be
 // empty, a licensing dir that must be absolute when used).
@@ -68,7 +61,7 @@ void AddFlags(CLI::App& app, CommandLine& args, Pending& pending) {
 // Checks what the parser could not and moves it into `args`; the exit code (2) and the message
 // on `err` when a value is bad, 0 otherwise.
 int Settle(const Pending& pending, CommandLine& args, std::ostream& err) {
-  if (!args.metrics_addr.empty() && !ValidHostPort(args.metrics_addr)) {
+  if (!args.metrics_addr.empty() && !ParseHostPort(args.metrics_addr).ok()) {
     err << "--metrics-addr \"" << args.metrics_addr << "\" is not HOST:PORT (e.g. 0.0.0.0:9402)\n";
     return 2;
   }

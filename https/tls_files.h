@@ -9,18 +9,12 @@
 #include <mutex>
 #include <string>
 
+#include "common/host_port.h"
 #include "common/status.h"
 #include "https/file_stamp.h"
 #include "https/tls.h"
 
 namespace kvgpu::https {
-
-struct HostPort {
-  std::string host;  // "" means every IPv4 address
-  int port = 0;
-};
-// "HOST:PORT", ":PORT" or "[v6]:PORT". Port 0 asks for any free port (tests).
-Result<HostPort> ParseHostPort(const std::string& text);
 
 class TlsFiles {
  public:

@@ -1,7 +1,6 @@
 #include "validator/record.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
@@ -10,6 +9,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/host_port.h"
+#include "https/metrics_listener.h"
 #include "kube/events.h"
 #include "kube/node.h"
 
@@ -104,13 +105,21 @@ void Metrics::Observe(const Outcome& outcome, std::chrono::system_clock::time_po
 }
 
 Status Metrics::Serve(const std::string& host_port) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(host_port, 1);
-    exposer_->RegisterCollectable(registry_);
-  } catch (const std::exception& e) {
-    return Status::Error(ErrorCode::kConfig,
-                         "cannot serve metrics at " + host_port + ": " + e.what());
+  Result<HostPort> at = ParseHostPort(host_port);
+  if (!at.ok())
+    return Status::Error(ErrorCode::kConfig, "--metrics-addr: " + at.status().message());
+  // The listener the other daemons use: asynchronous, so an idle connection never holds a scrape.
+  auto listener = https::MetricsListener::Start(
+      at->host, at->port,
+      [registry = registry_] {
+        return prometheus::TextSerializer().Serialize(registry->Collect());
+      },
+      {});
+  if (!listener.ok()) {
+    return Status::Error(ErrorCode::kConfig, "cannot serve metrics at " + host_port + ": " +
+                                                 listener.status().message());
   }
+  listener_ = std::move(*listener);
   return Status();
 }
 

@@ -10,8 +10,11 @@
 #include "kube/api_client.h"
 #include "validator/validator.h"
 
+namespace kvgpu::https {
+class MetricsListener;
+}  // namespace kvgpu::https
+
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -46,7 +49,7 @@ class Metrics {
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<https::MetricsListener> listener_;
 };
 
 }  // namespace kvgpu::validator

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/host_port.h"
 #include "https/metrics_listener.h"
 
 namespace kvgpu::deviceplugin {
@@ -104,22 +105,9 @@ Metrics::~Metrics() {
 }
 
 Status Metrics::Serve(const std::string& host_port) {
-  const size_t colon = host_port.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    const std::string digits = host_port.substr(colon + 1);
-    if (!digits.empty() && digits.size() <= 5 &&
-        digits.find_first_not_of("0123456789") == std::string::npos) {
-      port = std::stoi(digits);
-    }
-  }
-  if (port < 0 || port > 65535) {
-    return Status::Error(ErrorCode::kInvalid,
-                         "metrics endpoint " + host_port + " is not HOST:PORT");
-  }
-  std::string host = host_port.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
+  Result<HostPort> at = ParseHostPort(host_port);
+  if (!at.ok())
+    return Status::Error(ErrorCode::kInvalid, "metrics endpoint: " + at.status().message());
   https::MetricsListener::Options options;
   // Without a check, 200 as long as the endpoint answers; the check itself is quick (metrics.h).
   options.health = [health = health_] {
@@ -131,7 +119,7 @@ Status Metrics::Serve(const std::string& host_port) {
     return !check || check();
   };
   auto listener = https::MetricsListener::Start(
-      host, port,
+      at->host, at->port,
       [registry = registry_] {
         return prometheus::TextSerializer().Serialize(registry->Collect());
       },
