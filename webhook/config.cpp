@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "webhook/api_rules.h"
 #include "webhook/config_check.h"
@@ -115,21 +118,65 @@ workload:
   env: []
 )";
 
-// The class names, prefixes, namespaces, annotations and policies: each alone, then against
-// each other.
+// How one top-level key is read and checked alone, into the config.
+using KeyReader = std::function<bool(Checker&, const json& in, const char* key, Config&)>;
+
+KeyReader StringListKey(std::vector<std::string> Config::*field, bool allow_empty) {
+  return [field, allow_empty](Checker& check, const json& in, const char* key, Config& config) {
+    return check.StringList(in.value(key, json()), key, config.*field, allow_empty);
+  };
+}
+
+KeyReader StringKey(std::string Config::*field) {
+  return [field](Checker& check, const json& in, const char* key, Config& config) {
+    return check.String(in, key, "the config", config.*field);
+  };
+}
+
+template <typename Value>
+KeyReader ChoiceKey(Value Config::*field, std::vector<std::pair<const char*, Value>> choices) {
+  return [field, choices](Checker& check, const json& in, const char* key, Config& config) {
+    return check.Choice(in, key, "the config", choices, config.*field);
+  };
+}
+
+// Every top-level key of the config, once, in the order it is read. The last four are read
+// together by ReadInjections (the containers and the workload name the volumes): no reader here.
+struct TopKey {
+  const char* name;
+  KeyReader read;
+};
+
+const std::vector<TopKey>& TopKeys() {
+  static const std::vector<TopKey> kKeys = {
+      {"runtimeClassNames", StringListKey(&Config::runtime_class_names, false)},
+      {"coldPlugRuntimeClassNames", StringListKey(&Config::cold_plug_runtime_class_names, true)},
+      {"resourcePrefixes", StringListKey(&Config::resource_prefixes, false)},
+      {"excludedNamespaces", StringListKey(&Config::excluded_namespaces, true)},
+      {"optOutAnnotation", StringKey(&Config::opt_out_annotation)},
+      {"markerAnnotation", StringKey(&Config::marker_annotation)},
+      {"runtimeClassToSet", StringKey(&Config::runtime_class_to_set)},
+      {"nonKataPods",
+       ChoiceKey<NonKataPolicy>(
+           &Config::non_kata_policy,
+           {{"deny", NonKataPolicy::kDeny}, {"setRuntimeClass", NonKataPolicy::kSetRuntimeClass}})},
+      {"sidecarMode",
+       ChoiceKey<SidecarMode>(&Config::sidecar_mode, {{"native", SidecarMode::kNative},
+                                                      {"classic", SidecarMode::kClassic}})},
+      {"volumes", {}},
+      {"driverInit", {}},
+      {"gridd", {}},
+      {"workload", {}},
+  };
+  return kKeys;
+}
+
+// The class names, prefixes, namespaces, annotations and policies: each alone (the table), then
+// against each other.
 bool ReadPolicy(Checker& check, const json& in, Config* config) {
-  if (!check.StringList(in.value("runtimeClassNames", json()), "runtimeClassNames",
-                        config->runtime_class_names, false) ||
-      !check.StringList(in.value("coldPlugRuntimeClassNames", json()), "coldPlugRuntimeClassNames",
-                        config->cold_plug_runtime_class_names, true) ||
-      !check.StringList(in.value("resourcePrefixes", json()), "resourcePrefixes",
-                        config->resource_prefixes, false) ||
-      !check.StringList(in.value("excludedNamespaces", json()), "excludedNamespaces",
-                        config->excluded_namespaces, true) ||
-      !check.String(in, "optOutAnnotation", "the config", config->opt_out_annotation) ||
-      !check.String(in, "markerAnnotation", "the config", config->marker_annotation) ||
-      !check.String(in, "runtimeClassToSet", "the config", config->runtime_class_to_set))
-    return false;
+  for (const TopKey& key : TopKeys()) {
+    if (key.read && !key.read(check, in, key.name, *config)) return false;
+  }
   // Both go into every mutated pod's metadata: a key the API server refuses would make every
   // vGPU pod fail to create.
   for (const auto& [key, value] : {std::pair{"optOutAnnotation", &config->opt_out_annotation},
@@ -146,16 +193,6 @@ bool ReadPolicy(Checker& check, const json& in, Config* config) {
     return false;
   }
 
-  if (!check.Choice(in, "nonKataPods", "the config",
-                    {std::pair{"deny", NonKataPolicy::kDeny},
-                     std::pair{"setRuntimeClass", NonKataPolicy::kSetRuntimeClass}},
-                    config->non_kata_policy))
-    return false;
-  if (!check.Choice(
-          in, "sidecarMode", "the config",
-          {std::pair{"native", SidecarMode::kNative}, std::pair{"classic", SidecarMode::kClassic}},
-          config->sidecar_mode))
-    return false;
   const auto& classes = config->runtime_class_names;
   if (std::find(classes.begin(), classes.end(), config->runtime_class_to_set) == classes.end()) {
     check.Fail("runtimeClassToSet '" + config->runtime_class_to_set +
@@ -208,12 +245,9 @@ Result<std::shared_ptr<const Config>> Build(const json& in) {
   auto fail = [&]() -> Result<std::shared_ptr<const Config>> {
     return Status::Error(ErrorCode::kConfig, "invalid webhook config: " + check.failure);
   };
-  if (!check.KnownKeys(
-          in, "the config",
-          {"runtimeClassNames", "coldPlugRuntimeClassNames", "resourcePrefixes",
-           "excludedNamespaces", "optOutAnnotation", "markerAnnotation", "nonKataPods",
-           "runtimeClassToSet", "sidecarMode", "volumes", "driverInit", "gridd", "workload"}))
-    return fail();
+  std::set<std::string> known;
+  for (const TopKey& key : TopKeys()) known.insert(key.name);
+  if (!check.KnownKeys(in, "the config", known)) return fail();
   if (!ReadPolicy(check, in, config.get())) return fail();
   ContainerSpec driver, gridd;
   if (!ReadInjections(check, in, config.get(), driver, gridd)) return fail();

@@ -2,7 +2,6 @@
 // returns false after recording a message that names the key and what it must be.
 #pragma once
 
-#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -40,7 +39,7 @@ class Checker {
   // One of `choices` (word, value), named in the failure as "key must be a or b, not 'x'".
   template <typename Value>
   bool Choice(const nlohmann::json& object, const char* key, const std::string& where,
-              std::initializer_list<std::pair<const char*, Value>> choices, Value& out) {
+              const std::vector<std::pair<const char*, Value>>& choices, Value& out) {
     std::string word;
     if (!String(object, key, where, word)) return false;
     std::string names;

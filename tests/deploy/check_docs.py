@@ -47,6 +47,9 @@ def keys_from_webhook_source(path):
     for block in re.findall(r"KnownKeys\([^{;]*\{([^}]*)\}", source, re.S) + \
             re.findall(r"std::set<std::string>\s+keys\s*\{([^}]*)\}", source, re.S):
         keys += re.findall(r'"([a-zA-Z][a-zA-Z0-9]*)"', block)
+    # The top-level key table: {"name", <reader>} rows of TopKeys().
+    keys += re.findall(r'\{"([a-zA-Z][a-zA-Z0-9]*)",\s*(?:StringListKey|StringKey|ChoiceKey|\{\})',
+                       source)
     if not keys:
         sys.exit("found no key lists in %s" % path)
     return keys
