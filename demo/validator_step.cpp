@@ -99,10 +99,7 @@ Result<validator::Outcome> RunValidator(const ValidatorStepInputs& in, const std
       },
       3s);
 
-  kube::Config config;
-  config.server = in.node->api().url();
-  config.ca_pem = in.node->api().ca_pem();
-  config.token = testing::FakeApiServer::kToken;
+  kube::Config config = in.node->api().ClientConfig();
   auto api = kube::ApiClient::Create(config);
   if (!api.ok()) return api.status();
 

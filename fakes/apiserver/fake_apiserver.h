@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "fakes/common/test_pki.h"
+#include "kube/config.h"
 
 namespace httplib {
 class Server;
@@ -63,6 +64,14 @@ class FakeApiServer {
   int port() const { return port_; }
   std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
   const std::string& ca_pem() const { return ca_.cert_pem(); }
+  // What a client needs to reach this server: its URL, its CA and the accepted token.
+  kube::Config ClientConfig() const {
+    kube::Config config;
+    config.server = url();
+    config.ca_pem = ca_pem();
+    config.token = kToken;
+    return config;
+  }
   // A client certificate this server accepts (client_certificates mode).
   CertAndKey IssueClientCertificate(const std::string& user) const {
     return ca_.Issue(user, false);

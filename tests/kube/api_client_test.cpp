@@ -35,10 +35,7 @@ class ApiClientTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(server_.Start()); }
 
   Config GoodConfig() const {
-    Config config;
-    config.server = server_.url();
-    config.ca_pem = server_.ca_pem();
-    config.token = FakeApiServer::kToken;
+    Config config = server_.ClientConfig();
     return config;
   }
 

@@ -17,10 +17,7 @@ class NodePodTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(server_.Start());
-    Config config;
-    config.server = server_.url();
-    config.ca_pem = server_.ca_pem();
-    config.token = FakeApiServer::kToken;
+    Config config = server_.ClientConfig();
     auto client = ApiClient::Create(config);
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::move(client.value());

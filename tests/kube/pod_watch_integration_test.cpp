@@ -20,10 +20,7 @@ class PodWatchIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(server_.Start());
-    Config config;
-    config.server = server_.url();
-    config.ca_pem = server_.ca_pem();
-    config.token = FakeApiServer::kToken;
+    Config config = server_.ClientConfig();
     ClientOptions client_options;
     client_options.request_timeout = std::chrono::seconds(2);
     auto client = ApiClient::Create(config, client_options);

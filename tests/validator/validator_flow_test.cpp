@@ -102,10 +102,7 @@ class ValidatorFlowTest : public ::testing::Test {
   }
 
   static kube::Config ClientConfig() {
-    kube::Config config;
-    config.server = node_->api().url();
-    config.ca_pem = node_->api().ca_pem();
-    config.token = testing::FakeApiServer::kToken;
+    kube::Config config = node_->api().ClientConfig();
     return config;
   }
 
