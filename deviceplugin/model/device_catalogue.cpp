@@ -10,8 +10,6 @@ namespace kvgpu::deviceplugin {
 
 namespace {
 
-using SlotsByType = std::map<std::pair<std::string, std::string>, std::set<uint32_t>>;
-
 // SR-IOV: every VF shows each type it could host, but the GPU behind them hosts at most
 // max_instance of a type (1 for an A100D-80C). Free devices per (GPU, type) stop there.
 std::map<std::pair<std::string, std::string>, uint32_t> VfBudgets(
@@ -174,7 +172,7 @@ struct DeviceCatalogue::Pass {
   }
 };
 
-SlotsByType DeviceCatalogue::ListedFreeSlots() {
+DeviceCatalogue::SlotsByType DeviceCatalogue::ListedFreeSlots() {
   SlotsByType slots;
   for (const auto& [resource, devices] : views_) {
     for (const Device& d : devices) {
