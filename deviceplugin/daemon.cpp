@@ -236,10 +236,19 @@ Status Daemon::ServeDevicePlugins() {
                          [this](const std::string& resource) {
                            return std::make_unique<PluginServer>(
                                resource, options_.args.DevicePluginDir(), *manager_,
-                               [this](const std::string& r, std::chrono::nanoseconds took) {
-                                 metrics_.OnPush(r, took);
-                                 if (options_.on_push) options_.on_push(r, took);
-                               });
+                               PluginObservers{
+                                   .on_push =
+                                       [this](const std::string& r, std::chrono::nanoseconds took) {
+                                         metrics_.OnPush(r, took);
+                                         if (options_.on_push) options_.on_push(r, took);
+                                       },
+                                   .on_kubelet_left =
+                                       [this](const std::string& r) {
+                                         if (tracker_) {
+                                           tracker_->KubeletRestarted(
+                                               "it ended the ListAndWatch of " + r);
+                                         }
+                                       }});
                          },
                      .kubelet_restarted =
                          [this](const std::string& how) {

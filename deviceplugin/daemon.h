@@ -62,7 +62,7 @@ struct DaemonOptions {
   // back-to-back Allocate calls share one rescan.
   std::chrono::milliseconds allocate_rescan_delay{2};
   // Also told of every ListAndWatch push and its latency (besides the metrics); for benchmarks.
-  PluginServer::PushObserver on_push;
+  decltype(PluginObservers::on_push) on_push;
   // How often the licensing files are re-published (kubelet refreshes a mounted Secret within
   // about a minute; this adds at most its own interval to a rotation).
   std::chrono::milliseconds licensing_interval{std::chrono::seconds(30)};

@@ -89,12 +89,12 @@ using Clock = std::chrono::steady_clock;
 // reactor's end) cannot come before them.
 class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWatchResponse> {
  public:
-  ListAndWatchStream(std::string resource, PluginServer::PushObserver on_push)
-      : resource_(std::move(resource)), on_push_(std::move(on_push)) {}
+  using Observers = std::shared_ptr<const PluginObservers>;
+  ListAndWatchStream(std::string resource, Observers observers)
+      : resource_(std::move(resource)), observers_(std::move(observers)) {}
 
-  static std::shared_ptr<ListAndWatchStream> Open(std::string resource,
-                                                  PluginServer::PushObserver on_push) {
-    auto stream = std::make_shared<ListAndWatchStream>(std::move(resource), std::move(on_push));
+  static std::shared_ptr<ListAndWatchStream> Open(std::string resource, Observers observers) {
+    auto stream = std::make_shared<ListAndWatchStream>(std::move(resource), std::move(observers));
     {
       // Also publishes the constructed stream to the threads gRPC runs its reactions on, in a
       // way TSan sees (gRPC's own hand-off is in uninstrumented code): every reaction locks first.
@@ -120,10 +120,11 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
     StartWrite(&message_);
   }
 
-  // Ends the stream with OK: the plugin stops serving.
-  void End() {
+  // Ends the stream with OK: the plugin stops serving (ours), or kubelet cancelled it.
+  void End(bool ours = true) {
     {
       std::lock_guard lock(mutex_);
+      ended_by_us_ = ended_by_us_ || ours;
       ending_ = true;
       if (writing_ || finished_) return;  // a write in flight finishes it when done
       finished_ = true;
@@ -167,25 +168,29 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
       }
     }
     // The first list is the stream's opening, not a push of a change.
-    if (push && on_push_) on_push_(resource_, *push);
+    if (push && observers_->on_push) observers_->on_push(resource_, *push);
     if (ok) spdlog::debug("listandwatch pushed resource={} devices={}", resource_, count);
     if (write) StartWrite(&message_);
     if (finish) Finish(grpc::Status::OK);
   }
 
-  void OnCancel() override { End(); }
+  void OnCancel() override { End(/*ours=*/false); }
 
   void OnDone() override {
     std::shared_ptr<ListAndWatchStream> self;  // released last: it may be the final owner
+    bool kubelet_left = false;
     {
       std::lock_guard lock(mutex_);
       self = std::move(self_);
+      kubelet_left = !ended_by_us_;
     }
-    spdlog::info("listandwatch closed resource={}", resource_);
+    spdlog::info("listandwatch closed resource={}{}", resource_,
+                 kubelet_left ? " (by kubelet)" : "");
+    if (kubelet_left && observers_->on_kubelet_left) observers_->on_kubelet_left(resource_);
   }
 
   const std::string resource_;
-  const PluginServer::PushObserver on_push_;
+  const Observers observers_;
   std::mutex mutex_;  // guards the members below
   std::shared_ptr<ListAndWatchStream> self_;
   api::ListAndWatchResponse message_;  // of the write in flight; left alone until it is done
@@ -196,6 +201,7 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
   bool writing_ = false;
   bool written_once_ = false;
   bool ending_ = false;
+  bool ended_by_us_ = false;  // End() from our side: the server stops, kubelet did not leave
   bool finished_ = false;
 };
 
@@ -203,15 +209,15 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
 // lock, so lists reach every stream in the order they were read.
 class PluginServer::Streams {
  public:
-  Streams(std::string resource, ResourceManager& manager, PushObserver on_push,
+  Streams(std::string resource, ResourceManager& manager, ListAndWatchStream::Observers observers,
           std::shared_ptr<const std::atomic<bool>> withheld)
       : resource_(std::move(resource)),
         manager_(manager),
-        on_push_(std::move(on_push)),
+        observers_(std::move(observers)),
         withheld_(std::move(withheld)) {}
 
   ListAndWatchStream* Open() {
-    std::shared_ptr<ListAndWatchStream> stream = ListAndWatchStream::Open(resource_, on_push_);
+    std::shared_ptr<ListAndWatchStream> stream = ListAndWatchStream::Open(resource_, observers_);
     std::lock_guard lock(mutex_);
     if (ended_) {
       stream->End();
@@ -255,7 +261,7 @@ class PluginServer::Streams {
 
   const std::string resource_;
   ResourceManager& manager_;
-  const PushObserver on_push_;
+  const ListAndWatchStream::Observers observers_;
   const std::shared_ptr<const std::atomic<bool>> withheld_;
   std::mutex mutex_;  // guards the members below
   bool ended_ = false;
@@ -362,12 +368,12 @@ class PluginServer::Service final : public api::DevicePlugin::CallbackService {
 };
 
 PluginServer::PluginServer(std::string resource, std::filesystem::path plugin_dir,
-                           ResourceManager& manager, PushObserver on_push)
+                           ResourceManager& manager, PluginObservers observers)
     : resource_(std::move(resource)),
       plugin_dir_(std::move(plugin_dir)),
       socket_name_(SocketNameFor(resource_)),
       manager_(manager),
-      on_push_(std::move(on_push)) {}
+      observers_(std::make_shared<const PluginObservers>(std::move(observers))) {}
 
 PluginServer::~PluginServer() {
   Stop();
@@ -403,7 +409,7 @@ Status PluginServer::Serve() {
   std::error_code ec;
   std::filesystem::create_directories(plugin_dir_, ec);
   std::filesystem::remove(socket_path(), ec);  // a stale socket from an earlier run
-  auto streams = std::make_shared<Streams>(resource_, manager_, on_push_, withheld_);
+  auto streams = std::make_shared<Streams>(resource_, manager_, observers_, withheld_);
   auto service = std::make_unique<Service>(resource_, manager_, streams);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + socket_path().string(), grpc::InsecureServerCredentials());

@@ -28,13 +28,20 @@ inline constexpr const char* kHealthy = "Healthy";
 inline constexpr const char* kUnhealthy = "Unhealthy";
 inline constexpr const char* kKubeletSocketName = "kubelet.sock";
 
+// What a PluginServer tells its owner; either may be empty.
+struct PluginObservers {
+  // How long each push took, from the change notice (Notify) to the list written.
+  std::function<void(const std::string& resource, std::chrono::nanoseconds)> on_push;
+  // kubelet ended a ListAndWatch stream this server did not end: kubelet stopped or is restarting.
+  // Its connections drop the moment it goes, well before a new kubelet answers on PodResources,
+  // so this is the earliest word of a restart.
+  std::function<void(const std::string& resource)> on_kubelet_left;
+};
+
 class PluginServer {
  public:
-  // Told how long each push took, from the change notice (Notify) to the list written.
-  using PushObserver = std::function<void(const std::string& resource, std::chrono::nanoseconds)>;
-
   PluginServer(std::string resource, std::filesystem::path plugin_dir, ResourceManager& manager,
-               PushObserver on_push = nullptr);
+               PluginObservers observers = {});
   ~PluginServer();
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
@@ -69,7 +76,7 @@ class PluginServer {
   std::filesystem::path plugin_dir_;
   std::string socket_name_;
   ResourceManager& manager_;
-  PushObserver on_push_;
+  std::shared_ptr<const PluginObservers> observers_;
   std::shared_ptr<std::atomic<bool>> withheld_ = std::make_shared<std::atomic<bool>>(false);
 
   mutable std::mutex mutex_;  // guards the members below

@@ -285,10 +285,14 @@ void HolderTracker::OnAllocated() {
 void HolderTracker::KubeletRestarted(const std::string& how) {
   std::lock_guard lock(mutex_);
   kubelet_up_unix_ms_ = UnixNowMs();
+  // A restart is heard of several times (each resource's stream, kubelet.sock, registrations):
+  // said once until kubelet lists the node's pods again.
+  if (kubelet_resynced_) {
+    spdlog::info("kubelet restarted ({}): no vGPU is removed until it lists the node's pods again",
+                 how);
+  }
   kubelet_resynced_ = false;
   resync_bound_ = kRestartSettle;
-  spdlog::info("kubelet restarted ({}): no vGPU is removed until it lists the node's pods again",
-               how);
 }
 
 std::string HolderTracker::UidOf(const std::string& pod_key) const {

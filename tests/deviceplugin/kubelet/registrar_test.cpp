@@ -39,7 +39,10 @@ class RegistrarTest : public ::testing::Test {
     std::filesystem::create_directories(plugin_dir_);
     Status started = manager_.Start();
     if (!started.ok()) throw std::runtime_error(started.ToString());
-    MakeRegistrar(500ms);
+    // Generous: twelve registrations at once, each answered by the fake kubelet dialling our
+    // socket back, took over 500 ms under TSan on a loaded two-core CI machine. The test that
+    // times a hung kubelet sets its own short timeout.
+    MakeRegistrar(5s);
   }
 
   void MakeRegistrar(std::chrono::milliseconds register_timeout) {
@@ -236,6 +239,7 @@ TEST_F(RegistrarTest, StopRemovesEverySocket) {
 // resources wait: they are asked at once, each bounded alone. One after the other, 12 resources
 // would take 12 timeouts (6 s here); the bound below is half that, far from either on any machine.
 TEST_F(RegistrarTest, AKubeletThatAcceptsAndNeverAnswersCostsARoundOneTimeoutNotOnePerResource) {
+  MakeRegistrar(500ms);
   kvgpu::testing::HungSocket hung(kubelet_.socket_path());
   registrar_->EnsureServers(manager_.Resources());
   ASSERT_EQ(manager_.Resources().size(), 12u);
