@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "fakes/common/eventually.h"
 #include "fakes/common/hung_socket.h"
@@ -54,7 +56,13 @@ class RegistrarTest : public ::testing::Test {
                          .register_timeout = register_timeout},
         RegistrarHooks{.make_server =
                            [this](const std::string& resource) {
-                             return std::make_unique<PluginServer>(resource, plugin_dir_, manager_);
+                             return std::make_unique<PluginServer>(
+                                 resource, plugin_dir_, manager_,
+                                 PluginObservers{.on_push = nullptr,
+                                                 .on_kubelet_left = [this](const std::string& r) {
+                                                   std::lock_guard lock(mutex_);
+                                                   kubelet_left_.push_back(r);
+                                                 }});
                            },
                        .kubelet_restarted =
                            [this](const std::string& how) {
@@ -83,6 +91,10 @@ class RegistrarTest : public ::testing::Test {
     std::lock_guard lock(mutex_);
     return restarts_;
   }
+  std::vector<std::string> KubeletLeft() {
+    std::lock_guard lock(mutex_);
+    return kubelet_left_;
+  }
   int Failed() {
     std::lock_guard lock(mutex_);
     return failed_;
@@ -106,6 +118,7 @@ class RegistrarTest : public ::testing::Test {
 
   std::mutex mutex_;
   std::vector<std::string> restarts_;
+  std::vector<std::string> kubelet_left_;
   int succeeded_ = 0;
   int failed_ = 0;
 };
@@ -182,6 +195,29 @@ TEST_F(RegistrarTest, KubeletSocketCreatedMakesEveryResourceServeAndRegisterAgai
   // again - not once per resource.
   EXPECT_EQ(Restarts(),
             (std::vector<std::string>{"kubelet.sock created", "a resource registers again"}));
+}
+
+// kubelet's connections drop the moment it stops, seconds before a new kubelet answers: each
+// ListAndWatch it ends is told, so the lifecycle holds removals from then on. Streams the plugin
+// ends itself (Stop) are not kubelet leaving.
+TEST_F(RegistrarTest, KubeletEndingItsListAndWatchStreamsIsToldAndOurOwnStopIsNot) {
+  ASSERT_TRUE(kubelet_.Start());
+  ServeAndRegisterAll();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Connected("tencent.com/vgpu-222"); }));
+  kubelet_.Stop();
+  EXPECT_TRUE(kvgpu::testing::Eventually([&] {
+    auto left = KubeletLeft();
+    return std::find(left.begin(), left.end(), "tencent.com/vgpu-222") != left.end();
+  })) << "kubelet's stream ending was not told";
+
+  ASSERT_TRUE(kubelet_.Start());
+  registrar_->HandleDirEvents({{"kubelet.sock", true}});
+  registrar_->RegisterIfDue(Clock::now());
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Connected("tencent.com/vgpu-222"); }));
+  size_t told = KubeletLeft().size();
+  registrar_->Stop();
+  std::this_thread::sleep_for(200ms);  // an OnDone told wrongly would come within this
+  EXPECT_EQ(KubeletLeft().size(), told) << "our own Stop taken for kubelet leaving";
 }
 
 TEST_F(RegistrarTest, OurSocketRemovedServesAndRegistersThatResourceAlone) {
