@@ -68,6 +68,13 @@ set(KVGPU_TEST_TMPDIR ${_default_test_tmpdir} CACHE PATH "TMPDIR for the tests")
 # with CTest, each case a test of its own; with ONE_TEST the binary is a single test of `name`,
 # for a suite whose cases share one costly fixture (SetUpTestSuite) that a process per case
 # would pay again each time.
+# What `ctest -L unit` runs, gathered into the target kvgpu_unit_tests (made at the end of the top
+# CMakeLists.txt): CI's sanitizer stage builds that alone, not the integration tests, fakes and
+# benchmarks it never runs. A unit test that runs a binary names it here too.
+function(kvgpu_unit_tests_need)
+  set_property(GLOBAL APPEND PROPERTY KVGPU_UNIT_TEST_TARGETS ${ARGN})
+endfunction()
+
 function(kvgpu_test name)
   cmake_parse_arguments(T "ONE_TEST" "TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
@@ -75,6 +82,9 @@ function(kvgpu_test name)
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
+  endif()
+  if("unit" IN_LIST T_LABELS)
+    kvgpu_unit_tests_need(${name})
   endif()
   if(T_ONE_TEST)
     add_test(NAME ${name} COMMAND ${name})

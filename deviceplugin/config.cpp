@@ -228,6 +228,23 @@ const std::vector<KeyRow>& KeyTable() {
        "false",
        {"preferred allocation puts a multi-vGPU request on distinct GPUs"},
        BoolInto([](Config& c) -> bool& { return c.spread_across_gpus; })},
+      {"occupancyMode",
+       "auto",
+       {"how vGPUs share an NVIDIA GPU: auto (told from the kernel's",
+        "counts), strict (one type per GPU) or equal-size (one",
+        "framebuffer size per GPU); MIG-backed and mixed-size GPUs are",
+        "told apart in every mode"},
+       StringInto(
+           [](Config& c, const std::string& v) {
+             c.occupancy = *ParseOccupancySetting(v);
+             return Status::Ok();
+           },
+           [](const std::string& v) {
+             return ParseOccupancySetting(v) ? Status::Ok()
+                                             : Invalid("\"" + v +
+                                                       "\" is not one of auto, strict, "
+                                                       "equal-size");
+           })},
       {"cdi", "", {}, {}},
       {"cdi.enabled",
        "false",
@@ -292,6 +309,18 @@ const std::vector<KeyRow>& KeyTable() {
        {"written at least this often, so readers can tell it is live"},
        DurationInto([](Config& c) -> milliseconds& { return c.scheduler_state.heartbeat; },
                     milliseconds(1000))},
+      {"schedulerState.version",
+       "1",
+       {"the state's format: 2 (with equal-size locks) only once every",
+        "scheduler extender reads it; see the upgrade rule"},
+       StringInto(
+           [](Config& c, const std::string& v) {
+             c.scheduler_state.version = v == "2" ? 2 : 1;
+             return Status::Ok();
+           },
+           [](const std::string& v) {
+             return v == "1" || v == "2" ? Status::Ok() : Invalid("\"" + v + "\" is not 1 or 2");
+           })},
   };
   return kRows;
 }

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "deviceplugin/model/model_options.h"
 #include "mdev/make_backend.h"
+#include "scheduling/node_vgpu_state.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -32,6 +33,9 @@ struct SchedulerStateConfig {
   bool publish = true;  // needs the API server and --node-name
   std::chrono::milliseconds min_interval{1000};
   std::chrono::milliseconds heartbeat{std::chrono::minutes(2)};
+  // The document version written (scheduling/node_vgpu_state.h, the upgrade rule): 2 only once
+  // every extender reads it.
+  int version = scheduling::kNodeStateWriteDefault;
 
   bool operator==(const SchedulerStateConfig&) const = default;
 };

@@ -299,7 +299,12 @@ void Daemon::PublishSchedulerState() {
   kube::ApiTransport* api = options_.api != nullptr ? options_.api : api_.get();
   if (!config.publish || api == nullptr || options_.args.node_name.empty()) return;
   publisher_ = std::make_unique<StatePublisher>(
-      *api, [this] { return manager_->SchedulerState(); },
+      *api,
+      [this, version = config.version] {
+        scheduling::NodeVgpuState state = manager_->SchedulerState();
+        state.version = version;
+        return state;
+      },
       StatePublisherOptions{.node_name = options_.args.node_name,
                             .min_interval = config.min_interval,
                             .heartbeat = config.heartbeat},

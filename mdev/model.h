@@ -28,10 +28,13 @@ struct NvidiaDescription {
 };
 
 // The profile is the last token of an NVIDIA type name ("GRID T4-1Q", "NVIDIA H200X-1-18C").
+// MIG-backed types are <GPU>-<slices>-<GB><series>[suffix] (NVIDIA/vgpu-device-manager's names).
 struct NvidiaProfile {
-  std::string profile;  // "T4-1Q", "A100D-4C", "H200X-1-18C"
-  std::string gpu;      // "T4", "A100D", "H200X"
-  char series = 0;      // 'A' apps, 'B' PC, 'C' compute, 'Q' workstation
+  std::string profile;      // "T4-1Q", "A100D-4C", "H200X-1-18C"
+  std::string gpu;          // "T4", "A100D", "H200X"
+  char series = 0;          // 'A' apps, 'B' PC, 'C' compute, 'Q' workstation
+  uint32_t size_gib = 0;    // the framebuffer the name gives: 1 for T4-1Q, 18 for H200X-1-18C
+  uint32_t mig_slices = 0;  // MIG-backed: the GPU instance's slices (1 for H200X-1-18C); else 0
 };
 
 struct VgpuType {

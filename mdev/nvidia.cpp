@@ -74,7 +74,23 @@ std::optional<NvidiaProfile> ParseNvidiaProfile(std::string_view type_name) {
   for (char c : gpu) {
     if (!std::isalnum(static_cast<unsigned char>(c))) return std::nullopt;
   }
-  return NvidiaProfile{std::string(token), std::string(gpu), series};
+  // "1-18C": a MIG-backed type of 1 slice and 18 GB; "2B4", "1Q": time-sliced, 2 and 1 GB.
+  uint32_t first = 0;
+  uint32_t second = 0;
+  bool dashed = false;
+  for (char c : size) {
+    if (c == '-') {
+      dashed = true;
+    } else if (!std::isdigit(static_cast<unsigned char>(c))) {
+      break;
+    } else {
+      uint32_t& n = dashed ? second : first;
+      n = n * 10 + static_cast<uint32_t>(c - '0');
+      if (n > 1u << 20) return std::nullopt;
+    }
+  }
+  return NvidiaProfile{std::string(token), std::string(gpu), series, dashed ? second : first,
+                       dashed ? first : 0};
 }
 
 Result<NvidiaDescription> ParseNvidiaDescription(std::string_view description) {

@@ -8,6 +8,51 @@ GpuRank RankGpu(const GpuLoad& load) {
   return GpuRank{load.other_type ? 1 : 0, load.same_type > 0 ? 0 : 1, -load.same_type, load.free};
 }
 
+const char* OccupancyName(Occupancy occupancy) {
+  switch (occupancy) {
+    case Occupancy::kStrict:
+      return "strict";
+    case Occupancy::kEqualSize:
+      return "equal-size";
+    case Occupancy::kMixedSize:
+      return "mixed-size";
+    case Occupancy::kMig:
+      return "mig";
+    case Occupancy::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::optional<Occupancy> ParseOccupancy(std::string_view name) {
+  for (Occupancy o : {Occupancy::kUnknown, Occupancy::kStrict, Occupancy::kEqualSize,
+                      Occupancy::kMixedSize, Occupancy::kMig}) {
+    if (name == OccupancyName(o)) return o;
+  }
+  return std::nullopt;
+}
+
+std::string LockKey(Occupancy occupancy, const std::string& type_id, uint64_t framebuffer_mib) {
+  if (occupancy == Occupancy::kEqualSize && framebuffer_mib > 0) {
+    return "framebuffer:" + std::to_string(framebuffer_mib) + "MiB";
+  }
+  if (occupancy == Occupancy::kStrict || occupancy == Occupancy::kEqualSize) {
+    return "type:" + type_id;
+  }
+  return "";
+}
+
+bool GpuSlots::LockedAgainst(const ResourceSlots& slots) const {
+  if (lock.empty()) return false;
+  const std::string key = LockKey(occupancy, slots.type_id, slots.framebuffer_mib);
+  return !key.empty() && key != lock;
+}
+
+void GpuSlots::LockTo(const std::string& type_id, uint64_t framebuffer_mib) {
+  locked_type = type_id;
+  lock = LockKey(occupancy, type_id, framebuffer_mib);
+}
+
 const char* PolicyName(Policy policy) {
   return policy == Policy::kSpread ? "spread" : "pack";
 }
@@ -20,8 +65,18 @@ std::optional<Policy> ParsePolicy(const std::string& name) {
 
 namespace {
 
-bool LockedToOther(const GpuSlots& gpu, const std::string& type_id) {
-  return gpu.one_type && !gpu.locked_type.empty() && gpu.locked_type != type_id;
+// vGPUs on the GPU that lock it as `slots` would: that resource's own where no lock is modelled.
+int SameLock(const GpuSlots& gpu, const ResourceSlots& slots) {
+  const std::string key = LockKey(gpu.occupancy, slots.type_id, slots.framebuffer_mib);
+  if (key.empty()) return static_cast<int>(slots.used);
+  int same = 0;
+  for (const auto& [name, other] : gpu.resources) {
+    if (LockKey(gpu.occupancy, other.type_id, other.framebuffer_mib) == key) {
+      same += static_cast<int>(other.used);
+    }
+  }
+  // Locked to the key by vGPUs that are not ours to count (another tool's): it carries the key.
+  return same == 0 && gpu.lock == key ? 1 : same;
 }
 
 // How many vGPUs of `resource` each GPU takes (index -> count); empty when they do not fit.
@@ -37,8 +92,8 @@ std::map<size_t, uint32_t> Choose(const std::vector<GpuSlots>& gpus, const std::
   for (size_t i = 0; i < gpus.size(); ++i) {
     auto it = gpus[i].resources.find(resource);
     if (it == gpus[i].resources.end() || it->second.free == 0) continue;
-    if (LockedToOther(gpus[i], it->second.type_id)) continue;
-    GpuLoad load{static_cast<int>(it->second.used), static_cast<int>(it->second.free), false};
+    if (gpus[i].LockedAgainst(it->second)) continue;
+    GpuLoad load{SameLock(gpus[i], it->second), static_cast<int>(it->second.free), false};
     candidates.push_back({RankGpu(load), gpus[i].id, i, it->second.free});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -76,10 +131,18 @@ void Apply(GpuSlots& gpu, const std::string& resource, uint32_t n) {
   slots.used += n;
   slots.free -= n;
   if (n == 0) return;
-  if (gpu.locked_type.empty()) gpu.locked_type = slots.type_id;
-  if (!gpu.one_type) return;
+  const std::string key = LockKey(gpu.occupancy, slots.type_id, slots.framebuffer_mib);
+  if (gpu.locked_type.empty()) gpu.LockTo(slots.type_id, slots.framebuffer_mib);
   for (auto& [other, other_slots] : gpu.resources) {
-    if (other_slots.type_id != slots.type_id) other_slots.free = 0;
+    if (other == resource) continue;
+    if (!key.empty() &&
+        LockKey(gpu.occupancy, other_slots.type_id, other_slots.framebuffer_mib) == key) {
+      // Types of one lock share its capacity: what these took, the others can no longer make.
+      other_slots.free -= std::min(other_slots.free, n);
+    } else {
+      // Locked out; or, with no rule modelled, nothing more is promised until the kernel counts.
+      other_slots.free = 0;
+    }
   }
 }
 
@@ -100,12 +163,12 @@ bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy polic
         uint32_t free = 0;
         for (const GpuSlots& gpu : placed) {
           auto it = gpu.resources.find(resource);
-          if (it != gpu.resources.end() && !LockedToOther(gpu, it->second.type_id)) {
+          if (it != gpu.resources.end() && !gpu.LockedAgainst(it->second)) {
             free += it->second.free;
           }
         }
         *why = resource + ": " + std::to_string(count) + " wanted, " + std::to_string(free) +
-               " can be made on GPUs free or locked to its type";
+               " can be made on GPUs free or locked to what it locks to";
       }
       return false;
     }

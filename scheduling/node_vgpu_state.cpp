@@ -12,18 +12,33 @@ bool NodeVgpuState::SameContent(const NodeVgpuState& other) const {
          gpus == other.gpus && holders == other.holders && unattributed == other.unattributed;
 }
 
+namespace {
+
+// Version 1 knows only the per-type lock: every GPU with a rule is written as strict (an older
+// extender reading it is stricter than the GPU, never looser), one with none as oneType false.
+json RenderGpu(const GpuSlots& gpu, int version) {
+  json resources = json::object();
+  for (const auto& [name, slots] : gpu.resources) {
+    json r = {{"type", slots.type_id}, {"used", slots.used}, {"free", slots.free}};
+    if (version >= 2) r["framebufferMib"] = slots.framebuffer_mib;
+    resources[name] = std::move(r);
+  }
+  json out = {{"id", gpu.id},
+              {"oneType", gpu.occupancy != Occupancy::kUnknown},
+              {"lockedType", gpu.locked_type},
+              {"resources", std::move(resources)}};
+  if (version >= 2) {
+    out["occupancy"] = OccupancyName(gpu.occupancy);
+    out["lock"] = gpu.lock;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string RenderNodeState(const NodeVgpuState& state) {
   json gpus = json::array();
-  for (const GpuSlots& gpu : state.gpus) {
-    json resources = json::object();
-    for (const auto& [name, slots] : gpu.resources) {
-      resources[name] = {{"type", slots.type_id}, {"used", slots.used}, {"free", slots.free}};
-    }
-    gpus.push_back({{"id", gpu.id},
-                    {"oneType", gpu.one_type},
-                    {"lockedType", gpu.locked_type},
-                    {"resources", std::move(resources)}});
-  }
+  for (const GpuSlots& gpu : state.gpus) gpus.push_back(RenderGpu(gpu, state.version));
   json doc = {{"version", state.version},           {"node", state.node},
               {"generation", state.generation},     {"publishedUnixMs", state.published_unix_ms},
               {"policy", PolicyName(state.policy)}, {"gpus", std::move(gpus)},
@@ -82,6 +97,48 @@ class Reader {
   std::string error_;
 };
 
+// One entry of "gpus"; `version` says which fields it has (see RenderGpu).
+GpuSlots ReadGpu(Reader& read, const json& g, const std::string& where, uint64_t version) {
+  GpuSlots gpu;
+  gpu.id = read.String(g, "id", where);
+  bool one_type = true;
+  if (const json* one = read.Field(g, "oneType", json::value_t::boolean, where)) {
+    one_type = one->get<bool>();
+  }
+  gpu.locked_type = read.String(g, "lockedType", where);
+  if (version >= 2) {
+    const std::string occupancy = read.String(g, "occupancy", where);
+    if (auto parsed = ParseOccupancy(occupancy)) {
+      gpu.occupancy = *parsed;
+    } else if (read.error().empty()) {
+      read.Fail(where + "occupancy: \"" + occupancy + "\" is no occupancy mode");
+    }
+    gpu.lock = read.String(g, "lock", where);
+  } else {
+    gpu.occupancy = one_type ? Occupancy::kStrict : Occupancy::kUnknown;
+    if (!gpu.locked_type.empty()) gpu.lock = LockKey(gpu.occupancy, gpu.locked_type, 0);
+  }
+  if (const json* resources = read.Field(g, "resources", json::value_t::object, where)) {
+    for (const auto& [name, r] : resources->items()) {
+      const std::string at = where + "resources[" + name + "].";
+      if (!r.is_object()) {
+        read.Fail(at + ": not an object");
+        break;
+      }
+      ResourceSlots slots;
+      slots.type_id = read.String(r, "type", at);
+      slots.used = static_cast<uint32_t>(read.Unsigned(r, "used", at));
+      slots.free = static_cast<uint32_t>(read.Unsigned(r, "free", at));
+      if (version >= 2) {
+        slots.framebuffer_mib =
+            read.Unsigned(r, "framebufferMib", at, std::numeric_limits<uint64_t>::max());
+      }
+      gpu.resources[name] = slots;
+    }
+  }
+  return gpu;
+}
+
 }  // namespace
 
 Result<NodeVgpuState> ParseNodeState(const std::string& text) {
@@ -92,11 +149,14 @@ Result<NodeVgpuState> ParseNodeState(const std::string& text) {
   Reader read;
   NodeVgpuState state;
   const uint64_t version = read.Unsigned(doc, "version", "");
-  if (read.error().empty() && version != static_cast<uint64_t>(kNodeStateVersion)) {
-    return Status::Error(ErrorCode::kInvalid,
-                         "vGPU state version " + std::to_string(version) + " is not the " +
-                             std::to_string(kNodeStateVersion) + " this extender reads");
+  if (read.error().empty() && (version < static_cast<uint64_t>(kNodeStateReadMin) ||
+                               version > static_cast<uint64_t>(kNodeStateReadMax))) {
+    return Status::Error(ErrorCode::kInvalid, "vGPU state version " + std::to_string(version) +
+                                                  " is outside the versions this extender reads (" +
+                                                  std::to_string(kNodeStateReadMin) + " to " +
+                                                  std::to_string(kNodeStateReadMax) + ")");
   }
+  state.version = static_cast<int>(version);
   state.node = read.String(doc, "node", "");
   state.generation = read.Unsigned(doc, "generation", "", std::numeric_limits<uint64_t>::max());
   state.published_unix_ms = static_cast<int64_t>(read.Unsigned(
@@ -117,27 +177,7 @@ Result<NodeVgpuState> ParseNodeState(const std::string& text) {
         read.Fail(where + ": not an object");
         break;
       }
-      GpuSlots gpu;
-      gpu.id = read.String(g, "id", where);
-      if (const json* one = read.Field(g, "oneType", json::value_t::boolean, where)) {
-        gpu.one_type = one->get<bool>();
-      }
-      gpu.locked_type = read.String(g, "lockedType", where);
-      if (const json* resources = read.Field(g, "resources", json::value_t::object, where)) {
-        for (const auto& [name, r] : resources->items()) {
-          const std::string at = where + "resources[" + name + "].";
-          if (!r.is_object()) {
-            read.Fail(at + ": not an object");
-            break;
-          }
-          ResourceSlots slots;
-          slots.type_id = read.String(r, "type", at);
-          slots.used = static_cast<uint32_t>(read.Unsigned(r, "used", at));
-          slots.free = static_cast<uint32_t>(read.Unsigned(r, "free", at));
-          gpu.resources[name] = slots;
-        }
-      }
-      state.gpus.push_back(std::move(gpu));
+      state.gpus.push_back(ReadGpu(read, g, where, version));
     }
   }
   if (const json* holders = read.Field(doc, "holders", json::value_t::array, "")) {

@@ -3,11 +3,12 @@
 // is the one definition of that format; the plugin writes it and the extender reads it with the
 // functions below, and nothing else builds or parses it.
 //
-//   {"version": 1, "node": "gpu-node-1", "generation": 12, "publishedUnixMs": 1764130000000,
+//   {"version": 2, "node": "gpu-node-1", "generation": 12, "publishedUnixMs": 1764130000000,
 //    "policy": "pack",
 //    "gpus": [{"id": "0000:3b:00.0", "oneType": true, "lockedType": "nvidia-222",
+//              "occupancy": "equal-size", "lock": "framebuffer:1024MiB",
 //              "resources": {"tencent.com/vgpu-222": {"type": "nvidia-222", "used": 2,
-//                                                     "free": 14}}}],
+//                                                     "free": 14, "framebufferMib": 1024}}}],
 //    "holders": ["ml/train-0"],
 //    "unattributed": {"tencent.com/vgpu-222": 1}}
 //
@@ -28,10 +29,23 @@
 namespace kvgpu::scheduling {
 
 inline constexpr const char* kNodeStateAnnotation = "kvgpu.tencent.com/vgpu-state";
-inline constexpr int kNodeStateVersion = 1;
+
+// The upgrade rule (docs/scheduler-extender.md, "Upgrades"): a later version only adds fields,
+// and a reader reads the version after its newest as its newest, ignoring what it does not know;
+// so the extender reads its newest version N, N-1 and N+1, and the plugin writes by default the
+// newest version the previous release's extender reads. The plugin DaemonSet and the extender
+// Deployment may then roll in either order.
+//   1: the per-type lock (oneType, lockedType). The release before this one reads only 1, so
+//      this release still writes 1 unless told every extender reads 2 (nodeStateVersion: 2).
+//   2: adds each GPU's occupancy mode and lock key, and each type's framebuffer (the equal-size
+//      lock).
+inline constexpr int kNodeStateReadMin = 1;
+inline constexpr int kNodeStateNewest = 2;
+inline constexpr int kNodeStateReadMax = kNodeStateNewest + 1;
+inline constexpr int kNodeStateWriteDefault = 1;
 
 struct NodeVgpuState {
-  int version = kNodeStateVersion;
+  int version = kNodeStateWriteDefault;
   std::string node;
   // Raised by the publishing plugin with every document it writes (restarts from 1 with the
   // plugin; readers compare it only with what the same plugin wrote before).
@@ -46,9 +60,11 @@ struct NodeVgpuState {
   bool SameContent(const NodeVgpuState& other) const;
 };
 
+// Renders `state.version` (1 or 2): version 1 leaves out what it cannot say.
 std::string RenderNodeState(const NodeVgpuState& state);
-// Strict: an unknown version, a missing or mistyped field, or counts that do not add up are
-// kInvalid with the field named; such a node is failed by the extender, never guessed at.
+// Strict: a version outside kNodeStateReadMin..kNodeStateReadMax, a missing or mistyped field, or
+// counts that do not add up are kInvalid with the field named; such a node is failed by the
+// extender, never guessed at. Fields of a later version are ignored.
 Result<NodeVgpuState> ParseNodeState(const std::string& text);
 
 }  // namespace kvgpu::scheduling

@@ -191,24 +191,29 @@ const TypeSpec* KernelModel::FindType(size_t gpu, std::string_view type_id) cons
 
 uint32_t KernelModel::Available(size_t gpu, const std::string& parent, const TypeSpec& type) const {
   const GpuSpec& spec = profile_.gpus[gpu];
-  uint32_t same_type = 0;
+  // vGPUs on the GPU that share the type's count: its own; with the equal-size lock, every type of
+  // its framebuffer size.
+  uint32_t same = 0;
   uint32_t used_units = 0;
-  bool other_type = false;
+  bool locked_out = false;
   bool parent_used = false;
   for (const auto& [id, vgpu] : vgpus_) {
     if (vgpu.gpu != gpu) continue;
     const TypeSpec* held = FindType(gpu, vgpu.type);
     used_units += held ? held->cost : 1;
-    if (vgpu.type == type.id) {
-      ++same_type;
+    const bool sharing = spec.lock == GpuSpec::Lock::kFramebuffer
+                             ? held != nullptr && held->framebuffer_mib == type.framebuffer_mib
+                             : vgpu.type == type.id;
+    if (sharing) {
+      ++same;
     } else {
-      other_type = true;
+      locked_out = true;
     }
     parent_used |= vgpu.parent == parent;
   }
-  // Time-sliced vGPU: the physical GPU (all its VFs) serves one type at a time.
-  if (spec.one_type_at_a_time && other_type) return 0;
-  uint32_t left = type.max_instances > same_type ? type.max_instances - same_type : 0;
+  // Time-sliced vGPU: the physical GPU (all its VFs) serves one type, or one size, at a time.
+  if (spec.lock != GpuSpec::Lock::kNone && locked_out) return 0;
+  uint32_t left = type.max_instances > same ? type.max_instances - same : 0;
   if (spec.pool > 0) {
     uint32_t pool_left = spec.pool > used_units ? (spec.pool - used_units) / type.cost : 0;
     left = std::min(left, pool_left);

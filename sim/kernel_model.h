@@ -30,8 +30,9 @@ struct TypeSpec {
   std::optional<std::string> name;         // "GRID T4-1B"; absent -> no `name` file
   std::optional<std::string> description;  // absent -> no `description` file (mtty)
   std::string device_api = "vfio-pci";
-  uint32_t max_instances = 1;  // per physical GPU (or per pool for virtual parents)
-  uint32_t cost = 1;           // units of the GPU's pool one instance takes (mtty-2 takes 2 ports)
+  uint64_t framebuffer_mib = 0;  // NVIDIA types: what the equal-size lock compares
+  uint32_t max_instances = 1;    // per physical GPU (or per pool for virtual parents)
+  uint32_t cost = 1;  // units of the GPU's pool one instance takes (mtty-2 takes 2 ports)
   // The mdev core's own max_instances accounting (mdpy, mbochs: drivers without get_available):
   // no room then fails with EUSERS from the core instead of the driver's ENOSPC.
   bool mdev_core_limit = false;
@@ -52,7 +53,11 @@ struct GpuSpec {
   std::string driver = "nvidia";
   uint32_t num_vfs = 0;  // SR-IOV VFs (kSriovMdev, kVendorVfio)
   uint32_t pool = 0;     // capacity units shared by all types (0: each type's max_instances alone)
-  bool one_type_at_a_time = true;  // time-sliced vGPU: the first vGPU locks the GPU to its type
+  // Time-sliced vGPU: the first vGPU locks the GPU to its type (the drivers the T4 profile is
+  // taken from) or to its framebuffer size (NVIDIA's equal-size mode, the default today: types of
+  // one size share the GPU's count for that size). Virtual parents have no such lock.
+  enum class Lock { kNone, kType, kFramebuffer };
+  Lock lock = Lock::kType;
   std::vector<TypeSpec> types;
 };
 
@@ -65,7 +70,7 @@ struct NodeProfile {
   std::string host_driver_version;
 };
 
-// Built-in profiles: "t4x2", "a100-sriov", "h200-vfio", "mtty", "mixed".
+// Built-in profiles: "t4x2", "t4x2-equal-size", "a100-sriov", "h200-vfio", "mtty", "mixed".
 std::vector<std::string> ProfileNames();
 Result<NodeProfile> ProfileByName(std::string_view name);
 

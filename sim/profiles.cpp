@@ -17,6 +17,8 @@ namespace {
 
 // A vGPU 17.x (R550) manager's version: its branch is what the doctor matches the guest driver to.
 constexpr const char* kHostDriver = "550.90.05";
+// A vGPU 19.0 (R580) manager: the release notes' Manager version.
+constexpr const char* kCurrentHostDriver = "580.65.05";
 
 // A type without a description (mtty, vendor VFIO).
 TypeSpec Plain(std::string id, std::string name, uint32_t max_instances, uint32_t cost = 1) {
@@ -38,6 +40,7 @@ TypeSpec Nvidia(int number, std::string name, int heads, int frl, uint32_t frame
                      ", framebuffer=" + std::to_string(framebuffer_mib) +
                      "M, max_resolution=" + resolution +
                      ", max_instance=" + std::to_string(max_instance);
+  type.framebuffer_mib = framebuffer_mib;
   type.max_instances = max_instance;
   return type;
 }
@@ -62,6 +65,19 @@ GpuSpec TeslaT4(std::string address) {
       Nvidia(320, "GRID T4-8C", 1, 60, 8192, "4096x2160", 2),
       Nvidia(321, "GRID T4-16C", 1, 60, 16384, "4096x2160", 1),
   };
+  return gpu;
+}
+
+// The same T4 under a current vGPU manager in equal-size mode, NVIDIA's default: the first vGPU
+// locks the GPU to its framebuffer size and any type of that size may join (T4-1B beside T4-1Q,
+// up to 16 of 1024 MiB in all). Sources: NVIDIA's user guide text on equal-size mode, seen through
+// a mirror, and DC-3Q beside DC-3A measured on an RTX PRO 6000 Blackwell with driver 580.x
+// (bigstack-oss/cubecos#1316) [measured there]; that a T4 under R580 mixes series of one size the
+// same way is our inference [unverified]. Each type's count is its max_instance less the vGPUs of
+// its size, which holds for the T4's types: max_instance is 16 GiB over the size for every one.
+GpuSpec TeslaT4EqualSize(std::string address) {
+  GpuSpec gpu = TeslaT4(std::move(address));
+  gpu.lock = GpuSpec::Lock::kFramebuffer;
   return gpu;
 }
 
@@ -109,7 +125,7 @@ GpuSpec Mtty() {
   gpu.vendor_id.clear();
   gpu.driver = "mtty";
   gpu.pool = 24;
-  gpu.one_type_at_a_time = false;
+  gpu.lock = GpuSpec::Lock::kNone;
   gpu.types = {
       Plain("mtty-1", "Single port serial", 24, 1),
       Plain("mtty-2", "Dual port serial", 12, 2),
@@ -120,7 +136,7 @@ GpuSpec Mtty() {
 }  // namespace
 
 std::vector<std::string> ProfileNames() {
-  return {"t4x2", "a100-sriov", "h200-vfio", "mtty", "mixed"};
+  return {"t4x2", "t4x2-equal-size", "a100-sriov", "h200-vfio", "mtty", "mixed"};
 }
 
 Result<NodeProfile> ProfileByName(std::string_view name) {
@@ -129,6 +145,12 @@ Result<NodeProfile> ProfileByName(std::string_view name) {
                        "two Tesla T4, time-sliced vGPU on the mdev bus",
                        {TeslaT4("0000:3b:00.0"), TeslaT4("0000:af:00.0")},
                        kHostDriver};
+  }
+  if (name == "t4x2-equal-size") {
+    return NodeProfile{"t4x2-equal-size",
+                       "two Tesla T4 in equal-size mode: types of one framebuffer size share a GPU",
+                       {TeslaT4EqualSize("0000:3b:00.0"), TeslaT4EqualSize("0000:af:00.0")},
+                       kCurrentHostDriver};
   }
   if (name == "a100-sriov") {
     return NodeProfile{"a100-sriov",

@@ -51,7 +51,7 @@ kvgpu::scheduling::NodeVgpuState RandomNode(const std::string& name, std::mt1993
     } else {
       const auto& [type, max] = kT4Types[pick(random)];
       const uint32_t used = std::uniform_int_distribution<uint32_t>(1, max)(random);
-      gpu.locked_type = "nvidia-" + std::to_string(type);
+      gpu.LockTo("nvidia-" + std::to_string(type));
       gpu.resources[Resource(type)] = {gpu.locked_type, used, max - used};
       for (uint32_t i = 0; i < used; ++i) {
         state.holders.insert("ml/" + name + "-" + std::to_string(g) + "-" + std::to_string(i));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "deviceplugin/model/occupancy.h"
 #include "deviceplugin/model/resource_naming.h"
 
 namespace kvgpu::deviceplugin {
@@ -28,6 +29,8 @@ struct ModelOptions {
   std::vector<std::string> allowed_types;  // empty: every type the node shows
   std::vector<PinRule> pinning;            // first match wins, by address, then model, then all
   bool spread_across_gpus = false;         // multi-vGPU requests: distinct physical GPUs first
+  // How NVIDIA GPUs share (occupancy.h): told from the kernel's counts, or set.
+  OccupancySetting occupancy = OccupancySetting::kAuto;
   bool cdi_enabled = false;
   std::filesystem::path cdi_dir = "/var/run/cdi";
 };

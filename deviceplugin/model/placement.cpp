@@ -17,21 +17,32 @@ Status Invalid(const std::string& message) {
 
 // What the GPUs carry, as far as ranking a resource's devices goes.
 struct GpuLoads {
-  std::map<std::string, int> same_type;  // vGPUs of the resource's types per GPU
+  std::map<std::string, int> same_type;  // vGPUs locking the GPU as the resource would, per GPU
   std::map<std::string, int> free;       // free devices of the resource per GPU
-  // GPUs that carry a vGPU of another type: locked to it. Allocate updates the vGPUs at once,
-  // while the kernel's counts that hide this resource's devices there arrive with the next rescan.
+  // GPUs whose vGPUs lock them against the resource. Allocate updates the vGPUs at once, while
+  // the kernel's counts that hide this resource's devices there arrive with the next rescan.
   std::set<std::string> other_type;
 };
 
-GpuLoads LoadsOf(const std::vector<Device>& listed, const std::vector<mdev::Vgpu>& vgpus) {
+GpuLoads LoadsOf(const std::vector<Device>& listed, const std::vector<mdev::Vgpu>& vgpus,
+                 const GpuRules& rules) {
   GpuLoads loads;
   std::set<std::string> types;
   for (const Device& d : listed) types.insert(d.key.type_id);
   for (const mdev::Vgpu& v : vgpus) {
-    if (types.contains(v.type_id)) {
+    const std::string key = rules.LockKey(v.physical_gpu, v.type_id);
+    bool same = types.contains(v.type_id);
+    bool against = false;
+    for (const std::string& type : types) {
+      // Where no lock is modelled (key empty) only the resource's own type counts as the same.
+      const std::string resource_key = rules.LockKey(v.physical_gpu, type);
+      if (key.empty() || resource_key.empty()) continue;
+      same = same || resource_key == key;
+      against = against || resource_key != key;
+    }
+    if (same) {
       ++loads.same_type[v.physical_gpu];
-    } else {
+    } else if (against || key.empty()) {
       loads.other_type.insert(v.physical_gpu);
     }
   }
@@ -83,11 +94,11 @@ void TakeSpread(const std::vector<Candidate>& candidates, size_t want,
 }  // namespace
 
 Result<std::vector<std::vector<std::string>>> PreferDevices(
-    const std::vector<Device>& listed, const std::vector<mdev::Vgpu>& vgpus, bool spread,
-    const std::vector<PreferredRequest>& requests) {
+    const std::vector<Device>& listed, const std::vector<mdev::Vgpu>& vgpus, const GpuRules& rules,
+    bool spread, const std::vector<PreferredRequest>& requests) {
   std::unordered_map<std::string, const Device*> by_id;
   for (const Device& d : listed) by_id[d.id] = &d;
-  const GpuLoads loads = LoadsOf(listed, vgpus);
+  const GpuLoads loads = LoadsOf(listed, vgpus, rules);
 
   std::vector<std::vector<std::string>> answers;
   for (size_t i = 0; i < requests.size(); ++i) {

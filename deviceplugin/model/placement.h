@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "deviceplugin/model/device_catalogue.h"
+#include "deviceplugin/model/occupancy.h"
 #include "mdev/model.h"
 #include "scheduling/gpu_fit.h"
 
@@ -24,7 +25,7 @@ struct PreferredRequest {
 // order of importance.
 struct PlacementRank {
   // 0: free; 1: its earlier vGPU still exists (Allocate reuses it only when no pod holds it);
-  // 2: its GPU carries a vGPU of another type (time-sliced: one type per GPU), so it will fail.
+  // 2: its GPU's vGPUs lock it against the resource (another type, or size), so it will fail.
   int fitness = 0;
   scheduling::GpuRank on_gpu;  // then its GPU, as the scheduler extender ranks it
   std::string gpu;             // then by GPU and ID, for a stable answer
@@ -33,11 +34,12 @@ struct PlacementRank {
   auto operator<=>(const PlacementRank&) const = default;
 };
 
-// One answer per request over the resource's listed devices and the node's vGPUs. Bad requests
+// One answer per request over the resource's listed devices and the node's vGPUs, whose locks
+// `rules` tells (occupancy.h). Bad requests
 // (size 0, more than offered, a must-include not offered) are kInvalid. With `spread`, one device
 // per GPU per round, GPUs not yet in the answer first.
 Result<std::vector<std::vector<std::string>>> PreferDevices(
-    const std::vector<Device>& listed, const std::vector<mdev::Vgpu>& vgpus, bool spread,
-    const std::vector<PreferredRequest>& requests);
+    const std::vector<Device>& listed, const std::vector<mdev::Vgpu>& vgpus, const GpuRules& rules,
+    bool spread, const std::vector<PreferredRequest>& requests);
 
 }  // namespace kvgpu::deviceplugin

@@ -4,15 +4,10 @@
 
 namespace kvgpu::deviceplugin {
 
-namespace {
-
-constexpr const char* kNvidiaVendor = "0x10de";
-
-}  // namespace
-
 scheduling::NodeVgpuState BuildSchedulerState(const mdev::Inventory& inventory,
                                               const std::vector<CreatedVgpu>& records,
-                                              const DeviceCatalogue& catalogue, bool spread) {
+                                              const DeviceCatalogue& catalogue,
+                                              const GpuRules& rules, bool spread) {
   std::map<std::string, scheduling::GpuSlots> gpus;
   auto gpu_named = [&](const std::string& id) -> scheduling::GpuSlots& {
     scheduling::GpuSlots& gpu = gpus[id];
@@ -20,17 +15,19 @@ scheduling::NodeVgpuState BuildSchedulerState(const mdev::Inventory& inventory,
     return gpu;
   };
   for (const mdev::Parent& parent : inventory.parents) {
-    // NVIDIA's time-sliced vGPUs lock a GPU to one type; the kernel's sample drivers do not.
-    gpu_named(parent.physical_gpu).one_type = parent.vendor_id == kNvidiaVendor;
+    gpu_named(parent.physical_gpu).occupancy = rules.OccupancyOf(parent.physical_gpu);
   }
   for (const mdev::Vgpu& vgpu : inventory.vgpus) {
     scheduling::GpuSlots& gpu = gpu_named(vgpu.physical_gpu);
-    if (gpu.locked_type.empty()) gpu.locked_type = vgpu.type_id;
+    if (gpu.locked_type.empty()) {
+      gpu.LockTo(vgpu.type_id, rules.FramebufferOf(vgpu.physical_gpu, vgpu.type_id));
+    }
   }
   for (const std::string& resource : catalogue.Resources()) {
     for (const Device& device : catalogue.Devices(resource)) {
       scheduling::ResourceSlots& slots = gpu_named(device.physical_gpu).resources[resource];
       slots.type_id = device.key.type_id;
+      slots.framebuffer_mib = rules.FramebufferOf(device.physical_gpu, device.key.type_id);
       if (!device.healthy) continue;
       ++(device.vgpu_exists ? slots.used : slots.free);
     }

@@ -17,7 +17,7 @@ inline scheduling::GpuSlots T4(const std::string& id, const std::string& locked 
                                uint32_t used = 0) {
   scheduling::GpuSlots gpu;
   gpu.id = id;
-  gpu.locked_type = locked.empty() ? "" : "nvidia-" + locked;
+  if (!locked.empty()) gpu.LockTo("nvidia-" + locked);
   if (locked.empty() || locked == "222") {
     const uint32_t u = locked == "222" ? used : 0;
     gpu.resources[k222] = {"nvidia-222", u, 16 - u};

@@ -13,16 +13,17 @@ struct ProfileCase {
   std::optional<NvidiaProfile> want;
 };
 
-TEST(NvidiaProfile, ParsesGridAndNvidiaNamesAndRejectsOthers) {
+TEST(NvidiaProfile, ParsesGridAndNvidiaNamesWithSizeAndSlicesAndRejectsOthers) {
   const ProfileCase cases[] = {
-      {"older GRID naming", "GRID T4-1Q", NvidiaProfile{"T4-1Q", "T4", 'Q'}},
-      {"B series", "GRID T4-1B", NvidiaProfile{"T4-1B", "T4", 'B'}},
-      {"B series with head count suffix", "GRID T4-2B4", NvidiaProfile{"T4-2B4", "T4", 'B'}},
-      {"newer NVIDIA naming", "NVIDIA A10-24Q", NvidiaProfile{"A10-24Q", "A10", 'Q'}},
-      {"SR-IOV compute profile", "GRID A100D-4C", NvidiaProfile{"A100D-4C", "A100D", 'C'}},
-      {"MIG-backed profile", "NVIDIA H200X-1-18C", NvidiaProfile{"H200X-1-18C", "H200X", 'C'}},
-      {"apps series", "GRID T4-8A", NvidiaProfile{"T4-8A", "T4", 'A'}},
-      {"surrounding blanks", "  GRID T4-16Q \n", NvidiaProfile{"T4-16Q", "T4", 'Q'}},
+      {"older GRID naming", "GRID T4-1Q", NvidiaProfile{"T4-1Q", "T4", 'Q', 1, 0}},
+      {"B series", "GRID T4-1B", NvidiaProfile{"T4-1B", "T4", 'B', 1, 0}},
+      {"B series with head count suffix", "GRID T4-2B4", NvidiaProfile{"T4-2B4", "T4", 'B', 2, 0}},
+      {"newer NVIDIA naming", "NVIDIA A10-24Q", NvidiaProfile{"A10-24Q", "A10", 'Q', 24, 0}},
+      {"SR-IOV compute profile", "GRID A100D-4C", NvidiaProfile{"A100D-4C", "A100D", 'C', 4, 0}},
+      {"MIG-backed profile", "NVIDIA H200X-1-18C",
+       NvidiaProfile{"H200X-1-18C", "H200X", 'C', 18, 1}},
+      {"apps series", "GRID T4-8A", NvidiaProfile{"T4-8A", "T4", 'A', 8, 0}},
+      {"surrounding blanks", "  GRID T4-16Q \n", NvidiaProfile{"T4-16Q", "T4", 'Q', 16, 0}},
       {"mtty name", "Single port serial", std::nullopt},
       {"no size part", "GRID T4-", std::nullopt},
       {"no series letter", "GRID T4-16", std::nullopt},
@@ -38,6 +39,8 @@ TEST(NvidiaProfile, ParsesGridAndNvidiaNamesAndRejectsOthers) {
     EXPECT_EQ(got->profile, c.want->profile);
     EXPECT_EQ(got->gpu, c.want->gpu);
     EXPECT_EQ(got->series, c.want->series);
+    EXPECT_EQ(got->size_gib, c.want->size_gib) << "the framebuffer the name gives";
+    EXPECT_EQ(got->mig_slices, c.want->mig_slices) << "MIG-backed: the instance's slices";
   }
 }
 

@@ -16,7 +16,7 @@ constexpr const char* k223 = "tencent.com/vgpu-223";  // T4-2Q: 8 per GPU
 GpuSlots T4(const std::string& id, const std::string& locked = "", uint32_t used = 0) {
   GpuSlots gpu;
   gpu.id = id;
-  gpu.locked_type = locked.empty() ? "" : "nvidia-" + locked;
+  if (!locked.empty()) gpu.LockTo("nvidia-" + locked);
   const uint32_t used222 = locked == "222" ? used : 0;
   const uint32_t used223 = locked == "223" ? used : 0;
   gpu.resources[k222] = {"nvidia-222", used222,
@@ -87,16 +87,74 @@ TEST(PlaceDemandTest, SpreadTakesOneDevicePerGpuPerRound) {
   }
 }
 
-TEST(PlaceDemandTest, WithoutTheOneTypeRuleTypesShareAGpu) {
+// Where no rule is known (the kernel's mtty sample: 24 ports shared by both types), one vGPU
+// placed but not yet made leaves nothing else promised on that parent: here 2 ports are left, so
+// after an mtty-1 the mtty-2 (2 ports) no longer fits, whatever its count said before.
+TEST(PlaceDemandTest, WhereNoRuleIsKnownAPlacedVgpuLeavesNothingElsePromisedUntilTheKernelCounts) {
   GpuSlots mtty;
   mtty.id = "mtty";
-  mtty.one_type = false;
+  mtty.occupancy = Occupancy::kUnknown;
   mtty.resources["tencent.com/vgpu-mtty-1"] = {"mtty-1", 0, 2};
   mtty.resources["tencent.com/vgpu-mtty-2"] = {"mtty-2", 0, 1};
   std::vector<GpuSlots> gpus = {mtty};
   ASSERT_TRUE(PlaceDemand(gpus, {{"tencent.com/vgpu-mtty-1", 1}}, Policy::kPack));
-  EXPECT_EQ(gpus[0].resources.at("tencent.com/vgpu-mtty-2").free, 1u);
-  EXPECT_TRUE(PlaceDemand(gpus, {{"tencent.com/vgpu-mtty-2", 1}}, Policy::kPack));
+  EXPECT_EQ(gpus[0].resources.at("tencent.com/vgpu-mtty-1").free, 1u);
+  EXPECT_EQ(gpus[0].resources.at("tencent.com/vgpu-mtty-2").free, 0u);
+  EXPECT_FALSE(PlaceDemand(gpus, {{"tencent.com/vgpu-mtty-2", 1}}, Policy::kPack));
+  EXPECT_TRUE(PlaceDemand(gpus, {{"tencent.com/vgpu-mtty-1", 1}}, Policy::kPack))
+      << "its own count still holds";
+}
+
+constexpr const char* k225 = "tencent.com/vgpu-225";  // T4-1A: 1024 MiB, 16 per GPU
+
+// A T4 in equal-size mode: 222 (T4-1B) and 225 (T4-1A) are both 1024 MiB, 223 (T4-2B) 2048 MiB.
+// `used222` vGPUs of 222 on it; the counts as the kernel then shows them.
+GpuSlots EqualSizeT4(const std::string& id, uint32_t used222 = 0) {
+  GpuSlots gpu;
+  gpu.id = id;
+  gpu.occupancy = Occupancy::kEqualSize;
+  gpu.resources[k222] = {"nvidia-222", used222, 16 - used222, 1024};
+  gpu.resources[k225] = {"nvidia-225", 0, 16 - used222, 1024};
+  gpu.resources[k223] = {"nvidia-223", 0, used222 > 0 ? 0u : 8u, 2048};
+  if (used222 > 0) gpu.LockTo("nvidia-222", 1024);
+  return gpu;
+}
+
+TEST(PlaceDemandTest, EqualSizeLetsTypesOfOneFramebufferShareAGpuAndKeepsOtherSizesOff) {
+  std::vector<GpuSlots> gpus = {EqualSizeT4("0000:3b:00.0"), EqualSizeT4("0000:af:00.0", 2)};
+  EXPECT_EQ(gpus[1].lock, "framebuffer:1024MiB");
+  ASSERT_TRUE(PlaceDemand(gpus, {{k225, 3}}, Policy::kPack));
+  EXPECT_EQ(Used(gpus, 1, k225), 3u) << "225 joins the GPU 222 holds: one size, not one type";
+  EXPECT_EQ(FreeGpus(gpus), 1u) << "the free GPU is kept";
+  EXPECT_EQ(gpus[1].resources.at(k222).free, 11u)
+      << "what the 225s took, the 222s sharing their size can no longer make";
+  ASSERT_TRUE(PlaceDemand(gpus, {{k223, 1}}, Policy::kPack));
+  EXPECT_EQ(Used(gpus, 0, k223), 1u) << "another size goes to the free GPU, never beside them";
+  EXPECT_EQ(gpus[0].resources.at(k222).free, 0u) << "and locks it to 2048 MiB";
+  EXPECT_EQ(gpus[0].resources.at(k225).free, 0u);
+}
+
+TEST(PlaceDemandTest, TheStrictRuleKeepsEveryOtherTypeOffAGpuEvenOfTheSameSize) {
+  std::vector<GpuSlots> gpus = {EqualSizeT4("0000:3b:00.0"), EqualSizeT4("0000:af:00.0", 2)};
+  for (GpuSlots& gpu : gpus) {
+    gpu.occupancy = Occupancy::kStrict;
+    if (!gpu.locked_type.empty()) gpu.LockTo(gpu.locked_type, 1024);
+  }
+  EXPECT_EQ(gpus[1].lock, "type:nvidia-222");
+  ASSERT_TRUE(PlaceDemand(gpus, {{k225, 1}}, Policy::kPack));
+  EXPECT_EQ(Used(gpus, 0, k225), 1u);
+  EXPECT_EQ(Used(gpus, 1, k225), 0u);
+}
+
+TEST(LockKeyTest, SizeInEqualSizeModeTypeWhenStrictOrTheSizeIsUnknownNoneWhereNoRuleIsModelled) {
+  EXPECT_EQ(LockKey(Occupancy::kEqualSize, "nvidia-222", 1024), "framebuffer:1024MiB");
+  EXPECT_EQ(LockKey(Occupancy::kEqualSize, "nvidia-222", 0), "type:nvidia-222");
+  EXPECT_EQ(LockKey(Occupancy::kStrict, "nvidia-222", 1024), "type:nvidia-222");
+  for (Occupancy o : {Occupancy::kUnknown, Occupancy::kMixedSize, Occupancy::kMig}) {
+    EXPECT_EQ(LockKey(o, "nvidia-222", 1024), "") << OccupancyName(o);
+    EXPECT_EQ(ParseOccupancy(OccupancyName(o)), o);
+  }
+  EXPECT_FALSE(ParseOccupancy("equal").has_value());
 }
 
 TEST(PlaceDemandTest, AResourceTheNodeDoesNotOfferNeverFits) {

@@ -1,6 +1,6 @@
 // Writes to `create` and `remove` on mdev parents: the errno of every failure, the device that
-// appears, and the availability accounting of each driver (one type per time-sliced GPU,
-// one vGPU per VF, mtty's shared port pool).
+// appears, and the availability accounting of each driver (one type, or one framebuffer size in
+// equal-size mode, per time-sliced GPU; one vGPU per VF; mtty's shared port pool).
 #include <cerrno>
 #include <map>
 #include <set>
@@ -207,6 +207,19 @@ TEST_F(MdevWriteTest, AvailableInstancesFollowEachDriversRules) {
        "t4x2",
        {{kT4a, "nvidia-232", Uuid(1)}, {kT4a, "nvidia-232", Uuid(2)}},
        {{{kT4a, "nvidia-232"}, "2\n"}, {{kT4a, "nvidia-231"}, "0\n"}}},
+      {"T4 in equal-size mode: the first vGPU locks the GPU to its size, any series may join",
+       "t4x2-equal-size",
+       {{kT4a, "nvidia-230", Uuid(1)}, {kT4a, "nvidia-222", Uuid(2)}},
+       {{{kT4a, "nvidia-230"}, "14\n"},
+        {{kT4a, "nvidia-222"}, "14\n"},
+        {{kT4a, "nvidia-225"}, "14\n"},
+        {{kT4a, "nvidia-231"}, "0\n"},
+        {{kT4a, "nvidia-234"}, "0\n"},
+        {{kT4b, "nvidia-231"}, "8\n"}}},
+      {"T4 in equal-size mode: another size is refused",
+       "t4x2-equal-size",
+       {{kT4a, "nvidia-232", Uuid(1)}},
+       {{{kT4a, "nvidia-319"}, "3\n"}, {{kT4a, "nvidia-233"}, "0\n"}}},
       {"A100: the VF that holds one offers nothing",
        "a100-sriov",
        {{kVf0, "nvidia-697", Uuid(1)}},

@@ -31,6 +31,25 @@ inline mdev::VgpuType TypeWithFree(const std::string& id, uint32_t free,
   return t;
 }
 
+// An NVIDIA type whose description gives its framebuffer (the equal-size lock's key).
+inline mdev::VgpuType SizedType(const std::string& id, uint32_t free, uint64_t framebuffer_mib) {
+  mdev::VgpuType t = TypeWithFree(id, free);
+  t.nvidia.emplace();
+  t.nvidia->framebuffer_mib = framebuffer_mib;
+  return t;
+}
+
+// A T4 as the NVIDIA driver shows it, with the kernel's counts of 222 (T4-1B), 225 (T4-1A), both
+// 1024 MiB, and 223 (T4-2B, 2048 MiB).
+inline mdev::Parent SizedT4(const std::string& name, uint32_t free_222, uint32_t free_225,
+                            uint32_t free_223) {
+  mdev::Parent gpu = GpuParent(name);
+  gpu.vendor_id = "0x10de";
+  gpu.types = {SizedType("nvidia-222", free_222, 1024), SizedType("nvidia-225", free_225, 1024),
+               SizedType("nvidia-223", free_223, 2048)};
+  return gpu;
+}
+
 inline mdev::Vgpu VgpuOn(const std::string& id, const std::string& parent,
                          const std::string& type_id, std::optional<uint32_t> group = std::nullopt) {
   mdev::Vgpu v;

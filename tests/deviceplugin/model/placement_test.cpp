@@ -34,10 +34,11 @@ std::vector<std::string> AllIds(const std::vector<Device>& devices) {
   return out;
 }
 
+// Without an inventory no GPU's rule is known: only the resource's own type counts as the same.
 std::vector<std::string> Prefer(const std::vector<Device>& listed,
-                                const std::vector<mdev::Vgpu>& vgpus, int size,
-                                bool spread = false) {
-  auto answer = PreferDevices(listed, vgpus, spread, {{AllIds(listed), {}, size}});
+                                const std::vector<mdev::Vgpu>& vgpus, int size, bool spread = false,
+                                const GpuRules& rules = GpuRules{}) {
+  auto answer = PreferDevices(listed, vgpus, rules, spread, {{AllIds(listed), {}, size}});
   EXPECT_TRUE(answer.ok()) << answer.status().ToString();
   return answer.ok() ? (*answer)[0] : std::vector<std::string>{};
 }
@@ -53,6 +54,24 @@ TEST(PlacementTest, AGpuLockedToAnotherTypeComesLast) {
   std::vector<Device> listed = {Free222(kGpuA, 0), Free222(kGpuB, 0)};
   // A took a 223 moments ago; the kernel's counts hiding A's 222s come with the next rescan.
   EXPECT_EQ(Prefer(listed, {On(kGpuA, "nvidia-223")}, 1),
+            std::vector<std::string>{Free222(kGpuB, 0).id});
+}
+
+// Equal-size mode (NVIDIA's default today): a GPU carrying a T4-1A (1024 MiB) is locked to that
+// size, and a T4-1B (also 1024 MiB) packs onto it before a free GPU is taken. Under the strict
+// rule the same GPU is locked against it and comes last.
+TEST(PlacementTest, EqualSizePacksATypeOntoAGpuOfItsSizeAndStrictKeepsItOff) {
+  mdev::Inventory inventory;
+  inventory.parents = {SizedT4(kGpuA, 15, 15, 0), SizedT4(kGpuB, 16, 16, 8)};
+  inventory.vgpus = {On(kGpuA, "nvidia-225")};
+  const std::vector<Device> listed = {Free222(kGpuB, 0), Free222(kGpuA, 0)};
+  const GpuRules equal(inventory, OccupancySetting::kAuto);
+  ASSERT_EQ(equal.OccupancyOf(kGpuA), scheduling::Occupancy::kEqualSize)
+      << "told from the kernel's counts: 222 still creatable beside a 225";
+  EXPECT_EQ(Prefer(listed, inventory.vgpus, 1, false, equal),
+            std::vector<std::string>{Free222(kGpuA, 0).id});
+  const GpuRules strict(inventory, OccupancySetting::kStrict);
+  EXPECT_EQ(Prefer(listed, inventory.vgpus, 1, false, strict),
             std::vector<std::string>{Free222(kGpuB, 0).id});
 }
 
@@ -81,8 +100,8 @@ TEST(PlacementTest, NeverSuggestsAnUnhealthyOrUnlistedDevice) {
   Device sick = Free222(kGpuA, 0);
   sick.healthy = false;
   std::vector<Device> listed = {sick, Free222(kGpuB, 0)};
-  auto answer =
-      PreferDevices(listed, {}, false, {{{sick.id, "not-listed", Free222(kGpuB, 0).id}, {}, 2}});
+  auto answer = PreferDevices(listed, {}, GpuRules{}, false,
+                              {{{sick.id, "not-listed", Free222(kGpuB, 0).id}, {}, 2}});
   ASSERT_TRUE(answer.ok());
   EXPECT_EQ((*answer)[0], std::vector<std::string>{Free222(kGpuB, 0).id})
       << "kubelet fills the rest from its own list";
@@ -90,8 +109,8 @@ TEST(PlacementTest, NeverSuggestsAnUnhealthyOrUnlistedDevice) {
 
 TEST(PlacementTest, MustIncludeDevicesComeFirstAndOnce) {
   std::vector<Device> listed = {Free222(kGpuA, 0), Free222(kGpuB, 0)};
-  auto answer =
-      PreferDevices(listed, {}, false, {{AllIds(listed), {listed[0].id, listed[0].id}, 2}});
+  auto answer = PreferDevices(listed, {}, GpuRules{}, false,
+                              {{AllIds(listed), {listed[0].id, listed[0].id}, 2}});
   ASSERT_TRUE(answer.ok());
   EXPECT_EQ((*answer)[0], (std::vector<std::string>{listed[0].id, listed[1].id}));
 }
@@ -105,7 +124,7 @@ TEST(PlacementTest, RequestsKubeletCouldNotHaveMeantAreRefusedAsInvalid) {
       {AllIds(listed), {listed[0].id, "x"}, 1}  // more must-include than the size
   };
   for (const PreferredRequest& request : bad) {
-    auto answer = PreferDevices(listed, {}, false, {request});
+    auto answer = PreferDevices(listed, {}, GpuRules{}, false, {request});
     ASSERT_FALSE(answer.ok());
     EXPECT_EQ(answer.status().code(), ErrorCode::kInvalid);
   }
@@ -140,7 +159,7 @@ TEST(PlacementTest, TheDevicesPreferredAreWhereTheExtendersModelPutsThem) {
           lock == 0 ? 0 : std::uniform_int_distribution<uint32_t>(1, lock == 1 ? 16 : 8)(random);
       scheduling::GpuSlots slots;
       slots.id = gpu;
-      slots.locked_type = lock == 0 ? "" : lock == 1 ? "nvidia-222" : "nvidia-223";
+      if (lock != 0) slots.LockTo(lock == 1 ? "nvidia-222" : "nvidia-223");
       const uint32_t used222 = lock == 1 ? used : 0;
       const uint32_t free222 = lock == 2 ? 0 : 16 - used222;
       slots.resources[resource] = {"nvidia-222", used222, free222};
@@ -165,8 +184,8 @@ TEST(PlacementTest, TheDevicesPreferredAreWhereTheExtendersModelPutsThem) {
     const auto size = std::uniform_int_distribution<uint32_t>(1, creatable)(random);
     for (bool spread : {false, true}) {
       SCOPED_TRACE(spread ? "spread" : "pack");
-      auto preferred =
-          PreferDevices(listed, vgpus, spread, {{available, {}, static_cast<int32_t>(size)}});
+      auto preferred = PreferDevices(listed, vgpus, GpuRules{}, spread,
+                                     {{available, {}, static_cast<int32_t>(size)}});
       ASSERT_TRUE(preferred.ok()) << preferred.status().ToString();
       std::map<std::string, uint32_t> by_plugin;
       for (const std::string& id : (*preferred)[0]) {

@@ -44,12 +44,15 @@ TEST(SchedulerStateTest, EachGpuShowsItsLockAndTheCountsKubeletAdmitsPodsBy) {
   DeviceCatalogue catalogue;
   catalogue.Rebuild(inv, {held, fresh}, ModelOptions{});
 
-  scheduling::NodeVgpuState state = BuildSchedulerState(inv, {held, fresh}, catalogue, false);
+  scheduling::NodeVgpuState state = BuildSchedulerState(
+      inv, {held, fresh}, catalogue, GpuRules(inv, OccupancySetting::kAuto), false);
   EXPECT_EQ(state.policy, scheduling::Policy::kPack);
   ASSERT_EQ(state.gpus.size(), 2u);
   const scheduling::GpuSlots& a = Gpu(state, kGpuA);
-  EXPECT_TRUE(a.one_type);
+  EXPECT_EQ(a.occupancy, scheduling::Occupancy::kStrict)
+      << "no sizes known and nothing else shown: the strict rule, never looser than the GPU";
   EXPECT_EQ(a.locked_type, "nvidia-222");
+  EXPECT_EQ(a.lock, "type:nvidia-222");
   EXPECT_EQ(a.resources.at(k222), (scheduling::ResourceSlots{"nvidia-222", 2, 14}));
   EXPECT_FALSE(a.resources.contains(k223)) << "the kernel lists no 223 there: nothing to offer";
   const scheduling::GpuSlots& b = Gpu(state, kGpuB);
@@ -68,7 +71,8 @@ TEST(SchedulerStateTest, SomeoneElsesVgpuLocksTheGpuAndARemovedOneCountsNowhere)
   CreatedVgpu gone = Record222(kGpuA + "-nvidia-222-0", "u-gone", kGpuA);
   DeviceCatalogue catalogue;
   catalogue.Rebuild(inv, {gone}, ModelOptions{});
-  scheduling::NodeVgpuState state = BuildSchedulerState(inv, {gone}, catalogue, true);
+  scheduling::NodeVgpuState state =
+      BuildSchedulerState(inv, {gone}, catalogue, GpuRules(inv, OccupancySetting::kAuto), true);
   EXPECT_EQ(state.policy, scheduling::Policy::kSpread);
   const scheduling::GpuSlots& a = Gpu(state, kGpuA);
   EXPECT_EQ(a.locked_type, "nvidia-223");
@@ -78,7 +82,30 @@ TEST(SchedulerStateTest, SomeoneElsesVgpuLocksTheGpuAndARemovedOneCountsNowhere)
   EXPECT_TRUE(state.holders.empty());
 }
 
-TEST(SchedulerStateTest, GpusWithoutNvidiasOneTypeRuleSaySo) {
+// What the extender needs for the equal-size lock: the GPU's mode told from the kernel's counts
+// (a 225 creatable beside a 222: one size, several types), the lock by framebuffer size, and each
+// type's framebuffer.
+TEST(SchedulerStateTest, AnEqualSizeGpuPublishesItsModeTheSizeItIsLockedToAndEachTypesFramebuffer) {
+  mdev::Inventory inv;
+  inv.parents = {SizedT4(kGpuA, 15, 15, 0), SizedT4(kGpuB, 16, 16, 8)};
+  inv.vgpus = {VgpuOn("u0", kGpuA, "nvidia-222")};
+  CreatedVgpu held = Record222(kGpuA + "-nvidia-222-0", "u0", kGpuA);
+  DeviceCatalogue catalogue;
+  catalogue.Rebuild(inv, {held}, ModelOptions{});
+  scheduling::NodeVgpuState state =
+      BuildSchedulerState(inv, {held}, catalogue, GpuRules(inv, OccupancySetting::kAuto), false);
+  const scheduling::GpuSlots& a = Gpu(state, kGpuA);
+  EXPECT_EQ(a.occupancy, scheduling::Occupancy::kEqualSize);
+  EXPECT_EQ(a.lock, "framebuffer:1024MiB");
+  EXPECT_EQ(a.resources.at(k222).framebuffer_mib, 1024u);
+  const scheduling::GpuSlots& b = Gpu(state, kGpuB);
+  EXPECT_EQ(b.occupancy, scheduling::Occupancy::kEqualSize)
+      << "a GPU with no vGPU takes what the node's other GPU (one driver) showed";
+  EXPECT_EQ(b.lock, "");
+  EXPECT_EQ(b.resources.at(k223).framebuffer_mib, 2048u);
+}
+
+TEST(SchedulerStateTest, GpusWithoutNvidiasRulesSaySo) {
   mdev::Inventory inv;
   mdev::Parent mtty = GpuParent("mtty");
   mtty.is_pci = false;
@@ -86,9 +113,10 @@ TEST(SchedulerStateTest, GpusWithoutNvidiasOneTypeRuleSaySo) {
   inv.parents = {mtty};
   DeviceCatalogue catalogue;
   catalogue.Rebuild(inv, {}, ModelOptions{});
-  scheduling::NodeVgpuState state = BuildSchedulerState(inv, {}, catalogue, false);
+  scheduling::NodeVgpuState state =
+      BuildSchedulerState(inv, {}, catalogue, GpuRules(inv, OccupancySetting::kAuto), false);
   ASSERT_EQ(state.gpus.size(), 1u);
-  EXPECT_FALSE(state.gpus[0].one_type);
+  EXPECT_EQ(state.gpus[0].occupancy, scheduling::Occupancy::kUnknown);
 }
 
 }  // namespace

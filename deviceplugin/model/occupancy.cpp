@@ -1,0 +1,163 @@
+#include "deviceplugin/model/occupancy.h"
+
+#include <set>
+#include <vector>
+
+namespace kvgpu::deviceplugin {
+
+namespace {
+
+using scheduling::Occupancy;
+
+constexpr const char* kNvidiaVendor = "0x10de";
+
+// One physical GPU as the kernel shows it: its parents' types and the vGPUs on it.
+struct GpuView {
+  bool nvidia = false;
+  std::vector<const mdev::VgpuType*> types;
+  std::vector<const mdev::Vgpu*> vgpus;
+};
+
+std::map<std::string, GpuView> ViewsOf(const mdev::Inventory& inventory) {
+  std::map<std::string, GpuView> views;
+  for (const mdev::Parent& parent : inventory.parents) {
+    GpuView& view = views[parent.physical_gpu];
+    view.nvidia = view.nvidia || parent.vendor_id == kNvidiaVendor;
+    for (const mdev::VgpuType& type : parent.types) view.types.push_back(&type);
+  }
+  for (const mdev::Vgpu& vgpu : inventory.vgpus) views[vgpu.physical_gpu].vgpus.push_back(&vgpu);
+  return views;
+}
+
+const mdev::VgpuType* TypeOn(const GpuView& view, const std::string& type_id) {
+  for (const mdev::VgpuType* type : view.types) {
+    if (type->id == type_id) return type;
+  }
+  return nullptr;
+}
+
+// What the counts beside the vGPUs on a GPU show; nullopt when they show nothing (no vGPU, or
+// sizes not known).
+std::optional<Occupancy> Evidence(const GpuView& view) {
+  std::set<uint64_t> sizes;
+  std::set<std::string> held;
+  for (const mdev::Vgpu* vgpu : view.vgpus) {
+    const mdev::VgpuType* type = TypeOn(view, vgpu->type_id);
+    const uint64_t size = type != nullptr ? FramebufferMib(*type) : 0;
+    if (size == 0) return std::nullopt;
+    sizes.insert(size);
+    held.insert(vgpu->type_id);
+  }
+  if (sizes.empty()) return std::nullopt;
+  if (sizes.size() > 1) return Occupancy::kMixedSize;
+  if (held.size() > 1) return Occupancy::kEqualSize;
+  const uint64_t size = *sizes.begin();
+  bool own_creatable = false;
+  bool same_size_other = false;
+  for (const mdev::VgpuType* type : view.types) {
+    const uint64_t other = FramebufferMib(*type);
+    if (held.contains(type->id)) {
+      own_creatable = own_creatable || type->available_instances > 0;
+      continue;
+    }
+    if (other != size) {
+      if (other > 0 && type->available_instances > 0) return Occupancy::kMixedSize;
+      continue;
+    }
+    if (type->available_instances > 0) return Occupancy::kEqualSize;
+    same_size_other = true;
+  }
+  if (own_creatable && same_size_other) return Occupancy::kStrict;
+  return std::nullopt;
+}
+
+bool MigBacked(const GpuView& view) {
+  for (const mdev::VgpuType* type : view.types) {
+    if (type->profile && type->profile->mig_slices > 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* OccupancySettingName(OccupancySetting setting) {
+  switch (setting) {
+    case OccupancySetting::kStrict:
+      return "strict";
+    case OccupancySetting::kEqualSize:
+      return "equal-size";
+    case OccupancySetting::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<OccupancySetting> ParseOccupancySetting(std::string_view name) {
+  for (OccupancySetting s :
+       {OccupancySetting::kAuto, OccupancySetting::kStrict, OccupancySetting::kEqualSize}) {
+    if (name == OccupancySettingName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+uint64_t FramebufferMib(const mdev::VgpuType& type) {
+  if (type.nvidia && type.nvidia->framebuffer_mib) return *type.nvidia->framebuffer_mib;
+  if (type.profile && type.profile->size_gib > 0) return uint64_t{type.profile->size_gib} * 1024;
+  return 0;
+}
+
+GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting) {
+  const std::map<std::string, GpuView> views = ViewsOf(inventory);
+  std::map<std::string, std::optional<Occupancy>> seen;
+  std::set<Occupancy> node_evidence;
+  for (const auto& [gpu, view] : views) {
+    for (const mdev::VgpuType* type : view.types) {
+      framebuffer_mib_[{gpu, type->id}] = FramebufferMib(*type);
+    }
+    if (!view.nvidia) continue;
+    std::optional<Occupancy> evidence = MigBacked(view) ? Occupancy::kMig : Evidence(view);
+    if (evidence == Occupancy::kStrict || evidence == Occupancy::kEqualSize) {
+      node_evidence.insert(*evidence);
+    }
+    seen[gpu] = evidence;
+  }
+  // One driver per node: what one GPU showed holds for the GPUs that showed nothing; when GPUs
+  // disagree, the stricter rule.
+  Occupancy node_default = node_evidence.contains(Occupancy::kStrict) || node_evidence.empty()
+                               ? Occupancy::kStrict
+                               : Occupancy::kEqualSize;
+  for (const auto& [gpu, view] : views) {
+    if (!view.nvidia) {
+      occupancy_[gpu] = Occupancy::kUnknown;
+      continue;
+    }
+    const std::optional<Occupancy>& evidence = seen[gpu];
+    if (evidence == Occupancy::kMig || evidence == Occupancy::kMixedSize) {
+      occupancy_[gpu] = *evidence;
+    } else if (setting == OccupancySetting::kStrict) {
+      occupancy_[gpu] = Occupancy::kStrict;
+    } else if (setting == OccupancySetting::kEqualSize) {
+      occupancy_[gpu] = Occupancy::kEqualSize;
+    } else {
+      occupancy_[gpu] = evidence.value_or(node_default);
+    }
+  }
+}
+
+Occupancy GpuRules::OccupancyOf(const std::string& physical_gpu) const {
+  auto it = occupancy_.find(physical_gpu);
+  return it == occupancy_.end() ? Occupancy::kUnknown : it->second;
+}
+
+uint64_t GpuRules::FramebufferOf(const std::string& physical_gpu,
+                                 const std::string& type_id) const {
+  auto it = framebuffer_mib_.find({physical_gpu, type_id});
+  return it == framebuffer_mib_.end() ? 0 : it->second;
+}
+
+std::string GpuRules::LockKey(const std::string& physical_gpu, const std::string& type_id) const {
+  return scheduling::LockKey(OccupancyOf(physical_gpu), type_id,
+                             FramebufferOf(physical_gpu, type_id));
+}
+
+}  // namespace kvgpu::deviceplugin

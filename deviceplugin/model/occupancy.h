@@ -1,0 +1,54 @@
+// How each physical GPU's vGPUs may share it (scheduling::Occupancy), told from what the kernel
+// shows, and the lock keys that follow; the one source of both for the plugin's placement and the
+// state it publishes for the scheduler extender. docs/gpu-shapes.md gives the facts and sources.
+//
+// sysfs does not show NVIDIA's sharing mode, but the kernel's counts do once a GPU carries a vGPU
+// (NVIDIA zeroes what the GPU can no longer take): beside vGPUs of one framebuffer size,
+//  - a type of another size still creatable: mixed-size (heterogeneous mode);
+//  - another type of the same size still creatable: equal-size (NVIDIA's default today);
+//  - the vGPUs' own type creatable and no other type of its size: strict (a driver that locks a
+//    GPU to one type).
+// MIG-backed types (<GPU>-<slices>-<GB><S>) on a GPU make it mig. A GPU without a vGPU shows none
+// of this; it takes what the node's other GPUs (one driver) showed, equal-size or strict, and
+// strict when none showed anything: stricter than the hardware is never a failed admission.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "mdev/model.h"
+#include "scheduling/gpu_fit.h"
+
+namespace kvgpu::deviceplugin {
+
+// What the operator says (occupancyMode): auto tells each GPU's mode from the kernel's counts;
+// strict or equal-size applies to every NVIDIA GPU that is neither MIG-backed nor seen mixing
+// sizes.
+enum class OccupancySetting { kAuto, kStrict, kEqualSize };
+const char* OccupancySettingName(OccupancySetting setting);  // "auto", "strict", "equal-size"
+std::optional<OccupancySetting> ParseOccupancySetting(std::string_view name);
+
+// The framebuffer of a type: its description's, else its name's size; 0 when neither says.
+uint64_t FramebufferMib(const mdev::VgpuType& type);
+
+class GpuRules {
+ public:
+  GpuRules() = default;
+  GpuRules(const mdev::Inventory& inventory, OccupancySetting setting);
+
+  // kUnknown for GPUs the inventory does not show.
+  scheduling::Occupancy OccupancyOf(const std::string& physical_gpu) const;
+  uint64_t FramebufferOf(const std::string& physical_gpu, const std::string& type_id) const;
+  // scheduling::LockKey of a vGPU of `type_id` on the GPU.
+  std::string LockKey(const std::string& physical_gpu, const std::string& type_id) const;
+
+ private:
+  std::map<std::string, scheduling::Occupancy> occupancy_;                   // by GPU
+  std::map<std::pair<std::string, std::string>, uint64_t> framebuffer_mib_;  // (GPU, type)
+};
+
+}  // namespace kvgpu::deviceplugin
