@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "extender/node_fit.h"
 #include "extender/protocol.h"
 #include "scheduling/node_vgpu_state.h"
 
@@ -44,30 +45,52 @@ std::optional<std::string> LedgerAnnotation(const nlohmann::json& node) {
 ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds assume_for)
     : prefix_(std::move(resource_prefix)), assume_for_(assume_for) {}
 
+ClusterView::Parsed ClusterView::Parse(std::string text) {
+  auto state =
+      std::make_shared<const Result<scheduling::NodeVgpuState>>(scheduling::ParseNodeState(text));
+  return Parsed{std::move(text), {std::move(state), std::make_shared<FitMemo>()}};
+}
+
 void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
-  std::map<std::string, std::string> annotations;
-  std::lock_guard lock(mutex_);
-  ledgers_.clear();
+  // Parsed before the lock: a relist of thousands of nodes would hold up the requests.
+  std::map<std::string, Parsed> annotations;
+  std::vector<std::pair<std::string, std::optional<std::string>>> ledgers;
   for (const nlohmann::json& node : nodes) {
     auto parsed = NameAndAnnotation(node);
-    if (parsed && parsed->second) annotations[parsed->first] = *parsed->second;
-    if (parsed) PutLedger(parsed->first, LedgerAnnotation(node));
+    if (!parsed) continue;
+    if (parsed->second) annotations[parsed->first] = Parse(std::move(*parsed->second));
+    ledgers.emplace_back(parsed->first, LedgerAnnotation(node));
   }
+  std::lock_guard lock(mutex_);
+  ledgers_.clear();
+  for (const auto& [name, text] : ledgers) PutLedger(name, text);
   annotations_ = std::move(annotations);
-  std::erase_if(parsed_, [&](const auto& entry) { return !annotations_.contains(entry.first); });
+  std::erase_if(sent_, [&](const auto& entry) { return !annotations_.contains(entry.first); });
 }
 
 void ClusterView::NodeChanged(kube::WatchEventType type, const nlohmann::json& node) {
   auto parsed = NameAndAnnotation(node);
   if (!parsed) return;
+  const std::string& name = parsed->first;
+  const bool gone = type == kube::WatchEventType::kDeleted || !parsed->second;
+  std::optional<Parsed> changed;
+  if (!gone) {
+    // Nodes change every few seconds for other reasons (kubelet's status): parse only new text.
+    bool same = false;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = annotations_.find(name);
+      same = it != annotations_.end() && it->second.text == *parsed->second;
+    }
+    if (!same) changed = Parse(std::move(*parsed->second));
+  }
   std::lock_guard lock(mutex_);
-  PutLedger(parsed->first,
-            type == kube::WatchEventType::kDeleted ? std::nullopt : LedgerAnnotation(node));
-  if (type == kube::WatchEventType::kDeleted || !parsed->second) {
-    annotations_.erase(parsed->first);
-    parsed_.erase(parsed->first);
-  } else {
-    annotations_[parsed->first] = *parsed->second;
+  PutLedger(name, type == kube::WatchEventType::kDeleted ? std::nullopt : LedgerAnnotation(node));
+  if (gone) {
+    annotations_.erase(name);
+    sent_.erase(name);
+  } else if (changed) {
+    annotations_[name] = std::move(*changed);
   }
 }
 
@@ -75,29 +98,31 @@ std::optional<std::string> ClusterView::StateAnnotation(const std::string& node)
   std::lock_guard lock(mutex_);
   auto it = annotations_.find(node);
   if (it == annotations_.end()) return std::nullopt;
-  return it->second;
+  return it->second.text;
 }
 
 std::shared_ptr<const Result<scheduling::NodeVgpuState>> ClusterView::State(
     const std::string& node, const std::optional<std::string>& sent) {
-  std::optional<std::string> text;
+  return StateAndMemo(node, sent).state;
+}
+
+NodeState ClusterView::StateAndMemo(const std::string& node,
+                                    const std::optional<std::string>& sent) {
   {
     std::lock_guard lock(mutex_);
-    const std::string* current = nullptr;
-    if (sent) {
-      current = &*sent;
-    } else if (auto watched = annotations_.find(node); watched != annotations_.end()) {
-      current = &watched->second;
+    auto watched = annotations_.find(node);
+    if (!sent) return watched != annotations_.end() ? watched->second.state : NodeState{};
+    if (watched != annotations_.end() && watched->second.text == *sent) {
+      return watched->second.state;
     }
-    if (current == nullptr) return nullptr;
-    auto it = parsed_.find(node);
-    if (it != parsed_.end() && it->second.text == *current) return it->second.state;
-    text = *current;
+    if (auto it = sent_.find(node); it != sent_.end() && it->second.text == *sent) {
+      return it->second.state;
+    }
   }
-  auto state =
-      std::make_shared<const Result<scheduling::NodeVgpuState>>(scheduling::ParseNodeState(*text));
+  Parsed parsed = Parse(*sent);
+  NodeState state = parsed.state;
   std::lock_guard lock(mutex_);
-  parsed_[node] = Parsed{*text, state};
+  sent_[node] = std::move(parsed);
   return state;
 }
 

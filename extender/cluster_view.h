@@ -37,6 +37,15 @@ struct BoundPod {
 
 inline constexpr std::chrono::seconds kAssumeFor{30};
 
+class FitMemo;  // node_fit.h
+
+// A node's published state, parsed, and the verdicts reached on it: kept together, so a node
+// whose state changes is never judged by a verdict reached on the old one.
+struct NodeState {
+  std::shared_ptr<const Result<scheduling::NodeVgpuState>> state;  // nullptr: none known
+  std::shared_ptr<FitMemo> memo;                                   // nullptr with state
+};
+
 class ClusterView {
  public:
   explicit ClusterView(std::string resource_prefix,
@@ -47,9 +56,13 @@ class ClusterView {
   // The node's vGPU-state annotation; nullopt when the node or its annotation is unknown.
   std::optional<std::string> StateAnnotation(const std::string& node) const;
   // The node's state, parsed once per text: `sent` (the Node kube-scheduler sent) or else the
-  // watched annotation; nullptr when there is neither.
+  // watched annotation (parsed when the watch shows it changed, not per request); nullptr when
+  // there is neither.
   std::shared_ptr<const Result<scheduling::NodeVgpuState>> State(
       const std::string& node, const std::optional<std::string>& sent = std::nullopt);
+  // The same, with the memo of verdicts reached on that state.
+  NodeState StateAndMemo(const std::string& node,
+                         const std::optional<std::string>& sent = std::nullopt);
 
   void SyncPods(const std::vector<kube::PodInfo>& pods);
   void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);
@@ -84,12 +97,14 @@ class ClusterView {
   std::string prefix_;
   std::chrono::milliseconds assume_for_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::string> annotations_;  // node -> vGPU-state text
   struct Parsed {
     std::string text;
-    std::shared_ptr<const Result<scheduling::NodeVgpuState>> state;
+    NodeState state;
   };
-  std::map<std::string, Parsed> parsed_;  // node -> its last text, parsed
+  static Parsed Parse(std::string text);
+  std::map<std::string, Parsed> annotations_;  // node -> vGPU-state text, parsed
+  // node -> the last text a request sent that the watch did not show, parsed
+  std::map<std::string, Parsed> sent_;
   std::map<std::string, BoundPod> pods_;  // by uid
   // The bind ledger of each node as the node watch last showed it.
   std::map<std::string, std::vector<LedgerEntry>> ledgers_;

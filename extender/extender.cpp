@@ -19,6 +19,7 @@ Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
   Result<std::vector<scheduling::Demand>> demand = PodDemand(args.pod, options_.resource_prefix);
   if (!demand.ok()) return demand.status();
   Judged judged;
+  judged.verdicts.reserve(args.nodes.size());
   const int64_t now = now_();
   const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode(now);
   const std::vector<BoundPod> none;
@@ -28,12 +29,14 @@ Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
       continue;
     }
     // A Node sent whole is the scheduler's own view, at least as new as the watch's.
-    auto state = args.names_only         ? view_.State(node.name)
-                 : node.state_annotation ? view_.State(node.name, node.state_annotation)
-                                         : nullptr;
+    const NodeState state = args.names_only ? view_.StateAndMemo(node.name)
+                            : node.state_annotation
+                                ? view_.StateAndMemo(node.name, node.state_annotation)
+                                : NodeState{};
+    const auto here = bound.find(node.name);
     judged.verdicts.emplace_back(
-        node.name, JudgeNode(state.get(), bound.contains(node.name) ? bound.at(node.name) : none,
-                             args.pod.uid, *demand, now, options_.fit));
+        node.name, JudgeNode(state.state.get(), here != bound.end() ? here->second : none,
+                             args.pod.uid, *demand, now, options_.fit, state.memo.get()));
   }
   return judged;
 }

@@ -44,6 +44,95 @@ int64_t Score(size_t gpus, size_t free_before, size_t free_after, scheduling::Po
   return keeps_free_gpus + std::lround(static_cast<double>(half) * (1.0 - left));
 }
 
+// Pods bound here whose vGPUs the plugin has not made yet: they take theirs first, in bind order.
+std::vector<const BoundPod*> Waiting(const scheduling::NodeVgpuState& state,
+                                     const std::vector<BoundPod>& bound,
+                                     const std::string& pod_uid) {
+  std::vector<const BoundPod*> waiting;
+  for (const BoundPod& pod : bound) {
+    if (pod.uid != pod_uid && !state.holders.contains(pod.key)) waiting.push_back(&pod);
+  }
+  return waiting;
+}
+
+// The node's GPUs once the waiting pods have taken theirs; nullopt when none wait (the GPUs as
+// published, not copied). The plugin's unattributed vGPUs belong to some of them and already
+// count as used.
+std::optional<std::vector<GpuSlots>> PlaceWaiting(const scheduling::NodeVgpuState& state,
+                                                  const std::vector<const BoundPod*>& waiting) {
+  if (waiting.empty()) return std::nullopt;
+  std::vector<GpuSlots> gpus = state.gpus;
+  std::map<std::string, uint32_t> made = state.unattributed;
+  for (const BoundPod* pod : waiting) {
+    for (Demand container : pod->demand) {
+      for (auto& [resource, count] : container) {
+        const uint32_t already = std::min(count, made[resource]);
+        count -= already;
+        made[resource] -= already;
+      }
+      // One that no longer fits will fail its admission; it takes nothing.
+      (void)scheduling::PlaceDemand(gpus, container, state.policy);
+    }
+  }
+  return gpus;
+}
+
+// The verdict on a state that is recent enough: whether the pod's vGPUs fit beside the waiting
+// pods', and how well.
+NodeVerdict Fit(const scheduling::NodeVgpuState& state, const std::vector<const BoundPod*>& waiting,
+                const std::vector<Demand>& pod_demand, scheduling::Policy policy) {
+  // A pod that fits is offered what it asks (free counts only fall as pods are placed): whether
+  // the node offers it at all is asked only of a pod that does not fit, full or unresolvable.
+  auto no_fit = [&](std::string why) {
+    if (auto resource = NotOffered(state.gpus, pod_demand)) {
+      return Unresolvable("no GPU on the node offers " + *resource);
+    }
+    return NodeVerdict{NodeVerdict::Kind::kFull, std::move(why), 0};
+  };
+  const std::optional<std::vector<GpuSlots>> after_waiting = PlaceWaiting(state, waiting);
+  const std::vector<GpuSlots>& gpus = after_waiting ? *after_waiting : state.gpus;
+  const size_t free_before = scheduling::FreeGpus(gpus);
+  size_t taken = 0;
+  std::string why;
+  if (pod_demand.size() <= 1) {  // the usual pod: judged on the GPUs as they are
+    const Demand none;
+    const std::optional<size_t> n = scheduling::FreeGpusTaken(
+        gpus, pod_demand.empty() ? none : pod_demand[0], state.policy, &why);
+    if (!n) return no_fit(std::move(why));
+    taken = *n;
+  } else {  // each container beside the ones before it
+    std::vector<GpuSlots> placed = gpus;
+    for (const Demand& container : pod_demand) {
+      if (!scheduling::PlaceDemand(placed, container, state.policy, &why)) {
+        return no_fit(std::move(why));
+      }
+    }
+    taken = free_before - scheduling::FreeGpus(placed);
+  }
+  return {NodeVerdict::Kind::kFits, "",
+          Score(gpus.size(), free_before, free_before - taken, policy)};
+}
+
+bool SameWaiting(const std::vector<std::vector<Demand>>& remembered,
+                 const std::vector<const BoundPod*>& waiting) {
+  return remembered.size() == waiting.size() &&
+         std::equal(remembered.begin(), remembered.end(), waiting.begin(),
+                    [](const auto& demand, const BoundPod* pod) { return demand == pod->demand; });
+}
+
+size_t Shape(const std::vector<Demand>& pod_demand, scheduling::Policy policy) {
+  size_t hash = static_cast<size_t>(policy);
+  auto mix = [&](size_t value) { hash = hash * 1'000'003 ^ value; };
+  for (const Demand& container : pod_demand) {
+    mix(container.size());
+    for (const auto& [resource, count] : container) {
+      mix(std::hash<std::string>{}(resource));
+      mix(count);
+    }
+  }
+  return hash;
+}
+
 }  // namespace
 
 NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
@@ -60,48 +149,64 @@ NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
 NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* published,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,
                       const std::vector<Demand>& pod_demand, int64_t now_unix_ms,
-                      const FitOptions& options) {
+                      const FitOptions& options, FitMemo* memo) {
   if (published == nullptr) {
     return Unresolvable(
         "no vGPU state published on the node (the kata-vgpu device plugin is not running there, "
         "or its schedulerState.publish is off)");
   }
   if (!published->ok()) return Unresolvable(published->status().message());
-  const scheduling::NodeVgpuState* state = &published->value();
-  const int64_t age_ms = now_unix_ms - state->published_unix_ms;
+  const scheduling::NodeVgpuState& state = published->value();
+  // Judged on every call, never remembered: the age grows while the state stays the same.
+  const int64_t age_ms = now_unix_ms - state.published_unix_ms;
   if (age_ms > options.max_state_age.count()) {
     return Unresolvable("vGPU state is " + std::to_string(age_ms / 1000) + " s old (at most " +
                         std::to_string(options.max_state_age.count() / 1000) +
                         " s): the device plugin is down or cannot reach the API server");
   }
-  if (auto resource = NotOffered(state->gpus, pod_demand)) {
-    return Unresolvable("no GPU on the node offers " + *resource);
-  }
-  std::vector<GpuSlots> gpus = state->gpus;
-  // Pods bound here whose vGPUs the plugin has not made yet take theirs first, in bind order.
-  // The plugin's unattributed vGPUs belong to some of them and already count as used.
-  std::map<std::string, uint32_t> made = state->unattributed;
-  for (const BoundPod& pod : bound) {
-    if (pod.uid == pod_uid || state->holders.contains(pod.key)) continue;
-    for (Demand container : pod.demand) {
-      for (auto& [resource, count] : container) {
-        const uint32_t already = std::min(count, made[resource]);
-        count -= already;
-        made[resource] -= already;
-      }
-      // One that no longer fits will fail its admission; it takes nothing.
-      (void)scheduling::PlaceDemand(gpus, container, state->policy);
+  const std::vector<const BoundPod*> waiting = Waiting(state, bound, pod_uid);
+  if (memo != nullptr) {
+    if (std::optional<NodeVerdict> known = memo->Find(waiting, pod_demand, options.policy)) {
+      return std::move(*known);
     }
   }
-  const size_t free_before = scheduling::FreeGpus(gpus);
-  for (const Demand& container : pod_demand) {
-    std::string why;
-    if (!scheduling::PlaceDemand(gpus, container, state->policy, &why)) {
-      return {NodeVerdict::Kind::kFull, why, 0};
+  NodeVerdict verdict = Fit(state, waiting, pod_demand, options.policy);
+  if (memo != nullptr) memo->Put(waiting, pod_demand, options.policy, verdict);
+  return verdict;
+}
+
+std::optional<NodeVerdict> FitMemo::Find(const std::vector<const BoundPod*>& waiting,
+                                         const std::vector<Demand>& pod_demand,
+                                         scheduling::Policy policy) const {
+  const size_t shape = Shape(pod_demand, policy);
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (shapes_[i] != shape) continue;
+    const Entry& entry = entries_[i];
+    if (entry.policy == policy && entry.pod_demand == pod_demand &&
+        SameWaiting(entry.waiting, waiting)) {
+      return entry.verdict;
     }
   }
-  return {NodeVerdict::Kind::kFits, "",
-          Score(gpus.size(), free_before, scheduling::FreeGpus(gpus), options.policy)};
+  return std::nullopt;
+}
+
+void FitMemo::Put(const std::vector<const BoundPod*>& waiting,
+                  const std::vector<Demand>& pod_demand, scheduling::Policy policy,
+                  const NodeVerdict& verdict) {
+  Entry entry{{}, pod_demand, policy, verdict};
+  for (const BoundPod* pod : waiting) entry.waiting.push_back(pod->demand);
+  const size_t shape = Shape(pod_demand, policy);
+  std::lock_guard lock(mutex_);
+  size_t at = entries_.size();
+  if (at < kEntries) {
+    entries_.push_back(std::move(entry));
+  } else {
+    at = next_;
+    entries_[at] = std::move(entry);
+    next_ = (next_ + 1) % kEntries;
+  }
+  shapes_[at] = shape;
 }
 
 }  // namespace kvgpu::extender

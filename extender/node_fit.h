@@ -3,8 +3,10 @@
 // rule the node's plugin follows (scheduling::PlaceDemand). Pure: the caller passes the clock.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,11 +36,44 @@ struct NodeVerdict {
   int64_t score = 0;   // 0..10 when it fits
 };
 
-// `state`: the node's published state, parsed; nullptr when it published none.
+// The verdicts reached on one published state, by what else they depend on: the pods waiting
+// on the node (bound, their vGPUs not made yet), the pod's demand and the policy. kube-scheduler
+// asks prioritize about the nodes filter just judged for the same pod, and pods of a few shapes
+// ask about nodes whose states change only when a pod lands there. A memo belongs to one parsed
+// state (ClusterView keeps them together), so a node publishing a new state is judged afresh.
+// Thread-safe: requests are served on several threads.
+class FitMemo {
+ public:
+  std::optional<NodeVerdict> Find(const std::vector<const BoundPod*>& waiting,
+                                  const std::vector<scheduling::Demand>& pod_demand,
+                                  scheduling::Policy policy) const;
+  void Put(const std::vector<const BoundPod*>& waiting,
+           const std::vector<scheduling::Demand>& pod_demand, scheduling::Policy policy,
+           const NodeVerdict& verdict);
+
+ private:
+  struct Entry {
+    std::vector<std::vector<scheduling::Demand>> waiting;  // their demands, in bind order
+    std::vector<scheduling::Demand> pod_demand;
+    scheduling::Policy policy;
+    NodeVerdict verdict;
+  };
+  // Pod shapes remembered per state, the oldest replaced.
+  static constexpr size_t kEntries = 8;
+  mutable std::mutex mutex_;
+  // Hashes of the entries' demand and policy, side by side: most entries are passed over on
+  // these alone, without following the entries' pointers.
+  std::array<size_t, kEntries> shapes_{};
+  std::vector<Entry> entries_;
+  size_t next_ = 0;
+};
+
+// `state`: the node's published state, parsed; nullptr when it published none. `memo`: the
+// verdicts reached on that state (ClusterView::StateAndMemo), nullptr to judge afresh.
 NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* state,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,
                       const std::vector<scheduling::Demand>& pod_demand, int64_t now_unix_ms,
-                      const FitOptions& options);
+                      const FitOptions& options, FitMemo* memo = nullptr);
 // The same from the annotation's text.
 NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,

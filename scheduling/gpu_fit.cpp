@@ -89,6 +89,7 @@ std::map<size_t, uint32_t> Choose(const std::vector<GpuSlots>& gpus, const std::
     uint32_t free;
   };
   std::vector<Candidate> candidates;
+  candidates.reserve(gpus.size());
   for (size_t i = 0; i < gpus.size(); ++i) {
     auto it = gpus[i].resources.find(resource);
     if (it == gpus[i].resources.end() || it->second.free == 0) continue;
@@ -126,6 +127,11 @@ std::map<size_t, uint32_t> Choose(const std::vector<GpuSlots>& gpus, const std::
   return taken;
 }
 
+// Whether taking `n` vGPUs of `resource` locks a GPU that FreeGpus counts (Apply's lock).
+bool Locks(const GpuSlots& gpu, const std::string& resource, uint32_t n) {
+  return n > 0 && gpu.locked_type.empty() && !gpu.resources.at(resource).type_id.empty();
+}
+
 void Apply(GpuSlots& gpu, const std::string& resource, uint32_t n) {
   ResourceSlots& slots = gpu.resources.at(resource);
   slots.used += n;
@@ -146,6 +152,16 @@ void Apply(GpuSlots& gpu, const std::string& resource, uint32_t n) {
   }
 }
 
+std::string NoRoom(const std::vector<GpuSlots>& gpus, const std::string& resource, uint32_t count) {
+  uint32_t free = 0;
+  for (const GpuSlots& gpu : gpus) {
+    auto it = gpu.resources.find(resource);
+    if (it != gpu.resources.end() && !gpu.LockedAgainst(it->second)) free += it->second.free;
+  }
+  return resource + ": " + std::to_string(count) + " wanted, " + std::to_string(free) +
+         " can be made on GPUs free or locked to what it locks to";
+}
+
 }  // namespace
 
 bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy policy,
@@ -159,23 +175,38 @@ bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy polic
     if (count == 0) continue;
     std::map<size_t, uint32_t> taken = Choose(placed, resource, count, policy);
     if (taken.empty()) {
-      if (why != nullptr) {
-        uint32_t free = 0;
-        for (const GpuSlots& gpu : placed) {
-          auto it = gpu.resources.find(resource);
-          if (it != gpu.resources.end() && !gpu.LockedAgainst(it->second)) {
-            free += it->second.free;
-          }
-        }
-        *why = resource + ": " + std::to_string(count) + " wanted, " + std::to_string(free) +
-               " can be made on GPUs free or locked to what it locks to";
-      }
+      if (why != nullptr) *why = NoRoom(placed, resource, count);
       return false;
     }
     for (const auto& [index, n] : taken) Apply(placed[index], resource, n);
   }
   if (!single) gpus = std::move(copy);
   return true;
+}
+
+std::optional<size_t> FreeGpusTaken(const std::vector<GpuSlots>& gpus, const Demand& demand,
+                                    Policy policy, std::string* why) {
+  if (demand.size() > 1) {  // each resource is placed beside the ones before it: place a copy
+    std::vector<GpuSlots> copy = gpus;
+    const size_t before = FreeGpus(copy);
+    if (!PlaceDemand(copy, demand, policy, why)) return std::nullopt;
+    return before - FreeGpus(copy);
+  }
+  // One resource: PlaceDemand's choice, read without copying the GPUs (the extender asks this of
+  // every node for every pod).
+  size_t taken_free = 0;
+  for (const auto& [resource, count] : demand) {
+    if (count == 0) continue;
+    std::map<size_t, uint32_t> taken = Choose(gpus, resource, count, policy);
+    if (taken.empty()) {
+      if (why != nullptr) *why = NoRoom(gpus, resource, count);
+      return std::nullopt;
+    }
+    for (const auto& [index, n] : taken) {
+      if (Locks(gpus[index], resource, n)) ++taken_free;
+    }
+  }
+  return taken_free;
 }
 
 size_t FreeGpus(const std::vector<GpuSlots>& gpus) {

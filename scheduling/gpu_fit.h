@@ -115,4 +115,9 @@ bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy polic
 // GPUs carrying no vGPU, which any type can still take.
 size_t FreeGpus(const std::vector<GpuSlots>& gpus);
 
+// What PlaceDemand would do with `demand`, without changing `gpus`: how many of the FreeGpus it
+// would lock, or nullopt, with `why` set as PlaceDemand sets it, when it does not fit.
+std::optional<size_t> FreeGpusTaken(const std::vector<GpuSlots>& gpus, const Demand& demand,
+                                    Policy policy, std::string* why = nullptr);
+
 }  // namespace kvgpu::scheduling

@@ -53,6 +53,24 @@ TEST(ClusterViewTest, NodeAnnotationsFollowTheNodeWatch) {
   EXPECT_FALSE(view.StateAnnotation("n2"));
 }
 
+TEST(ClusterViewTest, AStateIsParsedOncePerTextAndItsMemoGoesWithIt) {
+  ClusterView view("tencent.com/vgpu-");
+  view.SyncNodes({Node("n1", "S1")});
+  const NodeState first = view.StateAndMemo("n1");
+  ASSERT_TRUE(first.state && first.memo);
+  EXPECT_FALSE(first.state->ok()) << "S1 is no vGPU state";
+  EXPECT_EQ(view.StateAndMemo("n1").memo, first.memo);
+  EXPECT_EQ(view.StateAndMemo("n1", "S1").memo, first.memo) << "a Node sent as the watch has it";
+  view.NodeChanged(kube::WatchEventType::kModified, Node("n1", "S1"));
+  EXPECT_EQ(view.StateAndMemo("n1").memo, first.memo) << "the node changed, its state did not";
+  view.NodeChanged(kube::WatchEventType::kModified, Node("n1", "S2"));
+  EXPECT_NE(view.StateAndMemo("n1").memo, first.memo);
+  EXPECT_NE(view.StateAndMemo("n1", "S1").memo, view.StateAndMemo("n1").memo);
+  view.NodeChanged(kube::WatchEventType::kDeleted, Node("n1", "S2"));
+  EXPECT_FALSE(view.StateAndMemo("n1").state);
+  EXPECT_FALSE(view.StateAndMemo("n1").memo);
+}
+
 TEST(ClusterViewTest, VgpuPodsAreListedPerNodeInBindOrderAndFinishedOnesDropped) {
   ClusterView view("tencent.com/vgpu-");
   view.SyncPods({Pod("a", "n1", 1), Pod("cpu-only", "n1", 0), Pod("b", "n2", 2)});

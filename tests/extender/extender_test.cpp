@@ -129,6 +129,43 @@ TEST_F(ExtenderTest, WithNodeNamesTheStateComesFromTheWatchedNodes) {
   EXPECT_TRUE(result["FailedNodes"].contains("n2"));
 }
 
+// Verdicts are remembered per node state (FitMemo): a node that publishes a new state, or a pod
+// bound there meanwhile, must be judged afresh - a stale verdict would promise taken GPUs.
+TEST_F(ExtenderTest, ANodeIsJudgedAfreshWhenItsStateChangesOrAPodIsBoundThere) {
+  view_.SyncNodes({WholeNode("n1", NodeOf({T4("a")}))});
+  json args = {{"Pod", PodAsking("train", k222, 16)}, {"Nodes", nullptr}, {"NodeNames", {"n1"}}};
+  ASSERT_EQ(extender_.Filter(args)["NodeNames"], json::array({"n1"}));
+  ASSERT_EQ(extender_.Filter(args)["NodeNames"], json::array({"n1"}));
+  // Same generation, other GPUs: the text is what counts.
+  view_.NodeChanged(kube::WatchEventType::kModified, WholeNode("n1", NodeOf({T4("a", "222", 1)})));
+  json result = extender_.Filter(args);
+  EXPECT_EQ(result["NodeNames"], json::array());
+  EXPECT_TRUE(result["FailedNodes"].contains("n1"));
+  EXPECT_EQ(extender_.Prioritize(args)[0]["Score"], 0);
+
+  view_.NodeChanged(kube::WatchEventType::kModified, WholeNode("n1", NodeOf({T4("a")})));
+  ASSERT_EQ(extender_.Filter(args)["NodeNames"], json::array({"n1"}));
+  kube::PodInfo other;
+  other.uid = "uid-other";
+  other.namespace_name = "ml";
+  other.name = "other";
+  other.phase = "Pending";
+  other.containers.push_back({"main", false, {{k222, "1"}}, {}});
+  view_.Assume(other, "n1");
+  EXPECT_EQ(extender_.Filter(args)["NodeNames"], json::array());
+}
+
+TEST_F(ExtenderTest, WithWholeNodesAChangedAnnotationIsJudgedAfresh) {
+  auto args = [](const scheduling::NodeVgpuState& state) {
+    return json{{"Pod", PodAsking("train", k222, 16)},
+                {"Nodes", {{"items", {WholeNode("n1", state)}}}},
+                {"NodeNames", nullptr}};
+  };
+  ASSERT_EQ(extender_.Filter(args(NodeOf({T4("a")})))["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(extender_.Filter(args(NodeOf({T4("a", "222", 1)})))["Nodes"]["items"].size(), 0u);
+  EXPECT_EQ(extender_.Filter(args(NodeOf({T4("a")})))["Nodes"]["items"].size(), 1u);
+}
+
 TEST_F(ExtenderTest, APodWithoutVgpusPassesEveryNode) {
   json args = {{"Pod", PodAsking("web", "cpu", 1)}, {"NodeNames", {"n1", "n2"}}};
   EXPECT_EQ(extender_.Filter(args)["NodeNames"].size(), 2u);

@@ -93,6 +93,28 @@ TEST(NodeFitTest, APodWhoseVgpusAreMadeCountsOnceNotTwice) {
   EXPECT_EQ(Judge(Text(state), {{k222, 16}}, bound).kind, Kind::kFull);
 }
 
+TEST(NodeFitTest, AMemoAnswersOnlyWhatWasAskedOfTheSameWaitingPodsDemandAndPolicy) {
+  const Result<scheduling::NodeVgpuState> state = NodeOf({T4("a"), T4("b")});
+  FitMemo memo;
+  auto judge = [&](uint32_t vgpus, const std::vector<BoundPod>& bound, int64_t now = kNow,
+                   const FitOptions& options = kOptions) {
+    return JudgeNode(&state, bound, "pod-uid", {{{k222, vgpus}}}, now, options, &memo);
+  };
+  EXPECT_EQ(judge(17, {}).kind, Kind::kFits) << "16 on one GPU, 1 on the other";
+  EXPECT_EQ(judge(17, {}).kind, Kind::kFits) << "remembered";
+  // A 223 pod waiting on the node locks a GPU: the verdict reached without it no longer holds.
+  EXPECT_EQ(judge(17, {Bound("ml/a", {{k223, 1}})}).kind, Kind::kFull);
+  EXPECT_EQ(judge(17, {Bound("ml/a", {{k222, 1}})}).kind, Kind::kFits)
+      << "its demand counts: a 222 leaves the GPU to 222";
+  EXPECT_EQ(judge(17, {Bound("ml/a", {{k222, 16}})}).kind, Kind::kFull);
+  EXPECT_EQ(judge(32, {}).kind, Kind::kFits);
+  EXPECT_EQ(judge(33, {}).kind, Kind::kFull) << "another demand";
+  const FitOptions spread{scheduling::Policy::kSpread, std::chrono::minutes(10)};
+  EXPECT_NE(judge(1, {}).score, judge(1, {}, kNow, spread).score) << "another policy";
+  // The age is judged on every call: a remembered verdict does not keep a stale node.
+  EXPECT_EQ(judge(17, {}, kNow + 11 * 60'000).kind, Kind::kUnresolvable);
+}
+
 TEST(NodeFitTest, ThePodItselfIsNotCountedAsBoundBeforeIt) {
   const std::string state = Text(NodeOf({T4("a")}));
   std::vector<BoundPod> bound = {BoundPod{"pod-uid", "ml/me", "n", {{{k222, 16}}}, 0, {}}};

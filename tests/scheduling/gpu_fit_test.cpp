@@ -163,6 +163,45 @@ TEST(PlaceDemandTest, AResourceTheNodeDoesNotOfferNeverFits) {
   EXPECT_TRUE(PlaceDemand(gpus, {}, Policy::kPack)) << "no demand fits anywhere";
 }
 
+// FreeGpusTaken reads what PlaceDemand would do without copying the GPUs: it must agree with
+// PlaceDemand on every node, demand and policy, the reason for a misfit included.
+TEST(FreeGpusTakenTest, AgreesWithPlaceDemandOnACopy) {
+  GpuSlots untyped = T4("e");
+  for (auto& [resource, slots] : untyped.resources) slots.type_id.clear();
+  GpuSlots shared = T4("f");
+  shared.occupancy = Occupancy::kUnknown;
+  const std::vector<std::vector<GpuSlots>> nodes = {{T4("a"), T4("b")},
+                                                    {T4("a", "222", 3), T4("b", "223", 8), T4("c")},
+                                                    {T4("a", "223", 2), T4("b", "222", 16)},
+                                                    {untyped, shared, T4("g", "222", 15)},
+                                                    {EqualSizeT4("h"), EqualSizeT4("i", 2)},
+                                                    {}};
+  std::vector<Demand> demands = {{}, {{k222, 0}}, {{"tencent.com/vgpu-999", 1}}};
+  for (uint32_t n : {1u, 2u, 8u, 9u, 16u, 17u, 33u}) {
+    demands.push_back({{k222, n}});
+    demands.push_back({{k223, n}});
+    demands.push_back({{k222, n}, {k223, 1}});
+    demands.push_back({{k222, n}, {k225, 2}});
+  }
+  for (const auto& gpus : nodes) {
+    for (const Demand& demand : demands) {
+      for (Policy policy : {Policy::kPack, Policy::kSpread}) {
+        std::vector<GpuSlots> placed = gpus;
+        std::string placed_why;
+        const bool fits = PlaceDemand(placed, demand, policy, &placed_why);
+        std::string why;
+        const std::optional<size_t> taken = FreeGpusTaken(gpus, demand, policy, &why);
+        ASSERT_EQ(taken.has_value(), fits);
+        if (fits) {
+          EXPECT_EQ(*taken, FreeGpus(gpus) - FreeGpus(placed));
+        } else {
+          EXPECT_EQ(why, placed_why);
+        }
+      }
+    }
+  }
+}
+
 TEST(PolicyTest, NamesRoundTripAndUnknownOnesAreRefused) {
   EXPECT_EQ(ParsePolicy(PolicyName(Policy::kPack)), Policy::kPack);
   EXPECT_EQ(ParsePolicy(PolicyName(Policy::kSpread)), Policy::kSpread);
