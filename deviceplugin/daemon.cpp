@@ -177,9 +177,29 @@ Status Daemon::Discover() {
   return Status::Ok();
 }
 
+namespace {
+
+// The plugin places vGPUs where the extender will assume them: version 1 of the published state
+// speaks of the per-type lock alone, so while it is written the plugin keeps to that lock even on
+// GPUs that would take other types of one size (an extender reading version 1 would otherwise
+// count room the plugin has given away).
+ModelOptions PlacementAsPublished(const Config& config) {
+  ModelOptions model = config;
+  if (config.scheduler_state.publish && config.scheduler_state.version < 2 &&
+      config.occupancy != OccupancySetting::kStrict) {
+    spdlog::info(
+        "vGPUs are placed by the per-type lock while the published state is version 1 "
+        "(schedulerState.version: 2 lets types of one size share a GPU)");
+    model.occupancy = OccupancySetting::kStrict;
+  }
+  return model;
+}
+
+}  // namespace
+
 Status Daemon::StartManager(StateStore& store) {
-  manager_ =
-      std::make_unique<ResourceManager>(*backend_, options_.config, store, *tracker_, &metrics_);
+  manager_ = std::make_unique<ResourceManager>(*backend_, PlacementAsPublished(options_.config),
+                                               store, *tracker_, &metrics_);
   Status started = manager_->Start();
   if (!started.ok()) return started;
   ReportBackend();  // a backend away since the start shows in the metrics (and alert) at once

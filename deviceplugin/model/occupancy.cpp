@@ -112,7 +112,11 @@ GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting) {
   std::set<Occupancy> node_evidence;
   for (const auto& [gpu, view] : views) {
     for (const mdev::VgpuType* type : view.types) {
-      framebuffer_mib_[{gpu, type->id}] = FramebufferMib(*type);
+      TypeFacts& facts = types_[{gpu, type->id}];
+      facts.framebuffer_mib = FramebufferMib(*type);
+      if (type->nvidia && type->nvidia->max_instance) {
+        facts.max_instances = *type->nvidia->max_instance;
+      }
     }
     if (!view.nvidia) continue;
     std::optional<Occupancy> evidence = MigBacked(view) ? Occupancy::kMig : Evidence(view);
@@ -149,10 +153,22 @@ Occupancy GpuRules::OccupancyOf(const std::string& physical_gpu) const {
   return it == occupancy_.end() ? Occupancy::kUnknown : it->second;
 }
 
+const GpuRules::TypeFacts* GpuRules::Facts(const std::string& physical_gpu,
+                                           const std::string& type_id) const {
+  auto it = types_.find({physical_gpu, type_id});
+  return it == types_.end() ? nullptr : &it->second;
+}
+
 uint64_t GpuRules::FramebufferOf(const std::string& physical_gpu,
                                  const std::string& type_id) const {
-  auto it = framebuffer_mib_.find({physical_gpu, type_id});
-  return it == framebuffer_mib_.end() ? 0 : it->second;
+  const TypeFacts* facts = Facts(physical_gpu, type_id);
+  return facts != nullptr ? facts->framebuffer_mib : 0;
+}
+
+uint32_t GpuRules::MaxInstancesOf(const std::string& physical_gpu,
+                                  const std::string& type_id) const {
+  const TypeFacts* facts = Facts(physical_gpu, type_id);
+  return facts != nullptr ? facts->max_instances : 0;
 }
 
 std::string GpuRules::LockKey(const std::string& physical_gpu, const std::string& type_id) const {

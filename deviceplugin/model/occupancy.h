@@ -43,12 +43,20 @@ class GpuRules {
   // kUnknown for GPUs the inventory does not show.
   scheduling::Occupancy OccupancyOf(const std::string& physical_gpu) const;
   uint64_t FramebufferOf(const std::string& physical_gpu, const std::string& type_id) const;
+  // The type's max_instance on the GPU (its NVIDIA description); 0 when not known.
+  uint32_t MaxInstancesOf(const std::string& physical_gpu, const std::string& type_id) const;
   // scheduling::LockKey of a vGPU of `type_id` on the GPU.
   std::string LockKey(const std::string& physical_gpu, const std::string& type_id) const;
 
  private:
-  std::map<std::string, scheduling::Occupancy> occupancy_;                   // by GPU
-  std::map<std::pair<std::string, std::string>, uint64_t> framebuffer_mib_;  // (GPU, type)
+  struct TypeFacts {
+    uint64_t framebuffer_mib = 0;
+    uint32_t max_instances = 0;
+  };
+  const TypeFacts* Facts(const std::string& physical_gpu, const std::string& type_id) const;
+
+  std::map<std::string, scheduling::Occupancy> occupancy_;          // by GPU
+  std::map<std::pair<std::string, std::string>, TypeFacts> types_;  // by (GPU, type)
 };
 
 }  // namespace kvgpu::deviceplugin

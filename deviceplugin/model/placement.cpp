@@ -49,6 +49,16 @@ GpuLoads LoadsOf(const std::vector<Device>& listed, const std::vector<mdev::Vgpu
   for (const Device& d : listed) {
     if (d.healthy && !d.vgpu_exists) ++loads.free[d.physical_gpu];
   }
+  // A GPU whose lock's capacity the vGPUs made since the last scan used up: its devices still look
+  // free until the kernel's next count, but the kernel would refuse them. Types of one lock share
+  // it (equal-size mode: every type of a size has the same max_instance, the GPU over that size).
+  for (const Device& d : listed) {
+    const uint32_t max = rules.MaxInstancesOf(d.physical_gpu, d.key.type_id);
+    auto same = loads.same_type.find(d.physical_gpu);
+    if (max > 0 && same != loads.same_type.end() && same->second >= static_cast<int>(max)) {
+      loads.other_type.insert(d.physical_gpu);
+    }
+  }
   return loads;
 }
 

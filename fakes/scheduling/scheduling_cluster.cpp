@@ -143,7 +143,17 @@ GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile)
   options.podresources = &podresources_;
   options.settle = 200ms;
   options.api = &api;
-  daemon_ = std::make_unique<deviceplugin::Daemon>(options);
+  options_ = options;
+  daemon_ = std::make_unique<deviceplugin::Daemon>(options_);
+  Status started = daemon_->Start();
+  if (!started.ok()) throw std::runtime_error("device plugin: " + started.ToString());
+}
+
+void GpuNode::RestartPlugin(int state_version) {
+  daemon_->Stop();
+  daemon_.reset();
+  options_.config.scheduler_state.version = state_version;
+  daemon_ = std::make_unique<deviceplugin::Daemon>(options_);
   Status started = daemon_->Start();
   if (!started.ok()) throw std::runtime_error("device plugin: " + started.ToString());
 }

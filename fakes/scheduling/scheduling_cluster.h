@@ -97,6 +97,9 @@ class GpuNode {
   Status Admit(const ClusterPod& pod);
   // kubelet tearing a pod down: its devices are free; the plugin removes the vGPUs.
   void Remove(const ClusterPod& pod);
+  // The plugin's DaemonSet rolls: the plugin stops and starts again (its state file kept), now
+  // writing the node state in `state_version`.
+  void RestartPlugin(int state_version);
   // Whether the plugin, the kernel, kubelet's lists and the published state agree.
   bool Settled(const NodeObjects& api);
   size_t AllocatedDevices() const;
@@ -106,6 +109,7 @@ class GpuNode {
   SimNode sim_;
   FakeKubelet kubelet_;
   StaticPodResources podresources_;
+  deviceplugin::DaemonOptions options_;
   std::unique_ptr<deviceplugin::Daemon> daemon_;
   mutable std::mutex mutex_;
   std::map<std::string, std::set<std::string>> allocated_;       // resource -> device IDs

@@ -9,7 +9,9 @@
 // the scenario is a real one.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "fakes/scheduling/scheduling_cluster.h"
@@ -155,6 +157,51 @@ TEST(SchedulingLoopTest,
       ASSERT_TRUE(cluster.Settle());
     }
   }
+}
+
+// The upgrade rule in a cluster: on GPUs in equal-size mode (types of one framebuffer size share a
+// GPU), the plugins roll from state version 1 to 2 one node at a time while a burst is scheduled
+// in waves, and an extender replica restarts midway, so the replicas read nodes of both versions
+// at once - version 1 as the stricter per-type lock, version 2 with the size lock. No pod fails
+// admission, every pod left Pending fits nowhere, and once every plugin writes version 2 the
+// extender lets two types of one size share a GPU, as the kernel does. The plugins roll between
+// waves: a plugin restarting while kubelet admits pods makes kubelet fail them whatever the
+// version (kubelet marks a plugin's devices unhealthy the moment its endpoint goes).
+TEST(SchedulingLoopTest, PluginsRollingToStateVersion2MidBurstOnEqualSizeGpusFailNoPod) {
+  std::mt19937 random(5);
+  LoopTiming timing;
+  timing.seed = 5;
+  timing.assume_for = 1s;
+  SchedulingCluster cluster(3, /*use_extender=*/true, "t4x2-equal-size", timing);
+  ASSERT_TRUE(cluster.Settle());
+  for (size_t wave = 0; wave < cluster.nodes().size(); ++wave) {
+    SCOPED_TRACE("wave " + std::to_string(wave));
+    cluster.Submit(Burst(random, 20, "roll-" + std::to_string(wave) + "-", 2));
+    cluster.ScheduleAndAdmit([&](size_t cycle) {
+      if (cycle == 7 && wave == 1) cluster.RestartExtender(1);
+    });
+    ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
+    ASSERT_TRUE(cluster.Settle());
+    cluster.nodes()[wave]->RestartPlugin(2);
+    ASSERT_TRUE(cluster.Settle());
+  }
+  ASSERT_TRUE(cluster.Settle());
+  std::this_thread::sleep_for(timing.assume_for);
+  ScheduleUntilStable(cluster);
+  ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
+  ExpectPendingFitNowhere(cluster);
+  // Types of one size on one GPU: 222 (T4-1B) with 230 (T4-1Q), 223 (T4-2B) with 231 (T4-2Q).
+  bool shared = false;
+  for (auto& node : cluster.nodes()) {
+    std::map<std::string, std::set<std::string>> types_on_gpu;
+    Result<mdev::Inventory> inventory = node->sim().node().Scan();
+    ASSERT_TRUE(inventory.ok());
+    for (const mdev::Vgpu& vgpu : inventory->vgpus) {
+      types_on_gpu[vgpu.physical_gpu].insert(vgpu.type_id);
+    }
+    for (const auto& [gpu, types] : types_on_gpu) shared = shared || types.size() > 1;
+  }
+  EXPECT_TRUE(shared) << "no GPU carries two types of one size: the size lock was not used";
 }
 
 }  // namespace
