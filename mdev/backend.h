@@ -52,6 +52,13 @@ class Backend {
   // Removes a vGPU by id (UUID, or VF address for vendor VFIO) and returns once it is gone.
   // A vGPU that something else keeps a persistent definition of is refused (kPermission).
   virtual Status Remove(const std::string& id) = 0;
+  // Remove, for a caller that knows the type it made there. Where an id is reused for the next
+  // owner (a vendor-VFIO VF), a backend clears it only while it still holds that type. An mdev's
+  // UUID is never reused, so by default this is Remove.
+  virtual Status RemoveIfType(const std::string& id, const std::string& type_id) {
+    (void)type_id;
+    return Remove(id);
+  }
 
   // Calls `changed` (on a thread of the backend's) whenever the node's devices may have changed;
   // `what` names the event for logs. `changed` must return quickly and not call into the backend

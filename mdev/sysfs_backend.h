@@ -22,6 +22,9 @@ struct SysfsBackendOptions {
   // How long create/remove wait for the kernel to show (or stop showing) the device.
   std::chrono::milliseconds settle_timeout{2000};
   std::chrono::milliseconds settle_poll{1};
+  // Whose open files a vendor-VFIO release checks first; empty: <root>/proc (the host's /proc
+  // when root is /, which the DaemonSet's hostPID gives).
+  std::filesystem::path proc_root;
 };
 
 class SysfsBackend : public Backend {
@@ -42,6 +45,9 @@ class SysfsBackend : public Backend {
 
   // Removes a vGPU by id (UUID, or VF address for vendor VFIO) and waits until it is gone.
   Status Remove(const std::string& id) override;
+  // A vendor-VFIO VF is cleared only while it holds `type_id` (another type is the next owner's,
+  // kGone) and no process holds its VFIO files open (kBusy).
+  Status RemoveIfType(const std::string& id, const std::string& type_id) override;
 
   // Kernel uevents (libudev, udev_monitor.h) for the mdev and PCI subsystems.
   Result<std::unique_ptr<EventSubscription>> WatchChanges(
@@ -65,7 +71,8 @@ class SysfsBackend : public Backend {
   Result<Vgpu> CreateMdev(const CreateRequest& request);
   Result<Vgpu> CreateVendorVfio(const CreateRequest& request);
   Status RemoveMdev(const std::string& uuid);
-  Status RemoveVendorVfio(const std::string& vf);
+  Status RemoveVendorVfio(const std::string& vf, const std::string& expected_type);
+  std::vector<std::string> VfioPathsOf(const std::string& vf);
   std::optional<std::string> TypeName(const std::string& type_id) const;
 
   std::filesystem::path root_;

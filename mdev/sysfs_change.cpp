@@ -1,4 +1,9 @@
 // Creation and removal of vGPUs, for both flavours, with errors a caller can act on.
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "mdev/backend_kit.h"
 #include "mdev/nvidia.h"
 #include "mdev/sysfs_backend.h"
@@ -121,10 +126,14 @@ Result<Vgpu> SysfsBackend::CreateVendorVfio(const CreateRequest& request) {
 }
 
 Status SysfsBackend::Remove(const std::string& id) {
+  return RemoveIfType(id, "");
+}
+
+Status SysfsBackend::RemoveIfType(const std::string& id, const std::string& type_id) {
   if (IsValidUuid(id)) return RemoveMdev(NormalizeUuid(id));
   if (id.find('/') == std::string::npos &&
       io_.Exists(PciDevicesDir() / id / "nvidia" / "current_vgpu_type")) {
-    return RemoveVendorVfio(id);
+    return RemoveVendorVfio(id, type_id);
   }
   return Status::Error(ErrorCode::kMalformedUuid,
                        "'" + id + "' is neither an mdev UUID nor a vendor-VFIO VF address");
@@ -142,12 +151,70 @@ Status SysfsBackend::RemoveMdev(const std::string& uuid) {
   return Status::Ok();
 }
 
-Status SysfsBackend::RemoveVendorVfio(const std::string& vf) {
+namespace internal {
+
+Result<std::vector<int>> OpenedBy(const fs::path& proc_root,
+                                  const std::vector<std::string>& paths) {
+  std::error_code ec;
+  // No proc tree at all under a test's or simulator's root: nothing there can hold the VF.
+  if (!fs::exists(proc_root, ec) && !ec) return std::vector<int>{};
+  fs::directory_iterator processes(proc_root, ec);
+  if (ec) {
+    return Status::Error(ErrorCode::kIo, "cannot list " + proc_root.string() + ": " + ec.message() +
+                                             "; cannot tell who holds the VF");
+  }
+  std::vector<int> holders;
+  for (const fs::directory_entry& process : processes) {
+    const std::string pid = process.path().filename().string();
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code fd_ec;
+    for (const fs::directory_entry& fd : fs::directory_iterator(process.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      const std::string target = fs::read_symlink(fd.path(), link_ec).string();
+      if (!link_ec && std::find(paths.begin(), paths.end(), target) != paths.end()) {
+        holders.push_back(std::stoi(pid));
+        break;
+      }
+    }
+  }
+  return holders;
+}
+
+}  // namespace internal
+
+// The files a VM holds a vendor-VFIO VF by: its group's node, and its iommufd device node.
+std::vector<std::string> SysfsBackend::VfioPathsOf(const std::string& vf) {
+  std::vector<std::string> paths;
+  const fs::path vf_dir = PciDevicesDir() / vf;
+  if (auto group = internal::IommuGroup(io_, vf_dir)) paths.push_back(kit::VfioDevicePath(group));
+  if (auto names = io_.ListDir(vf_dir / "vfio-dev"); names.ok()) {
+    for (const std::string& name : *names) paths.push_back("/dev/vfio/devices/" + name);
+  }
+  return paths;
+}
+
+Status SysfsBackend::RemoveVendorVfio(const std::string& vf, const std::string& expected_type) {
   fs::path current_path = PciDevicesDir() / vf / "nvidia" / "current_vgpu_type";
   auto current = ReadAttribute(io_, current_path);
   if (!current.ok()) return kit::RemoveFailed(current.status(), vf);
   if (*current == "0") {
     return Status::Error(ErrorCode::kGone, "VF " + vf + " hosts no vGPU (already removed?)");
+  }
+  // The VF path outlives its vGPU: a type other than ours is the next owner's, never ours to clear.
+  if (!expected_type.empty() && *current != expected_type) {
+    return Status::Error(ErrorCode::kGone, "VF " + vf + " now holds type " + *current +
+                                               ", not the " + expected_type +
+                                               " asked for: ours is gone and the VF is another "
+                                               "owner's; left as it is");
+  }
+  auto holders = internal::OpenedBy(
+      options_.proc_root.empty() ? root_ / "proc" : options_.proc_root, VfioPathsOf(vf));
+  if (!holders.ok()) return kit::RemoveFailed(holders.status(), vf);
+  if (!holders->empty()) {
+    return Status::Error(ErrorCode::kBusy,
+                         "VF " + vf + " is held open by process " +
+                             std::to_string(holders->front()) +
+                             " (a VM still using it); its vGPU stays until it lets go");
   }
   Status written = io_.WriteFile(current_path, "0");
   if (!written.ok()) return kit::RemoveFailed(written, vf);

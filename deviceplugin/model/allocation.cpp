@@ -187,7 +187,7 @@ Result<AllocatedVgpu> AllocationTransaction::Realize(const AllocationPlan& plan)
   }
   if (plan.replace_vgpu) {
     auto start = Clock::now();
-    Status removed = backend_.Remove(*plan.replace_vgpu);
+    Status removed = backend_.RemoveIfType(*plan.replace_vgpu, d.key.type_id);
     if (observer_ != nullptr) {
       observer_->OnVgpuRemoved(d.resource, Clock::now() - start, removed.ok());
     }

@@ -391,6 +391,7 @@ void ResourceManager::SetRemovalWait(std::chrono::milliseconds wait) {
 Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::string& vgpu_id,
                                    Remover by) {
   std::string resource;
+  std::string type_id;
   {
     std::lock_guard lock(mutex_);
     const CreatedVgpu* record = state_.RecordFor(device_id);
@@ -408,10 +409,11 @@ Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::stri
       return Status::Error(ErrorCode::kBusy, "device " + device_id + ": a removal is in flight");
     }
     resource = record->resource;
+    type_id = record->type_id;
   }
   Failpoint("remove.before-write");
   auto start = Clock::now();
-  Status removed = backend_.Remove(vgpu_id);
+  Status removed = backend_.RemoveIfType(vgpu_id, type_id);
   if (observer_ != nullptr) observer_->OnVgpuRemoved(resource, Clock::now() - start, removed.ok());
   Failpoint("remove.after-write");
   bool gone = removed.ok() || removed.code() == ErrorCode::kGone;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 
 #include "mdev/uuid.h"
 #include "tests/mdev/node_test_support.h"
@@ -177,7 +178,10 @@ class WriteSwallower : public SysfsIo {
 
 TEST_F(T4Node, CreateAndRemoveVerifyTheKernelsAnswerWithinABoundedWait) {
   WriteSwallower swallower(sim_.model());
-  SysfsBackend node(sim_.root(), swallower, {.settle_timeout = std::chrono::milliseconds(50)});
+  SysfsBackend node(sim_.root(), swallower,
+                    {.settle_timeout = std::chrono::milliseconds(50),
+                     .settle_poll = std::chrono::milliseconds(1),
+                     .proc_root = {}});
   auto created = node.Create({gpu0_, "nvidia-222", std::string(kUuidA)});
   EXPECT_EQ(created.status().code(), ErrorCode::kTimeout);
 
@@ -250,6 +254,32 @@ TEST_F(H200Node, FailuresAreTyped) {
   // The GPU is locked to 1414 now: the whole-GPU type has no room.
   EXPECT_EQ(sim_.node().Create({vfs_[1], "1428", std::nullopt}).status().code(),
             ErrorCode::kNoRoom);
+}
+
+// The VF path outlives its vGPU and the next owner reuses it, so a release must not clear what
+// is not ours: a process (a VM) holding the VF's group open keeps it (kBusy, nothing written), and
+// a VF that now holds another type than the one we made is another owner's (kGone, untouched).
+TEST_F(H200Node, AReleaseNeverClearsAVfHeldOpenOrTypedByAnotherOwner) {
+  auto vgpu = sim_.node().Create({vfs_[0], "1414", std::nullopt});
+  ASSERT_TRUE(vgpu.ok()) << vgpu.status().ToString();
+  const std::filesystem::path fd_dir = sim_.root() / "proc" / "4242" / "fd";
+  std::filesystem::create_directories(fd_dir);
+  std::filesystem::create_directories(sim_.root() / "proc" / "self");  // not a pid: skipped
+  std::filesystem::create_symlink("/dev/null", fd_dir / "0");
+  std::filesystem::create_symlink(vgpu->vfio_device, fd_dir / "9");
+
+  Status held = sim_.node().RemoveIfType(vfs_[0], "1414");
+  EXPECT_EQ(held.code(), ErrorCode::kBusy) << held.ToString();
+  EXPECT_NE(held.message().find("4242"), std::string::npos) << held.message();
+  ASSERT_NE(sim_.Scan().FindVgpu(vfs_[0]), nullptr) << "a VF held open was cleared";
+
+  std::filesystem::remove(fd_dir / "9");
+  Status foreign = sim_.node().RemoveIfType(vfs_[0], "1428");
+  EXPECT_EQ(foreign.code(), ErrorCode::kGone) << foreign.ToString();
+  ASSERT_NE(sim_.Scan().FindVgpu(vfs_[0]), nullptr) << "another owner's type was cleared";
+
+  EXPECT_TRUE(sim_.node().RemoveIfType(vfs_[0], "1414").ok());
+  EXPECT_EQ(sim_.Scan().FindVgpu(vfs_[0]), nullptr);
 }
 
 TEST_F(H200Node, TypeNamesStayKnownWhenTheCardIsFull) {
