@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
                  "a node whose vGPU state is older is failed (beyond the plugins' heartbeat)")
       ->capture_default_str();
   app.add_flag("--bind", options.bind, "serve the bind verb (bindVerb in the scheduler config)");
+  app.add_option("--scheduler-config", options.scheduler_config,
+                 "kube-scheduler's configuration: report nodes advertising a vGPU resource its "
+                 "managedResources leaves out");
   app.add_option("--workers", options.worker_threads, "event loops serving HTTPS")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -7,8 +7,11 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <set>
 
+#include "extender/coverage.h"
 #include "https/http_server.h"
 #include "kube/config.h"
 #include "kube/list_watch.h"
@@ -68,6 +71,7 @@ struct Service::Impl {
   std::unique_ptr<kube::ApiClient> own_api;
   kube::ApiTransport* api = nullptr;
   std::unique_ptr<ClusterView> view;
+  std::unique_ptr<Coverage> coverage;
   std::unique_ptr<Extender> extender;
   std::unique_ptr<kube::ListWatcher> nodes;
   std::unique_ptr<kube::ListWatcher> pods;
@@ -77,9 +81,13 @@ struct Service::Impl {
     nodes = std::make_unique<kube::ListWatcher>(
         *api, kube::ListWatchOptions{.path = "/api/v1/nodes", .what = "nodes"});
     nodes->Start(
-        {[this](const std::vector<nlohmann::json>& all) { view->SyncNodes(all); },
+        {[this](const std::vector<nlohmann::json>& all) {
+           view->SyncNodes(all);
+           if (coverage) coverage->SyncNodes(all);
+         },
          [this](kube::WatchEventType type, const nlohmann::json& node) {
            view->NodeChanged(type, node);
+           if (coverage) coverage->NodeChanged(type, node);
          },
          [this](bool following, const std::string&) { view->SetFollowing("nodes", following); }});
     // Assigned pods only: a pod shows up here when it is bound.
@@ -119,6 +127,21 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
     impl->api = impl->own_api.get();
   }
   impl->view = std::make_unique<ClusterView>(options.extender.resource_prefix);
+  if (!options.scheduler_config.empty()) {
+    std::ifstream in(options.scheduler_config, std::ios::binary);
+    if (!in) {
+      return Status::Error(ErrorCode::kConfig,
+                           "--scheduler-config: cannot read " + options.scheduler_config);
+    }
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto managed = ManagedResources(text);
+    if (!managed.ok()) {
+      return Status::Error(ErrorCode::kConfig, "--scheduler-config " + options.scheduler_config +
+                                                   ": " + managed.status().message());
+    }
+    impl->coverage = std::make_unique<Coverage>(
+        std::move(*managed), options.extender.resource_prefix, *impl->metrics.registry);
+  }
   impl->extender =
       std::make_unique<Extender>(*impl->view, options.extender, options.bind ? impl->api : nullptr);
   https::HttpsServerOptions limits;

@@ -20,6 +20,9 @@ struct ServiceOptions : https::ShellOptions {
   // The API server: a kubeconfig file, or in-cluster when empty.
   std::string kubeconfig;
   bool bind = false;  // serve the bind verb (binds through the API server)
+  // kube-scheduler's configuration (--scheduler-config): when given, nodes advertising a vGPU
+  // resource its managedResources leaves out are counted and reported (coverage.h).
+  std::string scheduler_config;
   ExtenderOptions extender;
   // The API server for the watches and bind; nullptr: from `kubeconfig`/in-cluster (tests pass
   // their own).
