@@ -57,17 +57,19 @@ Coverage::Coverage(std::set<std::string> managed, std::string prefix,
                        "does not send to the extender, by resource")
                  .Register(registry)) {}
 
+void Coverage::Record(const nlohmann::json& node) {
+  std::set<std::string> missing;
+  for (const std::string& resource : AdvertisedResources(node, prefix_)) {
+    if (!managed_.contains(resource)) missing.insert(resource);
+  }
+  if (missing.empty()) return;
+  unmanaged_by_node_[node.value("/metadata/name"_json_pointer, std::string())] = std::move(missing);
+}
+
 void Coverage::SyncNodes(const std::vector<nlohmann::json>& nodes) {
   std::lock_guard lock(mutex_);
   unmanaged_by_node_.clear();
-  for (const nlohmann::json& node : nodes) {
-    const std::string name = node.value("/metadata/name"_json_pointer, std::string());
-    std::set<std::string> missing;
-    for (const std::string& resource : AdvertisedResources(node, prefix_)) {
-      if (!managed_.contains(resource)) missing.insert(resource);
-    }
-    if (!missing.empty()) unmanaged_by_node_[name] = std::move(missing);
-  }
+  for (const nlohmann::json& node : nodes) Record(node);
   Publish();
 }
 
@@ -75,13 +77,7 @@ void Coverage::NodeChanged(kube::WatchEventType type, const nlohmann::json& node
   const std::string name = node.value("/metadata/name"_json_pointer, std::string());
   std::lock_guard lock(mutex_);
   unmanaged_by_node_.erase(name);
-  if (type != kube::WatchEventType::kDeleted) {
-    std::set<std::string> missing;
-    for (const std::string& resource : AdvertisedResources(node, prefix_)) {
-      if (!managed_.contains(resource)) missing.insert(resource);
-    }
-    if (!missing.empty()) unmanaged_by_node_[name] = std::move(missing);
-  }
+  if (type != kube::WatchEventType::kDeleted) Record(node);
   Publish();
 }
 

@@ -38,7 +38,8 @@ class Coverage {
   std::map<std::string, std::set<std::string>> Unmanaged() const;
 
  private:
-  void Publish();  // with mutex_ held
+  void Record(const nlohmann::json& node);  // with mutex_ held
+  void Publish();                           // with mutex_ held
 
   const std::set<std::string> managed_;
   const std::string prefix_;
