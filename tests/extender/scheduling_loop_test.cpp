@@ -15,59 +15,12 @@
 #include <thread>
 
 #include "fakes/scheduling/scheduling_cluster.h"
+#include "tests/extender/loop_helpers.h"
 
 namespace kvgpu::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Six T4 types: 16, 8, 16, 8, 4 and 2 per GPU.
-const std::vector<std::string> kTypes = {"222", "223", "230", "231", "232", "233"};
-
-std::vector<ClusterPod> Burst(std::mt19937& random, size_t size, const std::string& prefix,
-                              uint32_t max_count = 1) {
-  std::vector<ClusterPod> pods;
-  std::uniform_int_distribution<size_t> type(0, kTypes.size() - 1);
-  std::uniform_int_distribution<uint32_t> count(1, max_count);
-  for (size_t i = 0; i < size; ++i) {
-    ClusterPod pod;
-    pod.name = prefix + std::to_string(i);
-    pod.resource = "tencent.com/vgpu-" + kTypes[type(random)];
-    pod.count = count(random);
-    pods.push_back(pod);
-  }
-  return pods;
-}
-
-std::string Failures(const SchedulingCluster& cluster) {
-  std::string out;
-  for (const ClusterPod& pod : cluster.Pods()) {
-    if (pod.state == ClusterPod::State::kFailed) out += pod.name + ": " + pod.failure + "\n";
-  }
-  return out;
-}
-
-// Passes of the scheduling queue until one binds nothing, the nodes settled after each: pods
-// whose bind was refused (another replica's bind took the room) are scheduled again.
-void ScheduleUntilStable(SchedulingCluster& cluster) {
-  for (int pass = 0; pass < 12; ++pass) {
-    const size_t bound = cluster.ScheduleAndAdmit();
-    ASSERT_TRUE(cluster.Settle());
-    if (bound == 0) return;
-  }
-  FAIL() << "still binding pods after 12 passes";
-}
-
-// Every pod still Pending is one no kernel can take now.
-void ExpectPendingFitNowhere(SchedulingCluster& cluster) {
-  for (const ClusterPod& pod : cluster.Pods()) {
-    if (pod.state != ClusterPod::State::kPending) continue;
-    EXPECT_FALSE(cluster.FitsSomewhere(pod.resource, pod.count))
-        << pod.name << " (" << pod.count << " x " << pod.resource
-        << ") fits on some node but stayed Pending\n"
-        << cluster.Explain(pod);
-  }
-}
 
 TEST(SchedulingLoopTest,
      ABurstOf200PodsOfSixTypesBoundAsynchronouslyThroughTwoReplicasFailsNoPodAndPlacesAllThatFit) {
@@ -157,51 +110,6 @@ TEST(SchedulingLoopTest,
       ASSERT_TRUE(cluster.Settle());
     }
   }
-}
-
-// The upgrade rule in a cluster: on GPUs in equal-size mode (types of one framebuffer size share a
-// GPU), the plugins roll from state version 1 to 2 one node at a time while a burst is scheduled
-// in waves, and an extender replica restarts midway, so the replicas read nodes of both versions
-// at once - version 1 as the stricter per-type lock, version 2 with the size lock. No pod fails
-// admission, every pod left Pending fits nowhere, and once every plugin writes version 2 the
-// extender lets two types of one size share a GPU, as the kernel does. The plugins roll between
-// waves: a plugin restarting while kubelet admits pods makes kubelet fail them whatever the
-// version (kubelet marks a plugin's devices unhealthy the moment its endpoint goes).
-TEST(SchedulingLoopTest, PluginsRollingToStateVersion2MidBurstOnEqualSizeGpusFailNoPod) {
-  std::mt19937 random(5);
-  LoopTiming timing;
-  timing.seed = 5;
-  timing.assume_for = 1s;
-  SchedulingCluster cluster(3, /*use_extender=*/true, "t4x2-equal-size", timing);
-  ASSERT_TRUE(cluster.Settle());
-  for (size_t wave = 0; wave < cluster.nodes().size(); ++wave) {
-    SCOPED_TRACE("wave " + std::to_string(wave));
-    cluster.Submit(Burst(random, 20, "roll-" + std::to_string(wave) + "-", 2));
-    cluster.ScheduleAndAdmit([&](size_t cycle) {
-      if (cycle == 7 && wave == 1) cluster.RestartExtender(1);
-    });
-    ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
-    ASSERT_TRUE(cluster.Settle());
-    cluster.nodes()[wave]->RestartPlugin(2);
-    ASSERT_TRUE(cluster.Settle());
-  }
-  ASSERT_TRUE(cluster.Settle());
-  std::this_thread::sleep_for(timing.assume_for);
-  ScheduleUntilStable(cluster);
-  ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
-  ExpectPendingFitNowhere(cluster);
-  // Types of one size on one GPU: 222 (T4-1B) with 230 (T4-1Q), 223 (T4-2B) with 231 (T4-2Q).
-  bool shared = false;
-  for (auto& node : cluster.nodes()) {
-    std::map<std::string, std::set<std::string>> types_on_gpu;
-    Result<mdev::Inventory> inventory = node->sim().node().Scan();
-    ASSERT_TRUE(inventory.ok());
-    for (const mdev::Vgpu& vgpu : inventory->vgpus) {
-      types_on_gpu[vgpu.physical_gpu].insert(vgpu.type_id);
-    }
-    for (const auto& [gpu, types] : types_on_gpu) shared = shared || types.size() > 1;
-  }
-  EXPECT_TRUE(shared) << "no GPU carries two types of one size: the size lock was not used";
 }
 
 }  // namespace
