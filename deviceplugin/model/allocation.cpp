@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "common/clock.h"
@@ -87,6 +88,29 @@ Result<const Device*> Lookup(const DeviceCatalogue& catalogue, const std::string
   return d;
 }
 
+// kubelet picks from the last list pushed to it, and a list can lose an ID it still holds: when a
+// shared count shrinks (equal-size mode: a vGPU of another type of the size was made), the
+// catalogue keeps the IDs listed longest and drops the newest. While the GPU still has a free
+// device of the type, the ID kubelet picked takes that room under its own name: the kernel counts
+// vGPUs per type and parent, not our slot numbers. Never the room of an ID the request names, nor
+// room another stand-in of the request took.
+std::optional<Device> StandIn(const DeviceCatalogue& catalogue, const std::string& resource,
+                              const std::string& id, const std::set<std::string>& requested,
+                              std::set<std::string>& rooms_taken) {
+  for (const Device& d : catalogue.Devices(resource)) {
+    if (!d.healthy || d.ours || d.vgpu_exists) continue;
+    if (requested.contains(d.id) || rooms_taken.contains(d.id)) continue;
+    std::optional<DeviceKey> key = ParseDeviceId(id, d.key.parent, d.key.type_id);
+    if (!key) continue;
+    rooms_taken.insert(d.id);
+    Device stand_in = d;
+    stand_in.id = id;
+    stand_in.key = *key;
+    return stand_in;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Status CheckRequestShape(const std::string& resource,
@@ -118,6 +142,9 @@ Result<ContainerPlans> PlanAllocation(const DeviceCatalogue& catalogue, const No
   if (!catalogue.Knows(resource)) return Invalid("unknown resource " + LogSafe(resource));
   ContainerPlans plans;
   std::set<std::string> seen;
+  std::set<std::string> requested;
+  for (const auto& ids : containers) requested.insert(ids.begin(), ids.end());
+  std::set<std::string> rooms_taken;
   for (size_t i = 0; i < containers.size(); ++i) {
     if (containers[i].empty()) {
       return Invalid("container request " + std::to_string(i) + " for " + resource +
@@ -127,8 +154,12 @@ Result<ContainerPlans> PlanAllocation(const DeviceCatalogue& catalogue, const No
     for (const std::string& id : containers[i]) {
       if (!seen.insert(id).second) return Invalid("device " + LogSafe(id) + " is requested twice");
       Result<const Device*> device = Lookup(catalogue, resource, id);
-      if (!device.ok()) return device.status();
-      const Device& d = **device;
+      std::optional<Device> stand_in;
+      if (!device.ok() && device.status().code() == ErrorCode::kNoRoom) {
+        stand_in = StandIn(catalogue, resource, id, requested, rooms_taken);
+      }
+      if (!device.ok() && !stand_in) return device.status();
+      const Device& d = stand_in ? *stand_in : **device;
       const mdev::Parent* parent = state.inventory().FindParent(d.key.parent);
       AllocationPlan plan{d, parent->flavour, parent->physical_gpu, std::nullopt, std::nullopt};
       if (d.ours && d.vgpu_exists) {

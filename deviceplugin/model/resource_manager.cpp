@@ -262,11 +262,18 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateLocked(
     // The wire lists do not change: the devices stay listed and healthy, now ours. Marked in
     // place (no rebuild on the request path); the rescan the caller asks for reads the kernel's
     // counts, including the lock of other types, and pushes what changed.
+    bool stand_in = false;
     for (const ContainerAllocation& container : answers) {
-      for (const AllocatedVgpu& v : container.vgpus)
+      for (const AllocatedVgpu& v : container.vgpus) {
+        stand_in = stand_in || catalogue_.Find(resource, v.device_id) == nullptr;
         catalogue_.MarkAllocated(resource, v.device_id);
+      }
     }
-    if (observer_ != nullptr) observer_->OnDevices(catalogue_.Counts());
+    if (stand_in) {
+      Rebuild();  // an ID kubelet held took a listed device's room: the lists change
+    } else if (observer_ != nullptr) {
+      observer_->OnDevices(catalogue_.Counts());
+    }
   }
   return answers;
 }

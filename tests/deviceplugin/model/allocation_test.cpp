@@ -81,9 +81,10 @@ TEST(AllocationPlanTest, UnknownRepeatedAndNoLongerFreeIdsAreToldApart) {
   EXPECT_EQ(unknown.status().code(), ErrorCode::kInvalid);
   auto twice = node.Plan({{kId0}, {kId0}});
   EXPECT_NE(twice.status().message().find("requested twice"), std::string::npos);
-  // The GPU filled up after kubelet got the list with slot 1 in it.
+  // The GPU filled up after kubelet got the list with slot 1 in it. (Had it room left, the ID
+  // would take that room: ResourceManagerTest.AnIdDroppedByASharedCountStillGetsTheRoomItsGpuHas.)
   mdev::Inventory full = node.state.inventory();
-  full.parents[0].types[0].available_instances = 1;
+  full.parents[0].types[0].available_instances = 0;
   node.state.ReplaceInventory(full);
   node.catalogue.Rebuild(node.state.inventory(), node.state.records(), ModelOptions{});
   auto gone = node.Plan({{kId1}});

@@ -209,6 +209,46 @@ TEST(ResourceManagerTest, PreferredAllocationRightAfterALockSendsAnotherTypeToAF
   EXPECT_TRUE(allocated.ok()) << allocated.status().ToString();
 }
 
+// Found by the scheduling loop (tests/extender/state_roll_test): in equal-size mode a vGPU of one
+// type shrinks the shared count of every type of its size, so their lists drop an ID; kubelet,
+// still on the list pushed before, may pick that very ID. While the GPU has room for the type,
+// the ID takes that room; once the size is full, it is refused as no longer free.
+TEST(ResourceManagerTest, AnIdDroppedByASharedCountStillGetsTheRoomItsGpuHas) {
+  Fixture f("t4x2-equal-size");
+  const std::string gpu0 = f.sim.gpu(0);
+  const std::string r222 = "tencent.com/vgpu-222", r230 = "tencent.com/vgpu-230";
+  const std::vector<std::string> kubelet_list = IdsOf(f.Devices(r222));
+  ASSERT_TRUE(f.manager.Allocate(r230, {{gpu0 + "-nvidia-230-0"}}).ok());
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  std::string dropped;
+  for (const std::string& id : kubelet_list) {
+    const std::vector<std::string> now = IdsOf(f.Devices(r222));
+    if (std::find(now.begin(), now.end(), id) == now.end()) dropped = id;
+  }
+  ASSERT_EQ(dropped.rfind(gpu0, 0), 0u) << "a 1 GiB vGPU on GPU 0 shrinks 222's count there";
+
+  auto allocated = f.manager.Allocate(r222, {{dropped}});
+  ASSERT_TRUE(allocated.ok()) << allocated.status().ToString();
+  EXPECT_EQ(allocated->at(0).vgpus.at(0).device_id, dropped);
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  EXPECT_EQ(CountOn(f.Devices(r222), gpu0), 15u) << "14 free + the one made under the old ID";
+
+  // Fill the size: 14 more 1 GiB vGPUs; an ID dropped now has no room behind it.
+  for (uint32_t i = 1; i <= 14; ++i) {
+    ASSERT_TRUE(f.manager.Allocate(r230, {{gpu0 + "-nvidia-230-" + std::to_string(i)}}).ok()) << i;
+  }
+  ASSERT_TRUE(f.manager.Refresh().ok());
+  EXPECT_EQ(CountOn(f.Devices(r222), gpu0), 1u) << "only the 222 made stays listed";
+  std::string full;
+  for (const std::string& id : kubelet_list) {
+    if (id != dropped && id.rfind(gpu0, 0) == 0) full = id;
+  }
+  auto refused = f.manager.Allocate(r222, {{full}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kNoRoom) << refused.status().ToString();
+  EXPECT_EQ(f.sim.model().VgpuIds().size(), 16u) << "nothing made past the size's 16";
+}
+
 // Found by the scheduling loop (tests/extender): a request for several devices right after a lock,
 // on a type with few instances, must still be sent to the free GPU.
 TEST(ResourceManagerTest, AMultiDeviceRequestRightAfterALockGoesToTheFreeGpu) {

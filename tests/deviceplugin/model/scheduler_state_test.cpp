@@ -105,6 +105,34 @@ TEST(SchedulerStateTest, AnEqualSizeGpuPublishesItsModeTheSizeItIsLockedToAndEac
   EXPECT_EQ(b.resources.at(k223).framebuffer_mib, 2048u);
 }
 
+// Between an Allocate and the rescan the inventory holds the new vGPU but the catalogue the
+// kernel's counts from before it: a sibling type of the same size must not offer the capacity the
+// new vGPU took (the extender would send a pod the kernel refuses); a locked-out type keeps the
+// kernel's count, the lock already says it cannot go.
+TEST(SchedulerStateTest, AVgpuMadeSinceTheLastScanTakesItsCapacityFromTypesOfItsSize) {
+  mdev::Inventory inv;
+  // Scanned with one 222 on A: 15 more 1 GiB vGPUs, of either type. Each 1 GiB type allows 16.
+  inv.parents = {SizedT4(kGpuA, 15, 15, 0)};
+  for (mdev::VgpuType& type : inv.parents[0].types) {
+    type.nvidia->max_instance = type.id == "nvidia-223" ? 8 : 16;
+  }
+  inv.vgpus = {VgpuOn("u0", kGpuA, "nvidia-222")};
+  DeviceCatalogue catalogue;
+  CreatedVgpu first = Record222(kGpuA + "-nvidia-222-0", "u0", kGpuA);
+  catalogue.Rebuild(inv, {first}, ModelOptions{});
+  const GpuRules rules(inv, OccupancySetting::kAuto);
+  ASSERT_EQ(rules.OccupancyOf(kGpuA), scheduling::Occupancy::kEqualSize);
+  // Then Allocate makes a 225 (NodeState::VgpuCreated): no rescan yet.
+  inv.vgpus.push_back(VgpuOn("u1", kGpuA, "nvidia-225"));
+  inv.parents[0].types[1].available_instances = 14;
+
+  scheduling::NodeVgpuState state = BuildSchedulerState(inv, {first}, catalogue, rules, false);
+  const scheduling::GpuSlots& a = Gpu(state, kGpuA);
+  EXPECT_EQ(a.resources.at(k222).free, 14u) << "16 allowed, two 1 GiB vGPUs made";
+  EXPECT_EQ(a.resources.at("tencent.com/vgpu-225").free, 14u);
+  EXPECT_FALSE(a.resources.contains(k223)) << "the kernel lists no 2 GiB type there";
+}
+
 TEST(SchedulerStateTest, GpusWithoutNvidiasRulesSaySo) {
   mdev::Inventory inv;
   mdev::Parent mtty = GpuParent("mtty");
