@@ -53,8 +53,8 @@ struct ServiceMetrics {
           .Register(*registry);
 
   void Observe(const std::string& path, int status, std::chrono::nanoseconds took) {
-    static const std::set<std::string> kPaths = {"/filter", "/prioritize", "/bind", "/healthz",
-                                                 "/readyz"};
+    static const std::set<std::string> kPaths = {"/filter",  "/prioritize", "/bind",
+                                                 "/preempt", "/healthz",    "/readyz"};
     const std::string label = kPaths.contains(path) ? path : "other";
     requests.Add({{"path", label}, {"code", std::to_string(status)}}).Increment();
     seconds
@@ -164,7 +164,7 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
   if (!shell.ok()) return shell.status();
   impl->shell = std::move(*shell);
   impl->Watch();
-  spdlog::info("scheduler extender on port {} (filter, prioritize{}), policy {}",
+  spdlog::info("scheduler extender on port {} (filter, prioritize, preempt{}), policy {}",
                impl->shell->port(), options.bind ? ", bind" : "",
                scheduling::PolicyName(options.extender.fit.policy));
   return std::unique_ptr<Service>(new Service(std::move(impl)));

@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <condition_variable>
+#include <csignal>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -167,9 +168,30 @@ TEST_F(ServiceTest, ServesTheVerbsOverHttpsOnceItFollowsTheApiServer) {
                                       "/api/v1/namespaces/ml/pods/train/binding"}))
       << "the bind is recorded on the Node, then bound";
 
+  // ExtenderPreemptionArgs as kube-scheduler sends it with nodeCacheCapable (types.go): n2 has no
+  // GPU offering 222 and is dropped; n1 fits the pod already and keeps its victims.
+  const json preempt = {{"Pod", Train()},
+                        {"NodeNameToVictims", nullptr},
+                        {"NodeNameToMetaVictims",
+                         {{"n1", {{"Pods", {{{"UID", "v1"}}}}, {"NumPDBViolations", 0}}},
+                          {"n2", {{"Pods", {{{"UID", "v2"}}}}, {"NumPDBViolations", 0}}}}}};
+  auto preempted = client->Post("/preempt", preempt.dump(), "application/json");
+  ASSERT_TRUE(preempted);
+  ASSERT_EQ(preempted->status, 200) << preempted->body;
+  EXPECT_EQ(json::parse(preempted->body),
+            json::parse(R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"v1"}],
+                                                             "NumPDBViolations":0}}})"));
+  auto malformed = client->Post("/preempt", R"({"Pod":{}})", "application/json");
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+
   const std::string metrics = (*service)->Metrics();
   EXPECT_NE(
       metrics.find("kvgpu_scheduler_extender_requests_total{code=\"200\",path=\"/filter\"} 1"),
+      std::string::npos)
+      << metrics;
+  EXPECT_NE(
+      metrics.find("kvgpu_scheduler_extender_requests_total{code=\"400\",path=\"/preempt\"} 1"),
       std::string::npos)
       << metrics;
   (*service)->Stop();
@@ -233,8 +255,9 @@ TEST_F(ServiceTest, WithAClientCaTheVerbsRefuseACallerWithoutACertificateAndTheP
   const json args = {{"Pod", Train()}, {"Nodes", nullptr}, {"NodeNames", {"n1"}}};
   const json binding = {
       {"PodName", "train"}, {"PodNamespace", "ml"}, {"PodUID", "u1"}, {"Node", "n1"}};
-  for (const auto& [path, body] :
-       {std::pair{"/filter", args}, std::pair{"/prioritize", args}, std::pair{"/bind", binding}}) {
+  const json preempt = {{"Pod", Train()}, {"NodeNameToMetaVictims", json::object()}};
+  for (const auto& [path, body] : {std::pair{"/filter", args}, std::pair{"/prioritize", args},
+                                   std::pair{"/bind", binding}, std::pair{"/preempt", preempt}}) {
     auto refused = anonymous->Post(path, body.dump(), "application/json");
     ASSERT_TRUE(refused) << path;
     EXPECT_EQ(refused->status, 403) << path;
@@ -251,6 +274,34 @@ TEST_F(ServiceTest, WithAClientCaTheVerbsRefuseACallerWithoutACertificateAndTheP
   ASSERT_TRUE(filtered);
   EXPECT_EQ(filtered->status, 200);
   EXPECT_EQ(json::parse(filtered->body)["NodeNames"], json::array({"n1"}));
+  (*service)->Stop();
+  runner.join();
+}
+
+// A client cannot make the extender hold more than the body limit (32 MiB: ExtenderArgs of 5,000
+// whole Nodes): a longer body is refused from its Content-Length and the verbs keep serving.
+TEST_F(ServiceTest, ABodyOverTheLimitIsRefusedAndTheServiceKeepsServing) {
+  auto service = Service::Create(Options());
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::thread runner([&] { (*service)->Run(); });
+  std::unique_ptr<httplib::SSLClient> client = Client((*service)->port());
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] {
+    auto ready = client->Get("/readyz");
+    return ready && ready->status == 200;
+  }));
+  // The server answers 413 and closes while the client still writes: that write must fail, not
+  // end the test process.
+  std::signal(SIGPIPE, SIG_IGN);
+  auto big = client->Post("/preempt", std::string((32u << 20) + 1, ' '), "application/json");
+  if (big) {  // else the server closed before the body was all sent
+    EXPECT_EQ(big->status, 413);
+  }
+  std::unique_ptr<httplib::SSLClient> next = Client((*service)->port());
+  const json preempt = {{"Pod", Train()}, {"NodeNameToMetaVictims", json::object()}};
+  auto answered = next->Post("/preempt", preempt.dump(), "application/json");
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(answered->status, 200);
+  EXPECT_EQ(json::parse(answered->body), json::parse(R"({"NodeNameToMetaVictims":{}})"));
   (*service)->Stop();
   runner.join();
 }
