@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <csignal>
 #include <fstream>
@@ -15,6 +16,8 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "extender/coverage.h"
+#include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/eventually.h"
 #include "fakes/common/http_request.h"
 #include "fakes/common/temp_dir.h"
@@ -304,6 +307,52 @@ TEST_F(ServiceTest, ABodyOverTheLimitIsRefusedAndTheServiceKeepsServing) {
   EXPECT_EQ(json::parse(answered->body), json::parse(R"({"NodeNameToMetaVictims":{}})"));
   (*service)->Stop();
   runner.join();
+}
+
+// With --scheduler-config, a node advertising a vGPU resource kube-scheduler does not send to the
+// extender gets a Warning Event (posted to the API server off the watch's thread).
+TEST_F(ServiceTest, ANodeAdvertisingAnUnmanagedResourceGetsAnEvent) {
+  Write(dir_.path() / "scheduler.yaml",
+        "extenders:\n- urlPrefix: https://x\n  managedResources:\n  - name: " + std::string(k222) +
+            "\n");
+  json node = WholeNode("n3", NodeOf({T4("a")}, UnixNowMs()));
+  node["status"]["allocatable"] = {{k222, "16"}, {"tencent.com/vgpu-999", "4"}};
+  QuietCluster cluster(json::array({node}), json::array());
+  ServiceOptions options = Options();
+  options.api = &cluster;
+  options.scheduler_config = (dir_.path() / "scheduler.yaml").string();
+  auto service = Service::Create(options);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::thread runner([&] { (*service)->Run(); });
+  EXPECT_TRUE(kvgpu::testing::Eventually([&] {
+    const auto posts = cluster.posts();
+    return std::count(posts.begin(), posts.end(), "/api/v1/namespaces/default/events") == 1;
+  })) << "one Event for n3's vgpu-999";
+  (*service)->Stop();
+  runner.join();
+}
+
+// The Event as the API server stores it: a core/v1 Event about the Node, in "default" (where
+// kubelet puts Node Events), that `kubectl describe node` shows.
+TEST(CoverageEventTest, TheEventReachesTheApiServerAsACoreV1EventOnTheNode) {
+  kvgpu::testing::FakeApiServer server;
+  ASSERT_TRUE(server.Start());
+  auto api = kube::ApiClient::Create(server.ClientConfig());
+  ASSERT_TRUE(api.ok()) << api.status().ToString();
+  kube::ApiEventRecorder events(**api, "kvgpu-scheduler-extender", "extender-0");
+  prometheus::Registry registry;
+  Coverage coverage({k222}, "tencent.com/vgpu-", registry, &events);
+  coverage.SyncNodes({{{"metadata", {{"name", "gpu-1"}}},
+                       {"status", {{"allocatable", {{"tencent.com/vgpu-999", "4"}}}}}}});
+  const std::vector<json> stored = server.events();
+  ASSERT_EQ(stored.size(), 1u);
+  const json& event = stored[0];
+  EXPECT_EQ(event["metadata"]["namespace"], "default");
+  EXPECT_EQ(event["involvedObject"]["kind"], "Node");
+  EXPECT_EQ(event["involvedObject"]["name"], "gpu-1");
+  EXPECT_EQ(event["reason"], "VgpuResourceBypassesExtender");
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_NE(event["message"].get<std::string>().find("tencent.com/vgpu-999"), std::string::npos);
 }
 
 TEST_F(ServiceTest, AStartWithoutUsableTlsFilesFailsWithTheReason) {
