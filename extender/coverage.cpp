@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include "common/log_safe.h"
 
 namespace kvgpu::extender {
@@ -48,14 +50,20 @@ std::set<std::string> AdvertisedResources(const nlohmann::json& node, const std:
 }
 
 Coverage::Coverage(std::set<std::string> managed, std::string prefix,
-                   prometheus::Registry& registry)
+                   prometheus::Registry& registry, kube::EventRecorder* events, EventBudget budget,
+                   Clock now)
     : managed_(std::move(managed)),
       prefix_(std::move(prefix)),
       gauge_(prometheus::BuildGauge()
                  .Name("kvgpu_scheduler_extender_unmanaged_resource_nodes")
                  .Help("Nodes advertising a vGPU resource that kube-scheduler's managedResources "
                        "does not send to the extender, by resource")
-                 .Register(registry)) {}
+                 .Register(registry)),
+      events_(events),
+      budget_(budget),
+      now_(now ? std::move(now) : Clock([] { return std::chrono::steady_clock::now(); })),
+      tokens_(budget.burst),
+      refilled_(now_()) {}
 
 void Coverage::Record(const nlohmann::json& node) {
   std::set<std::string> missing;
@@ -67,18 +75,22 @@ void Coverage::Record(const nlohmann::json& node) {
 }
 
 void Coverage::SyncNodes(const std::vector<nlohmann::json>& nodes) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   unmanaged_by_node_.clear();
   for (const nlohmann::json& node : nodes) Record(node);
-  Publish();
+  std::vector<Pending> pending = Publish();
+  lock.unlock();
+  Post(pending);
 }
 
 void Coverage::NodeChanged(kube::WatchEventType type, const nlohmann::json& node) {
   const std::string name = node.value("/metadata/name"_json_pointer, std::string());
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   unmanaged_by_node_.erase(name);
   if (type != kube::WatchEventType::kDeleted) Record(node);
-  Publish();
+  std::vector<Pending> pending = Publish();
+  lock.unlock();
+  Post(pending);
 }
 
 std::map<std::string, std::set<std::string>> Coverage::Unmanaged() const {
@@ -90,7 +102,48 @@ std::map<std::string, std::set<std::string>> Coverage::Unmanaged() const {
   return out;
 }
 
-void Coverage::Publish() {
+bool Coverage::TakeToken() {
+  const auto now = now_();
+  if (budget_.every.count() > 0 && now > refilled_) {
+    const double earned = std::chrono::duration<double>(now - refilled_) /
+                          std::chrono::duration<double>(budget_.every);
+    tokens_ = std::min(static_cast<double>(budget_.burst), tokens_ + earned);
+  }
+  refilled_ = now;
+  if (tokens_ < 1) return false;
+  tokens_ -= 1;
+  return true;
+}
+
+void Coverage::Post(const std::vector<Pending>& pending) {
+  for (const Pending& p : pending) {
+    const Status sent = events_->Record(
+        kube::ObjectRef::Node(p.node), kube::EventType::kWarning, kBypassReason,
+        "this node advertises " + p.resource +
+            ", which kube-scheduler's managedResources does not send to the kata-vgpu scheduler "
+            "extender: pods asking for it are placed on counts alone and kubelet may fail them; "
+            "add it to managedResources");
+    if (!sent.ok()) {
+      spdlog::warn("Event {} on node {}: {}", kBypassReason, LogSafe(p.node), sent.message());
+    }
+  }
+}
+
+std::vector<Coverage::Pending> Coverage::Publish() {
+  std::vector<Pending> pending;
+  if (events_ != nullptr) {
+    std::erase_if(told_, [&](const auto& pair) {
+      auto it = unmanaged_by_node_.find(pair.first);
+      return it == unmanaged_by_node_.end() || !it->second.contains(pair.second);
+    });
+    for (const auto& [node, resources] : unmanaged_by_node_) {
+      for (const std::string& resource : resources) {
+        if (told_.contains({node, resource}) || !TakeToken()) continue;
+        told_.insert({node, resource});
+        pending.push_back({node, resource});
+      }
+    }
+  }
   std::map<std::string, double> counts;
   for (const std::string& resource : labelled_) counts[resource] = 0;
   for (const auto& [node, resources] : unmanaged_by_node_) {
@@ -109,6 +162,7 @@ void Coverage::Publish() {
     gauge_.Add({{"resource", resource}}).Set(count);
     labelled_.insert(resource);
   }
+  return pending;
 }
 
 }  // namespace kvgpu::extender

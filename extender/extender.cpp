@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "common/clock.h"
 #include "common/log_safe.h"
+#include "extender/preemption.h"
 
 namespace kvgpu::extender {
 
@@ -175,6 +178,66 @@ json Extender::Bind(const json& body) {
   return BindingResult("");
 }
 
+namespace {
+
+// The victims as the view knows them on `node`: the pods it counts there, by UID, else a pod sent
+// whole with its own demand. A UID it does not know frees nothing it could count.
+std::vector<BoundPod> VictimsOn(const std::string& node, const NodeVictims& victims,
+                                const std::vector<BoundPod>& bound, const std::string& prefix) {
+  std::vector<BoundPod> out;
+  for (const Victim& victim : victims.pods) {
+    const std::string uid = PeerName(victim.uid);
+    auto known = std::find_if(bound.begin(), bound.end(),
+                              [&](const BoundPod& pod) { return pod.uid == uid; });
+    if (known != bound.end()) {
+      out.push_back(*known);
+    } else if (victim.pod) {
+      Result<std::vector<scheduling::Demand>> demand = PodDemand(*victim.pod, prefix);
+      if (!demand.ok()) continue;
+      BoundPod pod;
+      pod.uid = uid;
+      pod.key = victim.pod->Key();
+      pod.node = node;
+      pod.demand = std::move(*demand);
+      out.push_back(std::move(pod));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<json> Extender::Preempt(const json& body) {
+  Result<PreemptionArgs> args = ParsePreemptionArgs(body);
+  if (!args.ok()) return args.status();
+  Result<std::vector<scheduling::Demand>> demand = PodDemand(args->pod, options_.resource_prefix);
+  if (!demand.ok()) return demand.status();
+  if (demand->empty()) return PreemptionResult(args->nodes);  // not ours to judge
+  const int64_t now = now_();
+  const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode(now);
+  const std::vector<BoundPod> none;
+  std::map<std::string, NodeVictims> kept;
+  for (const auto& [node, victims] : args->nodes) {
+    // kube-scheduler fails the whole preemption on a node answered without victims.
+    if (victims.pods.empty()) continue;
+    const auto here = bound.find(node);
+    const std::vector<BoundPod>& on_node = here != bound.end() ? here->second : none;
+    const auto state = view_.State(node);
+    const NodeVerdict verdict = JudgePreemption(
+        state.get(), on_node, VictimsOn(node, victims, on_node, options_.resource_prefix),
+        args->pod.uid, *demand, now, options_.fit);
+    if (verdict.kind == NodeVerdict::Kind::kFits) {
+      kept.emplace(node, victims);
+    } else {
+      spdlog::debug("preempt pod={} drops node {}: {}", LogSafe(args->pod.Key()), LogSafe(node),
+                    verdict.reason);
+    }
+  }
+  spdlog::debug("preempt pod={} nodes={} kept={}", LogSafe(args->pod.Key()), args->nodes.size(),
+                kept.size());
+  return PreemptionResult(kept);
+}
+
 https::HttpResponse Extender::Handle(const https::HttpRequest& request) {
   auto text = [](int status, std::string body) {
     return https::HttpResponse{status, "text/plain; charset=utf-8", std::move(body)};
@@ -183,6 +246,16 @@ https::HttpResponse Extender::Handle(const https::HttpRequest& request) {
   if (request.method == "GET" && request.path == "/readyz") {
     return view_.Following() ? text(200, "ok")
                              : text(503, "not following the API server's nodes and pods yet");
+  }
+  if (request.path == "/preempt") {
+    if (request.method != "POST") return text(405, "POST only");
+    json body = json::parse(request.body, nullptr, false);
+    if (body.is_discarded()) return text(400, "the body is not JSON");
+    // ExtenderPreemptionResult has no error field: kube-scheduler takes a status other than 200
+    // as the extender's error.
+    Result<json> result = Preempt(body);
+    if (!result.ok()) return text(400, result.status().message());
+    return {200, "application/json", result->dump()};
   }
   using Verb = json (Extender::*)(const json&);
   Verb verb = nullptr;

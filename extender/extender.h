@@ -46,9 +46,13 @@ class Extender {
   nlohmann::json Filter(const nlohmann::json& body);
   nlohmann::json Prioritize(const nlohmann::json& body);
   nlohmann::json Bind(const nlohmann::json& body);
+  // ExtenderPreemptionResult: the candidate nodes where the victims make room for the pod's
+  // vGPUs (preemption.h), each with the victims kube-scheduler chose, unchanged; a pod without
+  // vGPUs gets every node back as sent. kInvalid for arguments of another shape.
+  Result<nlohmann::json> Preempt(const nlohmann::json& body);
 
-  // POST /filter, /prioritize, /bind (JSON); GET /healthz (the process), /readyz (following the
-  // API server's nodes and pods).
+  // POST /filter, /prioritize, /bind, /preempt (JSON; /preempt answers 400 to bad arguments); GET
+  // /healthz (the process), /readyz (following the API server's nodes and pods).
   https::HttpResponse Handle(const https::HttpRequest& request);
 
  private:

@@ -62,6 +62,28 @@ Result<BindingArgs> ParseBindingArgs(const nlohmann::json& body);
 // ExtenderBindingResult; an empty message is success.
 nlohmann::json BindingResult(const std::string& error);
 
+// ExtenderPreemptionArgs / ExtenderPreemptionResult (types.go). kube-scheduler sends its victims
+// per node as whole pods in NodeNameToVictims, or, with nodeCacheCapable, as UIDs in
+// NodeNameToMetaVictims; the answer is always NodeNameToMetaVictims. Victims come most important
+// first (SelectVictimsOnNode sorts them so), and the answer keeps that order.
+struct Victim {
+  std::string uid;  // as sent, for the answer
+  // The pod, when it was sent whole (NodeNameToVictims).
+  std::optional<kube::PodInfo> pod;
+};
+struct NodeVictims {
+  std::vector<Victim> pods;
+  int64_t num_pdb_violations = 0;
+};
+struct PreemptionArgs {
+  kube::PodInfo pod;
+  std::map<std::string, NodeVictims> nodes;
+  bool meta = false;  // NodeNameToMetaVictims was sent
+};
+// kInvalid, naming what is wrong, for anything but the documented shape.
+Result<PreemptionArgs> ParsePreemptionArgs(const nlohmann::json& body);
+nlohmann::json PreemptionResult(const std::map<std::string, NodeVictims>& nodes);
+
 // The pod's vGPU demand per container, in the order kubelet admits them, for resources starting
 // with `prefix`: each app container's own, and before them the part of an init container's
 // demand that the app containers do not cover (kubelet hands init containers' devices on to the

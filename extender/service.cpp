@@ -14,6 +14,7 @@
 #include "extender/coverage.h"
 #include "https/http_server.h"
 #include "kube/config.h"
+#include "kube/events.h"
 #include "kube/list_watch.h"
 
 namespace kvgpu::extender {
@@ -53,8 +54,8 @@ struct ServiceMetrics {
           .Register(*registry);
 
   void Observe(const std::string& path, int status, std::chrono::nanoseconds took) {
-    static const std::set<std::string> kPaths = {"/filter", "/prioritize", "/bind", "/healthz",
-                                                 "/readyz"};
+    static const std::set<std::string> kPaths = {"/filter",  "/prioritize", "/bind",
+                                                 "/preempt", "/healthz",    "/readyz"};
     const std::string label = kPaths.contains(path) ? path : "other";
     requests.Add({{"path", label}, {"code", std::to_string(status)}}).Increment();
     seconds
@@ -71,6 +72,10 @@ struct Service::Impl {
   std::unique_ptr<kube::ApiClient> own_api;
   kube::ApiTransport* api = nullptr;
   std::unique_ptr<ClusterView> view;
+  // Node Events from coverage, posted on their own thread so a slow API server never holds up
+  // the Node watch.
+  std::unique_ptr<kube::ApiEventRecorder> api_events;
+  std::unique_ptr<kube::AsyncEventRecorder> events;
   std::unique_ptr<Coverage> coverage;
   std::unique_ptr<Extender> extender;
   std::unique_ptr<kube::ListWatcher> nodes;
@@ -139,8 +144,13 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
       return Status::Error(ErrorCode::kConfig, "--scheduler-config " + options.scheduler_config +
                                                    ": " + managed.status().message());
     }
-    impl->coverage = std::make_unique<Coverage>(
-        std::move(*managed), options.extender.resource_prefix, *impl->metrics.registry);
+    const char* host = std::getenv("HOSTNAME");
+    impl->api_events = std::make_unique<kube::ApiEventRecorder>(
+        *impl->api, "kvgpu-scheduler-extender", host != nullptr ? host : "");
+    impl->events = std::make_unique<kube::AsyncEventRecorder>(*impl->api_events, 64);
+    impl->coverage =
+        std::make_unique<Coverage>(std::move(*managed), options.extender.resource_prefix,
+                                   *impl->metrics.registry, impl->events.get());
   }
   impl->extender =
       std::make_unique<Extender>(*impl->view, options.extender, options.bind ? impl->api : nullptr);
@@ -164,7 +174,7 @@ Result<std::unique_ptr<Service>> Service::Create(ServiceOptions options) {
   if (!shell.ok()) return shell.status();
   impl->shell = std::move(*shell);
   impl->Watch();
-  spdlog::info("scheduler extender on port {} (filter, prioritize{}), policy {}",
+  spdlog::info("scheduler extender on port {} (filter, prioritize, preempt{}), policy {}",
                impl->shell->port(), options.bind ? ", bind" : "",
                scheduling::PolicyName(options.extender.fit.policy));
   return std::unique_ptr<Service>(new Service(std::move(impl)));

@@ -159,6 +159,8 @@ class SchedulingCluster {
   // Binds the extender refused (the pod went back to the queue).
   size_t RefusedBinds() const { return refused_binds_; }
   std::vector<std::unique_ptr<GpuNode>>& nodes() { return nodes_; }
+  // The API server's Node objects (what an extender's Node watch lists).
+  const NodeObjects& api() const { return api_; }
   // Whether the kernel of some node can still make `count` vGPUs of `resource` - read from the
   // simulated kernels alone (each GPU: free, or locked to the type with instances left), as an
   // oracle independent of the extender and the plugin.

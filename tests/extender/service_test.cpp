@@ -7,13 +7,17 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <csignal>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "common/clock.h"
+#include "extender/coverage.h"
+#include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/eventually.h"
 #include "fakes/common/http_request.h"
 #include "fakes/common/temp_dir.h"
@@ -167,9 +171,30 @@ TEST_F(ServiceTest, ServesTheVerbsOverHttpsOnceItFollowsTheApiServer) {
                                       "/api/v1/namespaces/ml/pods/train/binding"}))
       << "the bind is recorded on the Node, then bound";
 
+  // ExtenderPreemptionArgs as kube-scheduler sends it with nodeCacheCapable (types.go): n2 has no
+  // GPU offering 222 and is dropped; n1 fits the pod already and keeps its victims.
+  const json preempt = {{"Pod", Train()},
+                        {"NodeNameToVictims", nullptr},
+                        {"NodeNameToMetaVictims",
+                         {{"n1", {{"Pods", {{{"UID", "v1"}}}}, {"NumPDBViolations", 0}}},
+                          {"n2", {{"Pods", {{{"UID", "v2"}}}}, {"NumPDBViolations", 0}}}}}};
+  auto preempted = client->Post("/preempt", preempt.dump(), "application/json");
+  ASSERT_TRUE(preempted);
+  ASSERT_EQ(preempted->status, 200) << preempted->body;
+  EXPECT_EQ(json::parse(preempted->body),
+            json::parse(R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"v1"}],
+                                                             "NumPDBViolations":0}}})"));
+  auto malformed = client->Post("/preempt", R"({"Pod":{}})", "application/json");
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+
   const std::string metrics = (*service)->Metrics();
   EXPECT_NE(
       metrics.find("kvgpu_scheduler_extender_requests_total{code=\"200\",path=\"/filter\"} 1"),
+      std::string::npos)
+      << metrics;
+  EXPECT_NE(
+      metrics.find("kvgpu_scheduler_extender_requests_total{code=\"400\",path=\"/preempt\"} 1"),
       std::string::npos)
       << metrics;
   (*service)->Stop();
@@ -233,8 +258,9 @@ TEST_F(ServiceTest, WithAClientCaTheVerbsRefuseACallerWithoutACertificateAndTheP
   const json args = {{"Pod", Train()}, {"Nodes", nullptr}, {"NodeNames", {"n1"}}};
   const json binding = {
       {"PodName", "train"}, {"PodNamespace", "ml"}, {"PodUID", "u1"}, {"Node", "n1"}};
-  for (const auto& [path, body] :
-       {std::pair{"/filter", args}, std::pair{"/prioritize", args}, std::pair{"/bind", binding}}) {
+  const json preempt = {{"Pod", Train()}, {"NodeNameToMetaVictims", json::object()}};
+  for (const auto& [path, body] : {std::pair{"/filter", args}, std::pair{"/prioritize", args},
+                                   std::pair{"/bind", binding}, std::pair{"/preempt", preempt}}) {
     auto refused = anonymous->Post(path, body.dump(), "application/json");
     ASSERT_TRUE(refused) << path;
     EXPECT_EQ(refused->status, 403) << path;
@@ -253,6 +279,80 @@ TEST_F(ServiceTest, WithAClientCaTheVerbsRefuseACallerWithoutACertificateAndTheP
   EXPECT_EQ(json::parse(filtered->body)["NodeNames"], json::array({"n1"}));
   (*service)->Stop();
   runner.join();
+}
+
+// A client cannot make the extender hold more than the body limit (32 MiB: ExtenderArgs of 5,000
+// whole Nodes): a longer body is refused from its Content-Length and the verbs keep serving.
+TEST_F(ServiceTest, ABodyOverTheLimitIsRefusedAndTheServiceKeepsServing) {
+  auto service = Service::Create(Options());
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::thread runner([&] { (*service)->Run(); });
+  std::unique_ptr<httplib::SSLClient> client = Client((*service)->port());
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] {
+    auto ready = client->Get("/readyz");
+    return ready && ready->status == 200;
+  }));
+  // The server answers 413 and closes while the client still writes: that write must fail, not
+  // end the test process.
+  std::signal(SIGPIPE, SIG_IGN);
+  auto big = client->Post("/preempt", std::string((32u << 20) + 1, ' '), "application/json");
+  if (big) {  // else the server closed before the body was all sent
+    EXPECT_EQ(big->status, 413);
+  }
+  std::unique_ptr<httplib::SSLClient> next = Client((*service)->port());
+  const json preempt = {{"Pod", Train()}, {"NodeNameToMetaVictims", json::object()}};
+  auto answered = next->Post("/preempt", preempt.dump(), "application/json");
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(answered->status, 200);
+  EXPECT_EQ(json::parse(answered->body), json::parse(R"({"NodeNameToMetaVictims":{}})"));
+  (*service)->Stop();
+  runner.join();
+}
+
+// With --scheduler-config, a node advertising a vGPU resource kube-scheduler does not send to the
+// extender gets a Warning Event (posted to the API server off the watch's thread).
+TEST_F(ServiceTest, ANodeAdvertisingAnUnmanagedResourceGetsAnEvent) {
+  Write(dir_.path() / "scheduler.yaml",
+        "extenders:\n- urlPrefix: https://x\n  managedResources:\n  - name: " + std::string(k222) +
+            "\n");
+  json node = WholeNode("n3", NodeOf({T4("a")}, UnixNowMs()));
+  node["status"]["allocatable"] = {{k222, "16"}, {"tencent.com/vgpu-999", "4"}};
+  QuietCluster cluster(json::array({node}), json::array());
+  ServiceOptions options = Options();
+  options.api = &cluster;
+  options.scheduler_config = (dir_.path() / "scheduler.yaml").string();
+  auto service = Service::Create(options);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  std::thread runner([&] { (*service)->Run(); });
+  EXPECT_TRUE(kvgpu::testing::Eventually([&] {
+    const auto posts = cluster.posts();
+    return std::count(posts.begin(), posts.end(), "/api/v1/namespaces/default/events") == 1;
+  })) << "one Event for n3's vgpu-999";
+  (*service)->Stop();
+  runner.join();
+}
+
+// The Event as the API server stores it: a core/v1 Event about the Node, in "default" (where
+// kubelet puts Node Events), that `kubectl describe node` shows.
+TEST(CoverageEventTest, TheEventReachesTheApiServerAsACoreV1EventOnTheNode) {
+  kvgpu::testing::FakeApiServer server;
+  ASSERT_TRUE(server.Start());
+  auto api = kube::ApiClient::Create(server.ClientConfig());
+  ASSERT_TRUE(api.ok()) << api.status().ToString();
+  kube::ApiEventRecorder events(**api, "kvgpu-scheduler-extender", "extender-0");
+  prometheus::Registry registry;
+  Coverage coverage({k222}, "tencent.com/vgpu-", registry, &events);
+  coverage.SyncNodes({{{"metadata", {{"name", "gpu-1"}}},
+                       {"status", {{"allocatable", {{"tencent.com/vgpu-999", "4"}}}}}}});
+  const std::vector<json> stored = server.events();
+  ASSERT_EQ(stored.size(), 1u);
+  const json& event = stored[0];
+  EXPECT_EQ(event["metadata"]["namespace"], "default");
+  EXPECT_EQ(event["involvedObject"]["kind"], "Node");
+  EXPECT_EQ(event["involvedObject"]["name"], "gpu-1");
+  EXPECT_EQ(event["reason"], "VgpuResourceBypassesExtender");
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_NE(event["message"].get<std::string>().find("tencent.com/vgpu-999"), std::string::npos);
 }
 
 TEST_F(ServiceTest, AStartWithoutUsableTlsFilesFailsWithTheReason) {
