@@ -53,7 +53,7 @@ ClusterView::Parsed ClusterView::Parse(std::string text) {
 
 void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
   // Parsed before the lock: a relist of thousands of nodes would hold up the requests.
-  std::map<std::string, Parsed> annotations;
+  std::unordered_map<std::string, Parsed> annotations;
   std::vector<std::pair<std::string, std::optional<std::string>>> ledgers;
   for (const nlohmann::json& node : nodes) {
     auto parsed = NameAndAnnotation(node);

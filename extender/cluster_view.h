@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -102,9 +103,10 @@ class ClusterView {
     NodeState state;
   };
   static Parsed Parse(std::string text);
-  std::map<std::string, Parsed> annotations_;  // node -> vGPU-state text, parsed
+  // Looked up once per node per request: hashed, not ordered (node names share long prefixes).
+  std::unordered_map<std::string, Parsed> annotations_;  // node -> vGPU-state text, parsed
   // node -> the last text a request sent that the watch did not show, parsed
-  std::map<std::string, Parsed> sent_;
+  std::unordered_map<std::string, Parsed> sent_;
   std::map<std::string, BoundPod> pods_;  // by uid
   // The bind ledger of each node as the node watch last showed it.
   std::map<std::string, std::vector<LedgerEntry>> ledgers_;

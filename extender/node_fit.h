@@ -58,8 +58,10 @@ class FitMemo {
     scheduling::Policy policy;
     NodeVerdict verdict;
   };
-  // Pod shapes remembered per state, the oldest replaced.
-  static constexpr size_t kEntries = 8;
+  // Pod shapes remembered per state, the oldest replaced. Enough for a pod of each type a GPU
+  // model offers (a T4 has 17, an H200 a few more): with fewer, a mix of types evicts every
+  // verdict before it is asked for again (8 made a 12-type burst judge most nodes afresh).
+  static constexpr size_t kEntries = 24;
   mutable std::mutex mutex_;
   // Hashes of the entries' demand and policy, side by side: most entries are passed over on
   // these alone, without following the entries' pointers.
