@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "common/log_safe.h"
 #include "deviceplugin/dra/device_name.h"
 #include "deviceplugin/model/failpoint.h"
 
@@ -93,7 +94,8 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
   if (!resolved.ok()) return {{}, resolved.status().message()};
   Result<std::vector<PreparedDevice>> prepared = PrepareLocked(ref, std::move(resolved).value());
   if (!prepared.ok()) {
-    spdlog::warn("dra prepare claim={} failed: {}", ClaimName(ref), prepared.status().message());
+    spdlog::warn("dra prepare claim={} failed: {}", ClaimName(ref),
+                 LogSafe(prepared.status().message()));
     return {{}, prepared.status().message()};
   }
   spdlog::info("dra prepared claim={} devices={}", ClaimName(ref), prepared.value().size());
@@ -177,7 +179,8 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
   if (Status erased = store_.Erase(ref.uid); !erased.ok()) {
     return "vGPUs removed, checkpoint not updated: " + erased.message();
   }
-  spdlog::info("dra unprepared claim={}", ClaimName(ref));
+  // The recorded claim passed CheckClaimRef when it was prepared; kubelet's reference here did not.
+  spdlog::info("dra unprepared claim={}", ClaimName({claim->namespace_, claim->uid, claim->name}));
   return "";
 }
 

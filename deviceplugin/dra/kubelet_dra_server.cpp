@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "common/log_safe.h"
 #include "kubelet/dra/v1/api.grpc.pb.h"
 #include "kubelet/dra/v1beta1/api.grpc.pb.h"
 #include "kubelet/pluginregistration/v1/api.grpc.pb.h"
@@ -102,8 +103,8 @@ class RegistrationService final : public reg::Registration::Service {
     if (status->plugin_registered()) {
       spdlog::info("dra kubelet registered driver={}", driver_);
     } else {
-      // Bounded: kubelet's message goes to the log, and a forged one cannot flood it.
-      spdlog::error("dra kubelet refused driver={}: {}", driver_, status->error().substr(0, 1024));
+      // Escaped and bounded: a peer's text must not forge or flood log lines.
+      spdlog::error("dra kubelet refused driver={}: {}", driver_, LogSafe(status->error()));
     }
     report_({status->plugin_registered(), status->error().substr(0, 1024)});
     return grpc::Status::OK;
