@@ -381,6 +381,7 @@ void Daemon::Stop() {
     manager_->SetRefreshRequester(nullptr);
   }
   if (dra_.server) dra_.server->Stop();
+  if (dra_.manager) dra_.manager->SetRefreshRequester(nullptr);
   if (registrar_) registrar_->Stop();
   spdlog::info("stopped");
 }
@@ -419,6 +420,12 @@ Status Daemon::ServeDra() {
   dra_.manager = std::make_unique<ResourceManager>(*dra_.view, model, *dra_.model_store,
                                                    *dra_.holders, &metrics_);
   if (Status started = dra_.manager->Start(); !started.ok()) return started;
+  // As for the device plugin: the rescan after a create runs on the rescan loop, after the answer.
+  dra_.manager->SetRefreshRequester([this] {
+    int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
+    int64_t none = 0;
+    if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
+  });
   dra_.plugin = std::make_unique<dra::DraPlugin>(
       *dra_.manager, *dra_.claims, *api,
       dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name)});

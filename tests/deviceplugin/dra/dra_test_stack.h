@@ -27,12 +27,12 @@ inline constexpr const char* kDraNode = "node-a";
 
 struct DraStack {
   DraStack(mdev::Backend& raw, std::set<std::string> dra_gpus, const std::filesystem::path& dir,
-           kube::ApiTransport& api, bool serve)
+           kube::ApiTransport& api, bool serve, deviceplugin::ManagerObserver* observer = nullptr)
       : filter(raw, std::move(dra_gpus), true),
         model_store(MakeDir(dir / "state" / "model")),
         claims(dir / "state"),
         holders(claims),
-        manager(filter, Options(dir), model_store, holders),
+        manager(filter, Options(dir), model_store, holders, observer),
         plugin(manager, claims, api, {kDraDriver, deviceplugin::dra::DraPoolName(kDraNode)}) {
     Check(claims.Load());
     Check(manager.Start());
