@@ -70,12 +70,17 @@ TEST(DraPreparedStore, RepeatedUidIsCorrupt) {
 
 TEST(DraPreparedStore, AFailedSaveKeepsTheOldEntry) {
   testing::TempDir dir;
-  std::filesystem::path blocked = dir.path() / "blocked";
-  std::ofstream(blocked) << "a file where the directory should be";
-  PreparedStore store(blocked / "sub");
+  PreparedStore store(dir.path());
   ASSERT_TRUE(store.Load().ok());
-  EXPECT_FALSE(store.Put(Claim("u1", false)).ok());
-  EXPECT_FALSE(store.Find("u1"));
+  ASSERT_TRUE(store.Put(Claim("u1", false)).ok());
+  // A directory where the file is: the rename of every later save fails (also for root).
+  std::filesystem::remove(store.file());
+  std::filesystem::create_directories(store.file() / "x");
+  EXPECT_FALSE(store.Put(Claim("u1", true)).ok());
+  EXPECT_FALSE(store.Put(Claim("u2", false)).ok());
+  EXPECT_FALSE(store.Erase("u1").ok());
+  EXPECT_EQ(store.Find("u1"), Claim("u1", false));
+  EXPECT_FALSE(store.Find("u2"));
 }
 
 }  // namespace
