@@ -224,6 +224,21 @@ TEST_F(DraFlowTest, ForeignVgpusAreNeverTouched) {
   EXPECT_EQ(ids[0], foreign.value().id);
 }
 
+TEST_F(DraFlowTest, ARestartedKubeletFindsThePluginAndItsPreparedClaims) {
+  DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0))});
+  auto first = kubelet_.Prepare({c});
+  ASSERT_EQ(first["uid-1"].error, "");
+  // A new kubelet process: it scans plugins_registry afresh and sends its checkpointed claims.
+  DraTestKubelet restarted(dir_.path() / "kubelet");
+  ASSERT_TRUE(restarted.Register(kDraDriver));
+  auto again = restarted.Prepare({c});
+  ASSERT_EQ(again["uid-1"].error, "");
+  EXPECT_EQ(again["uid-1"].devices[0].cdi_device_ids, first["uid-1"].devices[0].cdi_device_ids);
+  EXPECT_EQ(Vgpus(), 1u);
+  EXPECT_EQ(restarted.Unprepare({c})["uid-1"], "");
+  EXPECT_EQ(Vgpus(), 0u);
+}
+
 TEST_F(DraFlowTest, RemovedRegistrationSocketIsServedAgain) {
   std::filesystem::remove(dir_.path() / "kubelet/plugins_registry" /
                           (std::string(kDraDriver) + "-reg.sock"));
