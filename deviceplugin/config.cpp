@@ -6,6 +6,7 @@
 #include <cctype>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -153,6 +154,20 @@ Status AbsolutePath(const std::string& value) {
 Status LibvirtUri(const std::string& value) {
   if (value.find(":/") != std::string::npos) return Status::Ok();
   return Invalid("\"" + value + "\" is not a libvirt URI (like qemu:///system)");
+}
+
+// "0000:3b:00.0": domain, bus, device, function in lower-case hex, as sysfs names PCI devices.
+Status PciAddress(const std::string& value) {
+  static const std::regex kPci("^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]$");
+  if (std::regex_match(value, kPci)) return Status::Ok();
+  return Invalid("\"" + value + "\" is not a PCI address like 0000:3b:00.0");
+}
+
+// A DRA driver name is a DNS subdomain of at most 63 characters (resource.k8s.io/v1
+// ResourceSlice spec.driver).
+Status DraDriverName(const std::string& value) {
+  if (value.size() > 63) return Invalid("\"" + value + "\" is longer than 63 characters");
+  return ValidateDomain(value);
 }
 
 Status LogLevel(const std::string& value) {
@@ -321,6 +336,33 @@ const std::vector<KeyRow>& KeyTable() {
            [](const std::string& v) {
              return v == "1" || v == "2" ? Status::Ok() : Invalid("\"" + v + "\" is not 1 or 2");
            })},
+      // DRA front end (docs/dra-kubelet-plugin.md).
+      {"dra", "", {"the DRA kubelet plugin: GPUs served through DRA instead"}, {}},
+      {"dra.gpus",
+       "[0000:3b:00.0]",
+       {"these GPUs (PCI address; the PF for SR-IOV) are served through",
+        "DRA; the device plugin never offers them"},
+       [](const YAML::Node& node, const std::string& key, Config& config) {
+         Result<std::vector<std::string>> v = StringList(node, key);
+         if (!v.ok()) return v.status();
+         for (const std::string& gpu : *v) {
+           if (Status ok = PciAddress(gpu); !ok.ok()) {
+             return Invalid("config key " + key + ": " + ok.message());
+           }
+         }
+         config.dra.gpus = *v;
+         return Status::Ok();
+       }},
+      {"dra.allGPUs",
+       "false",
+       {"every GPU through DRA (the device plugin offers none)"},
+       BoolInto([](Config& c) -> bool& { return c.dra.all_gpus; })},
+      {"dra.driverName",
+       "vgpu.kata.tencent.com",
+       {"the DRA driver name (kubelet registration, ResourceSlices)"},
+       StringInto(
+           [](Config& c, const std::string& v) { return c.dra.driver_name = v, Status::Ok(); },
+           DraDriverName)},
   };
   return kRows;
 }
@@ -359,6 +401,9 @@ Status ApplySection(const YAML::Node& map, const std::string& section, Config& c
 Status CheckTogether(const Config& config) {
   if (config.scheduler_state.heartbeat < config.scheduler_state.min_interval) {
     return Invalid("config key schedulerState.heartbeat: must be at least minInterval");
+  }
+  if (config.dra.all_gpus && !config.dra.gpus.empty()) {
+    return Invalid("config: dra.allGPUs and dra.gpus exclude each other");
   }
   // A pinned type that the allow-list hides could never be offered: say so now.
   if (!config.allowed_types.empty()) {

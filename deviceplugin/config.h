@@ -40,6 +40,17 @@ struct SchedulerStateConfig {
   bool operator==(const SchedulerStateConfig&) const = default;
 };
 
+// The DRA kubelet plugin front end (docs/dra-kubelet-plugin.md): which GPUs it serves instead of
+// the device plugin (one mode per GPU), and the driver name it registers and publishes under.
+struct DraConfig {
+  std::vector<std::string> gpus;  // PCI addresses (the PF for SR-IOV GPUs)
+  bool all_gpus = false;
+  std::string driver_name = "vgpu.kata.tencent.com";  // dra/device_name.h kDefaultDraDriverName
+
+  bool enabled() const { return all_gpus || !gpus.empty(); }
+  bool operator==(const DraConfig&) const = default;
+};
+
 // The process's options: the model's own (model_options.h, handed to it by slicing: it never sees
 // the rest) and what the daemon's loops and publishers need.
 struct Config : ModelOptions {
@@ -49,6 +60,7 @@ struct Config : ModelOptions {
   std::string log_level = "info";
   LifecycleConfig lifecycle;
   SchedulerStateConfig scheduler_state;
+  DraConfig dra;
 };
 
 // Parses YAML text. Unknown keys, wrong types and contradictions are errors naming the key; the

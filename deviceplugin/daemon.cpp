@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "common/clock.h"
+#include "deviceplugin/dra/device_name.h"
 #include "deviceplugin/lifecycle/state_rebuild.h"
 
 namespace kvgpu::deviceplugin {
@@ -153,6 +154,7 @@ Status Daemon::Start() {
   if (status.ok()) status = StartManager(*store);
   if (status.ok()) status = ServeMetrics();
   if (status.ok()) status = ServeDevicePlugins();
+  if (status.ok()) status = ServeDra();
   if (!status.ok()) return status;
   WatchKernel();
   StartLicensing();
@@ -170,6 +172,13 @@ Status Daemon::Discover() {
   auto backend = mdev::MakeBackend(options_.config.backend, options_.args.sysfs_root, *io);
   if (!backend.ok()) return backend.status();
   backend_ = std::move(*backend);
+  const DraConfig& dra = options_.config.dra;
+  if (dra.enabled()) {
+    // allGPUs: the device plugin keeps the empty list, DRA hides the empty list.
+    std::set<std::string> gpus(dra.gpus.begin(), dra.gpus.end());
+    dp_view_ = std::make_unique<dra::GpuFilterBackend>(*backend_, gpus, dra.all_gpus);
+    dra_.view = std::make_unique<dra::GpuFilterBackend>(*backend_, gpus, !dra.all_gpus);
+  }
   spdlog::info("vGPU backend {}{}", backend_->Name(),
                options_.config.backend.name == "libvirt"
                    ? " at " + options_.config.backend.libvirt_uri
@@ -198,8 +207,9 @@ ModelOptions PlacementAsPublished(const Config& config) {
 }  // namespace
 
 Status Daemon::StartManager(StateStore& store) {
-  manager_ = std::make_unique<ResourceManager>(*backend_, PlacementAsPublished(options_.config),
-                                               store, *tracker_, &metrics_);
+  mdev::Backend& view = dp_view_ ? static_cast<mdev::Backend&>(*dp_view_) : *backend_;
+  manager_ = std::make_unique<ResourceManager>(view, PlacementAsPublished(options_.config), store,
+                                               *tracker_, &metrics_);
   Status started = manager_->Start();
   if (!started.ok()) return started;
   ReportBackend();  // a backend away since the start shows in the metrics (and alert) at once
@@ -370,8 +380,57 @@ void Daemon::Stop() {
     manager_->SetChangeListener(nullptr);
     manager_->SetRefreshRequester(nullptr);
   }
+  if (dra_.server) dra_.server->Stop();
+  if (dra_.manager) dra_.manager->SetRefreshRequester(nullptr);
   if (registrar_) registrar_->Stop();
   spdlog::info("stopped");
+}
+
+// The DRA front end: its own model over the DRA GPUs, its record and the claim checkpoint in the
+// plugin's directory under kubelet's (so both go with the node's kubelet state), CDI always on
+// (DRA hands devices to the runtime by CDI id only), the CDI kind under the driver's name so its
+// spec files never collide with the device plugin's.
+Status Daemon::ServeDra() {
+  const DraConfig& dra = options_.config.dra;
+  if (!dra.enabled()) return Status::Ok();
+  kube::ApiTransport* api = options_.api;
+  if (api == nullptr) {
+    if (!api_) {
+      if (Status connected = ConnectApi(); !connected.ok()) return connected;
+    }
+    api = api_.get();
+  }
+  if (api == nullptr || options_.args.node_name.empty()) {
+    return Status::Error(ErrorCode::kConfig,
+                         "config dra needs the API server (--kubeconfig or in-cluster) and "
+                         "--node-name: a claim's devices are read from the API server");
+  }
+  dra::DraServerOptions server{options_.args.kubelet_dir, dra.driver_name};
+  const std::filesystem::path dir = dra::DraPluginDir(server);
+  std::error_code ec;
+  std::filesystem::create_directories(dir / "model", ec);
+  if (ec) return Status::Error(ErrorCode::kIo, "create " + dir.string() + ": " + ec.message());
+  dra_.model_store = std::make_unique<JsonFileStateStore>(dir / "model");
+  dra_.claims = std::make_unique<dra::PreparedStore>(dir);
+  if (Status loaded = dra_.claims->Load(); !loaded.ok()) return loaded;
+  dra_.holders = std::make_unique<dra::PreparedClaimHolders>(*dra_.claims);
+  ModelOptions model = PlacementAsPublished(options_.config);
+  model.naming.domain = dra.driver_name;
+  model.cdi_enabled = true;
+  dra_.manager = std::make_unique<ResourceManager>(*dra_.view, model, *dra_.model_store,
+                                                   *dra_.holders, &metrics_);
+  if (Status started = dra_.manager->Start(); !started.ok()) return started;
+  // As for the device plugin: the rescan after a create runs on the rescan loop, after the answer.
+  dra_.manager->SetRefreshRequester([this] {
+    int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
+    int64_t none = 0;
+    if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
+  });
+  dra_.plugin = std::make_unique<dra::DraPlugin>(
+      *dra_.manager, *dra_.claims, *api,
+      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name)});
+  dra_.server = std::make_unique<dra::KubeletDraServer>(*dra_.plugin, server);
+  return dra_.server->Start();
 }
 
 std::set<std::string> Daemon::Registered() const {
@@ -415,6 +474,7 @@ void Daemon::RescanLoop() {
     if (refresh_requested_.exchange(false) || allocate_due || now >= next_rescan) {
       rescan_started_ = now.time_since_epoch().count();
       (void)manager_->Refresh();
+      if (dra_.manager) (void)dra_.manager->Refresh();
       ReportBackend();
       CheckReadiness();
       registrar_->EnsureServers(manager_->Resources());

@@ -16,6 +16,10 @@
 
 #include "deviceplugin/cli.h"
 #include "deviceplugin/config.h"
+#include "deviceplugin/dra/dra_plugin.h"
+#include "deviceplugin/dra/gpu_filter_backend.h"
+#include "deviceplugin/dra/kubelet_dra_server.h"
+#include "deviceplugin/dra/prepared_store.h"
 #include "deviceplugin/kubelet/plugin_server.h"
 #include "deviceplugin/kubelet/registrar.h"
 #include "deviceplugin/kubelet/socket_watch.h"
@@ -84,6 +88,8 @@ class Daemon {
   void Stop();
 
   ResourceManager& manager() { return *manager_; }
+  // The DRA front end's model; nullptr unless config dra serves some GPU.
+  ResourceManager* dra_manager() { return dra_.manager.get(); }
   Lifecycle& lifecycle() { return *lifecycle_; }
   Metrics& metrics() { return metrics_; }
   // Resources currently registered with kubelet.
@@ -110,6 +116,8 @@ class Daemon {
   void StartLicensing();
   void PublishSchedulerState();
   void StartLoops();
+  // The DRA front end (docs/dra-kubelet-plugin.md), when config dra names GPUs.
+  Status ServeDra();
 
   DaemonOptions options_;
   std::unique_ptr<mdev::SysfsIo> own_io_;
@@ -139,6 +147,19 @@ class Daemon {
   DirWatcher watcher_;
 
   std::unique_ptr<Registrar> registrar_;
+
+  // --- DRA front end: one mode per GPU. The device plugin's model sees the backend through
+  // dp_view_ (without DRA's GPUs), DRA's model through its own view (only them). ---
+  std::unique_ptr<dra::GpuFilterBackend> dp_view_;
+  struct DraFrontEnd {
+    std::unique_ptr<dra::GpuFilterBackend> view;
+    std::unique_ptr<JsonFileStateStore> model_store;
+    std::unique_ptr<dra::PreparedStore> claims;
+    std::unique_ptr<dra::PreparedClaimHolders> holders;
+    std::unique_ptr<ResourceManager> manager;
+    std::unique_ptr<dra::DraPlugin> plugin;
+    std::unique_ptr<dra::KubeletDraServer> server;
+  } dra_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> refresh_requested_{false};

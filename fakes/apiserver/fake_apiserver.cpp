@@ -563,6 +563,7 @@ void FakeApiServer::Route(httplib::Server& server) {
               });
   RoutePods(server);
   RouteNodes(server);
+  RouteResourceClaims(server);
 }
 
 void FakeApiServer::SetNode(nlohmann::json node) {
@@ -739,6 +740,46 @@ void FakeApiServer::RouteNodes(httplib::Server& server) {
     Reply(res, 200, it->second);
     changed_.notify_all();
   });
+}
+
+void FakeApiServer::SetResourceClaim(nlohmann::json claim) {
+  std::lock_guard lock(mutex_);
+  claim["metadata"]["resourceVersion"] = std::to_string(++version_);
+  const std::string key =
+      claim["metadata"].value("namespace", "") + "/" + claim["metadata"].value("name", "");
+  resource_claims_[key] = std::move(claim);
+}
+
+void FakeApiServer::DeleteResourceClaim(const std::string& ns, const std::string& name) {
+  std::lock_guard lock(mutex_);
+  resource_claims_.erase(ns + "/" + name);
+}
+
+int FakeApiServer::resource_claim_gets() const {
+  std::lock_guard lock(mutex_);
+  return resource_claim_gets_;
+}
+
+void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
+  server.Get(R"(/apis/resource.k8s.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               const std::string ns = req.matches[1];
+               const std::string name = req.matches[2];
+               nlohmann::json found;
+               {
+                 std::lock_guard lock(mutex_);
+                 ++resource_claim_gets_;
+                 const auto it = resource_claims_.find(ns + "/" + name);
+                 if (it != resource_claims_.end()) found = it->second;
+               }
+               if (found.is_null()) {
+                 Reply(res, 404,
+                       Status(404, "NotFound",
+                              "resourceclaims.resource.k8s.io \"" + name + "\" not found"));
+                 return;
+               }
+               Reply(res, 200, found);
+             });
 }
 
 }  // namespace kvgpu::testing

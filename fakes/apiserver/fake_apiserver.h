@@ -98,6 +98,13 @@ class FakeApiServer {
   nlohmann::json node(const std::string& name) const;  // null when there is none
   int node_patches() const;
 
+  // ResourceClaims (resource.k8s.io/v1), for DRA kubelet plugins: GET
+  // /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name> answers what was set, 404
+  // with a Status otherwise. Counted, so a test can see whether a plugin read one again.
+  void SetResourceClaim(nlohmann::json claim);
+  void DeleteResourceClaim(const std::string& ns, const std::string& name);
+  int resource_claim_gets() const;
+
   // Pods that clients create and delete by name. Without hooks a created pod stays Pending and a
   // deleted one is gone at once (MODIFIED with deletionTimestamp, then DELETED). With them the
   // test is kubelet: `created` is told of each pod once stored (on the request's thread: hand
@@ -151,6 +158,7 @@ class FakeApiServer {
   void RoutePods(httplib::Server& server);
   void CreatePod(const httplib::Request& req, httplib::Response& res);
   void RouteNodes(httplib::Server& server);
+  void RouteResourceClaims(httplib::Server& server);
   void Notify();
   static bool Matches(const nlohmann::json& pod, const std::string& node);
   // The watch event for `change` as seen by a watch of `node`, or empty.
@@ -183,6 +191,8 @@ class FakeApiServer {
   std::vector<nlohmann::json> events_;
   std::map<std::string, nlohmann::json> nodes_;  // by name
   int node_patches_ = 0;
+  std::map<std::string, nlohmann::json> resource_claims_;  // by namespace/name
+  int resource_claim_gets_ = 0;
   PodHooks hooks_;
   std::map<std::string, std::string> logs_;  // by namespace/name
 };

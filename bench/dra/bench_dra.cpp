@@ -1,0 +1,175 @@
+// DRA kubelet plugin benchmark on a simulated t4x2 (both GPUs in DRA mode): NodePrepareResources
+// of a one-device claim through gRPC v1 on the plugin's unix socket, one kept connection as
+// kubelet keeps it, p50/p99/max:
+//   first      a new claim: API read, checkpoint, vGPU made, CDI spec, checkpoint again; the
+//              kernel's create time (the model's observer) subtracted
+//   again      the same claim sent again (answered from the checkpoint)
+// The claim is read from an in-memory API (`memory`) or from the fake API server over HTTPS
+// (`https`, a new TLS connection per read as the client makes it). Every claim is unprepared
+// after it is measured (not timed), so the node never fills.
+//
+// Usage: kvgpu-bench-dra [iterations [memory|https]]   (default 500 memory)
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "fakes/apiserver/fake_apiserver.h"
+#include "fakes/common/sim_node.h"
+#include "fakes/common/temp_dir.h"
+#include "kubelet/dra/v1/api.grpc.pb.h"
+#include "tests/deviceplugin/dra/dra_test_stack.h"
+
+namespace kvgpu::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace drav1 = k8s::io::kubelet::pkg::apis::dra::v1;
+
+class KernelClock : public deviceplugin::ManagerObserver {
+ public:
+  void OnVgpuCreated(const std::string&, std::chrono::nanoseconds took, bool) override {
+    kernel += took;
+  }
+  std::chrono::nanoseconds kernel{0};
+};
+
+// Claims by path, for the in-memory API.
+class MemoryClaims : public kube::ApiTransport {
+ public:
+  Result<nlohmann::json> Get(const std::string& path, Canceller*) override {
+    std::lock_guard lock(mutex_);
+    auto it = claims_.find(path);
+    if (it == claims_.end()) return Status::Error(ErrorCode::kHttp, "not found", 0);
+    return it->second;
+  }
+  Result<nlohmann::json> Post(const std::string&, const nlohmann::json&, Canceller*) override {
+    return Status::Error(ErrorCode::kConfig, "not supported");
+  }
+  Result<nlohmann::json> Patch(const std::string&, const nlohmann::json&, const std::string&,
+                               Canceller*) override {
+    return Status::Error(ErrorCode::kConfig, "not supported");
+  }
+  Status Stream(const std::string&, std::chrono::milliseconds, const std::function<void()>&,
+                const std::function<bool(std::string_view)>&, Canceller*) override {
+    return Status::Error(ErrorCode::kConfig, "not supported");
+  }
+  void Set(nlohmann::json claim) {
+    std::lock_guard lock(mutex_);
+    const auto& m = claim["metadata"];
+    claims_["/apis/resource.k8s.io/v1/namespaces/" + m["namespace"].get<std::string>() +
+            "/resourceclaims/" + m["name"].get<std::string>()] = claim;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, nlohmann::json> claims_;
+};
+
+struct Stats {
+  double p50 = 0, p99 = 0, max = 0;
+};
+
+Stats Summarize(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  auto at = [&](double q) {
+    return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1))];
+  };
+  return {at(0.5), at(0.99), us.back()};
+}
+
+int Run(int iterations, bool https) {
+  spdlog::set_level(spdlog::level::warn);
+  SimNode sim("t4x2");
+  TempDir dir;
+  MemoryClaims memory;
+  FakeApiServer server;
+  std::unique_ptr<kube::ApiClient> client;
+  kube::ApiTransport* api = &memory;
+  if (https) {
+    if (!server.Start()) return 1;
+    auto made = kube::ApiClient::Create(server.ClientConfig());
+    if (!made.ok()) return 1;
+    client = std::move(made).value();
+    api = client.get();
+  }
+  KernelClock kernel;
+  DraStack stack(sim.node(), {sim.gpu(0), sim.gpu(1)}, dir.path(), *api, true, &kernel);
+  // As the daemon does (daemon.cpp ServeDra): the rescan after a create runs after the answer;
+  // here between iterations, untimed.
+  std::atomic<bool> rescan{false};
+  stack.manager.SetRefreshRequester([&] { rescan = true; });
+  const deviceplugin::dra::DraServerOptions sockets{dir.path() / "kubelet", kDraDriver};
+  auto channel =
+      grpc::CreateChannel("unix://" + deviceplugin::dra::DraPluginSocket(sockets).string(),
+                          grpc::InsecureChannelCredentials());
+  auto stub = drav1::DRAPlugin::NewStub(channel);
+
+  std::vector<double> first, again;
+  for (int i = 0; i < iterations; ++i) {
+    const std::string uid = "uid-" + std::to_string(i), name = "c" + std::to_string(i);
+    const uint32_t slot = static_cast<uint32_t>(i % 16);
+    nlohmann::json claim = MakeAllocatedClaim(
+        "ns", name, uid, {{"gpu", kDraDriver, kDraNode, DraName(sim.gpu(0), "nvidia-222", slot)}});
+    if (https) {
+      server.SetResourceClaim(claim);
+    } else {
+      memory.Set(claim);
+    }
+    drav1::NodePrepareResourcesRequest request;
+    auto* c = request.add_claims();
+    c->set_namespace_("ns");
+    c->set_uid(uid);
+    c->set_name(name);
+    for (int round = 0; round < 2; ++round) {
+      drav1::NodePrepareResourcesResponse response;
+      grpc::ClientContext context;
+      auto kernel_before = kernel.kernel;
+      auto start = Clock::now();
+      grpc::Status status = stub->NodePrepareResources(&context, request, &response);
+      auto took = Clock::now() - start - (kernel.kernel - kernel_before);
+      if (!status.ok() || !response.claims().at(uid).error().empty()) {
+        std::fprintf(stderr, "prepare %s failed: %s %s\n", uid.c_str(),
+                     status.error_message().c_str(), response.claims().at(uid).error().c_str());
+        return 1;
+      }
+      double us = std::chrono::duration<double, std::micro>(took).count();
+      (round == 0 ? first : again).push_back(us);
+    }
+    if (rescan.exchange(false)) (void)stack.manager.Refresh();
+    drav1::NodeUnprepareResourcesRequest unprepare;
+    *unprepare.add_claims() = *c;
+    drav1::NodeUnprepareResourcesResponse unprepared;
+    grpc::ClientContext context;
+    if (!stub->NodeUnprepareResources(&context, unprepare, &unprepared).ok() ||
+        !unprepared.claims().at(uid).error().empty()) {
+      std::fprintf(stderr, "unprepare %s failed\n", uid.c_str());
+      return 1;
+    }
+  }
+  for (auto& [what, samples] : {std::pair{"first prepare (kernel create excluded)", &first},
+                                std::pair{"prepare again (from the checkpoint)", &again}}) {
+    Stats s = Summarize(*samples);
+    std::printf("%-40s %-6s n=%zu  p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", what,
+                https ? "https" : "memory", samples->size(), s.p50, s.p99, s.max);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvgpu::testing
+
+int main(int argc, char** argv) {
+  int iterations = argc > 1 ? std::atoi(argv[1]) : 500;
+  std::string mode = argc > 2 ? argv[2] : "memory";
+  if (iterations < 2 || (mode != "memory" && mode != "https")) {
+    std::fprintf(stderr, "usage: kvgpu-bench-dra [iterations >= 2 [memory|https]]\n");
+    return 2;
+  }
+  return kvgpu::testing::Run(iterations, mode == "https");
+}

@@ -1,0 +1,69 @@
+// The DRA front end's work, without gRPC: NodePrepareResources and NodeUnprepareResources of one
+// claim each, over the same model the device plugin uses (resource_manager.h), a model that sees
+// only the GPUs DRA serves (gpu_filter_backend.h).
+//
+// Prepare: the claim's results for our driver and pool are read from the API server
+// (claim_reader.h), their DRA names resolved to the model's device IDs (device_name.h), the claim
+// recorded (prepared_store.h) and only then each vGPU created through the model's Allocate, which
+// also writes the CDI spec; the claim is then marked prepared with its CDI device IDs. A claim
+// already prepared is answered from the record, without the API server. Unprepare removes the
+// vGPUs recorded for the claim, then forgets it; an unknown claim is already unprepared.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/dra/claim_reader.h"
+#include "deviceplugin/dra/prepared_store.h"
+#include "deviceplugin/model/holders.h"
+#include "deviceplugin/model/resource_manager.h"
+#include "kube/api_client.h"
+
+namespace kvgpu::deviceplugin::dra {
+
+struct DraPluginOptions {
+  std::string driver;  // the DRA driver name (ResourceSlice spec.driver)
+  std::string pool;    // this node's pool (device_name.h DraPoolName)
+};
+
+// The DRA model's holders: a vGPU is held while a claim in the store names its device ID, so a
+// re-sent prepare gets that same vGPU back; a record no claim names is free to be made anew.
+class PreparedClaimHolders : public HolderOracle {
+ public:
+  explicit PreparedClaimHolders(const PreparedStore& store) : store_(store) {}
+  Verdict Check(const CreatedVgpu& vgpu) override;
+
+ private:
+  const PreparedStore& store_;
+};
+
+struct PrepareAnswer {
+  std::vector<PreparedDevice> devices;
+  std::string error;  // non-empty: the claim is not prepared (kubelet retries)
+};
+
+class DraPlugin {
+ public:
+  DraPlugin(ResourceManager& manager, PreparedStore& store, kube::ApiTransport& api,
+            DraPluginOptions options);
+
+  PrepareAnswer Prepare(const ClaimRef& ref);
+  // Empty when the claim's vGPUs are gone and the claim forgotten.
+  std::string Unprepare(const ClaimRef& ref);
+
+  const DraPluginOptions& options() const { return options_; }
+
+ private:
+  Result<std::vector<PreparedDevice>> Resolve(const std::vector<AllocatedDevice>& allocated) const;
+  Result<std::vector<PreparedDevice>> PrepareLocked(const ClaimRef& ref,
+                                                    std::vector<PreparedDevice> devices);
+
+  ResourceManager& manager_;
+  PreparedStore& store_;
+  kube::ApiTransport& api_;
+  DraPluginOptions options_;
+  std::mutex mutex_;  // one prepare or unprepare at a time changes the model and the store
+};
+
+}  // namespace kvgpu::deviceplugin::dra

@@ -1,0 +1,60 @@
+// One mode per GPU (deviceplugin/dra/gpu_filter_backend.h): each view shows exactly its GPUs
+// (an SR-IOV GPU's VFs follow their PF), the two views of one node split it without overlap, and a
+// create on a hidden GPU is refused before the kernel is asked.
+#include <gtest/gtest.h>
+
+#include "deviceplugin/dra/gpu_filter_backend.h"
+#include "fakes/common/sim_node.h"
+
+namespace kvgpu::deviceplugin::dra {
+namespace {
+
+std::set<std::string> GpusOf(const mdev::Inventory& inventory) {
+  std::set<std::string> out;
+  for (const mdev::Parent& p : inventory.parents) out.insert(p.physical_gpu);
+  return out;
+}
+
+TEST(DraGpuFilter, TwoViewsSplitTheNodeWithoutOverlap) {
+  testing::SimNode sim("t4x2");
+  GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
+  GpuFilterBackend dp(sim.node(), {sim.gpu(0)}, false);
+  auto dra_view = dra.Scan();
+  auto dp_view = dp.Scan();
+  ASSERT_TRUE(dra_view.ok() && dp_view.ok());
+  EXPECT_EQ(GpusOf(dra_view.value()), std::set<std::string>{sim.gpu(0)});
+  EXPECT_EQ(GpusOf(dp_view.value()), std::set<std::string>{sim.gpu(1)});
+}
+
+TEST(DraGpuFilter, VirtualFunctionsFollowTheirPhysicalGpu) {
+  testing::SimNode sim("a100-sriov");
+  GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
+  auto view = dra.Scan();
+  ASSERT_TRUE(view.ok());
+  ASSERT_FALSE(view.value().parents.empty());
+  bool vf = false;
+  for (const mdev::Parent& p : view.value().parents) {
+    EXPECT_EQ(p.physical_gpu, sim.gpu(0));
+    vf = vf || p.is_virtual_function;
+  }
+  EXPECT_TRUE(vf);
+}
+
+TEST(DraGpuFilter, CreateOnAHiddenGpuIsRefusedAndMakesNothing) {
+  testing::SimNode sim("t4x2");
+  GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
+  ASSERT_TRUE(dra.Scan().ok());
+  auto refused = dra.Create({sim.gpu(1), "nvidia-222", std::nullopt});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalid);
+  EXPECT_TRUE(sim.model().VgpuIds().empty());
+  auto made = dra.Create({sim.gpu(0), "nvidia-222", std::nullopt});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  // A vGPU on the other view's GPU is not in this view at all.
+  GpuFilterBackend dp(sim.node(), {sim.gpu(0)}, false);
+  EXPECT_TRUE(dp.Scan().value().vgpus.empty());
+  EXPECT_EQ(dra.Scan().value().vgpus.size(), 1u);
+}
+
+}  // namespace
+}  // namespace kvgpu::deviceplugin::dra
