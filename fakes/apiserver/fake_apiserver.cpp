@@ -563,6 +563,7 @@ void FakeApiServer::Route(httplib::Server& server) {
               });
   RoutePods(server);
   RouteNodes(server);
+  RouteResourceSlices(server);
 }
 
 void FakeApiServer::SetNode(nlohmann::json node) {
