@@ -2,8 +2,9 @@
 """Judges the ResourceSlices and DeviceClasses the project builds against Kubernetes' own OpenAPI
 schema of resource.k8s.io/v1 (data/SOURCES.md), with tools that share no code with the builder.
 
-Runs DUMP_TOOL into a scratch directory; every object it writes must validate against
-io.k8s.api.resource.v1.{ResourceSlice,DeviceClass} with unknown fields refused (the API server's
+Runs DUMP_TOOL into a scratch directory; every object it writes, and the DRA objects deploy/
+ships (DeviceClasses, the ResourceClaimTemplate examples), must validate against
+io.k8s.api.resource.v1.{ResourceSlice,DeviceClass,ResourceClaimTemplate} with unknown fields refused (the API server's
 strict field validation), as tests/deploy/check_deploy.py validates deploy/. First it proves the
 validator bites: an unknown field, a wrong type and a missing required field must each fail.
 Usage: resource_slices_schema.py DUMP_TOOL OPENAPI_JSON
@@ -17,12 +18,18 @@ import sys
 import tempfile
 
 import jsonschema
+import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy"))
 from check_deploy import strict  # noqa: E402  (the one rule for closing OpenAPI objects)
 
 KINDS = {"ResourceSlice": "io.k8s.api.resource.v1.ResourceSlice",
-         "DeviceClass": "io.k8s.api.resource.v1.DeviceClass"}
+         "DeviceClass": "io.k8s.api.resource.v1.DeviceClass",
+         "ResourceClaimTemplate": "io.k8s.api.resource.v1.ResourceClaimTemplate"}
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+# What deploy/ ships for DRA: the DeviceClasses and the tenants' claim template examples.
+SHIPPED = ["deploy/components/dra/device-classes.yaml",
+           "deploy/components/dra/examples/claim-templates.yaml"]
 
 
 def validators(openapi_path):
@@ -53,6 +60,12 @@ def main():
         for path in sorted(glob.glob(os.path.join(scratch, "*.json"))):
             with open(path) as f:
                 objects.extend((os.path.basename(path), o) for o in json.load(f))
+    for relative in SHIPPED:
+        with open(os.path.join(REPO, relative)) as f:
+            objects.extend((relative, o) for o in yaml.safe_load_all(f) if o)
+    templates = [o for _, o in objects if o["kind"] == "ResourceClaimTemplate"]
+    if len(templates) != 3:
+        failures.append("expected the 3 claim template examples, found %d" % len(templates))
     if len(objects) < 10:
         failures.append("the dump tool wrote only %d objects" % len(objects))
     slices = [o for _, o in objects if o["kind"] == "ResourceSlice"]
