@@ -227,6 +227,23 @@ Result<Catalogue> BuildCatalogue(const mdev::Inventory& inventory, const GpuRule
   return catalogue;
 }
 
+mdev::Inventory TypeMemory::Remember(const mdev::Inventory& inventory) {
+  mdev::Inventory out = inventory;
+  for (mdev::Parent& parent : out.parents) {
+    std::map<std::string, mdev::VgpuType>& seen = types_[parent.name];
+    for (const mdev::VgpuType& type : parent.types) seen[type.id] = type;
+    for (const auto& [id, type] : seen) {
+      const bool listed = std::any_of(parent.types.begin(), parent.types.end(),
+                                      [&](const mdev::VgpuType& t) { return t.id == id; });
+      if (listed) continue;
+      mdev::VgpuType remembered = type;
+      remembered.available_instances = 0;
+      parent.types.push_back(std::move(remembered));
+    }
+  }
+  return out;
+}
+
 std::vector<DraDevice> Narrow(const std::vector<DraDevice>& devices,
                               const mdev::Inventory& inventory, const GpuRules& rules) {
   // The lock of each GPU that carries a vGPU: the first vGPU's, as GpuSlots::LockTo takes it.

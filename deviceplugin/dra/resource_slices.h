@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -99,6 +100,19 @@ struct Catalogue {
 // cannot be made valid.
 Result<Catalogue> BuildCatalogue(const mdev::Inventory& inventory, const GpuRules& rules,
                                  const SliceOptions& options);
+
+// The types each parent ever listed. A kernel may stop listing a type while the GPU cannot take
+// one more (vendor-VFIO VFs list only what is creatable now), but a device a claim was allocated
+// must keep its name and its counters: Remember() puts the types a parent listed before back on
+// it, with no instance available, so the catalogue stays the GPU's whole offer.
+class TypeMemory {
+ public:
+  // `inventory` with every type its parents listed in earlier calls added back where missing.
+  mdev::Inventory Remember(const mdev::Inventory& inventory);
+
+ private:
+  std::map<std::string, std::map<std::string, mdev::VgpuType>> types_;  // parent -> id -> type
+};
 
 // Slice narrowing: on a GPU that carries a vGPU, keeps only the devices of what locks the GPU
 // (scheduling::LockKey: its type on strict GPUs, its framebuffer size on equal-size ones); GPUs

@@ -57,13 +57,14 @@ int main(int argc, char** argv) {
     for (const auto& parent : free->parents) {
       types.insert(types.end(), parent.types.begin(), parent.types.end());
     }
-    if (!Dump(dir, profile, *free)) return 1;
+    dra::TypeMemory memory;
+    if (!Dump(dir, profile, memory.Remember(*free))) return 1;
     // One vGPU of the first type on the first GPU: the narrowed pool.
     const auto& parent = free->parents.front();
     if (parent.types.empty()) continue;
     if (!node.node().Create({parent.name, parent.types.front().id, std::nullopt}).ok()) return 1;
     auto used = node.node().Scan();
-    if (!used.ok() || !Dump(dir, profile + "-used", *used)) return 1;
+    if (!used.ok() || !Dump(dir, profile + "-used", memory.Remember(*used))) return 1;
   }
   auto classes = dra::TypeDeviceClasses(dra::kDefaultDriverName, {}, types);
   if (!classes.ok()) return 1;

@@ -209,6 +209,28 @@ TEST(ResourceSlicesTest, VgpusNoClaimHoldsTakeTheirFramebufferFromTheCounter) {
   EXPECT_EQ(sets.begin()->second, 16384u) << "a claimed vGPU is counted by its allocation";
 }
 
+TEST(TypeMemoryTest, AVendorVfioGpuKeepsItsDevicesWhenItsVfsStopListingTypes) {
+  SimNode node("h200-vfio");
+  TypeMemory memory;
+  const std::vector<json> before = Build(memory.Remember(ScanOf(node)), Options());
+  ASSERT_FALSE(DevicesOf(before).empty());
+  const mdev::Inventory free = ScanOf(node);
+  std::string vf;
+  for (const mdev::Parent& p : free.parents) {
+    if (!p.types.empty()) vf = p.name;
+  }
+  ASSERT_TRUE(node.node().Create({vf, "1428", std::nullopt}).ok());  // the whole GPU
+  // The kernel alone: the full GPU lists nothing creatable, and the allocated device would vanish.
+  EXPECT_TRUE(DevicesOf(Build(ScanOf(node), Options())).empty());
+  const std::vector<json> after = Build(memory.Remember(ScanOf(node)), Options());
+  std::set<std::string> names_before;
+  std::set<std::string> names_after;
+  for (const json& d : DevicesOf(before)) names_before.insert(d["name"]);
+  for (const json& d : DevicesOf(after)) names_after.insert(d["name"]);
+  EXPECT_EQ(names_after, names_before);
+  EXPECT_TRUE(ValidatePool(after).ok());
+}
+
 // --- narrowing ---------------------------------------------------------------------------------
 
 std::set<std::string> TypesOn(const std::vector<json>& slices, const std::string& gpu) {

@@ -75,8 +75,9 @@ class SlicePublisherTest : public ::testing::Test {
   // What the node offers now, at `generation`; every pool built is remembered.
   SlicePublisher::Source Source() {
     return [this](int64_t generation) -> Result<std::vector<json>> {
-      Result<mdev::Inventory> inventory = sim_.node().Scan();
-      if (!inventory.ok()) return inventory.status();
+      Result<mdev::Inventory> scanned = sim_.node().Scan();
+      if (!scanned.ok()) return scanned.status();
+      Result<mdev::Inventory> inventory = memory_.Remember(*scanned);
       SliceOptions options;
       options.node_name = kNode;
       const GpuRules rules(*inventory, options.model.occupancy);
@@ -152,6 +153,7 @@ class SlicePublisherTest : public ::testing::Test {
   std::unique_ptr<kube::ApiClient> client_;
   std::unique_ptr<FlakyTransport> flaky_;
   std::vector<std::set<std::string>> built_;
+  TypeMemory memory_;
 };
 
 TEST_F(SlicePublisherTest, PublishesThePoolOwnedByTheNodeAndThenWritesNothing) {
