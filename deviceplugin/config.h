@@ -45,7 +45,7 @@ struct SchedulerStateConfig {
 struct DraConfig {
   std::vector<std::string> gpus;  // PCI addresses (the PF for SR-IOV GPUs)
   bool all_gpus = false;
-  std::string driver_name = "vgpu.kata.tencent.com";  // dra/device_name.h kDefaultDraDriverName
+  std::string driver_name = "vgpu.tencent.com";  // dra/device_name.h kDefaultDraDriverName
 
   bool enabled() const { return all_gpus || !gpus.empty(); }
   bool operator==(const DraConfig&) const = default;

@@ -44,6 +44,6 @@ std::string DraPoolName(std::string_view node_name);
 
 // The driver name both sides use unless configured otherwise (a DNS subdomain, <= 63 characters,
 // resource.k8s.io/v1 ResourceSlice.spec.driver).
-inline constexpr std::string_view kDefaultDraDriverName = "vgpu.kata.tencent.com";
+inline constexpr std::string_view kDefaultDraDriverName = "vgpu.tencent.com";
 
 }  // namespace kvgpu::deviceplugin::dra

@@ -564,6 +564,7 @@ void FakeApiServer::Route(httplib::Server& server) {
   RoutePods(server);
   RouteNodes(server);
   RouteResourceClaims(server);
+  RouteResourceSlices(server);
 }
 
 void FakeApiServer::SetNode(nlohmann::json node) {

@@ -119,6 +119,17 @@ class FakeApiServer {
   void SetPodLog(const std::string& ns, const std::string& name, std::string text);
   nlohmann::json pod(const std::string& ns, const std::string& name) const;  // null when none
 
+  // ResourceSlices (resource.k8s.io/v1, fake_resource_slices.cpp): list with a fieldSelector of
+  // spec.nodeName and/or spec.driver, create, get, JSON patch (RFC 6902; a failed `test` is 409)
+  // and delete by name; stored as sent (no defaulting or validation). After every change the
+  // whole set is recorded, so a test can check each state a reader could have listed.
+  std::vector<nlohmann::json> resource_slices() const;  // by name
+  std::vector<std::vector<nlohmann::json>> resource_slice_history() const;
+  // Someone else's writes (a stale slice left by an earlier daemon, an admin's edit).
+  void PutResourceSlice(nlohmann::json slice);
+  void RemoveResourceSlice(const std::string& name);
+  int resource_slice_writes() const;  // creates, patches and deletes served
+
   // Forgets history up to now: watches from any older version get 410.
   void Compact();
   void SetGoneAsHttpStatus(bool http_status);
@@ -159,6 +170,8 @@ class FakeApiServer {
   void CreatePod(const httplib::Request& req, httplib::Response& res);
   void RouteNodes(httplib::Server& server);
   void RouteResourceClaims(httplib::Server& server);
+  void RouteResourceSlices(httplib::Server& server);
+  void RecordSlicesLocked();  // mutex_ held
   void Notify();
   static bool Matches(const nlohmann::json& pod, const std::string& node);
   // The watch event for `change` as seen by a watch of `node`, or empty.
@@ -194,7 +207,10 @@ class FakeApiServer {
   std::map<std::string, nlohmann::json> resource_claims_;  // by namespace/name
   int resource_claim_gets_ = 0;
   PodHooks hooks_;
-  std::map<std::string, std::string> logs_;  // by namespace/name
+  std::map<std::string, std::string> logs_;       // by namespace/name
+  std::map<std::string, nlohmann::json> slices_;  // ResourceSlices by name
+  std::vector<std::vector<nlohmann::json>> slice_history_;
+  int slice_writes_ = 0;
 };
 
 }  // namespace kvgpu::testing

@@ -31,7 +31,7 @@ import yaml
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
                   "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                   "ValidatingWebhookConfiguration", "RuntimeClass", "PriorityClass",
-                  "CustomResourceDefinition"}
+                  "CustomResourceDefinition", "DeviceClass"}
 NAMESPACE = "kata-vgpu"
 WORKLOAD_KINDS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
 # Kustomization fields kustomize v5 warns about on every build, and commonLabels, which

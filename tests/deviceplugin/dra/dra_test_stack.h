@@ -22,7 +22,7 @@
 
 namespace kvgpu::testing {
 
-inline constexpr const char* kDraDriver = "vgpu.kata.tencent.com";
+inline constexpr const char* kDraDriver = "vgpu.tencent.com";
 inline constexpr const char* kDraNode = "node-a";
 
 struct DraStack {

@@ -1,0 +1,149 @@
+// The node's vGPUs as DRA ResourceSlices (resource.k8s.io/v1), computed from the kernel's view and
+// the GPU rules alone: pure, no I/O, same input -> same slices (names, order, content), so that a
+// re-publish changes only what changed. docs/dra.md gives the layout and what it guarantees.
+//
+// Layout (Kubernetes 1.35+: a slice holds devices or sharedCounters, never both):
+//  - per physical GPU a counter set "gpu-<address>" with one counter, `framebuffer` (Mi): the
+//    GPU's framebuffer less what vGPUs not held by a claim already use;
+//  - per creatable vGPU a device "<gpu>-<type>-<n>", n below the most vGPUs of the type the GPU
+//    can host at once, consuming its framebuffer from its GPU's counter set. Devices name slots,
+//    not parents: the kubelet plugin picks the parent (the GPU, or a free VF) when it prepares.
+//  - counter sets in "...-counters-<i>" slices, 8 a slice; each GPU's devices in "...-<gpu>-<j>"
+//    slices, 64 a slice; every slice of the pool carries its generation and count.
+// Counters are additive; one type (or size) per time-sliced GPU is not. Narrow() is the fast
+// path that closes most of that gap: once a GPU carries a vGPU, only devices that may join it
+// stay published.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "deviceplugin/dra/device_name.h"
+#include "deviceplugin/model/model_options.h"
+#include "deviceplugin/model/occupancy.h"
+#include "mdev/model.h"
+#include "scheduling/gpu_fit.h"
+
+namespace kvgpu::deviceplugin::dra {
+
+// Limits the API server enforces on a ResourceSlice: kubernetes/api resource/v1/types.go at
+// v0.35.0 and v0.36.0 (Kubernetes 1.35/1.36), where the upstream name is given.
+inline constexpr size_t kMaxDevicesPerSlice = 128;  // ResourceSliceMaxDevices
+// ResourceSliceMaxDevicesWithTaintsOrConsumesCounters (1.35), ...WithAdvancedFeatures (1.36).
+inline constexpr size_t kMaxDevicesPerSliceConsumingCounters = 64;
+inline constexpr size_t kMaxCounterSetsPerSlice = 8;           // ResourceSliceMaxCounterSets
+inline constexpr size_t kMaxCountersPerCounterSet = 32;        // ...MaxCountersPerCounterSet
+inline constexpr size_t kMaxCounterConsumptionsPerDevice = 2;  // ...DeviceCounterConsumptions...
+inline constexpr size_t kMaxAttributesAndCapacities = 32;      // ...AttributesAndCapacities...
+inline constexpr size_t kMaxAttributeValueLength = 64;         // DeviceAttributeMaxValueLength
+inline constexpr size_t kMaxQualifiedNameDomainLength = 63;    // DeviceMaxDomainLength
+inline constexpr size_t kMaxQualifiedNameIdLength = 32;        // DeviceMaxIDLength
+inline constexpr size_t kDriverNameMaxLength = 63;             // DriverNameMaxLength
+inline constexpr size_t kPoolNameMaxLength = 253;              // PoolNameMaxLength
+
+// The standard attribute for a PCI address in extended BDF (kubernetes/kubernetes
+// staging/src/k8s.io/dynamic-resource-allocation/deviceattribute/attribute.go,
+// StandardDeviceAttributePCIBusID).
+inline constexpr const char* kPciBusIdAttribute = "resource.kubernetes.io/pciBusID";
+// The one default (dra/device_name.h), for the kubelet plugin and the slices alike.
+inline constexpr const char* kDefaultDriverName = kDefaultDraDriverName.data();
+
+struct SliceOptions {
+  std::string node_name;
+  std::string driver = kDefaultDriverName;
+  ModelOptions model;  // allowed types and pinning: what the device plugin would offer
+  bool narrow = true;  // Narrow() the devices of GPUs that carry vGPUs
+  // vGPUs prepared for ResourceClaims: their allocations already consume the counters, so they
+  // are not subtracted again. Every other vGPU on a GPU (the device plugin's, foreign) is.
+  std::set<std::string> claimed_vgpus;
+};
+
+// One creatable vGPU of the pool.
+struct DraDevice {
+  std::string name;  // DNS label, unique in the pool
+  std::string physical_gpu;
+  uint32_t slot = 0;  // 0 .. most-of-the-type-1
+  std::string type_id;
+  std::optional<std::string> type_name;      // "GRID T4-1Q"
+  std::optional<std::string> profile;        // "T4-1Q" (mdev::NvidiaProfile)
+  std::optional<std::string> gpu_model;      // "T4"
+  uint32_t mig_slices = 0;                   // MIG-backed: the GPU instance's slices
+  std::optional<std::string> pci_device_id;  // "0x1eb8"
+  bool pci = false;                          // the physical GPU is a PCI device
+  mdev::Flavour flavour = mdev::Flavour::kMdev;
+  scheduling::Occupancy occupancy = scheduling::Occupancy::kUnknown;
+  uint64_t framebuffer_mib = 0;  // 0: not known (consumes no counter)
+  std::string counter_set;       // empty: consumes nothing
+
+  bool operator==(const DraDevice&) const = default;
+};
+
+struct CounterSet {
+  std::string name;  // DNS label
+  std::string physical_gpu;
+  uint64_t framebuffer_mib = 0;  // what the devices may still draw
+
+  bool operator==(const CounterSet&) const = default;
+};
+
+struct Catalogue {
+  std::vector<CounterSet> counter_sets;  // by GPU
+  std::vector<DraDevice> devices;        // by GPU, type, slot
+};
+
+// Every device the node's GPUs could host, and their counter sets. Fails (naming it) when a name
+// cannot be made valid.
+Result<Catalogue> BuildCatalogue(const mdev::Inventory& inventory, const GpuRules& rules,
+                                 const SliceOptions& options);
+
+// The types each parent ever listed. A kernel may stop listing a type while the GPU cannot take
+// one more (vendor-VFIO VFs list only what is creatable now), but a device a claim was allocated
+// must keep its name and its counters: Remember() puts the types a parent listed before back on
+// it, with no instance available, so the catalogue stays the GPU's whole offer.
+class TypeMemory {
+ public:
+  // `inventory` with every type its parents listed in earlier calls added back where missing.
+  mdev::Inventory Remember(const mdev::Inventory& inventory);
+
+ private:
+  std::map<std::string, std::map<std::string, mdev::VgpuType>> types_;  // parent -> id -> type
+};
+
+// Slice narrowing: on a GPU that carries a vGPU, keeps only the devices of what locks the GPU
+// (scheduling::LockKey: its type on strict GPUs, its framebuffer size on equal-size ones); GPUs
+// without a modelled lock (mixed-size, MIG, unknown) and free GPUs keep every device.
+std::vector<DraDevice> Narrow(const std::vector<DraDevice>& devices,
+                              const mdev::Inventory& inventory, const GpuRules& rules);
+
+// The pool's slices at `generation` (metadata.name, spec; no owner, which the publisher sets).
+// Empty when the node has nothing to offer.
+Result<std::vector<nlohmann::json>> BuildResourceSlices(const mdev::Inventory& inventory,
+                                                        const GpuRules& rules,
+                                                        const SliceOptions& options,
+                                                        int64_t generation);
+// The same from a catalogue (tests; the kubelet plugin keeps the catalogue it published).
+Result<std::vector<nlohmann::json>> SlicesFor(const Catalogue& catalogue,
+                                              const SliceOptions& options, int64_t generation);
+
+// The API server's checks that the OpenAPI schema does not carry (types.go limits, DNS labels,
+// qualified names, devices xor sharedCounters), for one slice.
+Status ValidateSlice(const nlohmann::json& slice);
+// ... and across the pool: unique slice, device and counter-set names, one driver, pool,
+// generation and a count that matches, every consumed counter set and counter defined.
+Status ValidatePool(const std::vector<nlohmann::json>& slices);
+
+// Whether `name` is a DNS-1123 label / subdomain / a C identifier.
+bool IsDnsLabel(const std::string& name);
+bool IsDnsSubdomain(const std::string& name);
+bool IsCIdentifier(const std::string& name);
+// The driver name rules (DNS subdomain, <= 63, lower case).
+Status ValidateDriverName(const std::string& driver);
+
+}  // namespace kvgpu::deviceplugin::dra

@@ -1,0 +1,197 @@
+// The fake API server's ResourceSlices (fake_apiserver.h says what it serves).
+#include <httplib.h>
+
+#include "fakes/apiserver/fake_apiserver.h"
+
+namespace kvgpu::testing {
+
+namespace {
+
+constexpr const char* kCollection = "/apis/resource.k8s.io/v1/resourceslices";
+
+nlohmann::json Failure(int code, const std::string& reason, const std::string& message) {
+  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+          {"status", "Failure"}, {"message", message}, {"reason", reason},
+          {"code", code}};
+}
+
+void Answer(httplib::Response& res, int code, const nlohmann::json& body) {
+  res.status = code;
+  res.set_content(body.dump(), "application/json");
+}
+
+// "spec.nodeName=a,spec.driver=b" -> {field: value}; false for any other field.
+bool ParseSelector(const std::string& text, std::map<std::string, std::string>& fields) {
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string term = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    const size_t eq = term.find('=');
+    if (eq == std::string::npos) return false;
+    const std::string field = term.substr(0, eq);
+    if (field != "spec.nodeName" && field != "spec.driver") return false;
+    fields[field] = term.substr(eq + 1);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+std::string NotFound(const std::string& name) {
+  return "resourceslices.resource.k8s.io \"" + name + "\" not found";
+}
+
+}  // namespace
+
+void FakeApiServer::RecordSlicesLocked() {
+  std::vector<nlohmann::json> now;
+  for (const auto& [name, slice] : slices_) now.push_back(slice);
+  slice_history_.push_back(std::move(now));
+  changed_.notify_all();
+}
+
+std::vector<nlohmann::json> FakeApiServer::resource_slices() const {
+  std::lock_guard lock(mutex_);
+  std::vector<nlohmann::json> out;
+  for (const auto& [name, slice] : slices_) out.push_back(slice);
+  return out;
+}
+
+std::vector<std::vector<nlohmann::json>> FakeApiServer::resource_slice_history() const {
+  std::lock_guard lock(mutex_);
+  return slice_history_;
+}
+
+int FakeApiServer::resource_slice_writes() const {
+  std::lock_guard lock(mutex_);
+  return slice_writes_;
+}
+
+void FakeApiServer::PutResourceSlice(nlohmann::json slice) {
+  std::lock_guard lock(mutex_);
+  slice["metadata"]["resourceVersion"] = std::to_string(++version_);
+  if (!slice["metadata"].contains("uid")) {
+    slice["metadata"]["uid"] = "slice-uid-" + std::to_string(version_);
+  }
+  slices_[slice["metadata"]["name"].get<std::string>()] = slice;
+  RecordSlicesLocked();
+}
+
+void FakeApiServer::RemoveResourceSlice(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  if (slices_.erase(name) > 0) RecordSlicesLocked();
+}
+
+void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
+  server.Get(kCollection, [this](const httplib::Request& req, httplib::Response& res) {
+    std::map<std::string, std::string> fields;
+    if (!ParseSelector(req.get_param_value("fieldSelector"), fields)) {
+      Answer(res, 400,
+             Failure(400, "BadRequest",
+                     "field label not supported: " + req.get_param_value("fieldSelector")));
+      return;
+    }
+    std::lock_guard lock(mutex_);
+    nlohmann::json items = nlohmann::json::array();
+    for (const auto& [name, slice] : slices_) {
+      const nlohmann::json& spec = slice["spec"];
+      if (fields.contains("spec.nodeName") &&
+          spec.value("nodeName", "") != fields["spec.nodeName"]) {
+        continue;
+      }
+      if (fields.contains("spec.driver") && spec.value("driver", "") != fields["spec.driver"]) {
+        continue;
+      }
+      items.push_back(slice);
+    }
+    Answer(res, 200,
+           {{"kind", "ResourceSliceList"},
+            {"apiVersion", "resource.k8s.io/v1"},
+            {"metadata", {{"resourceVersion", std::to_string(version_)}}},
+            {"items", items}});
+  });
+
+  server.Post(kCollection, [this](const httplib::Request& req, httplib::Response& res) {
+    auto slice = nlohmann::json::parse(req.body, nullptr, false);
+    if (!slice.is_object() || !slice.contains("metadata") || !slice["metadata"].contains("name")) {
+      Answer(res, 400, Failure(400, "BadRequest", "a ResourceSlice needs metadata.name"));
+      return;
+    }
+    const std::string name = slice["metadata"]["name"].get<std::string>();
+    std::lock_guard lock(mutex_);
+    if (slices_.contains(name)) {
+      Answer(res, 409,
+             Failure(409, "AlreadyExists",
+                     "resourceslices.resource.k8s.io \"" + name + "\" already exists"));
+      return;
+    }
+    slice["metadata"]["resourceVersion"] = std::to_string(++version_);
+    slice["metadata"]["uid"] = "slice-uid-" + std::to_string(version_);
+    slices_[name] = slice;
+    ++slice_writes_;
+    RecordSlicesLocked();
+    Answer(res, 201, slice);
+  });
+
+  const std::string one = std::string(kCollection) + "/([^/]+)";
+  server.Get(one, [this](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex_);
+    auto it = slices_.find(req.matches[1]);
+    if (it == slices_.end()) {
+      Answer(res, 404, Failure(404, "NotFound", NotFound(req.matches[1])));
+      return;
+    }
+    Answer(res, 200, it->second);
+  });
+
+  server.Patch(one, [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.get_header_value("Content-Type") != "application/json-patch+json") {
+      Answer(res, 415,
+             Failure(415, "UnsupportedMediaType", "this fake takes application/json-patch+json"));
+      return;
+    }
+    auto patch = nlohmann::json::parse(req.body, nullptr, false);
+    if (!patch.is_array()) {
+      Answer(res, 400, Failure(400, "BadRequest", "a JSON patch is an array"));
+      return;
+    }
+    std::lock_guard lock(mutex_);
+    auto it = slices_.find(req.matches[1]);
+    if (it == slices_.end()) {
+      Answer(res, 404, Failure(404, "NotFound", NotFound(req.matches[1])));
+      return;
+    }
+    nlohmann::json patched;
+    try {
+      patched = it->second.patch(patch);
+    } catch (const nlohmann::json::exception& e) {
+      // A failed `test` (the resourceVersion moved): the write does not happen.
+      Answer(res, 409,
+             Failure(409, "Conflict", std::string("the patch did not apply: ") + e.what()));
+      return;
+    }
+    patched["metadata"]["name"] = it->second["metadata"]["name"];
+    patched["metadata"]["uid"] = it->second["metadata"]["uid"];
+    patched["metadata"]["resourceVersion"] = std::to_string(++version_);
+    it->second = patched;
+    ++slice_writes_;
+    RecordSlicesLocked();
+    Answer(res, 200, patched);
+  });
+
+  server.Delete(one, [this](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex_);
+    auto it = slices_.find(req.matches[1]);
+    if (it == slices_.end()) {
+      Answer(res, 404, Failure(404, "NotFound", NotFound(req.matches[1])));
+      return;
+    }
+    nlohmann::json gone = it->second;
+    slices_.erase(it);
+    ++slice_writes_;
+    RecordSlicesLocked();
+    Answer(res, 200, gone);
+  });
+}
+
+}  // namespace kvgpu::testing
