@@ -311,15 +311,16 @@ const std::vector<KeyRow>& KeyTable() {
                     milliseconds(1000))},
       {"schedulerState.version",
        "1",
-       {"the state's format: 2 (with equal-size locks) only once every",
-        "scheduler extender reads it; see the upgrade rule"},
+       {"the state's format: 2 (with equal-size locks) or 3 (with mixed-size and MIG facts) only",
+        "once every scheduler extender reads it; see the upgrade rule"},
        StringInto(
            [](Config& c, const std::string& v) {
-             c.scheduler_state.version = v == "2" ? 2 : 1;
+             c.scheduler_state.version = v == "3" ? 3 : v == "2" ? 2 : 1;
              return Status::Ok();
            },
            [](const std::string& v) {
-             return v == "1" || v == "2" ? Status::Ok() : Invalid("\"" + v + "\" is not 1 or 2");
+             return v == "1" || v == "2" || v == "3" ? Status::Ok()
+                                                     : Invalid("\"" + v + "\" is not 1, 2 or 3");
            })},
   };
   return kRows;
