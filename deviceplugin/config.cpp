@@ -228,6 +228,22 @@ const std::vector<KeyRow>& KeyTable() {
        "false",
        {"preferred allocation puts a multi-vGPU request on distinct GPUs"},
        BoolInto([](Config& c) -> bool& { return c.spread_across_gpus; })},
+      {"gpuModeProbe",
+       "none",
+       {"where MIG and mixed-size modes, placements and GPU instances are",
+        "read: none (the kernel's counts), nvml (libnvidia-ml.so.1, loaded",
+        "at run time) or sim (the simulator's sim-gpu-modes.json); used",
+        "only while the published state is version 3 or not published"},
+       StringInto(
+           [](Config& c, const std::string& v) {
+             c.gpu_mode_probe = *ParseGpuModeProbeChoice(v);
+             return Status::Ok();
+           },
+           [](const std::string& v) {
+             return ParseGpuModeProbeChoice(v)
+                        ? Status::Ok()
+                        : Invalid("\"" + v + "\" is not one of none, nvml, sim");
+           })},
       {"occupancyMode",
        "auto",
        {"how vGPUs share an NVIDIA GPU: auto (told from the kernel's",
