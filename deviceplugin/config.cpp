@@ -230,10 +230,10 @@ const std::vector<KeyRow>& KeyTable() {
        BoolInto([](Config& c) -> bool& { return c.spread_across_gpus; })},
       {"gpuModeProbe",
        "none",
-       {"where MIG and mixed-size modes, placements and GPU instances are",
-        "read: none (the kernel's counts), nvml (libnvidia-ml.so.1, loaded",
-        "at run time) or sim (the simulator's sim-gpu-modes.json); used",
-        "only while the published state is version 3 or not published"},
+       {"where MIG and mixed-size modes, placements and GPU instances",
+        "come from, none (the kernel's counts), nvml (libnvidia-ml.so.1,",
+        "loaded at run time) or sim (the simulator's sim-gpu-modes.json),",
+        "used only while the published state is version 3 or unpublished"},
        StringInto(
            [](Config& c, const std::string& v) {
              c.gpu_mode_probe = *ParseGpuModeProbeChoice(v);
