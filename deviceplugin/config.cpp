@@ -243,6 +243,22 @@ const std::vector<KeyRow>& KeyTable() {
        "false",
        {"preferred allocation puts a multi-vGPU request on distinct GPUs"},
        BoolInto([](Config& c) -> bool& { return c.spread_across_gpus; })},
+      {"gpuModeProbe",
+       "none",
+       {"where MIG and mixed-size modes, placements and GPU instances",
+        "come from, none (the kernel's counts), nvml (libnvidia-ml.so.1,",
+        "loaded at run time) or sim (the simulator's sim-gpu-modes.json),",
+        "used only while the published state is version 3 or unpublished"},
+       StringInto(
+           [](Config& c, const std::string& v) {
+             c.gpu_mode_probe = *ParseGpuModeProbeChoice(v);
+             return Status::Ok();
+           },
+           [](const std::string& v) {
+             return ParseGpuModeProbeChoice(v)
+                        ? Status::Ok()
+                        : Invalid("\"" + v + "\" is not one of none, nvml, sim");
+           })},
       {"occupancyMode",
        "auto",
        {"how vGPUs share an NVIDIA GPU: auto (told from the kernel's",
@@ -326,15 +342,16 @@ const std::vector<KeyRow>& KeyTable() {
                     milliseconds(1000))},
       {"schedulerState.version",
        "1",
-       {"the state's format: 2 (with equal-size locks) only once every",
-        "scheduler extender reads it; see the upgrade rule"},
+       {"the state's format: 2 (with equal-size locks) or 3 (with mixed-size and MIG facts) only",
+        "once every scheduler extender reads it; see the upgrade rule"},
        StringInto(
            [](Config& c, const std::string& v) {
-             c.scheduler_state.version = v == "2" ? 2 : 1;
+             c.scheduler_state.version = v == "3" ? 3 : v == "2" ? 2 : 1;
              return Status::Ok();
            },
            [](const std::string& v) {
-             return v == "1" || v == "2" ? Status::Ok() : Invalid("\"" + v + "\" is not 1 or 2");
+             return v == "1" || v == "2" || v == "3" ? Status::Ok()
+                                                     : Invalid("\"" + v + "\" is not 1, 2 or 3");
            })},
       // DRA front end (docs/dra-kubelet-plugin.md).
       {"dra", "", {"the DRA kubelet plugin: GPUs served through DRA instead"}, {}},

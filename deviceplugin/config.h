@@ -61,6 +61,8 @@ struct Config : ModelOptions {
   LifecycleConfig lifecycle;
   SchedulerStateConfig scheduler_state;
   DraConfig dra;
+  // Where MIG and mixed-size modes are read (gpu_mode_probe.h); none: the kernel's counts.
+  GpuModeProbeChoice gpu_mode_probe = GpuModeProbeChoice::kNone;
 };
 
 // Parses YAML text. Unknown keys, wrong types and contradictions are errors naming the key; the

@@ -192,8 +192,15 @@ namespace {
 // speaks of the per-type lock alone, so while it is written the plugin keeps to that lock even on
 // GPUs that would take other types of one size (an extender reading version 1 would otherwise
 // count room the plugin has given away).
-ModelOptions PlacementAsPublished(const Config& config) {
+ModelOptions PlacementAsPublished(const Config& config, const std::filesystem::path& sysfs_root) {
   ModelOptions model = config;
+  // The mode probe's placements and GPU instances reach the extender only in version 3: below
+  // it, the plugin places as the extender assumes, by the kernel's counts.
+  if (!config.scheduler_state.publish || config.scheduler_state.version >= 3) {
+    model.mode_probe = MakeGpuModeProbe(config.gpu_mode_probe, sysfs_root);
+  } else if (config.gpu_mode_probe != GpuModeProbeChoice::kNone) {
+    spdlog::info("gpuModeProbe is not used while the published state is below version 3");
+  }
   if (config.scheduler_state.publish && config.scheduler_state.version < 2 &&
       config.occupancy != OccupancySetting::kStrict) {
     spdlog::info(
@@ -208,8 +215,9 @@ ModelOptions PlacementAsPublished(const Config& config) {
 
 Status Daemon::StartManager(StateStore& store) {
   mdev::Backend& view = dp_view_ ? static_cast<mdev::Backend&>(*dp_view_) : *backend_;
-  manager_ = std::make_unique<ResourceManager>(view, PlacementAsPublished(options_.config), store,
-                                               *tracker_, &metrics_);
+  manager_ = std::make_unique<ResourceManager>(
+      view, PlacementAsPublished(options_.config, options_.args.sysfs_root), store, *tracker_,
+      &metrics_);
   Status started = manager_->Start();
   if (!started.ok()) return started;
   ReportBackend();  // a backend away since the start shows in the metrics (and alert) at once
@@ -414,7 +422,7 @@ Status Daemon::ServeDra() {
   dra_.claims = std::make_unique<dra::PreparedStore>(dir);
   if (Status loaded = dra_.claims->Load(); !loaded.ok()) return loaded;
   dra_.holders = std::make_unique<dra::PreparedClaimHolders>(*dra_.claims);
-  ModelOptions model = PlacementAsPublished(options_.config);
+  ModelOptions model = PlacementAsPublished(options_.config, options_.args.sysfs_root);
   model.naming.domain = dra.driver_name;
   model.cdi_enabled = true;
   dra_.manager = std::make_unique<ResourceManager>(*dra_.view, model, *dra_.model_store,

@@ -53,6 +53,84 @@ void GpuSlots::LockTo(const std::string& type_id, uint64_t framebuffer_mib) {
   lock = LockKey(occupancy, type_id, framebuffer_mib);
 }
 
+namespace {
+
+bool Overlaps(const SlotRange& a, uint32_t start, uint32_t size) {
+  return start < a.start + a.size && a.start < start + size;
+}
+
+bool SlotsFree(const std::vector<SlotRange>& used, uint32_t start, uint32_t size) {
+  return std::none_of(used.begin(), used.end(),
+                      [&](const SlotRange& range) { return Overlaps(range, start, size); });
+}
+
+uint32_t RoomIn(const GpuInstanceSlots& gi, const ResourceSlots& slots) {
+  if (gi.profile != *slots.gi_profile || gi.vgpus >= slots.max_per_gi) return 0;
+  if (gi.vgpus > 0 && gi.vgpu_framebuffer_mib != slots.framebuffer_mib) return 0;
+  return slots.max_per_gi - gi.vgpus;
+}
+
+}  // namespace
+
+std::optional<uint32_t> LowestPlacement(const GpuSlots& gpu, const Placements& placements) {
+  for (uint32_t start : placements.ids) {
+    if (SlotsFree(gpu.used_slots, start, placements.size)) return start;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> FittingGpuInstance(const GpuSlots& gpu, const ResourceSlots& slots) {
+  if (!slots.gi_profile) return std::nullopt;
+  for (const GpuInstanceSlots& gi : gpu.gpu_instances) {
+    if (RoomIn(gi, slots) > 0) return gi.id;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> ModeRoom(const GpuSlots& gpu, const ResourceSlots& slots) {
+  if (gpu.occupancy == Occupancy::kMig && slots.gi_profile) {
+    uint32_t room = 0;
+    for (const GpuInstanceSlots& gi : gpu.gpu_instances) room += RoomIn(gi, slots);
+    return room;
+  }
+  if (gpu.occupancy == Occupancy::kMixedSize && !slots.placements.ids.empty()) {
+    std::vector<SlotRange> used = gpu.used_slots;
+    uint32_t room = 0;
+    for (uint32_t start : slots.placements.ids) {
+      if (!SlotsFree(used, start, slots.placements.size)) continue;
+      used.push_back({start, slots.placements.size});
+      ++room;
+    }
+    return room;
+  }
+  return std::nullopt;
+}
+
+uint32_t Creatable(const GpuSlots& gpu, const ResourceSlots& slots) {
+  std::optional<uint32_t> room = ModeRoom(gpu, slots);
+  return room ? std::min(slots.free, *room) : slots.free;
+}
+
+bool TakeModeRoom(GpuSlots& gpu, const ResourceSlots& slots) {
+  if (gpu.occupancy == Occupancy::kMig && slots.gi_profile) {
+    std::optional<uint32_t> id = FittingGpuInstance(gpu, slots);
+    if (!id) return false;
+    for (GpuInstanceSlots& gi : gpu.gpu_instances) {
+      if (gi.id != *id) continue;
+      gi.vgpu_framebuffer_mib = slots.framebuffer_mib;
+      ++gi.vgpus;
+    }
+    return true;
+  }
+  if (gpu.occupancy == Occupancy::kMixedSize && !slots.placements.ids.empty()) {
+    std::optional<uint32_t> start = LowestPlacement(gpu, slots.placements);
+    if (!start) return false;
+    gpu.used_slots.push_back({*start, slots.placements.size});
+    return true;
+  }
+  return false;
+}
+
 const char* PolicyName(Policy policy) {
   return policy == Policy::kSpread ? "spread" : "pack";
 }
@@ -94,8 +172,10 @@ std::map<size_t, uint32_t> Choose(const std::vector<GpuSlots>& gpus, const std::
     auto it = gpus[i].resources.find(resource);
     if (it == gpus[i].resources.end() || it->second.free == 0) continue;
     if (gpus[i].LockedAgainst(it->second)) continue;
-    GpuLoad load{SameLock(gpus[i], it->second), static_cast<int>(it->second.free), false};
-    candidates.push_back({RankGpu(load), gpus[i].id, i, it->second.free});
+    const uint32_t free = Creatable(gpus[i], it->second);
+    if (free == 0) continue;
+    GpuLoad load{SameLock(gpus[i], it->second), static_cast<int>(free), false};
+    candidates.push_back({RankGpu(load), gpus[i].id, i, free});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.rank, a.id) < std::tie(b.rank, b.id);
@@ -139,6 +219,21 @@ void Apply(GpuSlots& gpu, const std::string& resource, uint32_t n) {
   if (n == 0) return;
   const std::string key = LockKey(gpu.occupancy, slots.type_id, slots.framebuffer_mib);
   if (gpu.locked_type.empty()) gpu.LockTo(slots.type_id, slots.framebuffer_mib);
+  if (ModeRoom(gpu, slots)) {
+    // Mixed-size or MIG with the facts known: each vGPU takes its placement or instance, which
+    // CreatableOn then reads for every resource. Each also takes a device the others may have
+    // counted (a VF lists every type it could take), so their counts lose as many.
+    for (uint32_t i = 0; i < n; ++i) (void)TakeModeRoom(gpu, slots);
+    for (auto& [other, other_slots] : gpu.resources) {
+      if (other == resource) continue;
+      if (ModeRoom(gpu, other_slots)) {
+        other_slots.free -= std::min(other_slots.free, n);
+      } else {
+        other_slots.free = 0;  // no facts for it: nothing promised until the kernel counts
+      }
+    }
+    return;
+  }
   for (auto& [other, other_slots] : gpu.resources) {
     if (other == resource) continue;
     if (!key.empty() &&
@@ -156,7 +251,9 @@ std::string NoRoom(const std::vector<GpuSlots>& gpus, const std::string& resourc
   uint32_t free = 0;
   for (const GpuSlots& gpu : gpus) {
     auto it = gpu.resources.find(resource);
-    if (it != gpu.resources.end() && !gpu.LockedAgainst(it->second)) free += it->second.free;
+    if (it != gpu.resources.end() && !gpu.LockedAgainst(it->second)) {
+      free += Creatable(gpu, it->second);
+    }
   }
   return resource + ": " + std::to_string(count) + " wanted, " + std::to_string(free) +
          " can be made on GPUs free or locked to what it locks to";

@@ -10,10 +10,12 @@
 //
 // What locks a GPU depends on its occupancy mode (docs/gpu-shapes.md gives the sources): NVIDIA's
 // default equal-size mode locks a time-sliced GPU to the framebuffer size of its first vGPU (any
-// type of that size may join); older drivers lock it to the type. Mixed-size and MIG-backed GPUs
-// follow rules (placements, GPU instances) this model does not hold, so there, as on GPUs whose
-// rule is unknown, only the kernel's counts are believed, and a vGPU placed but not yet made
-// leaves nothing else promised on that GPU until the kernel counts again.
+// type of that size may join); older drivers lock it to the type. Mixed-size GPUs place vGPUs at
+// fixed start slots (placements) and MIG GPUs in GPU instances: where those facts are known
+// (ModeRoom), a GPU offers a type only as far as a placement or instance is free for it. Where
+// they are not, as on GPUs whose rule is unknown, only the kernel's counts are believed, and a
+// vGPU placed but not yet made leaves nothing else promised on that GPU until the kernel counts
+// again.
 #pragma once
 
 #include <compare>
@@ -63,6 +65,30 @@ struct GpuRank {
 
 GpuRank RankGpu(const GpuLoad& load);
 
+// Mixed-size mode: where a type may start on its GPU (NVML's nvmlVgpuPlacementList_v2_t:
+// placementSize slots from one of placementIds). Empty ids: not known.
+struct Placements {
+  uint32_t size = 0;
+  std::vector<uint32_t> ids;
+  bool operator==(const Placements&) const = default;
+};
+
+// Mixed-size mode: slots [start, start + size) a vGPU takes.
+struct SlotRange {
+  uint32_t start = 0;
+  uint32_t size = 0;
+  bool operator==(const SlotRange&) const = default;
+};
+
+// MIG: one GPU instance and the vGPUs in it. An instance hosts vGPUs of one framebuffer size.
+struct GpuInstanceSlots {
+  uint32_t id = 0;
+  uint32_t profile = 0;               // NVML's GPU-instance profile id
+  uint64_t vgpu_framebuffer_mib = 0;  // what its vGPUs have; 0 while it holds none
+  uint32_t vgpus = 0;
+  bool operator==(const GpuInstanceSlots&) const = default;
+};
+
 // One resource on one GPU.
 struct ResourceSlots {
   ResourceSlots() = default;
@@ -77,6 +103,11 @@ struct ResourceSlots {
   uint32_t used = 0;             // vGPUs of the resource on the GPU
   uint32_t free = 0;             // devices of it the GPU can still make
   uint64_t framebuffer_mib = 0;  // the type's framebuffer; 0 when not known
+  Placements placements;         // mixed-size mode, where known
+  // MIG-backed types, where known: the GPU-instance profile they run in and how many one
+  // instance holds.
+  std::optional<uint32_t> gi_profile;
+  uint32_t max_per_gi = 0;
 
   bool operator==(const ResourceSlots&) const = default;
 };
@@ -89,6 +120,8 @@ struct GpuSlots {
   // LockKey of the vGPUs on it (empty when it carries none, or when no lock is modelled).
   std::string lock;
   std::map<std::string, ResourceSlots> resources;  // by resource name
+  std::vector<SlotRange> used_slots;               // mixed-size: the slots its vGPUs take
+  std::vector<GpuInstanceSlots> gpu_instances;     // MIG: its GPU instances
 
   // Whether a vGPU of `slots` cannot go here for the lock of the vGPUs already on it.
   bool LockedAgainst(const ResourceSlots& slots) const;
@@ -96,6 +129,24 @@ struct GpuSlots {
   void LockTo(const std::string& type_id, uint64_t framebuffer_mib = 0);
   bool operator==(const GpuSlots&) const = default;
 };
+
+// The mode's rule for one more vGPU of `slots` on `gpu`, in one place for the plugin, the extender
+// (and DRA's counters): how many more its placements (mixed-size: each at the lowest free start
+// from the type's placement ids, so free slots at no valid start stay unused) or GPU instances
+// (MIG: instances of the type's profile holding its framebuffer size, or nothing, below
+// max_per_gi) admit. nullopt where the mode's facts are not known: there the kernel's counts are
+// all there is.
+std::optional<uint32_t> ModeRoom(const GpuSlots& gpu, const ResourceSlots& slots);
+// Mixed-size: the lowest start of `placements` whose slots are free on `gpu`.
+std::optional<uint32_t> LowestPlacement(const GpuSlots& gpu, const Placements& placements);
+// MIG: the lowest-numbered GPU instance that takes a vGPU of `slots`.
+std::optional<uint32_t> FittingGpuInstance(const GpuSlots& gpu, const ResourceSlots& slots);
+// What the GPU can still make of a resource: the kernel's count (`free`), within what ModeRoom
+// admits where the mode's facts are known. Placing reads this, never `free` alone.
+uint32_t Creatable(const GpuSlots& gpu, const ResourceSlots& slots);
+// Records one vGPU of `slots` where ModeRoom counts it (lowest placement or instance); false,
+// with nothing changed, when there is no room or the facts are not known.
+bool TakeModeRoom(GpuSlots& gpu, const ResourceSlots& slots);
 
 // A container's vGPU request: resource name -> count.
 using Demand = std::map<std::string, uint32_t>;

@@ -21,6 +21,14 @@ json RenderGpu(const GpuSlots& gpu, int version) {
   for (const auto& [name, slots] : gpu.resources) {
     json r = {{"type", slots.type_id}, {"used", slots.used}, {"free", slots.free}};
     if (version >= 2) r["framebufferMib"] = slots.framebuffer_mib;
+    if (version >= 3 && !slots.placements.ids.empty()) {
+      r["placementSize"] = slots.placements.size;
+      r["placementIds"] = slots.placements.ids;
+    }
+    if (version >= 3 && slots.gi_profile) {
+      r["gpuInstanceProfileId"] = *slots.gi_profile;
+      r["maxPerGpuInstance"] = slots.max_per_gi;
+    }
     resources[name] = std::move(r);
   }
   json out = {{"id", gpu.id},
@@ -30,6 +38,22 @@ json RenderGpu(const GpuSlots& gpu, int version) {
   if (version >= 2) {
     out["occupancy"] = OccupancyName(gpu.occupancy);
     out["lock"] = gpu.lock;
+  }
+  if (version >= 3 && gpu.occupancy == Occupancy::kMixedSize) {
+    json used = json::array();
+    for (const SlotRange& r : gpu.used_slots)
+      used.push_back({{"start", r.start}, {"size", r.size}});
+    out["usedSlots"] = std::move(used);
+  }
+  if (version >= 3 && gpu.occupancy == Occupancy::kMig) {
+    json instances = json::array();
+    for (const GpuInstanceSlots& gi : gpu.gpu_instances) {
+      instances.push_back({{"id", gi.id},
+                           {"profileId", gi.profile},
+                           {"vgpuFramebufferMib", gi.vgpu_framebuffer_mib},
+                           {"vgpus", gi.vgpus}});
+    }
+    out["gpuInstances"] = std::move(instances);
   }
   return out;
 }
@@ -97,6 +121,69 @@ class Reader {
   std::string error_;
 };
 
+// Version 3's optional per-resource facts: placements (mixed-size), GPU-instance profile (MIG).
+// Absent: not known. Present: complete and well-typed, or the node fails.
+void ReadShapeFacts(Reader& read, const json& r, const std::string& at, ResourceSlots& slots) {
+  if (r.contains("placementIds") || r.contains("placementSize")) {
+    slots.placements.size = static_cast<uint32_t>(read.Unsigned(r, "placementSize", at));
+    if (const json* ids = read.Field(r, "placementIds", json::value_t::array, at)) {
+      for (const json& id : *ids) {
+        if (!id.is_number_unsigned() || id.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+          read.Fail(at + "placementIds: not all slot numbers");
+          break;
+        }
+        slots.placements.ids.push_back(id.get<uint32_t>());
+      }
+    }
+    if (read.error().empty() && (slots.placements.size == 0 || slots.placements.ids.empty())) {
+      read.Fail(at + "placementSize/placementIds: a placement needs a size and a start");
+    }
+  }
+  if (r.contains("gpuInstanceProfileId") || r.contains("maxPerGpuInstance")) {
+    slots.gi_profile = static_cast<uint32_t>(read.Unsigned(r, "gpuInstanceProfileId", at));
+    slots.max_per_gi = static_cast<uint32_t>(read.Unsigned(r, "maxPerGpuInstance", at));
+  }
+}
+
+// Version 3's per-GPU shape: the slots in use (mixed-size), the GPU instances (MIG).
+void ReadGpuShape(Reader& read, const json& g, const std::string& where, GpuSlots& gpu) {
+  if (g.contains("usedSlots")) {
+    if (const json* used = read.Field(g, "usedSlots", json::value_t::array, where)) {
+      for (size_t i = 0; i < used->size() && read.error().empty(); ++i) {
+        const json& u = (*used)[i];
+        const std::string at = where + "usedSlots[" + std::to_string(i) + "].";
+        if (!u.is_object()) {
+          read.Fail(at + ": not an object");
+          break;
+        }
+        SlotRange range;
+        range.start = static_cast<uint32_t>(read.Unsigned(u, "start", at));
+        range.size = static_cast<uint32_t>(read.Unsigned(u, "size", at));
+        gpu.used_slots.push_back(range);
+      }
+    }
+  }
+  if (g.contains("gpuInstances")) {
+    if (const json* gis = read.Field(g, "gpuInstances", json::value_t::array, where)) {
+      for (size_t i = 0; i < gis->size() && read.error().empty(); ++i) {
+        const json& x = (*gis)[i];
+        const std::string at = where + "gpuInstances[" + std::to_string(i) + "].";
+        if (!x.is_object()) {
+          read.Fail(at + ": not an object");
+          break;
+        }
+        GpuInstanceSlots gi;
+        gi.id = static_cast<uint32_t>(read.Unsigned(x, "id", at));
+        gi.profile = static_cast<uint32_t>(read.Unsigned(x, "profileId", at));
+        gi.vgpu_framebuffer_mib =
+            read.Unsigned(x, "vgpuFramebufferMib", at, std::numeric_limits<uint64_t>::max());
+        gi.vgpus = static_cast<uint32_t>(read.Unsigned(x, "vgpus", at));
+        gpu.gpu_instances.push_back(gi);
+      }
+    }
+  }
+}
+
 // One entry of "gpus"; `version` says which fields it has (see RenderGpu).
 GpuSlots ReadGpu(Reader& read, const json& g, const std::string& where, uint64_t version) {
   GpuSlots gpu;
@@ -118,6 +205,7 @@ GpuSlots ReadGpu(Reader& read, const json& g, const std::string& where, uint64_t
     gpu.occupancy = one_type ? Occupancy::kStrict : Occupancy::kUnknown;
     if (!gpu.locked_type.empty()) gpu.lock = LockKey(gpu.occupancy, gpu.locked_type, 0);
   }
+  if (version >= 3) ReadGpuShape(read, g, where, gpu);
   if (const json* resources = read.Field(g, "resources", json::value_t::object, where)) {
     for (const auto& [name, r] : resources->items()) {
       const std::string at = where + "resources[" + name + "].";
@@ -133,6 +221,7 @@ GpuSlots ReadGpu(Reader& read, const json& g, const std::string& where, uint64_t
         slots.framebuffer_mib =
             read.Unsigned(r, "framebufferMib", at, std::numeric_limits<uint64_t>::max());
       }
+      if (version >= 3) ReadShapeFacts(read, r, at, slots);
       gpu.resources[name] = slots;
     }
   }

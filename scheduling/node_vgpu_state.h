@@ -5,6 +5,10 @@
 //
 //   {"version": 2, "node": "gpu-node-1", "generation": 12, "publishedUnixMs": 1764130000000,
 //    "policy": "pack",
+//    (version 3, a mixed-size GPU adds "usedSlots": [{"start": 0, "size": 4}] and per resource
+//     "placementSize": 4, "placementIds": [0, 4, ...]; a MIG GPU "gpuInstances": [{"id": 1,
+//     "profileId": 19, "vgpuFramebufferMib": 18432, "vgpus": 1}] and per MIG-backed resource
+//     "gpuInstanceProfileId": 19, "maxPerGpuInstance": 1)
 //    "gpus": [{"id": "0000:3b:00.0", "oneType": true, "lockedType": "nvidia-222",
 //              "occupancy": "equal-size", "lock": "framebuffer:1024MiB",
 //              "resources": {"tencent.com/vgpu-222": {"type": "nvidia-222", "used": 2,
@@ -39,8 +43,14 @@ inline constexpr const char* kNodeStateAnnotation = "kvgpu.tencent.com/vgpu-stat
 //      this release still writes 1 unless told every extender reads 2 (nodeStateVersion: 2).
 //   2: adds each GPU's occupancy mode and lock key, and each type's framebuffer (the equal-size
 //      lock).
+//   3: adds the facts of mixed-size and MIG GPUs, where the plugin knows them (each optional):
+//      per GPU "usedSlots" [{start, size}] (mixed-size) or "gpuInstances" [{id, profileId,
+//      vgpuFramebufferMib, vgpus}] (mig); per resource "placementSize" + "placementIds"
+//      (mixed-size) or "gpuInstanceProfileId" + "maxPerGpuInstance" (MIG-backed types). A reader
+//      of 2 ignores them and places on those GPUs by the kernel's counts alone, which is safe:
+//      it promises nothing else on a GPU once it placed a vGPU there.
 inline constexpr int kNodeStateReadMin = 1;
-inline constexpr int kNodeStateNewest = 2;
+inline constexpr int kNodeStateNewest = 3;
 inline constexpr int kNodeStateReadMax = kNodeStateNewest + 1;
 inline constexpr int kNodeStateWriteDefault = 1;
 
@@ -60,7 +70,7 @@ struct NodeVgpuState {
   bool SameContent(const NodeVgpuState& other) const;
 };
 
-// Renders `state.version` (1 or 2): version 1 leaves out what it cannot say.
+// Renders `state.version` (1 to 3): earlier versions leave out what they cannot say.
 std::string RenderNodeState(const NodeVgpuState& state);
 // Strict: a version outside kNodeStateReadMin..kNodeStateReadMax, a missing or mistyped field, or
 // counts that do not add up are kInvalid with the field named; such a node is failed by the

@@ -60,6 +60,9 @@ Result<std::string> KernelModel::ReadFile(const fs::path& path) {
   if (Status s = TakeFault(Op::kRead, path); !s.ok()) return s;
   fs::path real;
   if (Status s = CheckOpenLocked(path, false, &real); !s.ok()) return s;
+  if (auto output = outputs_.find(real); output != outputs_.end()) {
+    return ReadOutput(output->second);
+  }
   // The backing file holds exactly what the attribute shows: read it as the library would.
   return mdev::PosixSysfsIo().ReadFile(real);
 }

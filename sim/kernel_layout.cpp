@@ -246,6 +246,8 @@ Status KernelModel::LayoutVendorVfioFiles(size_t gpu, const std::string& vf) {
     if (Status s = tree::PutFile(dir / name, value, mode, scratch); !s.ok()) return s;
   }
   attributes_[dir / "current_vgpu_type"] = Attribute{Action::kCurrentType, gpu, vf, "", ""};
+  outputs_[dir / "placement_id"] = Output{vf, true, false};
+  outputs_[dir / "gpu_instance_id"] = Output{vf, false, false};
   return Status::Ok();
 }
 
@@ -267,6 +269,14 @@ Status KernelModel::LayoutMdev(const Vgpu& vgpu) {
   Status s = tree::PutFile(dir / "remove", "", tree::kWriteOnly, real_root_ / kScratchDir);
   if (!s.ok()) return s;
   attributes_[dir / "remove"] = Attribute{Action::kRemove, vgpu.gpu, vgpu.parent, "", vgpu.id};
+  // NVIDIA's per-mdev placement (only on GPUs whose types have placements: mixed-size capable).
+  if (spec.heterogeneous_capable) {
+    if (s = tree::MakeDirs(dir / "nvidia"); !s.ok()) return s;
+    s = tree::PutFile(dir / "nvidia" / "placement_id", "Not Applicable\n", tree::kReadOnly,
+                      real_root_ / kScratchDir);
+    if (!s.ok()) return s;
+    outputs_[dir / "nvidia" / "placement_id"] = Output{vgpu.id, true, true};
+  }
   // vfio gives every mdev an IOMMU group of its own (an emulated one).
   if (s = tree::MakeDirs(group_dir / "devices"); !s.ok()) return s;
   if (s = tree::Link(group_dir / "devices" / vgpu.id, dir); !s.ok()) return s;
@@ -285,6 +295,7 @@ void KernelModel::UnlayoutMdev(const Vgpu& vgpu) {
   RemoveFromTree(sys / "kernel" / "iommu_groups" / std::to_string(vgpu.iommu_group));
   RemoveFromTree(sys / "bus" / "mdev" / "drivers" / MdevDriver(spec) / vgpu.id);
   attributes_.erase(parent_dir / vgpu.id / "remove");
+  outputs_.erase(parent_dir / vgpu.id / "nvidia" / "placement_id");
   RemoveFromTree(parent_dir / vgpu.id);
 }
 

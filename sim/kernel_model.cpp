@@ -9,6 +9,7 @@
 #include <climits>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
 
@@ -108,6 +109,19 @@ Status CheckProfile(const NodeProfile& profile) {
       return Invalid("GPU " + gpu.address + ": VFs go with (and only with) an SR-IOV kind");
     }
     if (gpu.types.empty()) return Invalid("GPU " + gpu.address + " has no vGPU type");
+    if (gpu.heterogeneous && (!gpu.heterogeneous_capable || gpu.mig)) {
+      return Invalid("GPU " + gpu.address + ": mixed-size mode on a GPU that cannot (or MIG on)");
+    }
+    if ((gpu.mig || !gpu.initial_gpu_instances.empty()) && gpu.gi_profiles.empty()) {
+      return Invalid("GPU " + gpu.address + ": MIG on a GPU without GPU-instance profiles");
+    }
+    for (uint32_t gi : gpu.initial_gpu_instances) {
+      if (!gpu.mig || std::none_of(gpu.gi_profiles.begin(), gpu.gi_profiles.end(),
+                                   [&](const GpuSpec::GiProfile& p) { return p.id == gi; })) {
+        return Invalid("GPU " + gpu.address + ": GPU instance of profile " + std::to_string(gi) +
+                       " needs MIG on and that profile");
+      }
+    }
     std::set<std::string> ids;
     for (const TypeSpec& type : gpu.types) {
       if (type.id.empty() || type.id.find('/') != std::string::npos || type.id[0] == '.') {
@@ -116,6 +130,17 @@ Status CheckProfile(const NodeProfile& profile) {
       if (!ids.insert(type.id).second) return Invalid("type " + type.id + " twice");
       if (type.max_instances == 0 || type.cost == 0) {
         return Invalid("type " + type.id + " needs max_instances and cost of at least 1");
+      }
+      if (!type.placement_ids.empty() && (type.placement_size == 0 || !gpu.heterogeneous_capable)) {
+        return Invalid("type " + type.id + ": placements need a size and a mixed-size capable GPU");
+      }
+      if (type.gi_profile &&
+          (type.max_per_gi == 0 ||
+           std::none_of(gpu.gi_profiles.begin(), gpu.gi_profiles.end(),
+                        [&](const GpuSpec::GiProfile& p) { return p.id == *type.gi_profile; }))) {
+        return Invalid("type " + type.id +
+                       ": MIG-backed types need a GPU-instance profile of the "
+                       "GPU and a max per GPU instance");
       }
       if (gpu.kind == GpuKind::kVendorVfio) {
         int err = 0;
@@ -169,7 +194,18 @@ Result<std::unique_ptr<KernelModel>> KernelModel::Create(fs::path root, NodeProf
   std::unique_ptr<KernelModel> model(
       new KernelModel(std::move(root), std::move(real_root), std::move(profile)));
   std::lock_guard lock(model->mutex_);
+  for (size_t i = 0; i < model->profile_.gpus.size(); ++i) {
+    const GpuSpec& spec = model->profile_.gpus[i];
+    GpuState& state = model->gpus_[i];
+    state.heterogeneous = spec.heterogeneous;
+    state.mig = spec.mig;
+    for (uint32_t gi_profile : spec.initial_gpu_instances) {
+      state.gpu_instances.push_back(
+          {static_cast<uint32_t>(state.gpu_instances.size() + 1), gi_profile});
+    }
+  }
   if (Status s = model->LayoutNode(); !s.ok()) return s;
+  if (Status s = model->WriteModes(); !s.ok()) return s;
   return model;
 }
 
@@ -189,11 +225,80 @@ const TypeSpec* KernelModel::FindType(size_t gpu, std::string_view type_id) cons
   return nullptr;
 }
 
+bool KernelModel::GpuHasVgpu(size_t gpu) const {
+  return std::any_of(vgpus_.begin(), vgpus_.end(),
+                     [gpu](const auto& entry) { return entry.second.gpu == gpu; });
+}
+
+std::optional<uint32_t> KernelModel::LowestPlacement(size_t gpu, const TypeSpec& type) const {
+  for (uint32_t start : type.placement_ids) {
+    bool free = true;
+    for (const auto& [id, vgpu] : vgpus_) {
+      if (vgpu.gpu != gpu || !vgpu.placement) continue;
+      const TypeSpec* held = FindType(gpu, vgpu.type);
+      const uint32_t end = *vgpu.placement + (held ? held->placement_size : 1);
+      if (start < end && *vgpu.placement < start + type.placement_size) free = false;
+    }
+    if (free) return start;
+  }
+  return std::nullopt;
+}
+
+uint32_t KernelModel::FreePlacements(size_t gpu, const TypeSpec& type) const {
+  // Slots taken: the vGPUs' own, then each placement this count takes, lowest first.
+  std::vector<std::pair<uint32_t, uint32_t>> taken;  // [start, end)
+  for (const auto& [id, vgpu] : vgpus_) {
+    if (vgpu.gpu != gpu || !vgpu.placement) continue;
+    const TypeSpec* held = FindType(gpu, vgpu.type);
+    taken.emplace_back(*vgpu.placement, *vgpu.placement + (held ? held->placement_size : 1));
+  }
+  uint32_t count = 0;
+  for (uint32_t start : type.placement_ids) {
+    const uint32_t end = start + type.placement_size;
+    bool free = std::none_of(taken.begin(), taken.end(), [&](const auto& range) {
+      return start < range.second && range.first < end;
+    });
+    if (!free) continue;
+    taken.emplace_back(start, end);
+    ++count;
+  }
+  return count;
+}
+
+uint32_t KernelModel::RoomInGpuInstance(size_t gpu, uint32_t gi, const TypeSpec& type) const {
+  // A GPU instance hosts one framebuffer size (series may differ), at most max_per_gi of it.
+  uint32_t in_gi = 0;
+  for (const auto& [id, vgpu] : vgpus_) {
+    if (vgpu.gpu != gpu || vgpu.gpu_instance != gi) continue;
+    const TypeSpec* held = FindType(gpu, vgpu.type);
+    if (held == nullptr || held->framebuffer_mib != type.framebuffer_mib) return 0;
+    ++in_gi;
+  }
+  return type.max_per_gi > in_gi ? type.max_per_gi - in_gi : 0;
+}
+
+uint32_t KernelModel::GpuInstanceRoom(size_t gpu, const TypeSpec& type) const {
+  uint32_t room = 0;
+  for (const GpuInstance& gi : gpus_[gpu].gpu_instances) {
+    if (gi.profile == *type.gi_profile) room += RoomInGpuInstance(gpu, gi.id, type);
+  }
+  return room;
+}
+
+std::optional<uint32_t> KernelModel::FittingGpuInstance(size_t gpu, const TypeSpec& type) const {
+  for (const GpuInstance& gi : gpus_[gpu].gpu_instances) {
+    if (gi.profile == *type.gi_profile && RoomInGpuInstance(gpu, gi.id, type) > 0) return gi.id;
+  }
+  return std::nullopt;
+}
+
 uint32_t KernelModel::Available(size_t gpu, const std::string& parent, const TypeSpec& type) const {
   const GpuSpec& spec = profile_.gpus[gpu];
+  const GpuState& state = gpus_[gpu];
   // vGPUs on the GPU that share the type's count: its own; with the equal-size lock, every type of
   // its framebuffer size.
   uint32_t same = 0;
+  uint32_t own = 0;
   uint32_t used_units = 0;
   bool locked_out = false;
   bool parent_used = false;
@@ -201,6 +306,7 @@ uint32_t KernelModel::Available(size_t gpu, const std::string& parent, const Typ
     if (vgpu.gpu != gpu) continue;
     const TypeSpec* held = FindType(gpu, vgpu.type);
     used_units += held ? held->cost : 1;
+    if (vgpu.type == type.id) ++own;
     const bool sharing = spec.lock == GpuSpec::Lock::kFramebuffer
                              ? held != nullptr && held->framebuffer_mib == type.framebuffer_mib
                              : vgpu.type == type.id;
@@ -211,9 +317,24 @@ uint32_t KernelModel::Available(size_t gpu, const std::string& parent, const Typ
     }
     parent_used |= vgpu.parent == parent;
   }
-  // Time-sliced vGPU: the physical GPU (all its VFs) serves one type, or one size, at a time.
-  if (spec.lock != GpuSpec::Lock::kNone && locked_out) return 0;
-  uint32_t left = type.max_instances > same ? type.max_instances - same : 0;
+  uint32_t left = 0;
+  if (type.gi_profile) {
+    // MIG-backed: only while MIG is on, in a GPU instance of its profile with room for its size.
+    if (!state.mig) return 0;
+    left = std::min(type.max_instances > own ? type.max_instances - own : 0,
+                    GpuInstanceRoom(gpu, type));
+  } else if (state.mig) {
+    return 0;  // time-sliced types are not offered while MIG is on
+  } else if (state.heterogeneous) {
+    // Mixed-size: any size where a placement is free, within the type's (mixed-size) max.
+    const uint32_t max =
+        type.max_instances_mixed > 0 ? type.max_instances_mixed : type.max_instances;
+    left = std::min(max > own ? max - own : 0, FreePlacements(gpu, type));
+  } else {
+    // Time-sliced vGPU: the physical GPU (all its VFs) serves one type, or one size, at a time.
+    if (spec.lock != GpuSpec::Lock::kNone && locked_out) return 0;
+    left = type.max_instances > same ? type.max_instances - same : 0;
+  }
   if (spec.pool > 0) {
     uint32_t pool_left = spec.pool > used_units ? (spec.pool - used_units) / type.cost : 0;
     left = std::min(left, pool_left);
@@ -268,10 +389,20 @@ Status KernelModel::Refresh(size_t gpu) {
       if (!s.ok()) return s;
     }
   }
-  return Status::Ok();
+  return WriteModes();
 }
 
 // --- driver reactions ---
+
+void KernelModel::Place(size_t gpu, const TypeSpec& type, Vgpu& vgpu) const {
+  // The driver picks: the lowest creatable placement (mixed-size), the lowest-numbered GPU
+  // instance with room (MIG; which one the driver picks is not published, ours).
+  if (type.gi_profile) {
+    vgpu.gpu_instance = FittingGpuInstance(gpu, type);
+  } else if (gpus_[gpu].heterogeneous) {
+    vgpu.placement = LowestPlacement(gpu, type);
+  }
+}
 
 Status KernelModel::WriteCreate(const Attribute& attr, const fs::path& path,
                                 std::string_view data) {
@@ -288,7 +419,8 @@ Status KernelModel::WriteCreate(const Attribute& attr, const fs::path& path,
     return Errno(type->mdev_core_limit ? EUSERS : ENOSPC, path,
                  "no room for another " + type->id + " on " + attr.parent);
   }
-  Vgpu vgpu{uuid, attr.gpu, attr.parent, type->id, AllocateIommuGroup(), false};
+  Vgpu vgpu{uuid, attr.gpu, attr.parent, type->id, AllocateIommuGroup(), false, {}, {}};
+  Place(attr.gpu, *type, vgpu);
   vgpus_[uuid] = vgpu;
   if (Status s = LayoutMdev(vgpu); !s.ok()) {
     UnlayoutMdev(vgpu);
@@ -333,10 +465,18 @@ Status KernelModel::WriteCurrentType(const Attribute& attr, const fs::path& path
     return Errno(EINVAL, path, "this GPU has no vGPU type " + std::to_string(*value));
   }
   if (Available(attr.gpu, attr.parent, *type) == 0) {
+    // MIG-backed with no GPU instance that fits: the driver fails the create request with EIO
+    // (dmesg "NVRM: Failed to add vgpu create request: 0x38", measured on an RTX PRO 6000).
+    if (type->gi_profile && gpus_[attr.gpu].mig &&
+        FittingGpuInstance(attr.gpu, *type) == std::nullopt && vgpus_.count(attr.parent) == 0) {
+      return Errno(EIO, path, "no GPU instance fits vGPU type " + type->id);
+    }
     return Errno(ENOSPC, path, "no room for vGPU type " + type->id + " on this GPU");
   }
-  vgpus_[attr.parent] = Vgpu{
-      attr.parent, attr.gpu, attr.parent, type->id, gpus_[attr.gpu].groups[attr.parent], false};
+  Vgpu vgpu{attr.parent, attr.gpu, attr.parent, type->id, gpus_[attr.gpu].groups[attr.parent],
+            false,       {},       {}};
+  Place(attr.gpu, *type, vgpu);
+  vgpus_[attr.parent] = vgpu;
   return Refresh(attr.gpu);
 }
 
@@ -384,7 +524,153 @@ Status KernelModel::RestoreGpu(const std::string& address) {
     return Status::Error(ErrorCode::kUnknownParent, "the profile has no GPU " + address);
   }
   if (gpus_[*gpu].present) return Status::Error(ErrorCode::kExists, address + " is present");
+  // The driver rebind of a VF re-enable (sriov-manage) clears mixed-size mode and destroys every
+  // GPU instance; MIG mode itself persists (measured, cubecos on an RTX PRO 6000).
+  gpus_[*gpu].heterogeneous = false;
+  gpus_[*gpu].gpu_instances.clear();
   return LayoutGpu(*gpu);
+}
+
+Status KernelModel::SetHeterogeneous(const std::string& address, bool on) {
+  std::lock_guard lock(mutex_);
+  auto gpu = GpuByAddress(address);
+  if (!gpu || !gpus_[*gpu].present) return Status::FromErrno(ENOENT, "no GPU " + address);
+  if (!profile_.gpus[*gpu].heterogeneous_capable || gpus_[*gpu].mig) {
+    return Status::FromErrno(EOPNOTSUPP, address + ": mixed-size mode not supported");
+  }
+  if (gpus_[*gpu].heterogeneous == on) return Status::Ok();
+  if (GpuHasVgpu(*gpu)) return Status::FromErrno(EBUSY, address + ": in use by another client");
+  gpus_[*gpu].heterogeneous = on;
+  return Refresh(*gpu);
+}
+
+Status KernelModel::SetMig(const std::string& address, bool on) {
+  std::lock_guard lock(mutex_);
+  auto gpu = GpuByAddress(address);
+  if (!gpu || !gpus_[*gpu].present) return Status::FromErrno(ENOENT, "no GPU " + address);
+  const GpuSpec& spec = profile_.gpus[*gpu];
+  GpuState& state = gpus_[*gpu];
+  if (spec.gi_profiles.empty()) return Status::FromErrno(EOPNOTSUPP, address + ": no MIG");
+  if (state.mig == on) return Status::Ok();
+  if (GpuHasVgpu(*gpu) || !state.gpu_instances.empty() || IsSriov(spec)) {
+    return Status::FromErrno(EBUSY, address + ": in use by another client");
+  }
+  state.mig = on;
+  if (on) state.heterogeneous = false;
+  return Refresh(*gpu);
+}
+
+Result<uint32_t> KernelModel::CreateGpuInstance(const std::string& address, uint32_t profile_id) {
+  std::lock_guard lock(mutex_);
+  auto gpu = GpuByAddress(address);
+  if (!gpu || !gpus_[*gpu].present) return Status::FromErrno(ENOENT, "no GPU " + address);
+  GpuState& state = gpus_[*gpu];
+  const auto& profiles = profile_.gpus[*gpu].gi_profiles;
+  auto profile = std::find_if(profiles.begin(), profiles.end(),
+                              [&](const GpuSpec::GiProfile& p) { return p.id == profile_id; });
+  if (profile == profiles.end()) {
+    return Status::FromErrno(
+        EINVAL, address + " has no GPU-instance profile " + std::to_string(profile_id));
+  }
+  if (!state.mig) return Status::FromErrno(EOPNOTSUPP, address + ": MIG mode is off");
+  const auto made = std::count_if(state.gpu_instances.begin(), state.gpu_instances.end(),
+                                  [&](const GpuInstance& gi) { return gi.profile == profile_id; });
+  if (static_cast<uint32_t>(made) >= profile->max_count) {
+    return Status::FromErrno(ENOSPC, address + ": no room for another " + profile->name);
+  }
+  uint32_t id = 1;
+  while (std::any_of(state.gpu_instances.begin(), state.gpu_instances.end(),
+                     [&](const GpuInstance& gi) { return gi.id == id; })) {
+    ++id;
+  }
+  state.gpu_instances.push_back({id, profile_id});
+  if (Status s = Refresh(*gpu); !s.ok()) return s;
+  return id;
+}
+
+Status KernelModel::DestroyGpuInstance(const std::string& address, uint32_t gi_id) {
+  std::lock_guard lock(mutex_);
+  auto gpu = GpuByAddress(address);
+  if (!gpu || !gpus_[*gpu].present) return Status::FromErrno(ENOENT, "no GPU " + address);
+  auto& gis = gpus_[*gpu].gpu_instances;
+  auto it =
+      std::find_if(gis.begin(), gis.end(), [&](const GpuInstance& gi) { return gi.id == gi_id; });
+  if (it == gis.end())
+    return Status::FromErrno(ENOENT, address + ": no GPU instance " + std::to_string(gi_id));
+  for (const auto& [id, vgpu] : vgpus_) {
+    if (vgpu.gpu == *gpu && vgpu.gpu_instance == gi_id) {
+      return Status::FromErrno(EBUSY,
+                               address + ": GPU instance " + std::to_string(gi_id) + " in use");
+    }
+  }
+  gis.erase(it);
+  return Refresh(*gpu);
+}
+
+Status KernelModel::WriteModes() {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (size_t i = 0; i < profile_.gpus.size(); ++i) {
+    const GpuSpec& spec = profile_.gpus[i];
+    const GpuState& state = gpus_[i];
+    if (spec.kind == GpuKind::kVirtual || !state.present) continue;
+    nlohmann::json gpu = {
+        {"address", spec.address}, {"mig", state.mig}, {"heterogeneous", state.heterogeneous}};
+    nlohmann::json instances = nlohmann::json::array();
+    for (const GpuInstance& gi : state.gpu_instances) {
+      uint64_t framebuffer = 0;
+      for (const auto& p : spec.gi_profiles) {
+        if (p.id == gi.profile) framebuffer = p.framebuffer_mib;
+      }
+      instances.push_back(
+          {{"id", gi.id}, {"profileId", gi.profile}, {"framebufferMib", framebuffer}});
+    }
+    gpu["gpuInstances"] = instances;
+    nlohmann::json types = nlohmann::json::array();
+    for (const TypeSpec& type : spec.types) {
+      nlohmann::json t = {{"id", type.id}, {"framebufferMib", type.framebuffer_mib}};
+      if (!type.placement_ids.empty()) {
+        t["placementSize"] = type.placement_size;
+        t["placementIds"] = type.placement_ids;
+      }
+      if (type.gi_profile) {
+        t["gpuInstanceProfileId"] = *type.gi_profile;
+        t["maxPerGpuInstance"] = type.max_per_gi;
+      }
+      types.push_back(t);
+    }
+    gpu["types"] = types;
+    nlohmann::json vgpus = nlohmann::json::array();
+    for (const auto& [id, vgpu] : vgpus_) {
+      if (vgpu.gpu != i) continue;
+      nlohmann::json v = {{"id", id}, {"parent", vgpu.parent}, {"type", vgpu.type}};
+      if (vgpu.placement) v["placementId"] = *vgpu.placement;
+      if (vgpu.gpu_instance) v["gpuInstanceId"] = *vgpu.gpu_instance;
+      vgpus.push_back(v);
+    }
+    gpu["vgpus"] = vgpus;
+    gpus.push_back(gpu);
+  }
+  nlohmann::json doc = {{"gpus", gpus}};
+  return Update(real_root_ / kModesFile, doc.dump() + "\n", tree::kReadOnly,
+                real_root_ / kScratchDir);
+}
+
+Result<std::string> KernelModel::ReadOutput(const Output& output) const {
+  auto it = vgpus_.find(output.vgpu);
+  if (output.mdev) {
+    // Not Applicable until the vGPU is in use (gentlemanautomaton/machina, mdevfs).
+    if (it == vgpus_.end() || !it->second.busy || !it->second.placement) {
+      return std::string("Not Applicable\n");
+    }
+    return std::to_string(*it->second.placement) + "\n";
+  }
+  if (it == vgpus_.end()) {
+    return Status::FromErrno(ENXIO, output.vgpu + ": no vGPU on this VF");
+  }
+  // With no placement or GPU instance (equal-size, strict) the driver's value is not published:
+  // 0 is ours.
+  std::optional<uint32_t> value = output.placement ? it->second.placement : it->second.gpu_instance;
+  return std::to_string(value.value_or(0)) + "\n";
 }
 
 std::vector<std::string> KernelModel::VgpuIds() const {

@@ -36,6 +36,17 @@ struct TypeSpec {
   // The mdev core's own max_instances accounting (mdpy, mbochs: drivers without get_available):
   // no room then fails with EUSERS from the core instead of the driver's ENOSPC.
   bool mdev_core_limit = false;
+  // Mixed-size (heterogeneous) mode, NVML's nvmlVgpuPlacementList_v2_t: the slots one vGPU of the
+  // type takes and the slots it may start at. Empty ids: the type cannot go on a GPU in
+  // mixed-size mode. max_instances_mixed: its max there when lower than max_instances (0: same).
+  uint32_t placement_size = 0;
+  std::vector<uint32_t> placement_ids;
+  uint32_t max_instances_mixed = 0;
+  // MIG-backed types: the GPU-instance profile they run in and how many fit one GPU instance
+  // (nvidia-smi vgpu -s -v: "GPU Instance Profile ID", "Max Instances Per GI"). nullopt: a
+  // time-sliced type, which the GPU offers only while MIG is off.
+  std::optional<uint32_t> gi_profile;
+  uint32_t max_per_gi = 0;
 };
 
 enum class GpuKind {
@@ -59,6 +70,23 @@ struct GpuSpec {
   enum class Lock { kNone, kType, kFramebuffer };
   Lock lock = Lock::kType;
   std::vector<TypeSpec> types;
+  // Mixed-size mode ("Heterogeneous Time-Slice Sizes: Supported"): whether the GPU can be
+  // switched to it, and whether it is on when the node comes up (set by the node's setup, after
+  // SR-IOV was enabled). A runtime flag: RestoreGpu (VFs re-enabled) clears it.
+  bool heterogeneous_capable = false;
+  bool heterogeneous = false;
+  // MIG: the GPU-instance profiles the GPU offers, whether MIG mode is on (persistent: it
+  // survives RestoreGpu) and the GPU instances the node's setup made before anything runs
+  // (runtime: RestoreGpu, a VF re-enable, destroys them).
+  struct GiProfile {
+    uint32_t id = 0;   // NVML's GPU-instance profile id ("GPU Instance Profile ID")
+    std::string name;  // "1g.18gb"
+    uint64_t framebuffer_mib = 0;
+    uint32_t max_count = 0;  // GPU instances of this profile one GPU holds at most
+  };
+  std::vector<GiProfile> gi_profiles;
+  bool mig = false;
+  std::vector<uint32_t> initial_gpu_instances;  // GI profile ids, made in order at layout
 };
 
 struct NodeProfile {
@@ -70,7 +98,8 @@ struct NodeProfile {
   std::string host_driver_version;
 };
 
-// Built-in profiles: "t4x2", "t4x2-equal-size", "a100-sriov", "h200-vfio", "mtty", "mixed".
+// Built-in profiles: "t4x2", "t4x2-equal-size", "a100-sriov", "h200-vfio", "h200-mig",
+// "l40s-vfio", "rtxpro6000-mig", "mtty", "mixed". sim/README.md gives each one's sources.
 std::vector<std::string> ProfileNames();
 Result<NodeProfile> ProfileByName(std::string_view name);
 
@@ -131,6 +160,26 @@ class KernelModel : public mdev::SysfsIo {
   // Whether the profile's GPU at `address` is plugged in (false after RemoveGpu, or if unknown).
   bool GpuPresent(const std::string& address) const;
 
+  // --- Modes the node's administrator sets (nvidia-smi / NVML on a real host) ---
+  // `nvidia-smi vgpu -i <gpu> -shm 0|1`: EBUSY while the GPU carries a vGPU ("In use by another
+  // client"), EOPNOTSUPP where the GPU cannot or MIG is on (the field reads N/A there).
+  Status SetHeterogeneous(const std::string& address, bool on);
+  // `nvidia-smi -i <gpu> -mig 0|1`: EBUSY while the GPU carries a vGPU or a GPU instance, or
+  // while its VFs are enabled (the measured order: -mig 1 before sriov-manage -e; here a
+  // vendor-VFIO or SR-IOV GPU's VFs are always enabled, so only non-SR-IOV GPUs switch).
+  // EOPNOTSUPP on a GPU without MIG.
+  Status SetMig(const std::string& address, bool on);
+  // `nvidia-smi mig -i <gpu> -cgi <profile>`: the new GPU instance's id. EINVAL for a profile the
+  // GPU has not, EOPNOTSUPP while MIG is off, ENOSPC when the profile's count is reached.
+  Result<uint32_t> CreateGpuInstance(const std::string& address, uint32_t profile_id);
+  // `-dgi`: EBUSY while a vGPU runs in it, ENOENT for an unknown id.
+  Status DestroyGpuInstance(const std::string& address, uint32_t gi_id);
+
+  // What only NVML / nvidia-smi show, written by the model to kModesFile under the root after
+  // every change (write-to-temp + rename), for the simulator's mode probe
+  // (deviceplugin/model/gpu_mode_probe.h). JSON; docs/simulator.md gives the format.
+  static constexpr const char* kModesFile = "sim-gpu-modes.json";
+
  private:
   // A file the driver reacts to when written.
   enum class Action { kCreate, kRemove, kCurrentType };
@@ -148,9 +197,18 @@ class KernelModel : public mdev::SysfsIo {
     std::string type;
     uint32_t iommu_group = 0;  // mdev only: a fresh group; vendor VFIO uses the VF's
     bool busy = false;
+    std::optional<uint32_t> placement;     // its first slot, in mixed-size mode
+    std::optional<uint32_t> gpu_instance;  // the GPU instance's id, for a MIG-backed type
+  };
+  struct GpuInstance {
+    uint32_t id = 0;
+    uint32_t profile = 0;
   };
   struct GpuState {
     bool present = true;
+    bool heterogeneous = false;
+    bool mig = false;
+    std::vector<GpuInstance> gpu_instances;
     std::string bridge;                      // root port above the GPU ("0000:00:02.0")
     std::vector<std::string> vfs;            // SR-IOV VF addresses, virtfn order
     std::map<std::string, uint32_t> groups;  // PCI function -> IOMMU group
@@ -183,6 +241,17 @@ class KernelModel : public mdev::SysfsIo {
   // Driver rules (kernel_model.cpp).
   std::vector<std::string> ParentsOf(size_t gpu) const;
   uint32_t Available(size_t gpu, const std::string& parent, const TypeSpec& type) const;
+  // Mixed-size mode: the lowest start of `type` whose slots are free; nullopt when none.
+  std::optional<uint32_t> LowestPlacement(size_t gpu, const TypeSpec& type) const;
+  // How many more vGPUs of `type` the free slots hold, each at the lowest creatable placement.
+  uint32_t FreePlacements(size_t gpu, const TypeSpec& type) const;
+  // MIG: the GPU instance a new vGPU of `type` goes to (the lowest id with room); nullopt: none.
+  std::optional<uint32_t> FittingGpuInstance(size_t gpu, const TypeSpec& type) const;
+  uint32_t GpuInstanceRoom(size_t gpu, const TypeSpec& type) const;
+  uint32_t RoomInGpuInstance(size_t gpu, uint32_t gi, const TypeSpec& type) const;
+  bool GpuHasVgpu(size_t gpu) const;
+  void Place(size_t gpu, const TypeSpec& type, Vgpu& vgpu) const;
+  Status WriteModes();
   const TypeSpec* FindType(size_t gpu, std::string_view type_id) const;
   Status Refresh(size_t gpu);
   Status WriteCreate(const Attribute& attr, const fs::path& path, std::string_view data);
@@ -201,6 +270,16 @@ class KernelModel : public mdev::SysfsIo {
   std::vector<GpuState> gpus_;
   std::map<std::string, Vgpu> vgpus_;
   std::map<fs::path, Attribute> attributes_;  // canonical path -> what a write does
+  // Driver outputs computed at read time: vendor VFIO's nvidia/{placement_id,gpu_instance_id}
+  // (ENXIO while the VF has no vGPU) and an mdev's nvidia/placement_id ("Not Applicable" until the
+  // vGPU is in use). Canonical path -> what it shows.
+  struct Output {
+    std::string vgpu;       // the VF address (vendor VFIO) or the mdev's UUID
+    bool placement = true;  // false: gpu_instance_id
+    bool mdev = false;
+  };
+  std::map<fs::path, Output> outputs_;
+  Result<std::string> ReadOutput(const Output& output) const;
   std::vector<Fault> faults_;
   RemovalHook removal_hook_;
 };

@@ -116,6 +116,118 @@ GpuSpec H200VendorVfio(std::string address) {
   return gpu;
 }
 
+// A vendor-VFIO type with the fields the driver's listing lacks (framebuffer, counts) filled in.
+TypeSpec Vfio(std::string id, std::string name, uint64_t framebuffer_mib, uint32_t max_instances) {
+  TypeSpec type = Plain(std::move(id), std::move(name), max_instances);
+  type.device_api.clear();  // no mdev type directory, so no device_api file
+  type.framebuffer_mib = framebuffer_mib;
+  return type;
+}
+
+TypeSpec MigBacked(std::string id, std::string name, uint64_t framebuffer_mib,
+                   uint32_t max_instances, uint32_t gi_profile, uint32_t max_per_gi) {
+  TypeSpec type = Vfio(std::move(id), std::move(name), framebuffer_mib, max_instances);
+  type.gi_profile = gi_profile;
+  type.max_per_gi = max_per_gi;
+  return type;
+}
+
+// H200 141 GB in MIG mode, vendor VFIO, with GPU instances made before the node's daemons run.
+// Sources (tags as in docs/gpu-shapes.md):
+//  - 1414 "NVIDIA H200X-1-18C", 1428 "NVIDIA H200X-141C": the published VF listing
+//    (NVIDIA/kubevirt-gpu-device-plugin PR #192) [claim];
+//  - GPU-instance profiles 1g.18gb (7 per GPU) and 2g.35gb (3 per GPU): NVIDIA's MIG user guide,
+//    "Supported MIG Profiles", H200 table [doc]; their ids 19 and 14 are those `nvidia-smi mig
+//    -lgip` gives the 1g/2g profiles on A100/H100, taken for the H200 [unverified];
+//  - one MIG-backed vGPU per GPU instance for C-series types (vgpu-device-manager maps
+//    "A100-1-5C: 7" to seven 1g.5gb GIs) [code]; H200X-2-35C and its id 1415 are ours
+//    [unverified];
+//  - time-sliced types offered nothing while MIG is on [measured, cubecos; claim on mdev];
+//  - 16 VFs, the device id and the GIs made (four 1g.18gb, one 2g.35gb) are ours.
+GpuSpec H200Mig(std::string address) {
+  GpuSpec gpu;
+  gpu.address = std::move(address);
+  gpu.kind = GpuKind::kVendorVfio;
+  gpu.device_id = "0x2335";
+  gpu.num_vfs = 16;
+  gpu.gi_profiles = {{19, "1g.18gb", 18432, 7}, {14, "2g.35gb", 35840, 3}};
+  gpu.mig = true;
+  gpu.initial_gpu_instances = {19, 19, 19, 19, 14};
+  gpu.types = {
+      Vfio("1428", "NVIDIA H200X-141C", 144384, 1),
+      MigBacked("1414", "NVIDIA H200X-1-18C", 18432, 7, 19, 1),
+      MigBacked("1415", "NVIDIA H200X-2-35C", 35840, 3, 14, 1),
+  };
+  return gpu;
+}
+
+// L40S 48 GB (no MIG) under vendor VFIO, mixed-size capable. Sources:
+//  - no MIG on L40S/L4: NVIDIA's MIG user guide, supported GPUs [doc];
+//  - equal-size mode by default, series of one size mixing (L40S-4Q beside L40S-4A) [doc, through
+//    a mirror; measured as DC-3Q + DC-3A on an RTX PRO 6000];
+//  - placements as fixed start slots, NVML's placementSize / placementIds [doc]; the numbers here
+//    (48 slots, one per GiB, each type starting at multiples of its size) are ours: NVIDIA does not
+//    publish the L40S table [unverified];
+//  - type ids 1700.. and 16 VFs per GPU are ours [unverified]; max counts are 48 GiB over the size.
+GpuSpec L40sVfio(std::string address, bool heterogeneous) {
+  GpuSpec gpu;
+  gpu.address = std::move(address);
+  gpu.kind = GpuKind::kVendorVfio;
+  gpu.device_id = "0x26b9";
+  gpu.num_vfs = 16;
+  gpu.lock = GpuSpec::Lock::kFramebuffer;
+  gpu.heterogeneous_capable = true;
+  gpu.heterogeneous = heterogeneous;
+  auto sized = [](std::string id, std::string name, uint32_t gib) {
+    TypeSpec type = Vfio(std::move(id), std::move(name), uint64_t{gib} * 1024, 48 / gib);
+    type.placement_size = gib;
+    for (uint32_t start = 0; start + gib <= 48; start += gib) type.placement_ids.push_back(start);
+    return type;
+  };
+  gpu.types = {
+      sized("1700", "NVIDIA L40S-4Q", 4),   sized("1701", "NVIDIA L40S-4A", 4),
+      sized("1702", "NVIDIA L40S-8Q", 8),   sized("1703", "NVIDIA L40S-12Q", 12),
+      sized("1704", "NVIDIA L40S-24Q", 24),
+  };
+  return gpu;
+}
+
+// RTX PRO 6000 Blackwell (96 GB) in MIG mode with time-sliced MIG-backed vGPUs, vendor VFIO.
+// Sources: bigstack-oss/cubecos `core/modules/config_gpu.cpp` and PRs #1223/#1338, driver
+// 580.105.06 [measured]:
+//  - GPU-instance profile 47 (1g.24gb, made with +gfx); four per GPU (the MIG user guide lists
+//    RTX PRO 6000 Blackwell with 4 GIs [doc]);
+//  - DC-1-24Q: GI profile 47, 1 per GI, 4 per card; DC-1-2Q: 12 per GI, 48 per card; DC-1-3Q with
+//    DC-1-3A in one GI works, a 6 GiB type into that GI is refused [measured];
+//  - DC-1-3Q/3A 8 per GI and DC-1-6Q 4 per GI are 24 GiB over the size [unverified];
+//  - DC-3Q 1519, DC-3A 1520 (time-sliced, 32 per card: the measured single-size ceiling) offered
+//    nothing while MIG is on [measured]; the MIG-backed ids 1560.. are ours [unverified];
+//  - a write with no fitting GI fails EIO [measured];
+//  - 48 VFs (enough for 48 DC-1-2Q) and the device id are ours [unverified].
+GpuSpec RtxPro6000Mig(std::string address) {
+  GpuSpec gpu;
+  gpu.address = std::move(address);
+  gpu.kind = GpuKind::kVendorVfio;
+  gpu.device_id = "0x2bb5";
+  gpu.num_vfs = 48;
+  gpu.lock = GpuSpec::Lock::kFramebuffer;
+  gpu.gi_profiles = {{47, "1g.24gb", 24576, 4}};
+  gpu.mig = true;
+  gpu.initial_gpu_instances = {47, 47, 47, 47};
+  const char* prefix = "NVIDIA RTX Pro 6000 Blackwell ";
+  auto name = [&](const char* type) { return std::string(prefix) + type; };
+  gpu.types = {
+      Vfio("1519", name("DC-3Q"), 3072, 32),
+      Vfio("1520", name("DC-3A"), 3072, 32),
+      MigBacked("1560", name("DC-1-2Q"), 2048, 48, 47, 12),
+      MigBacked("1561", name("DC-1-3Q"), 3072, 32, 47, 8),
+      MigBacked("1562", name("DC-1-3A"), 3072, 32, 47, 8),
+      MigBacked("1563", name("DC-1-6Q"), 6144, 16, 47, 4),
+      MigBacked("1564", name("DC-1-24Q"), 24576, 4, 47, 1),
+  };
+  return gpu;
+}
+
 // The kernel's mtty sample: a virtual parent, 24 serial ports shared by both types, no
 // `description` file, and no one-type rule.
 GpuSpec Mtty() {
@@ -136,7 +248,8 @@ GpuSpec Mtty() {
 }  // namespace
 
 std::vector<std::string> ProfileNames() {
-  return {"t4x2", "t4x2-equal-size", "a100-sriov", "h200-vfio", "mtty", "mixed"};
+  return {"t4x2",      "t4x2-equal-size", "a100-sriov", "h200-vfio", "h200-mig",
+          "l40s-vfio", "rtxpro6000-mig",  "mtty",       "mixed"};
 }
 
 Result<NodeProfile> ProfileByName(std::string_view name) {
@@ -163,6 +276,24 @@ Result<NodeProfile> ProfileByName(std::string_view name) {
                        "one H200 with vendor-specific VFIO VFs, no mdev bus",
                        {H200VendorVfio("0000:41:00.0")},
                        kHostDriver};
+  }
+  if (name == "h200-mig") {
+    return NodeProfile{"h200-mig",
+                       "one H200 in MIG mode with GPU instances, vendor-specific VFIO",
+                       {H200Mig("0000:41:00.0")},
+                       kCurrentHostDriver};
+  }
+  if (name == "l40s-vfio") {
+    return NodeProfile{"l40s-vfio",
+                       "two L40S, vendor-specific VFIO: one equal-size, one in mixed-size mode",
+                       {L40sVfio("0000:3b:00.0", false), L40sVfio("0000:af:00.0", true)},
+                       kCurrentHostDriver};
+  }
+  if (name == "rtxpro6000-mig") {
+    return NodeProfile{"rtxpro6000-mig",
+                       "one RTX PRO 6000 Blackwell in MIG mode, time-sliced MIG-backed vGPUs",
+                       {RtxPro6000Mig("0000:41:00.0")},
+                       kCurrentHostDriver};
   }
   if (name == "mtty") {
     return NodeProfile{"mtty", "the kernel's mtty sample driver", {Mtty()}, ""};

@@ -106,7 +106,8 @@ uint64_t FramebufferMib(const mdev::VgpuType& type) {
   return 0;
 }
 
-GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting) {
+GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
+                   const GpuModeProbe* probe) {
   const std::map<std::string, GpuView> views = ViewsOf(inventory);
   std::map<std::string, std::optional<Occupancy>> seen;
   std::set<Occupancy> node_evidence;
@@ -120,6 +121,21 @@ GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting) {
     }
     if (!view.nvidia) continue;
     std::optional<Occupancy> evidence = MigBacked(view) ? Occupancy::kMig : Evidence(view);
+    if (probe != nullptr) {
+      if (std::optional<GpuShapeFacts> facts = probe->Probe(gpu)) {
+        // The probe's word over the counts: MIG, then mixed-size; a mode it says is off is not
+        // taken from the counts either.
+        if (facts->mig == true) {
+          evidence = Occupancy::kMig;
+        } else if (facts->heterogeneous == true) {
+          evidence = Occupancy::kMixedSize;
+        } else if ((evidence == Occupancy::kMig && facts->mig == false) ||
+                   (evidence == Occupancy::kMixedSize && facts->heterogeneous == false)) {
+          evidence = std::nullopt;
+        }
+        shapes_[gpu] = std::move(*facts);
+      }
+    }
     if (evidence == Occupancy::kStrict || evidence == Occupancy::kEqualSize) {
       node_evidence.insert(*evidence);
     }
@@ -169,6 +185,54 @@ uint32_t GpuRules::MaxInstancesOf(const std::string& physical_gpu,
                                   const std::string& type_id) const {
   const TypeFacts* facts = Facts(physical_gpu, type_id);
   return facts != nullptr ? facts->max_instances : 0;
+}
+
+void GpuRules::FillType(const std::string& physical_gpu, const std::string& type_id,
+                        scheduling::ResourceSlots& slots) const {
+  auto shape = shapes_.find(physical_gpu);
+  if (shape == shapes_.end()) return;
+  auto type = shape->second.types.find(type_id);
+  if (type == shape->second.types.end()) return;
+  slots.placements = type->second.placements;
+  slots.gi_profile = type->second.gi_profile;
+  slots.max_per_gi = type->second.max_per_gi;
+}
+
+scheduling::GpuSlots GpuRules::ShapeOf(const std::string& physical_gpu,
+                                       const std::vector<mdev::Vgpu>& vgpus) const {
+  scheduling::GpuSlots gpu;
+  gpu.id = physical_gpu;
+  gpu.occupancy = OccupancyOf(physical_gpu);
+  auto shape = shapes_.find(physical_gpu);
+  if (shape == shapes_.end()) return gpu;
+  const GpuShapeFacts& facts = shape->second;
+  if (facts.gpu_instances_known) gpu.gpu_instances = facts.gpu_instances;
+  auto slots_of = [&](const std::string& type_id) {
+    scheduling::ResourceSlots slots;
+    slots.type_id = type_id;
+    slots.framebuffer_mib = FramebufferOf(physical_gpu, type_id);
+    FillType(physical_gpu, type_id, slots);
+    return slots;
+  };
+  // The probe's vGPUs are the kernel's now (it is asked when these rules are made); the listed
+  // ones it does not show are either made since (the driver gives them what TakeModeRoom takes)
+  // or gone since (counting them is stricter, never looser).
+  for (const auto& [id, vgpu] : facts.vgpus) {
+    const scheduling::ResourceSlots slots = slots_of(vgpu.type);
+    if (vgpu.placement && !slots.placements.ids.empty()) {
+      gpu.used_slots.push_back({*vgpu.placement, slots.placements.size});
+    }
+    for (scheduling::GpuInstanceSlots& gi : gpu.gpu_instances) {
+      if (!vgpu.gpu_instance || gi.id != *vgpu.gpu_instance) continue;
+      gi.vgpu_framebuffer_mib = slots.framebuffer_mib;
+      ++gi.vgpus;
+    }
+  }
+  for (const mdev::Vgpu& vgpu : vgpus) {
+    if (vgpu.physical_gpu != physical_gpu || facts.vgpus.contains(vgpu.id)) continue;
+    (void)scheduling::TakeModeRoom(gpu, slots_of(vgpu.type_id));
+  }
+  return gpu;
 }
 
 std::string GpuRules::LockKey(const std::string& physical_gpu, const std::string& type_id) const {

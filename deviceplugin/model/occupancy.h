@@ -11,6 +11,9 @@
 // MIG-backed types (<GPU>-<slices>-<GB><S>) on a GPU make it mig. A GPU without a vGPU shows none
 // of this; it takes what the node's other GPUs (one driver) showed, equal-size or strict, and
 // strict when none showed anything: stricter than the hardware is never a failed admission.
+// Where a GpuModeProbe (gpu_mode_probe.h) tells a GPU's MIG or mixed-size mode, its answer wins
+// over the counts, and the placements and GPU instances it gives let scheduling::ModeRoom place
+// vGPUs on those GPUs by their own rule.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include <string_view>
 #include <utility>
 
+#include "deviceplugin/model/gpu_mode_probe.h"
 #include "mdev/model.h"
 #include "scheduling/gpu_fit.h"
 
@@ -38,7 +42,9 @@ uint64_t FramebufferMib(const mdev::VgpuType& type);
 class GpuRules {
  public:
   GpuRules() = default;
-  GpuRules(const mdev::Inventory& inventory, OccupancySetting setting);
+  // `probe` (may be null) is asked once per NVIDIA GPU here, not kept.
+  GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
+           const GpuModeProbe* probe = nullptr);
 
   // kUnknown for GPUs the inventory does not show.
   scheduling::Occupancy OccupancyOf(const std::string& physical_gpu) const;
@@ -48,6 +54,16 @@ class GpuRules {
   // scheduling::LockKey of a vGPU of `type_id` on the GPU.
   std::string LockKey(const std::string& physical_gpu, const std::string& type_id) const;
 
+  // The probe's facts for ModeRoom: a type's placements or GPU-instance profile on the GPU.
+  void FillType(const std::string& physical_gpu, const std::string& type_id,
+                scheduling::ResourceSlots& slots) const;
+  // The GPU's mode, and the placement slots or GPU instances its vGPUs take there: those the
+  // probe showed where it showed them, then those of `vgpus` (all of the node's; other GPUs'
+  // are skipped) it did not show, where the driver would put them (the lowest creatable
+  // placement, the lowest fitting instance).
+  scheduling::GpuSlots ShapeOf(const std::string& physical_gpu,
+                               const std::vector<mdev::Vgpu>& vgpus) const;
+
  private:
   struct TypeFacts {
     uint64_t framebuffer_mib = 0;
@@ -56,6 +72,7 @@ class GpuRules {
   const TypeFacts* Facts(const std::string& physical_gpu, const std::string& type_id) const;
 
   std::map<std::string, scheduling::Occupancy> occupancy_;          // by GPU
+  std::map<std::string, GpuShapeFacts> shapes_;                     // by GPU, where probed
   std::map<std::pair<std::string, std::string>, TypeFacts> types_;  // by (GPU, type)
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -29,7 +30,25 @@ GpuLoads LoadsOf(const std::vector<Device>& listed, const std::vector<mdev::Vgpu
   GpuLoads loads;
   std::set<std::string> types;
   for (const Device& d : listed) types.insert(d.key.type_id);
+  // GPUs whose mode's facts are known for the resource (mixed-size placements, MIG instances):
+  // there a device is worth asking for only while scheduling::ModeRoom has room for its type,
+  // counted over every vGPU on the GPU, those made since the last scan included.
+  std::map<std::string, bool> room;  // GPU -> whether the mode's rule has room
+  for (const Device& d : listed) {
+    if (room.contains(d.physical_gpu)) continue;
+    scheduling::ResourceSlots slots;
+    slots.type_id = d.key.type_id;
+    slots.framebuffer_mib = rules.FramebufferOf(d.physical_gpu, d.key.type_id);
+    rules.FillType(d.physical_gpu, d.key.type_id, slots);
+    const std::optional<uint32_t> left =
+        scheduling::ModeRoom(rules.ShapeOf(d.physical_gpu, vgpus), slots);
+    if (left) room[d.physical_gpu] = *left > 0;
+  }
   for (const mdev::Vgpu& v : vgpus) {
+    if (room.contains(v.physical_gpu)) {
+      if (types.contains(v.type_id)) ++loads.same_type[v.physical_gpu];
+      continue;
+    }
     const std::string key = rules.LockKey(v.physical_gpu, v.type_id);
     bool same = types.contains(v.type_id);
     bool against = false;
@@ -49,10 +68,14 @@ GpuLoads LoadsOf(const std::vector<Device>& listed, const std::vector<mdev::Vgpu
   for (const Device& d : listed) {
     if (d.healthy && !d.vgpu_exists) ++loads.free[d.physical_gpu];
   }
+  for (const auto& [gpu, has_room] : room) {
+    if (!has_room) loads.other_type.insert(gpu);
+  }
   // A GPU whose lock's capacity the vGPUs made since the last scan used up: its devices still look
   // free until the kernel's next count, but the kernel would refuse them. Types of one lock share
   // it (equal-size mode: every type of a size has the same max_instance, the GPU over that size).
   for (const Device& d : listed) {
+    if (room.contains(d.physical_gpu)) continue;  // ModeRoom counted them
     const uint32_t max = rules.MaxInstancesOf(d.physical_gpu, d.key.type_id);
     auto same = loads.same_type.find(d.physical_gpu);
     if (max > 0 && same != loads.same_type.end() && same->second >= static_cast<int>(max)) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 namespace kvgpu::deviceplugin {
@@ -44,8 +45,15 @@ scheduling::NodeVgpuState BuildSchedulerState(const mdev::Inventory& inventory,
     gpu.id = id;
     return gpu;
   };
+  std::set<std::string> shaped;
   for (const mdev::Parent& parent : inventory.parents) {
-    gpu_named(parent.physical_gpu).occupancy = rules.OccupancyOf(parent.physical_gpu);
+    if (!shaped.insert(parent.physical_gpu).second) continue;  // a GPU's VFs: once per GPU
+    scheduling::GpuSlots& gpu = gpu_named(parent.physical_gpu);
+    // The mode, and the slots or GPU instances in use (version 3 of the state publishes them).
+    scheduling::GpuSlots shape = rules.ShapeOf(parent.physical_gpu, inventory.vgpus);
+    gpu.occupancy = shape.occupancy;
+    gpu.used_slots = std::move(shape.used_slots);
+    gpu.gpu_instances = std::move(shape.gpu_instances);
   }
   for (const mdev::Vgpu& vgpu : inventory.vgpus) {
     scheduling::GpuSlots& gpu = gpu_named(vgpu.physical_gpu);
@@ -58,6 +66,7 @@ scheduling::NodeVgpuState BuildSchedulerState(const mdev::Inventory& inventory,
       scheduling::ResourceSlots& slots = gpu_named(device.physical_gpu).resources[resource];
       slots.type_id = device.key.type_id;
       slots.framebuffer_mib = rules.FramebufferOf(device.physical_gpu, device.key.type_id);
+      rules.FillType(device.physical_gpu, device.key.type_id, slots);
       if (!device.healthy) continue;
       ++(device.vgpu_exists ? slots.used : slots.free);
     }

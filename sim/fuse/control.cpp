@@ -84,6 +84,26 @@ Status ApplyLine(KernelModel& model, const std::vector<std::string>& words) {
     if (words.size() != 2) return Bad(command + " takes one GPU address");
     return GpuStatus(command == "unplug" ? model.RemoveGpu(words[1]) : model.RestoreGpu(words[1]));
   }
+  if (command == "heterogeneous" || command == "mig") {
+    if (words.size() != 3 || (words[2] != "on" && words[2] != "off")) {
+      return Bad(command + " takes a GPU address and on|off");
+    }
+    const bool on = words[2] == "on";
+    return command == "mig" ? model.SetMig(words[1], on) : model.SetHeterogeneous(words[1], on);
+  }
+  if (command == "gi-create" || command == "gi-destroy") {
+    uint32_t number = 0;
+    if (words.size() == 3) {
+      const std::string& n = words[2];
+      auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), number);
+      if (ec != std::errc() || end != n.data() + n.size()) number = UINT32_MAX;
+    }
+    if (words.size() != 3 || number == UINT32_MAX) {
+      return Bad(command + " takes a GPU address and a number");
+    }
+    if (command == "gi-destroy") return model.DestroyGpuInstance(words[1], number);
+    return model.CreateGpuInstance(words[1], number).status();
+  }
   if (command == "fault") {
     if (words.size() != 4 && words.size() != 5) {
       return Bad("usage: fault <read|write|list|readlink> <path-suffix> <errno> [times]");

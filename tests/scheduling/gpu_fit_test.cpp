@@ -208,5 +208,113 @@ TEST(PolicyTest, NamesRoundTripAndUnknownOnesAreRefused) {
   EXPECT_FALSE(ParsePolicy("binpack").has_value());
 }
 
+// --- mixed-size and MIG: the mode's facts (placements, GPU instances) ---
+
+constexpr const char* k4q = "r/4q";
+constexpr const char* k8q = "r/8q";
+constexpr const char* k12q = "r/12q";
+
+// A 48-slot mixed-size GPU (the simulator's l40s-vfio numbers): a type of N GiB takes N slots and
+// starts at multiples of N. `free`: the kernel's count per resource (VFs listing it).
+GpuSlots MixedGpu(uint32_t free = 16) {
+  GpuSlots gpu;
+  gpu.id = "0000:af:00.0";
+  gpu.occupancy = Occupancy::kMixedSize;
+  auto add = [&](const char* name, const char* type, uint32_t gib) {
+    ResourceSlots slots{type, 0, free, uint64_t{gib} * 1024};
+    slots.placements.size = gib;
+    for (uint32_t start = 0; start + gib <= 48; start += gib) slots.placements.ids.push_back(start);
+    gpu.resources[name] = slots;
+  };
+  add(k4q, "1700", 4);
+  add(k8q, "1702", 8);
+  add(k12q, "1703", 12);
+  return gpu;
+}
+
+TEST(ModeRoomTest, MixedSizeCountsFreePlacementsAndSilosSlotsAtNoValidStart) {
+  GpuSlots gpu = MixedGpu();
+  gpu.used_slots = {{0, 4}, {12, 12}};  // a 4Q at 0, a 12Q at 12: slots 4-11 free
+  EXPECT_EQ(ModeRoom(gpu, gpu.resources.at(k8q)), 3u) << "8Q at 24, 32, 40; 4-11 holds none";
+  EXPECT_EQ(LowestPlacement(gpu, gpu.resources.at(k8q).placements), 24u);
+  EXPECT_EQ(ModeRoom(gpu, gpu.resources.at(k4q)), 8u) << "4, 8, then 24..44";
+  EXPECT_EQ(LowestPlacement(gpu, gpu.resources.at(k4q).placements), 4u);
+  GpuSlots unknown = gpu;
+  unknown.resources.at(k8q).placements = {};
+  EXPECT_EQ(ModeRoom(unknown, unknown.resources.at(k8q)), std::nullopt)
+      << "no placements known: the kernel's counts alone";
+}
+
+uint32_t CreatableOf(const GpuSlots& gpu, const std::string& resource) {
+  return Creatable(gpu, gpu.resources.at(resource));
+}
+
+TEST(PlaceDemandTest, MixedSizesShareAGpuWhilePlacementsAreFree) {
+  std::vector<GpuSlots> gpus = {MixedGpu()};
+  ASSERT_TRUE(PlaceDemand(gpus, {{k4q, 1}}, Policy::kPack));
+  ASSERT_TRUE(PlaceDemand(gpus, {{k12q, 1}}, Policy::kPack));
+  EXPECT_EQ(gpus[0].used_slots, (std::vector<SlotRange>{{0, 4}, {12, 12}}))
+      << "each at its lowest creatable placement";
+  EXPECT_EQ(CreatableOf(gpus[0], k8q), 3u) << "8Q where its placements are still free";
+  ASSERT_TRUE(PlaceDemand(gpus, {{k8q, 3}}, Policy::kPack));
+  std::string why;
+  EXPECT_FALSE(PlaceDemand(gpus, {{k8q, 1}}, Policy::kPack, &why))
+      << "8 GiB free at 4-11, but no 8Q placement there";
+  EXPECT_EQ(CreatableOf(gpus[0], k4q), 2u) << "the 4Q placements at 4 and 8";
+}
+
+TEST(PlaceDemandTest, MixedSizeNeverPromisesMoreThanTheKernelCounts) {
+  std::vector<GpuSlots> gpus = {MixedGpu(2)};
+  EXPECT_FALSE(PlaceDemand(gpus, {{k4q, 3}}, Policy::kPack)) << "the kernel shows two";
+  ASSERT_TRUE(PlaceDemand(gpus, {{k4q, 1}}, Policy::kPack));
+  EXPECT_EQ(CreatableOf(gpus[0], k8q), 1u) << "the VF the 4Q took is gone for 8Q too";
+}
+
+constexpr const char* k2q = "r/dc-1-2q";
+constexpr const char* k3q = "r/dc-1-3q";
+constexpr const char* k3a = "r/dc-1-3a";
+constexpr const char* k6q = "r/dc-1-6q";
+
+// An RTX PRO 6000-like MIG GPU: `gis` instances of GI profile 47 (cubecos's numbers: DC-1-2Q 12
+// per GI; 3 and 6 GiB per GI ours).
+GpuSlots MigGpu(uint32_t gis) {
+  GpuSlots gpu;
+  gpu.id = "0000:41:00.0";
+  gpu.occupancy = Occupancy::kMig;
+  for (uint32_t i = 1; i <= gis; ++i) gpu.gpu_instances.push_back({i, 47, 0, 0});
+  auto add = [&](const char* name, const char* type, uint32_t gib, uint32_t per_gi) {
+    ResourceSlots slots{type, 0, 48, uint64_t{gib} * 1024};
+    slots.gi_profile = 47;
+    slots.max_per_gi = per_gi;
+    gpu.resources[name] = slots;
+  };
+  add(k2q, "1560", 2, 12);
+  add(k3q, "1561", 3, 8);
+  add(k3a, "1562", 3, 8);
+  add(k6q, "1563", 6, 4);
+  return gpu;
+}
+
+TEST(PlaceDemandTest, MigBackedTypesLandOnlyInInstancesOfTheirSizeWithRoom) {
+  std::vector<GpuSlots> gpus = {MigGpu(2)};
+  ASSERT_TRUE(PlaceDemand(gpus, {{k3q, 5}, {k3a, 3}}, Policy::kPack));
+  EXPECT_EQ(gpus[0].gpu_instances[0].vgpus, 8u) << "3Q and 3A share one instance";
+  EXPECT_EQ(gpus[0].gpu_instances[1].vgpus, 0u);
+  EXPECT_EQ(CreatableOf(gpus[0], k2q), 12u) << "only the empty instance takes 2 GiB";
+  ASSERT_TRUE(PlaceDemand(gpus, {{k6q, 1}}, Policy::kPack));
+  EXPECT_EQ(gpus[0].gpu_instances[1].vgpu_framebuffer_mib, 6144u);
+  EXPECT_EQ(CreatableOf(gpus[0], k2q), 0u) << "no instance empty or of 2 GiB";
+  EXPECT_EQ(CreatableOf(gpus[0], k3q), 0u);
+  EXPECT_FALSE(PlaceDemand(gpus, {{k6q, 4}}, Policy::kPack)) << "3 more 6Q fit, not 4";
+  EXPECT_TRUE(PlaceDemand(gpus, {{k6q, 3}}, Policy::kPack));
+}
+
+TEST(PlaceDemandTest, AMigGpuWithoutAFittingInstanceOffersNothingWhateverTheKernelListed) {
+  std::vector<GpuSlots> gpus = {MigGpu(0)};
+  std::string why;
+  EXPECT_FALSE(PlaceDemand(gpus, {{k2q, 1}}, Policy::kPack, &why));
+  EXPECT_NE(why.find("0 can be made"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace kvgpu::scheduling

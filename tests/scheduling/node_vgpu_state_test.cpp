@@ -89,15 +89,63 @@ TEST(NodeVgpuStateTest, VersionOneOfAnEqualSizeGpuReadsBackAsTheStrictRuleOnItsF
       << "a GPU with a rule not in version 1 is written as strict";
 }
 
-// N+1: a later plugin's version 3 only adds fields; this reader takes what it knows.
+// A mixed-size GPU carrying a 4 GiB vGPU at slot 0 and a MIG GPU with one 1g instance in use.
+NodeVgpuState SampleV3() {
+  NodeVgpuState state = SampleV2();
+  state.version = 3;
+  GpuSlots& mixed = state.gpus[1];
+  mixed.resources["tencent.com/vgpu-222"].placements = {4, {0, 4, 8, 12}};
+  mixed.used_slots = {{0, 4}};
+  GpuSlots mig;
+  mig.id = "0000:41:00.0";
+  mig.occupancy = Occupancy::kMig;
+  mig.resources["tencent.com/vgpu-1414"] = {"1414", 1, 3, 18432};
+  mig.resources["tencent.com/vgpu-1414"].gi_profile = 19;
+  mig.resources["tencent.com/vgpu-1414"].max_per_gi = 1;
+  mig.gpu_instances = {{1, 19, 18432, 1}, {2, 19, 0, 0}};
+  mig.LockTo("1414", 18432);
+  state.gpus.push_back(mig);
+  return state;
+}
+
+TEST(NodeVgpuStateTest, VersionThreeCarriesPlacementsSlotsAndGpuInstances) {
+  const NodeVgpuState state = SampleV3();
+  Result<NodeVgpuState> parsed = ParseNodeState(RenderNodeState(state));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_TRUE(parsed->SameContent(state));
+  EXPECT_EQ(parsed->gpus[1].used_slots, (std::vector<SlotRange>{{0, 4}}));
+  EXPECT_EQ(parsed->gpus[2].gpu_instances.size(), 2u);
+  EXPECT_EQ(parsed->gpus[2].resources.at("tencent.com/vgpu-1414").gi_profile, 19u);
+}
+
+// The upgrade rule's other direction: a version-2 reader (or a plugin told to write 2) has none of
+// these facts, and places on such GPUs by the kernel's counts alone: after one vGPU there, nothing
+// else is promised on that GPU.
+TEST(NodeVgpuStateTest, WithoutVersionThreeAMixedSizeGpuPromisesNothingMoreAfterOneVgpu) {
+  NodeVgpuState state = SampleV3();
+  state.version = 2;
+  nlohmann::json doc = nlohmann::json::parse(RenderNodeState(state));
+  EXPECT_FALSE(doc["gpus"][1].contains("usedSlots"));
+  Result<NodeVgpuState> parsed = ParseNodeState(doc.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_TRUE(parsed->gpus[2].gpu_instances.empty());
+  std::vector<GpuSlots> gpus = {parsed->gpus[1]};
+  gpus[0].resources["tencent.com/vgpu-222"].free = 3;
+  gpus[0].resources["tencent.com/vgpu-223"] = {"nvidia-223", 0, 2, 2048};
+  ASSERT_TRUE(PlaceDemand(gpus, {{"tencent.com/vgpu-222", 1}}, Policy::kPack));
+  EXPECT_EQ(gpus[0].resources.at("tencent.com/vgpu-223").free, 0u);
+}
+
+// N+1: a later plugin's version 4 only adds fields; this reader takes what it knows.
 TEST(NodeVgpuStateTest, TheNextVersionIsReadAsTheNewestKnownIgnoringWhatItAdds) {
-  nlohmann::json doc = nlohmann::json::parse(RenderNodeState(SampleV2()));
-  doc["version"] = 3;
+  nlohmann::json doc = nlohmann::json::parse(RenderNodeState(SampleV3()));
+  doc["version"] = 4;
   doc["gpus"][0]["placements"] = {{"free", {0, 4, 8}}};
   doc["somethingNew"] = true;
   Result<NodeVgpuState> parsed = ParseNodeState(doc.dump());
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->gpus[0].lock, "framebuffer:1024MiB");
+  EXPECT_EQ(parsed->gpus[1].used_slots.size(), 1u) << "version 3's facts are read";
 }
 
 TEST(NodeVgpuStateTest, AnythingButTheFormatIsRefusedWithTheFieldNamed) {
@@ -108,8 +156,8 @@ TEST(NodeVgpuStateTest, AnythingButTheFormatIsRefusedWithTheFieldNamed) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {"two versions on", [](nlohmann::json& j) { j["version"] = 4; }, "version 4"},
-      {"version 0", [](nlohmann::json& j) { j["version"] = 0; }, "1 to 3"},
+      {"two versions on", [](nlohmann::json& j) { j["version"] = 5; }, "version 5"},
+      {"version 0", [](nlohmann::json& j) { j["version"] = 0; }, "1 to 4"},
       {"no gpus", [](nlohmann::json& j) { j.erase("gpus"); }, "gpus"},
       {"a negative count",
        [](nlohmann::json& j) { j["gpus"][0]["resources"]["tencent.com/vgpu-222"]["free"] = -1; },
@@ -140,6 +188,39 @@ TEST(NodeVgpuStateTest, AnythingButTheFormatIsRefusedWithTheFieldNamed) {
     Result<NodeVgpuState> parsed = ParseNodeState(spoiled.dump());
     ASSERT_FALSE(parsed.ok()) << field;
     EXPECT_NE(parsed.status().message().find("gpus[0]." + field), std::string::npos)
+        << parsed.status().message();
+  }
+  const nlohmann::json good3 = nlohmann::json::parse(RenderNodeState(SampleV3()));
+  const std::vector<Case> v3_cases = {
+      {"placement ids without a size",
+       [](nlohmann::json& j) {
+         j["gpus"][1]["resources"]["tencent.com/vgpu-222"].erase("placementSize");
+       },
+       "gpus[1].resources[tencent.com/vgpu-222].placementSize"},
+      {"a placement id as text",
+       [](nlohmann::json& j) {
+         j["gpus"][1]["resources"]["tencent.com/vgpu-222"]["placementIds"] = {"0"};
+       },
+       "placementIds"},
+      {"a slot range without a size",
+       [](nlohmann::json& j) { j["gpus"][1]["usedSlots"][0].erase("size"); },
+       "gpus[1].usedSlots[0].size"},
+      {"a GPU instance without its profile",
+       [](nlohmann::json& j) { j["gpus"][2]["gpuInstances"][0].erase("profileId"); },
+       "gpus[2].gpuInstances[0].profileId"},
+      {"a max per instance alone",
+       [](nlohmann::json& j) {
+         j["gpus"][2]["resources"]["tencent.com/vgpu-1414"].erase("gpuInstanceProfileId");
+       },
+       "gpuInstanceProfileId"},
+  };
+  for (const Case& c : v3_cases) {
+    SCOPED_TRACE(c.description);
+    nlohmann::json spoiled = good3;
+    c.spoil(spoiled);
+    Result<NodeVgpuState> parsed = ParseNodeState(spoiled.dump());
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_NE(parsed.status().message().find(c.says), std::string::npos)
         << parsed.status().message();
   }
   for (const std::string text : {"", "null", "[1]", "{\"version\":1", "not json"}) {

@@ -14,17 +14,18 @@ namespace {
 
 using SimControlTest = ModelTest;
 
+struct ControlCase {
+  std::string description;
+  std::string command;
+  int want;
+};
+
 constexpr const char* kT4a = "0000:3b:00.0";
 
 TEST_F(SimControlTest, CommandsDriveTheModel) {
   Load("t4x2");
   ASSERT_TRUE(CreateMdev(kT4a, "nvidia-230", Uuid(1)).ok());
-  struct Case {
-    std::string description;
-    std::string command;
-    int want;
-  };
-  const Case cases[] = {
+  const ControlCase cases[] = {
       {"busy, upper-case UUID", "busy 9B2C4E1A-0D3F-4A5B-8C6D-000000000001\n", 0},
       {"blank lines are skipped", "\n\nrelease " + Uuid(1) + "\n\n", 0},
       {"only blanks", "\n \n", EINVAL},
@@ -39,6 +40,30 @@ TEST_F(SimControlTest, CommandsDriveTheModel) {
     SCOPED_TRACE(c.description);
     EXPECT_EQ(ErrnoOf(ApplyControl(*model_, c.command)), c.want);
   }
+}
+
+TEST_F(SimControlTest, ModeCommandsFollowTheOrderingRules) {
+  Load("l40s-vfio");
+  const ControlCase cases[] = {
+      {"mixed-size on an empty GPU", "heterogeneous 0000:3b:00.0 on", 0},
+      {"not on|off", "heterogeneous 0000:3b:00.0 yes", EINVAL},
+      {"no MIG on an L40S", "mig 0000:3b:00.0 on", EOPNOTSUPP},
+      {"no GPU-instance profile", "gi-create 0000:3b:00.0 19", EINVAL},
+      {"not a number", "gi-destroy 0000:3b:00.0 x", EINVAL},
+      {"unknown GPU", "heterogeneous 0000:00:00.0 on", ENOENT},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.description);
+    EXPECT_EQ(ErrnoOf(ApplyControl(*model_, c.command)), c.want);
+  }
+  ASSERT_TRUE(model_->WriteFile(NvidiaDir("0000:3b:00.4") / "current_vgpu_type", "1700").ok());
+  EXPECT_EQ(ErrnoOf(ApplyControl(*model_, "heterogeneous 0000:3b:00.0 off")), EBUSY)
+      << "not while a vGPU exists";
+  Load("h200-mig");
+  EXPECT_EQ(ErrnoOf(ApplyControl(*model_, "gi-destroy 0000:41:00.0 5")), 0);
+  EXPECT_EQ(ErrnoOf(ApplyControl(*model_, "gi-create 0000:41:00.0 14")), 0);
+  EXPECT_EQ(ErrnoOf(ApplyControl(*model_, "mig 0000:41:00.0 off")), EBUSY)
+      << "GPU instances exist and the VFs are enabled";
 }
 
 TEST_F(SimControlTest, BusyBlocksRemoveUntilReleased) {
@@ -70,15 +95,16 @@ class SimFsTest : public ModelTest {
   std::unique_ptr<SimFs> fs_;
 };
 
-TEST_F(SimFsTest, TheTopShowsDevProcSysAndSimButNotTheScratchDirectory) {
+TEST_F(SimFsTest, TheTopShowsDevProcSysSimAndTheModesFileButNotTheScratchDirectory) {
   std::vector<SimFs::DirEntry> entries;
   ASSERT_EQ(fs_->ReadDir("/", &entries), 0);
   std::vector<std::string> names;
   for (const auto& entry : entries) names.push_back(entry.name);
   std::sort(names.begin(), names.end());
   // dev/: the kvm and vhost-vsock entries the device plugin's readiness check looks for;
-  // proc/: the kernel command line (proc/cmdline) vgpuctl doctor reads.
-  EXPECT_EQ(names, (std::vector<std::string>{"dev", "proc", "sim", "sys"}));
+  // proc/: the kernel command line (proc/cmdline) vgpuctl doctor reads; sim-gpu-modes.json:
+  // what only NVML shows (modes, GPU instances, placements), for the simulator's mode probe.
+  EXPECT_EQ(names, (std::vector<std::string>{"dev", "proc", "sim", "sim-gpu-modes.json", "sys"}));
   struct stat st;
   EXPECT_EQ(fs_->GetAttr("/.sim-scratch", &st), -ENOENT);
   EXPECT_EQ(fs_->GetAttr("/sim/nothing", &st), -ENOENT);
