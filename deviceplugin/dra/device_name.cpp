@@ -1,49 +1,51 @@
 #include "deviceplugin/dra/device_name.h"
 
-#include <set>
+#include <cstdio>
 
 namespace kvgpu::deviceplugin::dra {
 
-std::string DraNameComponent(std::string_view part) {
+std::string DraSanitize(std::string_view text) {
   std::string out;
-  out.reserve(part.size());
-  for (char c : part) {
-    if (c >= 'a' && c <= 'z') {
+  for (char c : text) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    if (keep) {
       out += c;
-    } else if (c >= 'A' && c <= 'Z') {
-      out += static_cast<char>(c - 'A' + 'a');
-    } else if (c >= '0' && c <= '9') {
-      out += c;
-    } else {
+    } else if (!out.empty() && out.back() != '-') {
       out += '-';
     }
   }
+  while (!out.empty() && out.back() == '-') out.pop_back();
   return out;
 }
 
-std::optional<std::string> DraDeviceName(const DeviceKey& key) {
-  if (key.parent.empty() || key.type_id.empty()) return std::nullopt;
-  std::string name = DraNameComponent(key.parent) + "-" + DraNameComponent(key.type_id) + "-" +
-                     std::to_string(key.slot);
-  if (name.size() > kMaxDraDeviceNameLength || name.front() == '-') return std::nullopt;
-  return name;
+std::string DraShortHash(std::string_view text) {
+  uint32_t hash = 2166136261u;
+  for (char c : text) {
+    hash ^= static_cast<uint8_t>(c);
+    hash *= 16777619u;
+  }
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", hash);
+  return buf;
 }
 
-std::map<std::string, DeviceKey> UniqueDraNames(const std::vector<DeviceKey>& keys,
-                                                std::vector<std::string>* collisions) {
-  std::map<std::string, DeviceKey> names;
-  std::set<std::string> shared;
-  for (const DeviceKey& key : keys) {
-    std::optional<std::string> name = DraDeviceName(key);
-    if (!name) continue;
-    auto [it, inserted] = names.emplace(*name, key);
-    if (!inserted && it->second != key) shared.insert(*name);
-  }
-  for (const std::string& name : shared) {
-    names.erase(name);
-    if (collisions) collisions->push_back(name);
-  }
-  return names;
+std::string DraFit(std::string_view text, size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  std::string head(text.substr(0, limit - 9));
+  while (!head.empty() && (head.back() == '-' || head.back() == '.')) head.pop_back();
+  return head + "-" + DraShortHash(text);
+}
+
+std::string DraGpuKey(std::string_view physical_gpu) {
+  return "gpu-" + DraSanitize(physical_gpu);
+}
+
+std::string DraDeviceName(std::string_view physical_gpu, std::string_view type_id, uint32_t slot) {
+  const std::string suffix = "-" + std::to_string(slot);
+  return DraFit(DraGpuKey(physical_gpu) + "-" + DraSanitize(type_id),
+                kMaxDraDeviceNameLength - suffix.size()) +
+         suffix;
 }
 
 std::string DraPoolName(std::string_view node_name) {

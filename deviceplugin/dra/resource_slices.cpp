@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <iterator>
 #include <map>
 
@@ -20,45 +19,6 @@ constexpr const char* kFramebufferCounter = "framebuffer";
 std::string Lower(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return text;
-}
-
-// Lower case, every run of other characters one '-', no '-' at either end.
-std::string Sanitize(const std::string& text) {
-  std::string out;
-  for (char c : Lower(text)) {
-    const bool keep = std::isalnum(static_cast<unsigned char>(c)) != 0;
-    if (keep) {
-      out += c;
-    } else if (!out.empty() && out.back() != '-') {
-      out += '-';
-    }
-  }
-  while (!out.empty() && out.back() == '-') out.pop_back();
-  return out;
-}
-
-// FNV-1a, 32 bits, as 8 hex digits: keeps shortened names unique and stable across runs.
-std::string ShortHash(const std::string& text) {
-  uint32_t hash = 2166136261u;
-  for (char c : text) {
-    hash ^= static_cast<uint8_t>(c);
-    hash *= 16777619u;
-  }
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", hash);
-  return buf;
-}
-
-// `text` cut to `limit` characters, with its hash in the last 9 when it had to be cut.
-std::string Fit(const std::string& text, size_t limit) {
-  if (text.size() <= limit) return text;
-  std::string head = text.substr(0, limit - 9);
-  while (!head.empty() && (head.back() == '-' || head.back() == '.')) head.pop_back();
-  return head + "-" + ShortHash(text);
-}
-
-std::string GpuKey(const std::string& physical_gpu) {
-  return "gpu-" + Sanitize(physical_gpu);
 }
 
 struct TypeOnGpu {
@@ -173,7 +133,7 @@ Result<Catalogue> BuildCatalogue(const mdev::Inventory& inventory, const GpuRule
   std::set<std::string> names;
   for (const auto& [gpu, facts] : gpus) {
     if (facts.types.empty()) continue;
-    const std::string gpu_key = GpuKey(gpu);
+    const std::string gpu_key = DraGpuKey(gpu);
     if (!IsDnsLabel(gpu_key)) {
       return Status::Error(ErrorCode::kInvalid,
                            "GPU \"" + gpu + "\" makes no DNS label for its devices");
@@ -192,15 +152,13 @@ Result<Catalogue> BuildCatalogue(const mdev::Inventory& inventory, const GpuRule
     }
     for (const auto& [id, type] : facts.types) {
       const uint32_t most = MostOf(gpu, id, type, facts, rules, gpu_framebuffer);
-      const std::string type_key = Sanitize(id);
-      if (type_key.empty()) {
+      if (DraSanitize(id).empty()) {
         return Status::Error(ErrorCode::kInvalid,
                              "vGPU type \"" + id + "\" makes no DNS label for its devices");
       }
       for (uint32_t slot = 0; slot < most; ++slot) {
         DraDevice device;
-        const std::string suffix = "-" + std::to_string(slot);
-        device.name = Fit(gpu_key + "-" + type_key, 63 - suffix.size()) + suffix;
+        device.name = DraDeviceName(gpu, id, slot);
         if (!names.insert(device.name).second) {
           return Status::Error(ErrorCode::kInvalid, "two vGPU types of GPU " + gpu +
                                                         " make the device name " + device.name);
@@ -322,10 +280,10 @@ json DeviceJson(const DraDevice& device) {
 // "<driver>-<suffix>.<node>": the first label says what the slice holds, the node's own labels
 // follow unchanged; a node name too long for that is replaced by its hash.
 std::string SliceName(const SliceOptions& options, const std::string& suffix) {
-  const std::string label = Fit(Sanitize(options.driver) + "-" + suffix, 63);
+  const std::string label = DraFit(DraSanitize(options.driver) + "-" + suffix, 63);
   const std::string node = Lower(options.node_name);
   if (label.size() + 1 + node.size() <= 253) return label + "." + node;
-  return label + ".node-" + ShortHash(node);
+  return label + ".node-" + DraShortHash(node);
 }
 
 json SliceJson(const SliceOptions& options, const std::string& name) {
@@ -370,8 +328,8 @@ Result<std::vector<json>> SlicesFor(const Catalogue& catalogue, const SliceOptio
                                       [](const DraDevice* d) { return !d->counter_set.empty(); });
     const size_t per_slice = counters ? kMaxDevicesPerSliceConsumingCounters : kMaxDevicesPerSlice;
     for (size_t i = 0; i < devices.size(); i += per_slice) {
-      json slice =
-          SliceJson(options, SliceName(options, GpuKey(gpu) + "-" + std::to_string(i / per_slice)));
+      json slice = SliceJson(
+          options, SliceName(options, DraGpuKey(gpu) + "-" + std::to_string(i / per_slice)));
       json list = json::array();
       for (size_t j = i; j < std::min(i + per_slice, devices.size()); ++j) {
         list.push_back(DeviceJson(*devices[j]));

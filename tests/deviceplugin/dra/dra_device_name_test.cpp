@@ -1,5 +1,6 @@
-// DRA device names (deviceplugin/dra/device_name.h): valid DNS labels, one name per key, and
-// names two keys collapse onto left out rather than resolved to either.
+// DRA device names (deviceplugin/dra/device_name.h): the one rule the slices publish and the
+// kubelet plugin resolves; valid DNS labels for real addresses and kernel type ids, stable and
+// distinct when a name has to be shortened.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -14,44 +15,37 @@ bool IsDnsLabel(const std::string& s) {
   return s.size() <= 63 && std::regex_match(s, label);
 }
 
-TEST(DraDeviceName, PciParentAndTypeBecomeADnsLabel) {
-  auto name = DraDeviceName({"0000:3b:00.0", "nvidia-222", 3});
-  ASSERT_TRUE(name);
-  EXPECT_EQ(*name, "0000-3b-00-0-nvidia-222-3");
-  EXPECT_TRUE(IsDnsLabel(*name));
+TEST(DraDeviceName, GpuAddressTypeAndSlotBecomeADnsLabel) {
+  const std::string name = DraDeviceName("0000:3b:00.0", "nvidia-222", 3);
+  EXPECT_EQ(name, "gpu-0000-3b-00-0-nvidia-222-3");
+  EXPECT_TRUE(IsDnsLabel(name));
 }
 
 TEST(DraDeviceName, CapitalsAndUnderscoresOfKernelTypeIdsAreLowered) {
-  auto name = DraDeviceName({"0000:00:02.0", "i915-GVTg_V5_4", 0});
-  ASSERT_TRUE(name);
-  EXPECT_EQ(*name, "0000-00-02-0-i915-gvtg-v5-4-0");
-  EXPECT_TRUE(IsDnsLabel(*name));
+  const std::string name = DraDeviceName("0000:00:02.0", "i915-GVTg_V5_4", 0);
+  EXPECT_EQ(name, "gpu-0000-00-02-0-i915-gvtg-v5-4-0");
+  EXPECT_TRUE(IsDnsLabel(name));
 }
 
-TEST(DraDeviceName, TooLongOrEmptyGivesNoName) {
-  EXPECT_FALSE(DraDeviceName({std::string(60, 'a'), "nvidia-222", 1}));
-  EXPECT_FALSE(DraDeviceName({"", "nvidia-222", 1}));
-  EXPECT_FALSE(DraDeviceName({"0000:3b:00.0", "", 1}));
-  EXPECT_FALSE(DraDeviceName({":weird", "nvidia-1", 1}));  // would start with '-'
+TEST(DraDeviceName, RunsOfOtherCharactersBecomeOneDash) {
+  EXPECT_EQ(DraSanitize("::A__b.."), "a-b");
+  EXPECT_EQ(DraGpuKey("mtty"), "gpu-mtty");
+}
+
+TEST(DraDeviceName, LongNamesAreCutWithAHashAndKeepTheirSlot) {
+  const std::string type_a(80, 'a');
+  const std::string type_b = std::string(79, 'a') + "b";
+  const std::string a = DraDeviceName("0000:3b:00.0", type_a, 12);
+  const std::string b = DraDeviceName("0000:3b:00.0", type_b, 12);
+  EXPECT_TRUE(IsDnsLabel(a)) << a;
+  EXPECT_EQ(a.size(), 63u);
+  EXPECT_EQ(a.substr(a.size() - 3), "-12");
+  EXPECT_NE(a, b);  // the hash of the whole name tells them apart
+  EXPECT_EQ(a, DraDeviceName("0000:3b:00.0", type_a, 12));  // stable
 }
 
 TEST(DraDeviceName, DistinctSlotsGiveDistinctNames) {
-  EXPECT_NE(DraDeviceName({"mtty", "mtty-1", 1}), DraDeviceName({"mtty", "mtty-1", 11}));
-}
-
-TEST(DraDeviceName, CollidingKeysAreLeftOutOnBothSides) {
-  std::vector<DeviceKey> keys = {{"p", "a_b", 0}, {"p", "a-b", 0}, {"p", "c", 0}};
-  std::vector<std::string> collisions;
-  auto names = UniqueDraNames(keys, &collisions);
-  EXPECT_EQ(names.size(), 1u);
-  EXPECT_EQ(names.count("p-c-0"), 1u);
-  ASSERT_EQ(collisions.size(), 1u);
-  EXPECT_EQ(collisions[0], "p-a-b-0");
-}
-
-TEST(DraDeviceName, TheSameKeyTwiceIsNoCollision) {
-  auto names = UniqueDraNames({{"p", "c", 0}, {"p", "c", 0}});
-  EXPECT_EQ(names.size(), 1u);
+  EXPECT_NE(DraDeviceName("mtty", "mtty-1", 1), DraDeviceName("mtty", "mtty-1", 11));
 }
 
 TEST(DraDeviceName, PoolIsTheNodeName) {

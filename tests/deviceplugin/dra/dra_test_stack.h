@@ -91,9 +91,9 @@ inline nlohmann::json MakeAllocatedClaim(const std::string& ns, const std::strin
           {"status", {{"allocation", {{"devices", {{"results", list}}}}}}}};
 }
 
-// The DRA name of slot `slot` of `type` on `gpu`.
+// The DRA name of vGPU number `slot` of `type` on physical GPU `gpu`, as the slices publish it.
 inline std::string DraName(const std::string& gpu, const std::string& type, uint32_t slot) {
-  return *deviceplugin::dra::DraDeviceName({gpu, type, slot});
+  return deviceplugin::dra::DraDeviceName(gpu, type, slot);
 }
 
 }  // namespace kvgpu::testing
