@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "common/log_safe.h"
 #include "deviceplugin/dra/device_name.h"
@@ -41,40 +43,107 @@ DraPlugin::DraPlugin(ResourceManager& manager, PreparedStore& store, kube::ApiTr
                      DraPluginOptions options)
     : manager_(manager), store_(store), api_(api), options_(std::move(options)) {}
 
+namespace {
+
+// The slot a device name ends with ("...-<slot>"); nullopt when it ends otherwise.
+std::optional<uint32_t> TrailingSlot(const std::string& name) {
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos || dash + 1 == name.size() || name.size() - dash > 10) {
+    return std::nullopt;
+  }
+  uint32_t slot = 0;
+  for (size_t i = dash + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    slot = slot * 10 + static_cast<uint32_t>(name[i] - '0');
+  }
+  return slot;
+}
+
+// Whether a re-sent prepare names the devices the claim's record was made for.
+bool SameNames(const std::vector<AllocatedDevice>& allocated,
+               const std::vector<PreparedDevice>& recorded) {
+  if (allocated.size() != recorded.size()) return false;
+  for (size_t i = 0; i < allocated.size(); ++i) {
+    if (allocated[i].pool != recorded[i].pool || allocated[i].device != recorded[i].device ||
+        recorded[i].request_names != std::vector<std::string>{allocated[i].request}) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// A published device is "a vGPU of type T on GPU G" (device_name.h): its name is matched against
+// the (GPU, type) pairs the model offers, and any free model device of that pair (the GPU itself,
+// or any of its VFs) makes it. A claim already recorded keeps the model devices recorded for it,
+// so a retry after a crash finds the vGPUs it made.
 Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
-    const std::vector<AllocatedDevice>& allocated) const {
-  std::vector<DeviceKey> keys;
-  std::map<DeviceKey, const Device*> by_key;
-  std::map<std::string, std::vector<Device>> lists;
+    const ClaimRef& ref, const std::vector<AllocatedDevice>& allocated) const {
+  std::optional<PreparedClaim> earlier = store_.Find(ref.uid);
+  if (earlier && SameNames(allocated, earlier->devices)) return earlier->devices;
+  // The scheduler hands a device to one claim at a time: a device another claim still holds here
+  // is an allocation this node has not caught up with (or a stale claim), never a second vGPU.
+  std::map<std::pair<std::string, std::string>, const PreparedClaim*> held;
+  const std::vector<PreparedClaim> claims = store_.All();
+  for (const PreparedClaim& claim : claims) {
+    if (claim.uid == ref.uid) continue;
+    for (const PreparedDevice& d : claim.devices) held[{d.pool, d.device}] = &claim;
+  }
+  std::vector<Device> devices;
   for (const std::string& resource : manager_.Resources()) {
-    lists[resource] = manager_.Devices(resource);
+    for (Device& d : manager_.Devices(resource)) devices.push_back(std::move(d));
   }
-  for (const auto& [resource, devices] : lists) {
-    for (const Device& d : devices) {
-      keys.push_back(d.key);
-      by_key[d.key] = &d;
-    }
-  }
-  std::map<std::string, DeviceKey> names = UniqueDraNames(keys);
   std::vector<PreparedDevice> out;
-  std::set<std::string> seen;
+  std::set<std::string> names;
+  std::set<std::string> taken;
   for (const AllocatedDevice& a : allocated) {
-    auto it = names.find(a.device);
-    if (it == names.end()) {
-      return Status::Error(ErrorCode::kInvalid,
-                           "device " + a.device + " of pool " + a.pool + " is not offered here");
-    }
-    const Device& d = *by_key.at(it->second);
-    if (!seen.insert(d.id).second) {
+    if (!names.insert(a.device).second) {
       // Two requests sharing one device (admin access) would hand one vGPU to two users.
       return Status::Error(ErrorCode::kInvalid, "device " + a.device + " allocated twice");
     }
+    if (auto other = held.find({a.pool, a.device}); other != held.end()) {
+      return Status::Error(ErrorCode::kBusy, "device " + a.device + " is prepared for claim " +
+                                                 other->second->namespace_ + "/" +
+                                                 other->second->name);
+    }
+    std::set<std::pair<std::string, std::string>> pairs;
+    if (std::optional<uint32_t> slot = TrailingSlot(a.device)) {
+      for (const Device& d : devices) {
+        if (DraDeviceName(d.physical_gpu, d.key.type_id, *slot) == a.device) {
+          pairs.emplace(d.physical_gpu, d.key.type_id);
+        }
+      }
+    }
+    if (pairs.empty()) {
+      return Status::Error(ErrorCode::kInvalid,
+                           "device " + a.device + " of pool " + a.pool + " is not offered here");
+    }
+    if (pairs.size() > 1) {
+      // Two types of one GPU collapse onto one name; the slices refuse to publish it.
+      return Status::Error(ErrorCode::kInvalid, "device " + a.device + " names two vGPU types");
+    }
+    const auto& [gpu, type] = *pairs.begin();
+    const Device* pick = nullptr;
+    for (const Device& d : devices) {
+      if (d.physical_gpu != gpu || d.key.type_id != type || !d.healthy || d.ours || d.vgpu_exists ||
+          taken.contains(d.id) || store_.ClaimOfDevice(d.id)) {
+        continue;
+      }
+      pick = &d;
+      break;
+    }
+    if (pick == nullptr) {
+      return Status::Error(ErrorCode::kBusy, "device " + a.device + ": no free vGPU of type " +
+                                                 type + " on GPU " + gpu + " now");
+    }
+    taken.insert(pick->id);
     PreparedDevice p;
     p.request_names = {a.request};
     p.pool = a.pool;
     p.device = a.device;
-    p.resource = d.resource;
-    p.device_id = d.id;
+    p.resource = pick->resource;
+    p.device_id = pick->id;
     out.push_back(std::move(p));
   }
   return out;
@@ -90,7 +159,7 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
   if (!allocated.ok()) return {{}, allocated.status().message()};
 
   std::lock_guard lock(mutex_);
-  Result<std::vector<PreparedDevice>> resolved = Resolve(allocated.value());
+  Result<std::vector<PreparedDevice>> resolved = Resolve(ref, allocated.value());
   if (!resolved.ok()) return {{}, resolved.status().message()};
   Result<std::vector<PreparedDevice>> prepared = PrepareLocked(ref, std::move(resolved).value());
   if (!prepared.ok()) {

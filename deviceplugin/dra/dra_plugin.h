@@ -3,11 +3,12 @@
 // only the GPUs DRA serves (gpu_filter_backend.h).
 //
 // Prepare: the claim's results for our driver and pool are read from the API server
-// (claim_reader.h), their DRA names resolved to the model's device IDs (device_name.h), the claim
-// recorded (prepared_store.h) and only then each vGPU created through the model's Allocate, which
-// also writes the CDI spec; the claim is then marked prepared with its CDI device IDs. A claim
-// already prepared is answered from the record, without the API server. Unprepare removes the
-// vGPUs recorded for the claim, then forgets it; an unknown claim is already unprepared.
+// (claim_reader.h), each DRA name (device_name.h) resolved to a free model device of its GPU and
+// type, the claim recorded (prepared_store.h) and only then each vGPU created through the model's
+// Allocate, which also writes the CDI spec; the claim is then marked prepared with its CDI device
+// IDs. A claim already prepared is answered from the record, without the API server. Unprepare
+// removes the vGPUs recorded for the claim, then forgets it; an unknown claim is already
+// unprepared.
 #pragma once
 
 #include <mutex>
@@ -55,7 +56,8 @@ class DraPlugin {
   const DraPluginOptions& options() const { return options_; }
 
  private:
-  Result<std::vector<PreparedDevice>> Resolve(const std::vector<AllocatedDevice>& allocated) const;
+  Result<std::vector<PreparedDevice>> Resolve(const ClaimRef& ref,
+                                              const std::vector<AllocatedDevice>& allocated) const;
   Result<std::vector<PreparedDevice>> PrepareLocked(const ClaimRef& ref,
                                                     std::vector<PreparedDevice> devices);
 
