@@ -388,8 +388,12 @@ void Daemon::Stop() {
     manager_->SetChangeListener(nullptr);
     manager_->SetRefreshRequester(nullptr);
   }
+  if (dra_.manager) {
+    dra_.manager->SetChangeListener(nullptr);
+    dra_.manager->SetRefreshRequester(nullptr);
+  }
+  if (dra_.slices) dra_.slices->Stop();
   if (dra_.server) dra_.server->Stop();
-  if (dra_.manager) dra_.manager->SetRefreshRequester(nullptr);
   if (registrar_) registrar_->Stop();
   spdlog::info("stopped");
 }
@@ -434,11 +438,37 @@ Status Daemon::ServeDra() {
     int64_t none = 0;
     if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
   });
+  dra_.slices = std::make_unique<dra::SlicePublisher>(
+      *api, [this](int64_t generation) { return DraSlices(generation); },
+      dra::SlicePublisherOptions{.node_name = options_.args.node_name,
+                                 .driver = dra.driver_name,
+                                 .min_interval = options_.dra_slice_interval});
+  dra_.manager->SetChangeListener([this] { dra_.slices->Trigger(); });
   dra_.plugin = std::make_unique<dra::DraPlugin>(
       *dra_.manager, *dra_.claims, *api,
-      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name)});
+      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name),
+                            [this] { dra_.slices->Trigger(); }});
   dra_.server = std::make_unique<dra::KubeletDraServer>(*dra_.plugin, server);
-  return dra_.server->Start();
+  if (Status served = dra_.server->Start(); !served.ok()) return served;
+  dra_.slices->Start();
+  return Status::Ok();
+}
+
+// The DRA GPUs' slices (docs/dra.md) from the DRA model's view: types a parent listed before are
+// kept (TypeMemory), and the vGPUs prepared for claims do not take from the counters again (their
+// allocations already did).
+Result<std::vector<nlohmann::json>> Daemon::DraSlices(int64_t generation) {
+  const mdev::Inventory inventory = dra_.type_memory.Remember(dra_.manager->Inventory());
+  const ModelOptions& model = dra_.manager->options();
+  dra::SliceOptions options;
+  options.node_name = options_.args.node_name;
+  options.driver = options_.config.dra.driver_name;
+  options.model = model;
+  for (const CreatedVgpu& record : dra_.manager->Snapshot().records) {
+    if (dra_.claims->ClaimOfDevice(record.device_id)) options.claimed_vgpus.insert(record.vgpu_id);
+  }
+  const GpuRules rules(inventory, model.occupancy, model.mode_probe.get());
+  return dra::BuildResourceSlices(inventory, rules, options, generation);
 }
 
 std::set<std::string> Daemon::Registered() const {

@@ -20,6 +20,8 @@
 #include "deviceplugin/dra/gpu_filter_backend.h"
 #include "deviceplugin/dra/kubelet_dra_server.h"
 #include "deviceplugin/dra/prepared_store.h"
+#include "deviceplugin/dra/resource_slices.h"
+#include "deviceplugin/dra/slice_publisher.h"
 #include "deviceplugin/kubelet/plugin_server.h"
 #include "deviceplugin/kubelet/registrar.h"
 #include "deviceplugin/kubelet/socket_watch.h"
@@ -73,6 +75,8 @@ struct DaemonOptions {
   // How often the node's readiness for vGPU pods is checked again (also after every rescan);
   // a fixed node starts advertising within this.
   std::chrono::milliseconds readiness_interval{std::chrono::seconds(30)};
+  // The DRA ResourceSlices are written at most once per this (slice_publisher.h).
+  std::chrono::milliseconds dra_slice_interval{std::chrono::seconds(1)};
 };
 
 class Daemon {
@@ -118,6 +122,7 @@ class Daemon {
   void StartLoops();
   // The DRA front end (docs/dra-kubelet-plugin.md), when config dra names GPUs.
   Status ServeDra();
+  Result<std::vector<nlohmann::json>> DraSlices(int64_t generation);
 
   DaemonOptions options_;
   std::unique_ptr<mdev::SysfsIo> own_io_;
@@ -159,6 +164,8 @@ class Daemon {
     std::unique_ptr<ResourceManager> manager;
     std::unique_ptr<dra::DraPlugin> plugin;
     std::unique_ptr<dra::KubeletDraServer> server;
+    dra::TypeMemory type_memory;  // used on the slice publisher's thread only
+    std::unique_ptr<dra::SlicePublisher> slices;
   } dra_;
 
   std::atomic<bool> stop_{false};

@@ -162,6 +162,8 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
   Result<std::vector<PreparedDevice>> resolved = Resolve(ref, allocated.value());
   if (!resolved.ok()) return {{}, resolved.status().message()};
   Result<std::vector<PreparedDevice>> prepared = PrepareLocked(ref, std::move(resolved).value());
+  // Even a failed prepare may have made some vGPUs (kept for the retry).
+  if (options_.on_change) options_.on_change();
   if (!prepared.ok()) {
     spdlog::warn("dra prepare claim={} failed: {}", ClaimName(ref),
                  LogSafe(prepared.status().message()));
@@ -245,9 +247,9 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
     }
   }
   Failpoint("dra.unprepare.after-remove");
-  if (Status erased = store_.Erase(ref.uid); !erased.ok()) {
-    return "vGPUs removed, checkpoint not updated: " + erased.message();
-  }
+  Status erased = store_.Erase(ref.uid);
+  if (options_.on_change) options_.on_change();
+  if (!erased.ok()) return "vGPUs removed, checkpoint not updated: " + erased.message();
   // The recorded claim passed CheckClaimRef when it was prepared; kubelet's reference here did not.
   spdlog::info("dra unprepared claim={}", ClaimName({claim->namespace_, claim->uid, claim->name}));
   return "";

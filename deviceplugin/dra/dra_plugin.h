@@ -11,6 +11,7 @@
 // unprepared.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ namespace kvgpu::deviceplugin::dra {
 struct DraPluginOptions {
   std::string driver;  // the DRA driver name (ResourceSlice spec.driver)
   std::string pool;    // this node's pool (device_name.h DraPoolName)
+  // Called after a prepare or unprepare changed the node (the slices are republished from it).
+  std::function<void()> on_change;
 };
 
 // The DRA model's holders: a vGPU is held while a claim in the store names its device ID, so a

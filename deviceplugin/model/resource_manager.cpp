@@ -381,6 +381,11 @@ scheduling::NodeVgpuState ResourceManager::SchedulerState() const {
       options_.spread_across_gpus);
 }
 
+mdev::Inventory ResourceManager::Inventory() const {
+  std::lock_guard lock(mutex_);
+  return state_.inventory();
+}
+
 LifecycleSnapshot ResourceManager::Snapshot() const {
   std::lock_guard lock(mutex_);
   return state_.Snapshot(removing_, {allocating_.begin(), allocating_.end()});

@@ -75,6 +75,8 @@ class ResourceManager {
   const ModelOptions& options() const { return options_; }
   // The node's vGPU state for the scheduler extender (scheduler_state.h), in one consistent look.
   scheduling::NodeVgpuState SchedulerState() const;
+  // The kernel's view as last scanned (the DRA ResourceSlices are built from it).
+  mdev::Inventory Inventory() const;
 
   // --- for the lifecycle (lifecycle.h) ---
   LifecycleSnapshot Snapshot() const;

@@ -33,7 +33,7 @@ struct DraStack {
         claims(dir / "state"),
         holders(claims),
         manager(filter, Options(dir), model_store, holders, observer),
-        plugin(manager, claims, api, {kDraDriver, deviceplugin::dra::DraPoolName(kDraNode)}) {
+        plugin(manager, claims, api, {kDraDriver, deviceplugin::dra::DraPoolName(kDraNode), {}}) {
     Check(claims.Load());
     Check(manager.Start());
     if (serve) {
