@@ -6,8 +6,9 @@
 //  - per physical GPU a counter set "gpu-<address>" with one counter, `framebuffer` (Mi): the
 //    GPU's framebuffer less what vGPUs not held by a claim already use;
 //  - per creatable vGPU a device "gpu-<address>-<type>-<n>" (device_name.h DraDeviceName), n below
-//    the most vGPUs of the type the GPU can host at once, consuming its framebuffer from its GPU's counter set. Devices name slots,
-//    not parents: the kubelet plugin picks the parent (the GPU, or a free VF) when it prepares.
+//    the most vGPUs of the type the GPU can host at once, consuming its framebuffer from its GPU's
+//    counter set. Devices name slots, not parents: the kubelet plugin picks the parent (the GPU, or
+//    a free VF) when it prepares.
 //  - counter sets in "...-counters-<i>" slices, 8 a slice; each GPU's devices in "...-<gpu>-<j>"
 //    slices, 64 a slice; every slice of the pool carries its generation and count.
 // Counters are additive; one type (or size) per time-sliced GPU is not. Narrow() is the fast
