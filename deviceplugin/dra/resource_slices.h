@@ -129,7 +129,7 @@ Result<std::vector<nlohmann::json>> BuildResourceSlices(const mdev::Inventory& i
                                                         const GpuRules& rules,
                                                         const SliceOptions& options,
                                                         int64_t generation);
-// The same from a catalogue (tests; the kubelet plugin keeps the catalogue it published).
+// The same from a catalogue already built (BuildCatalogue, then Narrow).
 Result<std::vector<nlohmann::json>> SlicesFor(const Catalogue& catalogue,
                                               const SliceOptions& options, int64_t generation);
 
