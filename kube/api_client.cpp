@@ -149,7 +149,7 @@ std::string ApiClient::FullPath(const std::string& path) const {
 }
 
 std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::milliseconds read_timeout,
-                                                        Status* error) {
+                                                        bool keep_alive, Status* error) {
   std::shared_ptr<httplib::ClientImpl> client;
   if (https_) {
     std::shared_ptr<httplib::SSLClient> ssl;
@@ -183,41 +183,100 @@ std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::millisecond
   client->set_connection_timeout(options_.connect_timeout);
   client->set_read_timeout(read_timeout);
   client->set_write_timeout(options_.request_timeout);
-  client->set_keep_alive(false);
-
-  auto token = token_.Get();
-  if (!token.ok()) {
-    *error = token.status();
+  client->set_keep_alive(keep_alive);
+  if (Status headers = SetHeaders(*client); !headers.ok()) {
+    *error = headers;
     return nullptr;
   }
+  return client;
+}
+
+Status ApiClient::SetHeaders(httplib::ClientImpl& client) {
+  auto token = token_.Get();
+  if (!token.ok()) return token.status();
   // client-go's Accept: JSON where the API has it, and a pod's log (text/plain) where it has not.
   httplib::Headers headers = {{"Accept", "application/json, */*"},
                               {"User-Agent", options_.user_agent}};
   if (!token->empty()) headers.emplace("Authorization", "Bearer " + token.value());
-  client->set_default_headers(std::move(headers));
+  client.set_default_headers(std::move(headers));
+  return Status();
+}
+
+std::shared_ptr<httplib::ClientImpl> ApiClient::TakeConnection(bool* reused, Status* error) {
+  std::shared_ptr<httplib::ClientImpl> client;
+  {
+    std::lock_guard lock(idle_mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    while (!idle_.empty()) {
+      IdleConnection idle = std::move(idle_.back());
+      idle_.pop_back();
+      // The newest is last: once one is too old, so are the rest (closed as they go).
+      if (now - idle.since > options_.max_idle_time) {
+        idle_.clear();
+        break;
+      }
+      client = std::move(idle.client);
+      break;
+    }
+  }
+  *reused = client != nullptr;
+  if (!client) return Connect(options_.request_timeout, /*keep_alive=*/true, error);
+  if (Status headers = SetHeaders(*client); !headers.ok()) {
+    *error = headers;
+    return nullptr;
+  }
   return client;
+}
+
+void ApiClient::ReturnConnection(std::shared_ptr<httplib::ClientImpl> client) {
+  // A connection the server asked to close is closed by httplib itself; reusing it only costs a
+  // reconnect.
+  std::lock_guard lock(idle_mutex_);
+  if (idle_.size() >= options_.max_idle_connections) return;
+  idle_.push_back({std::move(client), std::chrono::steady_clock::now()});
 }
 
 Result<std::string> ApiClient::SendRaw(const std::string& method, const std::string& path,
                                        const nlohmann::json* body, const std::string& content_type,
                                        Canceller* cancel) {
-  Status error;
-  auto client = Connect(options_.request_timeout, &error);
-  if (!client) return error;
   const std::string full = FullPath(path);
   const std::string what = method + " " + full;
-  ArmedCall armed(cancel, [client] { client->stop(); });
-  if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
-  httplib::Result res = [&] {
-    if (method == "GET") return client->Get(full.c_str());
-    if (method == "DELETE") return client->Delete(full.c_str());
-    if (method == "POST") return client->Post(full.c_str(), body->dump(), content_type.c_str());
-    return client->Patch(full.c_str(), body->dump(), content_type.c_str());
-  }();
-  if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
+  const std::string payload = body != nullptr ? body->dump() : std::string();
+  Status error;
+  bool reused = false;
+  auto client = TakeConnection(&reused, &error);
+  if (!client) return error;
+  bool cancelled = false;
+  auto send = [&](const std::shared_ptr<httplib::ClientImpl>& connection) {
+    ArmedCall armed(cancel, [connection] { connection->stop(); });
+    httplib::Result res(nullptr, httplib::Error::Canceled);
+    if (!armed.cancelled()) {
+      if (method == "GET")
+        res = connection->Get(full.c_str());
+      else if (method == "DELETE")
+        res = connection->Delete(full.c_str());
+      else if (method == "POST")
+        res = connection->Post(full.c_str(), payload, content_type.c_str());
+      else
+        res = connection->Patch(full.c_str(), payload, content_type.c_str());
+    }
+    cancelled = armed.cancelled();
+    return res;
+  };
+  httplib::Result res = send(client);
+  // A reused connection the server closed while it sat idle fails before any answer. A GET is
+  // safe to send again on a new one; anything else may have reached the server, so its caller's
+  // own retry decides (as client-go retries only what is idempotent).
+  if (!res && !cancelled && reused && method == "GET") {
+    client = Connect(options_.request_timeout, /*keep_alive=*/true, &error);
+    if (!client) return error;
+    res = send(client);
+  }
+  if (cancelled) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
   if (!res) {
     return Status::Error(ErrorCode::kTransport, what + ": " + httplib::to_string(res.error()));
   }
+  ReturnConnection(std::move(client));
   if (res->status < 200 || res->status > 299) return HttpError(res->status, res->body, what);
   return std::move(res->body);
 }
@@ -270,7 +329,7 @@ Status ApiClient::Stream(const std::string& path, std::chrono::milliseconds idle
                          const std::function<bool(std::string_view line)>& on_line,
                          Canceller* cancel) {
   Status error;
-  auto client = Connect(idle_timeout, &error);
+  auto client = Connect(idle_timeout, /*keep_alive=*/false, &error);
   if (!client) return error;
   const std::string full = FullPath(path);
   const std::string what = "GET " + full;

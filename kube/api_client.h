@@ -1,6 +1,7 @@
 // The API server over HTTPS: bearer token (re-read as it rotates) or client certificate, the
 // server checked against the configured CA. JSON in, JSON out; watches stream one JSON object
-// per line. One connection per request keeps requests independent across threads; a Canceller
+// per line. Plain requests reuse idle keep-alive connections (a few, each used by one request at a
+// time), so a GET costs no TLS handshake; each watch has a connection of its own. A Canceller
 // breaks one request in flight, which is how a watch blocked in a read is stopped.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/canceller.h"
 #include "common/status.h"
@@ -26,6 +28,11 @@ struct ClientOptions {
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{30000};  // per read/write for plain requests
   std::string user_agent = "kata-vgpu";
+  // Idle keep-alive connections kept for plain requests, and how long one may stay idle: past
+  // that it is closed rather than reused (servers close idle connections too, and a request
+  // written into one they just closed fails).
+  size_t max_idle_connections = 4;
+  std::chrono::milliseconds max_idle_time{30000};
 };
 
 using kvgpu::Canceller;  // common/canceller.h
@@ -83,9 +90,15 @@ class ApiClient : public ApiTransport {
  private:
   ApiClient(const Config& config, ClientOptions options);
 
-  // A fresh connection with the current token; nullptr (with `error`) when none can be made.
+  // A fresh connection (keep-alive or not) with the current token; nullptr (with `error`) when
+  // none can be made.
   std::shared_ptr<httplib::ClientImpl> Connect(std::chrono::milliseconds read_timeout,
-                                               Status* error);
+                                               bool keep_alive, Status* error);
+  // The current token's headers onto `client` (a pooled connection may predate a rotation).
+  Status SetHeaders(httplib::ClientImpl& client);
+  // An idle connection (`*reused` true) or a new one; back into the pool after a clean answer.
+  std::shared_ptr<httplib::ClientImpl> TakeConnection(bool* reused, Status* error);
+  void ReturnConnection(std::shared_ptr<httplib::ClientImpl> client);
   Result<nlohmann::json> Send(const std::string& method, const std::string& path,
                               const nlohmann::json* body, const std::string& content_type,
                               Canceller* cancel);
@@ -102,6 +115,13 @@ class ApiClient : public ApiTransport {
   std::string host_;
   int port_ = 443;
   std::string path_prefix_;
+
+  struct IdleConnection {
+    std::shared_ptr<httplib::ClientImpl> client;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::mutex idle_mutex_;
+  std::vector<IdleConnection> idle_;  // newest last
 };
 
 // "The pod X/Y (uid)" and friends use this to turn an API Status body into a message.

@@ -92,6 +92,7 @@ int Run(int iterations, bool https) {
   std::unique_ptr<kube::ApiClient> client;
   kube::ApiTransport* api = &memory;
   if (https) {
+    server.EnableKeepAlive();  // as kube-apiserver keeps a client's connection open
     if (!server.Start()) return 1;
     auto made = kube::ApiClient::Create(server.ClientConfig());
     if (!made.ok()) return 1;

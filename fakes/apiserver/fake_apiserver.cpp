@@ -116,6 +116,12 @@ bool FakeApiServer::Start() {
   BIO_free(key_bio);
   if (!server->is_valid()) return false;
   Route(*server);
+  if (keep_alive_) {
+    server->set_keep_alive_max_count(100);
+    server->set_keep_alive_timeout(1);
+  } else {
+    server->set_keep_alive_max_count(1);
+  }
   if (port_ == 0) {
     port_ = server->bind_to_any_port("127.0.0.1");
     if (port_ <= 0) return false;
@@ -132,6 +138,11 @@ bool FakeApiServer::Start() {
   // otherwise leave the loop running forever.
   while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return true;
+}
+
+int FakeApiServer::connections_seen() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(client_ports_.size());
 }
 
 void FakeApiServer::Stop() {
@@ -377,6 +388,7 @@ void FakeApiServer::Route(httplib::Server& server) {
     std::chrono::milliseconds delay;
     {
       std::lock_guard lock(mutex_);
+      client_ports_.insert(req.remote_port);
       delay = delay_;
     }
     if (delay.count() > 0) {

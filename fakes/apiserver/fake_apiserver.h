@@ -56,6 +56,16 @@ class FakeApiServer {
   FakeApiServer(const FakeApiServer&) = delete;
   FakeApiServer& operator=(const FakeApiServer&) = delete;
 
+  // Keep-alive: by default every answer closes its connection, so a Stop() never waits on an
+  // idle one (httplib's server joins each connection's thread only after the client's next
+  // request or its keep-alive timeout). With it on, a connection serves up to 100 requests and
+  // is closed after 1 s idle, as a real server keeps connections open for clients that reuse
+  // them. Set before Start().
+  void EnableKeepAlive() { keep_alive_ = true; }
+  // Client connections that sent a request so far, told apart by the client's port (a client
+  // that reuses connections opens fewer).
+  int connections_seen() const;
+
   // Serves on 127.0.0.1: a free port the first time, the same port after Stop().
   bool Start();
   // Goes down: no listener, every open watch cut.
@@ -180,6 +190,8 @@ class FakeApiServer {
   TestAuthority ca_;
   CertAndKey server_cert_;
   bool client_certificates_ = false;
+  bool keep_alive_ = false;
+  std::set<int> client_ports_;  // under mutex_
   int port_ = 0;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

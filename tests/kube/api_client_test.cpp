@@ -295,5 +295,84 @@ TEST_F(ApiClientTest, StreamDeliversLinesAndReportsACut) {
   EXPECT_EQ(nlohmann::json::parse(lines[0])["type"], "ADDED");
 }
 
+// A server that keeps connections open, as kube-apiserver does.
+class ApiClientKeepAliveTest : public ApiClientTest {
+ protected:
+  void SetUp() override {
+    server_.EnableKeepAlive();
+    ApiClientTest::SetUp();
+  }
+};
+
+TEST_F(ApiClientKeepAliveTest, PlainRequestsReuseOneConnectionInsteadOfAHandshakeEach) {
+  server_.AddPod(MakePod("ml", "a", "node-a"));
+  auto client = Client(GoodConfig());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  auto patched = client->Patch("/api/v1/namespaces/ml/pods/a",
+                               nlohmann::json{{"metadata", {{"labels", {{"x", "y"}}}}}},
+                               "application/merge-patch+json");
+  ASSERT_TRUE(patched.ok()) << patched.status().ToString();
+  EXPECT_EQ(server_.connections_seen(), 1);
+}
+
+TEST_F(ApiClientKeepAliveTest, AConnectionIdleLongerThanAllowedIsNotReused) {
+  ClientOptions options;
+  options.max_idle_time = std::chrono::milliseconds(0);
+  auto client = Client(GoodConfig(), options);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  EXPECT_EQ(server_.connections_seen(), 3);
+}
+
+TEST_F(ApiClientKeepAliveTest, WithoutIdleConnectionsEveryRequestConnects) {
+  ClientOptions options;
+  options.max_idle_connections = 0;
+  auto client = Client(GoodConfig(), options);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  EXPECT_EQ(server_.connections_seen(), 3);
+}
+
+TEST_F(ApiClientKeepAliveTest, AReusedConnectionCarriesTheRotatedToken) {
+  TempDir dir;
+  const auto token_path = dir.path() / "token";
+  std::ofstream(token_path) << "old-token";
+  server_.SetTokens({"old-token"});
+  Config config = GoodConfig();
+  config.token.clear();
+  config.token_file = token_path;
+  auto client = Client(config);
+  ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  std::ofstream(dir.path() / "next") << "new-token-rotated";
+  std::filesystem::rename(dir.path() / "next", token_path);
+  server_.SetTokens({"new-token-rotated"});
+  auto after = client->Get("/api/v1/pods");
+  EXPECT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(server_.connections_seen(), 1);
+}
+
+TEST_F(ApiClientKeepAliveTest, AGetAfterTheServerRestartedSucceedsOnANewConnection) {
+  auto client = Client(GoodConfig());
+  ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  server_.Stop();
+  ASSERT_TRUE(server_.Start());
+  auto after = client->Get("/api/v1/pods");
+  EXPECT_TRUE(after.ok()) << after.status().ToString();
+}
+
+TEST_F(ApiClientKeepAliveTest, ARequestAfterACancelledOneGetsAWorkingConnection) {
+  server_.SetResponseDelay(std::chrono::milliseconds(2000));
+  auto client = Client(GoodConfig());
+  Canceller cancel;
+  auto pending =
+      std::async(std::launch::async, [&] { return client->Get("/api/v1/pods", &cancel); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  cancel.Cancel();
+  auto result = pending.get();
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), ErrorCode::kCancelled);
+  server_.SetResponseDelay(std::chrono::milliseconds(0));
+  ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  EXPECT_EQ(server_.connections_seen(), 2);
+}
+
 }  // namespace
 }  // namespace kvgpu::kube
