@@ -93,6 +93,19 @@ TEST(OccupancyDecisionTest, SameSecondTiesAreBrokenByUidTheSameWayEveryTime) {
   }
 }
 
+// An API server with the gates half on may leave allocationTimestamp out: such claims come after
+// those whose time is known, not first (an empty string would sort first).
+TEST(OccupancyDecisionTest, AClaimWithoutATimestampComesAfterThoseWithOne) {
+  SimNode node("t4x2");
+  const OccupancyView view = ViewOf(node, OccupancySetting::kStrict);
+  const std::string a = DraDeviceName(kT4, "nvidia-222", 0);
+  const std::string b = DraDeviceName(kT4, "nvidia-230", 0);
+  const auto verdicts = Verdicts(
+      Decide(view, {Claim("aa-untimed", "", {b}), Claim("zz-timed", "2026-01-01T00:00:09Z", {a})}));
+  EXPECT_EQ(verdicts.at("zz-timed").at(a), Verdict::kConfirmed);
+  EXPECT_EQ(verdicts.at("aa-untimed").at(b), Verdict::kConflict);
+}
+
 TEST(OccupancyDecisionTest, StrictSameTypeClaimsAreAllConfirmed) {
   SimNode node("t4x2");
   const OccupancyView view = ViewOf(node, OccupancySetting::kStrict);
