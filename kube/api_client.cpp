@@ -208,6 +208,8 @@ Result<std::string> ApiClient::SendRaw(const std::string& method, const std::str
   const std::string what = method + " " + full;
   ArmedCall armed(cancel, [client] { client->stop(); });
   if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
+  if (method == "GET" && options_.max_response_bytes > 0)
+    return BoundedGet(*client, full, what, armed);
   httplib::Result res = [&] {
     if (method == "GET") return client->Get(full.c_str());
     if (method == "DELETE") return client->Delete(full.c_str());
@@ -220,6 +222,48 @@ Result<std::string> ApiClient::SendRaw(const std::string& method, const std::str
   }
   if (res->status < 200 || res->status > 299) return HttpError(res->status, res->body, what);
   return std::move(res->body);
+}
+
+Result<std::string> ApiClient::BoundedGet(httplib::ClientImpl& client, const std::string& full,
+                                          const std::string& what, const ArmedCall& armed) {
+  const size_t limit = options_.max_response_bytes;
+  bool too_large = false;
+  int status = 0;
+  std::string body;
+  auto res = client.Get(
+      full.c_str(),
+      [&](const httplib::Response& response) {
+        status = response.status;
+        // A declared length past the bound is refused before a byte of the body is read.
+        const std::string length = response.get_header_value("Content-Length");
+        size_t declared = 0;
+        const auto [end, ec] =
+            std::from_chars(length.data(), length.data() + length.size(), declared);
+        if (!length.empty() && (ec != std::errc() || declared > limit)) {
+          too_large = ec == std::errc() || ec == std::errc::result_out_of_range;
+          return !too_large;
+        }
+        return true;
+      },
+      [&](const char* data, size_t length) {
+        if (body.size() + length > limit) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, length);
+        return true;
+      });
+  if (armed.cancelled()) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
+  if (too_large) {
+    return Status::Error(ErrorCode::kDecode,
+                         what + ": the answer is larger than " + std::to_string(limit) + " bytes");
+  }
+  if (!res) {
+    return Status::Error(ErrorCode::kTransport, what + ": " + httplib::to_string(res.error()));
+  }
+  status = res->status;
+  if (status < 200 || status > 299) return HttpError(status, body, what);
+  return body;
 }
 
 Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,

@@ -26,6 +26,10 @@ struct ClientOptions {
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{30000};  // per read/write for plain requests
   std::string user_agent = "kata-vgpu";
+  // The most body bytes a plain request's answer may have (0: no bound). Past it the request is
+  // broken off with kDecode: a client that reads objects others write (the webhook's claim
+  // lookups) must not hold whatever size the API server hands it.
+  size_t max_response_bytes = 0;
 };
 
 using kvgpu::Canceller;  // common/canceller.h
@@ -93,6 +97,9 @@ class ApiClient : public ApiTransport {
   Result<std::string> SendRaw(const std::string& method, const std::string& path,
                               const nlohmann::json* body, const std::string& content_type,
                               Canceller* cancel);
+  // GET with the answer's body bounded by options_.max_response_bytes.
+  Result<std::string> BoundedGet(httplib::ClientImpl& client, const std::string& full,
+                                 const std::string& what, const ArmedCall& armed);
   std::string FullPath(const std::string& path) const;
 
   Config config_;

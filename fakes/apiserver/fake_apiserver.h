@@ -105,6 +105,15 @@ class FakeApiServer {
   void DeleteResourceClaim(const std::string& ns, const std::string& name);
   int resource_claim_gets() const;
 
+  // ResourceClaimTemplates (resource.k8s.io/v1, fake_resource_claim_templates.cpp): GET
+  // /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaimtemplates/<name> answers what was set
+  // (by metadata.namespace and name), 404 with a Status otherwise; counted. A body set as text is
+  // served as it is, JSON or not: a broken or hostile server.
+  void SetResourceClaimTemplate(const nlohmann::json& claim_template);
+  void SetResourceClaimTemplateBody(const std::string& ns, const std::string& name,
+                                    std::string body);
+  int resource_claim_template_gets() const;
+
   // Pods that clients create and delete by name. Without hooks a created pod stays Pending and a
   // deleted one is gone at once (MODIFIED with deletionTimestamp, then DELETED). With them the
   // test is kubelet: `created` is told of each pod once stored (on the request's thread: hand
@@ -171,6 +180,7 @@ class FakeApiServer {
   void RouteNodes(httplib::Server& server);
   void RouteResourceClaims(httplib::Server& server);
   void RouteResourceSlices(httplib::Server& server);
+  void RouteResourceClaimTemplates(httplib::Server& server);
   void RecordSlicesLocked();  // mutex_ held
   void Notify();
   static bool Matches(const nlohmann::json& pod, const std::string& node);
@@ -206,6 +216,8 @@ class FakeApiServer {
   int node_patches_ = 0;
   std::map<std::string, nlohmann::json> resource_claims_;  // by namespace/name
   int resource_claim_gets_ = 0;
+  std::map<std::string, std::string> claim_templates_;  // by namespace/name, the body served
+  int claim_template_gets_ = 0;
   PodHooks hooks_;
   std::map<std::string, std::string> logs_;       // by namespace/name
   std::map<std::string, nlohmann::json> slices_;  // ResourceSlices by name
