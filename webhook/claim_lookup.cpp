@@ -131,8 +131,9 @@ void ClaimLookup::StoreLocked(const std::string& key, std::set<std::string> ours
 
 PodClaims ClaimLookup::Resolve(std::string_view namespace_name,
                                const std::vector<PodClaimSource>& sources,
-                               const ClaimSettings& settings) {
+                               const ClaimSettings& settings, Stats* counts) {
   PodClaims out;
+  Stats local;
   Canceller cancel;
   const auto deadline = std::chrono::steady_clock::now() + settings.lookup_timeout;
   std::optional<uint64_t> armed;
@@ -143,10 +144,12 @@ PodClaims ClaimLookup::Resolve(std::string_view namespace_name,
       std::lock_guard lock(mutex_);
       if (CachedLocked(path, ours)) {
         ++stats_.hits;
+        ++local.hits;
         out.ours[source.name] = std::move(ours);
         continue;
       }
       ++stats_.gets;
+      ++local.gets;
     }
     if (!armed) armed = watchdog_->Arm(deadline, &cancel);
     const char* kind = source.template_ ? "ResourceClaimTemplate" : "ResourceClaim";
@@ -164,6 +167,7 @@ PodClaims ClaimLookup::Resolve(std::string_view namespace_name,
     if (!found.ok()) {
       std::lock_guard lock(mutex_);
       ++stats_.failures;
+      ++local.failures;
       out.failed[source.name] =
           std::string(kind) + " " + source.object + ": " + found.status().message().substr(0, 300);
       continue;
@@ -173,6 +177,11 @@ PodClaims ClaimLookup::Resolve(std::string_view namespace_name,
     out.ours[source.name] = std::move(*found);
   }
   if (armed) watchdog_->Disarm(*armed);
+  if (counts != nullptr) {
+    counts->gets += local.gets;
+    counts->hits += local.hits;
+    counts->failures += local.failures;
+  }
   return out;
 }
 

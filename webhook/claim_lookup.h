@@ -47,9 +47,11 @@ class ClaimLookup {
   ClaimLookup(const ClaimLookup&) = delete;
   ClaimLookup& operator=(const ClaimLookup&) = delete;
 
+  struct Stats;
   // Safe from any thread; blocks for at most settings.lookup_timeout (plus a connection close).
+  // `counts` (optional) gets this call's gets, hits and failures added.
   PodClaims Resolve(std::string_view namespace_name, const std::vector<PodClaimSource>& sources,
-                    const ClaimSettings& settings);
+                    const ClaimSettings& settings, Stats* counts = nullptr);
 
   struct Stats {
     uint64_t gets = 0;      // requests sent to the API server

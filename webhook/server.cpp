@@ -67,12 +67,14 @@ HttpResponse Server::Impl::Route(const HttpRequest& request) {
     auto start = std::chrono::steady_clock::now();
     auto current = config->Get();
     ClaimResolver claims;
+    ClaimLookup::Stats looked_up;
     if (claim_lookup) {
       claims = [&](std::string_view ns, const std::vector<PodClaimSource>& sources) {
-        return claim_lookup->Resolve(ns, sources, current->claims);
+        return claim_lookup->Resolve(ns, sources, current->claims, &looked_up);
       };
     }
     ReviewReply reply = HandleReview(request.body, request.content_type, *current, claims);
+    metrics.ClaimLookups(looked_up.hits, looked_up.gets, looked_up.failures);
     metrics.Observe(
         reply, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (reply.outcome == ReviewOutcome::kBadRequest) {

@@ -678,6 +678,15 @@ TEST_F(ServerTest, WithAKubeconfigAPodUsingOurClaimTemplateIsMutated) {
   ASSERT_TRUE(mutate.has_value());
   EXPECT_EQ(json::parse(mutate->body)["response"]["patchType"], "JSONPatch") << mutate->body;
   EXPECT_EQ(api.resource_claim_template_gets(), 1);
+  // The second pod is answered from the cache, and the metrics say so.
+  ASSERT_EQ(conn->Request("POST", "/mutate", review.dump())->status, 200);
+  EXPECT_EQ(api.resource_claim_template_gets(), 1);
+  auto metrics = conn->Request("GET", "/metrics", "", "");
+  EXPECT_NE(metrics->body.find("kvgpu_webhook_claim_lookups_total{result=\"fetched\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("kvgpu_webhook_claim_lookups_total{result=\"hit\"} 1"),
+            std::string::npos);
 }
 
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
