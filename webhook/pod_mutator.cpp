@@ -389,7 +389,11 @@ Result<ClaimsOrDecision> LookUpClaims(const PodView& view, const std::string& po
   const auto& [name, reason] = *claims.failed.begin();
   const std::string what = "could not tell whether claim " + Quote(name) +
                            " asks for a kata-vgpu DeviceClass (" + Quote(reason) + ")";
-  if (config.claims.on_failure == ClaimLookupFailure::kAllow) {
+  // A pod with the marker was decided by an earlier call (re-invocation): refusing it now for a
+  // lookup that worked then would fail a pod that is already set up.
+  const bool decided_before =
+      !AbsentOrNull(Annotation(*view.annotations, config.marker_annotation));
+  if (config.claims.on_failure == ClaimLookupFailure::kAllow || decided_before) {
     warnings.push_back("kata-vgpu: " + what +
                        ": the pod is admitted as if it did not; if it does, its vGPU has no "
                        "driver or licence");

@@ -199,6 +199,21 @@ std::vector<DraPodCase> DraPodCases() {
         }},
        failed,
        {"gpu"}});
+  cases.push_back({{"re-invocation (marker present) with a failed lookup: not refused, warned",
+                    [](json& pod) {
+                      KataTwoContainers(pod);
+                      Claim(pod, "gpu", "resourceClaimTemplateName", "vgpu-230");
+                      Uses(Web(pod), "gpu");
+                      pod["metadata"]["annotations"]["kata-vgpu.io/injected"] = "true";
+                    },
+                    // Allowed as it is: the failed claim counts as not ours.
+                    PodOutcome::kNoVgpu, "", "default",
+                    [](const json&, const PodDecision& decision) {
+                      EXPECT_TRUE(decision.allowed);
+                      ASSERT_EQ(decision.warnings.size(), 1u);
+                    }},
+                   failed,
+                   {"gpu"}});
   cases.push_back(
       {{"KEP-5004: a pod whose tencent.com/vgpu-* limit DRA allocates through the class's "
         "extendedResourceName is injected as before, with no lookup",
