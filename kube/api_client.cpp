@@ -82,6 +82,35 @@ Status HttpError(int status, const std::string& body, const std::string& what) {
   return Status::Remote(status == 410 ? ErrorCode::kExpired : ErrorCode::kHttp, message, status);
 }
 
+// A GET whose body may hold at most `limit` bytes: a declared length past it is refused before a
+// byte of the body is read, and a body that grows past it is broken off (`*too_large`).
+httplib::Result BoundedGet(httplib::ClientImpl& client, const std::string& full, size_t limit,
+                           std::string* body, bool* too_large) {
+  *too_large = false;
+  body->clear();
+  return client.Get(
+      full.c_str(),
+      [&](const httplib::Response& response) {
+        const std::string length = response.get_header_value("Content-Length");
+        size_t declared = 0;
+        const auto [end, ec] =
+            std::from_chars(length.data(), length.data() + length.size(), declared);
+        if (!length.empty() && (ec != std::errc() || declared > limit)) {
+          *too_large = ec == std::errc() || ec == std::errc::result_out_of_range;
+          return !*too_large;
+        }
+        return true;
+      },
+      [&](const char* data, size_t length) {
+        if (body->size() + length > limit) {
+          *too_large = true;
+          return false;
+        }
+        body->append(data, length);
+        return true;
+      });
+}
+
 }  // namespace
 
 std::string StatusMessage(const std::string& body) {
@@ -247,11 +276,17 @@ Result<std::string> ApiClient::SendRaw(const std::string& method, const std::str
   auto client = TakeConnection(&reused, &error);
   if (!client) return error;
   bool cancelled = false;
+  const size_t limit = options_.max_response_bytes;
+  const bool bounded = method == "GET" && limit > 0;
+  bool too_large = false;
+  std::string bounded_body;
   auto send = [&](const std::shared_ptr<httplib::ClientImpl>& connection) {
     ArmedCall armed(cancel, [connection] { connection->stop(); });
     httplib::Result res(nullptr, httplib::Error::Canceled);
     if (!armed.cancelled()) {
-      if (method == "GET")
+      if (bounded)
+        res = BoundedGet(*connection, full, limit, &bounded_body, &too_large);
+      else if (method == "GET")
         res = connection->Get(full.c_str());
       else if (method == "DELETE")
         res = connection->Delete(full.c_str());
@@ -273,13 +308,19 @@ Result<std::string> ApiClient::SendRaw(const std::string& method, const std::str
     res = send(client);
   }
   if (cancelled) return Status::Error(ErrorCode::kCancelled, what + ": cancelled");
+  if (too_large) {
+    return Status::Error(ErrorCode::kDecode,
+                         what + ": the answer is larger than " + std::to_string(limit) + " bytes");
+  }
   if (!res) {
     return Status::Error(ErrorCode::kTransport, what + ": " + httplib::to_string(res.error()));
   }
   ReturnConnection(std::move(client));
-  if (res->status < 200 || res->status > 299) return HttpError(res->status, res->body, what);
-  return std::move(res->body);
+  std::string answer = bounded ? std::move(bounded_body) : std::move(res->body);
+  if (res->status < 200 || res->status > 299) return HttpError(res->status, answer, what);
+  return answer;
 }
+
 
 Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,
                                        const nlohmann::json* body, const std::string& content_type,

@@ -33,6 +33,10 @@ struct ClientOptions {
   // written into one they just closed fails).
   size_t max_idle_connections = 4;
   std::chrono::milliseconds max_idle_time{30000};
+  // The most body bytes a plain request's answer may have (0: no bound). Past it the request is
+  // broken off with kDecode: a client that reads objects others write (the webhook's claim
+  // lookups) must not hold whatever size the API server hands it.
+  size_t max_response_bytes = 0;
 };
 
 using kvgpu::Canceller;  // common/canceller.h

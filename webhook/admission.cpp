@@ -81,9 +81,10 @@ ReviewReply Respond(const std::string& uid, const PodDecision& decision) {
   return reply;
 }
 
-ReviewReply HandleDocument(const json& review, const Config& config);
+ReviewReply HandleDocument(const json& review, const Config& config, const ClaimResolver& claims);
 
-ReviewReply Handle(std::string_view body, std::string_view content_type, const Config& config) {
+ReviewReply Handle(std::string_view body, std::string_view content_type, const Config& config,
+                   const ClaimResolver& claims) {
   if (!IsJsonMediaType(content_type))
     return BadRequest("Content-Type must be application/json, not \"" +
                       std::string(content_type.substr(0, 100)) + "\"");
@@ -104,10 +105,10 @@ ReviewReply Handle(std::string_view body, std::string_view content_type, const C
         " KiB of memory this webhook gives one review of " + std::to_string(body.size() >> 10) +
         " KiB; no pod that can run looks like this (docs/webhook.md, \"Memory\")");
   if (parsed.error != PrunedReview::Error::kNone) return BadRequest("body is not valid JSON");
-  return HandleDocument(parsed.document, config);
+  return HandleDocument(parsed.document, config, claims);
 }
 
-ReviewReply HandleDocument(const json& review, const Config& config) {
+ReviewReply HandleDocument(const json& review, const Config& config, const ClaimResolver& claims) {
   if (!review.is_object()) return BadRequest("body must be a JSON object");
 
   const json& api_version = Member(review, "apiVersion");
@@ -141,7 +142,7 @@ ReviewReply HandleDocument(const json& review, const Config& config) {
 
   const json& pod = Member(request, "object");
   if (!pod.is_object()) return BadRequest("request.object must hold the Pod being created");
-  auto decision = DecidePod(pod, StringOr(Member(request, "namespace"), ""), config);
+  auto decision = DecidePod(pod, StringOr(Member(request, "namespace"), ""), config, claims);
   if (!decision.ok()) return BadRequest(decision.status().message());
   ReviewReply reply = Respond(uid.get<std::string>(), decision.value());
   reply.namespace_name = StringOr(Member(request, "namespace"), "");
@@ -173,20 +174,21 @@ const char* ReviewOutcomeName(ReviewOutcome outcome) {
   return "unknown";
 }
 
-ReviewReply HandleReviewDocument(const json& review, const Config& config) {
+ReviewReply HandleReviewDocument(const json& review, const Config& config,
+                                 const ClaimResolver& claims) {
   try {
-    return HandleDocument(review, config);
+    return HandleDocument(review, config, claims);
   } catch (const std::exception& e) {
     return BadRequest(std::string("could not process the request: ") + e.what());
   }
 }
 
-ReviewReply HandleReview(std::string_view body, std::string_view content_type,
-                         const Config& config) {
+ReviewReply HandleReview(std::string_view body, std::string_view content_type, const Config& config,
+                         const ClaimResolver& claims) {
   // Last line of defence: nothing in the request may take the server down. The paths above do
   // not throw by design (no .at(), parse without exceptions); this only catches what slipped by.
   try {
-    return Handle(body, content_type, config);
+    return Handle(body, content_type, config, claims);
   } catch (const std::exception& e) {
     return BadRequest(std::string("could not process the request: ") + e.what());
   }

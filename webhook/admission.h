@@ -63,12 +63,14 @@ struct ReviewReply {
   std::string reason;
 };
 
-// `content_type` is the request's Content-Type header value ("" when absent).
-ReviewReply HandleReview(std::string_view body, std::string_view content_type,
-                         const Config& config);
+// `content_type` is the request's Content-Type header value ("" when absent). `claims` looks up
+// the pod's DRA claims (DecidePod); empty: they are not looked at.
+ReviewReply HandleReview(std::string_view body, std::string_view content_type, const Config& config,
+                         const ClaimResolver& claims = {});
 
 // The answer for a review already parsed whole (after the HTTP-level checks). HandleReview
 // parses only what the decision reads; tests hold the two to the same answers.
-ReviewReply HandleReviewDocument(const nlohmann::json& review, const Config& config);
+ReviewReply HandleReviewDocument(const nlohmann::json& review, const Config& config,
+                                 const ClaimResolver& claims = {});
 
 }  // namespace kvgpu::webhook

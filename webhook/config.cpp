@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/duration.h"
 #include "webhook/api_rules.h"
 #include "webhook/config_check.h"
 #include "webhook/container_builder.h"
@@ -116,6 +117,14 @@ workload:
   volumeMounts:
     - {name: kvgpu-driver, mountPath: /usr/local/nvidia, readOnly: true}
   env: []
+resourceClaims:
+  # A DeviceClass is kata-vgpu's when its name is this or ends in ".<this>".
+  deviceClassDomain: vgpu.tencent.com
+  lookupTimeout: 2s
+  cacheEntries: 1024
+  cacheBytes: 1048576
+  cacheTTL: 30s
+  onLookupFailure: deny
 )";
 
 // How one top-level key is read and checked alone, into the config.
@@ -138,6 +147,64 @@ KeyReader ChoiceKey(Value Config::*field, std::vector<std::pair<const char*, Val
   return [field, choices](Checker& check, const json& in, const char* key, Config& config) {
     return check.Choice(in, key, "the config", choices, config.*field);
   };
+}
+
+// A whole number within [low, high] at `key` of `object`.
+bool Count(Checker& check, const json& object, const char* key, size_t low, size_t high,
+           size_t& out) {
+  const json* value = object.contains(key) ? &object[key] : nullptr;
+  if (value == nullptr || !value->is_number_integer() || value->get<int64_t>() < 0 ||
+      value->get<uint64_t>() < low || value->get<uint64_t>() > high)
+    return check.Fail(std::string("resourceClaims.") + key + " must be a whole number from " +
+                      std::to_string(low) + " to " + std::to_string(high));
+  out = value->get<size_t>();
+  return true;
+}
+
+bool Duration(Checker& check, const json& object, const char* key, std::chrono::milliseconds low,
+              std::chrono::milliseconds high, std::chrono::milliseconds& out) {
+  std::string text;
+  if (!check.String(object, key, "resourceClaims", text)) return false;
+  auto parsed = ParseDuration(text);
+  if (!parsed.ok() || *parsed < low || *parsed > high)
+    return check.Fail(std::string("resourceClaims.") + key +
+                      " must be a duration (500ms, 2s) from " + std::to_string(low.count()) +
+                      "ms to " + std::to_string(high.count()) + "ms, not '" + text + "'");
+  out = *parsed;
+  return true;
+}
+
+bool ReadFailurePolicy(Checker& check, const json& object, ClaimLookupFailure& out) {
+  std::string word;
+  if (!check.String(object, "onLookupFailure", "resourceClaims", word)) return false;
+  if (word == "deny" || word == "allow") {
+    out = word == "deny" ? ClaimLookupFailure::kDeny : ClaimLookupFailure::kAllow;
+    return true;
+  }
+  return check.Fail("resourceClaims.onLookupFailure must be deny or allow, not '" + word + "'");
+}
+
+// resourceClaims: the lookups that happen inside an admission call, so each bound is one the API
+// server's webhook timeout (5 s in deploy/, at most 30 s) and the Deployment's memory allow.
+bool ReadClaimSettings(Checker& check, const json& in, const char* key, Config& config) {
+  const json& object = in.contains(key) ? in[key] : json();
+  if (!check.KnownKeys(object, key,
+                       {"deviceClassDomain", "lookupTimeout", "cacheEntries", "cacheBytes",
+                        "cacheTTL", "onLookupFailure"}))
+    return false;
+  ClaimSettings& claims = config.claims;
+  if (!check.String(object, "deviceClassDomain", key, claims.device_class_domain)) return false;
+  if (!IsDnsSubdomain(claims.device_class_domain))
+    return check.Fail("resourceClaims.deviceClassDomain '" + claims.device_class_domain +
+                      "' is not a DNS subdomain (DeviceClass names are)");
+  using std::chrono::milliseconds;
+  return Duration(check, object, "lookupTimeout", milliseconds(10), milliseconds(10000),
+                  claims.lookup_timeout) &&
+         Count(check, object, "cacheEntries", 0, 1 << 20, claims.cache_entries) &&
+         Count(check, object, "cacheBytes", 0, 64 << 20, claims.cache_bytes) &&
+         Duration(check, object, "cacheTTL", milliseconds(0), milliseconds(3600 * 1000),
+                  claims.cache_ttl) &&
+         ReadFailurePolicy(check, object, claims.on_failure);
 }
 
 // Every top-level key of the config, once, in the order it is read. The last four are read
@@ -167,6 +234,7 @@ const std::vector<TopKey>& TopKeys() {
       {"driverInit", {}},
       {"gridd", {}},
       {"workload", {}},
+      {"resourceClaims", ReadClaimSettings},
   };
   return kKeys;
 }

@@ -3,6 +3,8 @@
 // validation is never used, so a reload with a broken file keeps the previous one.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,6 +35,23 @@ enum class AttachMode {
   kHotPlug,   // hot_plug_vfio: the device arrives when the container that asks for it is
               // created, i.e. after every init container and after native sidecars started
   kColdPlug,  // cold_plug_vfio: every device is there when the VM boots
+};
+
+// What a pod whose claims could not be looked up gets (docs/webhook.md, "DRA claims").
+enum class ClaimLookupFailure {
+  kDeny,   // refused, saying which claim and why: the pod author or its controller retries
+  kAllow,  // the claims that failed count as not ours; the pod is decided on the rest, warned
+};
+
+// DRA claims (resource_claims.h, claim_lookup.h): which DeviceClasses are ours and how the
+// ResourceClaims and ResourceClaimTemplates that say so are looked up.
+struct ClaimSettings {
+  std::string device_class_domain;              // a class is ours when named this or "*.<this>"
+  std::chrono::milliseconds lookup_timeout{0};  // all of one pod's lookups together
+  size_t cache_entries = 0;
+  size_t cache_bytes = 0;
+  std::chrono::milliseconds cache_ttl{0};
+  ClaimLookupFailure on_failure = ClaimLookupFailure::kDeny;
 };
 
 // A container the webhook adds. Stored as the JSON object that goes into the patch; `name` and
@@ -87,6 +106,7 @@ struct Config {
   // has a mount at that path or an env var of that name: the pod author wins).
   std::vector<RenderedObject> workload_mounts;  // VolumeMounts
   std::vector<RenderedObject> workload_env;     // EnvVars
+  ClaimSettings claims;
 
   AttachMode AttachModeOf(std::string_view runtime_class) const;
   bool IsInjectedVolumeName(std::string_view name) const {

@@ -15,6 +15,11 @@ int main(int argc, char** argv) {
   CLI::App app{"kvgpu-webhook: mutating admission webhook giving Kata pods their vGPU setup"};
   kvgpu::https::AddShellFlags(app, options, "clients");
   app.add_option("--config", options.config_file, "YAML config, reloaded on change");
+  app.add_option("--kubeconfig", options.kubeconfig,
+                 "API server for DRA claim lookups (resource.k8s.io ResourceClaims and "
+                 "templates); default: none, claims are not looked at");
+  app.add_flag("--in-cluster", options.in_cluster,
+               "look DRA claims up through the pod's service account");
   size_t workers = 0;
   app.add_option("--workers", workers,
                  "event loops serving HTTPS; 0 = one per CPU this process may run on")

@@ -34,6 +34,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                   .Name("kvgpu_webhook_reloads_total")
                   .Help("Reloads of the TLS certificate or the config, by result")
                   .Register(*registry_);
+  auto& lookups = prometheus::BuildCounter()
+                      .Name("kvgpu_webhook_claim_lookups_total")
+                      .Help("DRA claim lookups: answered from the cache, fetched, failed")
+                      .Register(*registry_);
+  claim_lookups_ = {&lookups.Add({{"result", "hit"}}), &lookups.Add({{"result", "fetched"}}),
+                    &lookups.Add({{"result", "failed"}})};
   certificate_expiry_ = &prometheus::BuildGauge()
                              .Name("kvgpu_webhook_certificate_expiry_timestamp_seconds")
                              .Help("notAfter of the TLS certificate being served, Unix seconds")
@@ -59,6 +65,12 @@ void Metrics::Observe(const ReviewReply& reply, double seconds) {
 
 void Metrics::Reload(const char* what, bool ok) {
   reloads_->Add({{"what", what}, {"result", ok ? "ok" : "error"}}).Increment();
+}
+
+void Metrics::ClaimLookups(uint64_t hits, uint64_t gets, uint64_t failures) {
+  claim_lookups_[0]->Increment(static_cast<double>(hits));
+  claim_lookups_[1]->Increment(static_cast<double>(gets - failures));
+  claim_lookups_[2]->Increment(static_cast<double>(failures));
 }
 
 void Metrics::CertificateExpiry(int64_t unix_seconds) {

@@ -12,7 +12,14 @@ const FieldRule kNamed{Kind::kObject, {{kName.key, &kAll}}};
 const FieldRule kNamedList{Kind::kArray, {}, &kNamed};
 const FieldRule kMount{Kind::kObject, {{kName.key, &kAll}, {kMountPath.key, &kAll}}};
 const FieldRule kMounts{Kind::kArray, {}, &kMount};
-const FieldRule kResourceLists{Kind::kObject, {{kLimits.key, &kAll}, {kRequests.key, &kAll}}};
+const FieldRule kClaimRef{Kind::kObject, {{kName.key, &kAll}, {kRequest.key, &kAll}}};
+const FieldRule kClaimRefs{Kind::kArray, {}, &kClaimRef};
+const FieldRule kResourceLists{
+    Kind::kObject, {{kLimits.key, &kAll}, {kRequests.key, &kAll}, {kClaims.key, &kClaimRefs}}};
+const FieldRule kPodClaim{
+    Kind::kObject,
+    {{kName.key, &kAll}, {kResourceClaimName.key, &kAll}, {kResourceClaimTemplateName.key, &kAll}}};
+const FieldRule kPodClaims{Kind::kArray, {}, &kPodClaim};
 const FieldRule kContainer{Kind::kObject,
                            {{kName.key, &kAll},
                             {kResources.key, &kResourceLists},
@@ -26,7 +33,8 @@ const FieldRule kSpecRule{Kind::kObject,
                            {kContainers.key, &kContainerList},
                            {kInitContainers.key, &kContainerList},
                            {kEphemeralContainers.key, &kNamedList},
-                           {kVolumes.key, &kWholeList}}};
+                           {kVolumes.key, &kWholeList},
+                           {kResourceClaims.key, &kPodClaims}}};
 const FieldRule kAnnotationRule{Kind::kAnnotations};
 const FieldRule kMetadataRule{Kind::kObject,
                               {{kNamespace.key, &kAll},
@@ -62,7 +70,12 @@ std::vector<PodField> AllPodFields() {
           kRequests,
           kVolumeMounts,
           kMountPath,
-          kEnv};
+          kEnv,
+          kResourceClaims,
+          kResourceClaimName,
+          kResourceClaimTemplateName,
+          kClaims,
+          kRequest};
 }
 
 }  // namespace kvgpu::webhook

@@ -34,6 +34,12 @@ inline constexpr PodField kRequests{"requests"};
 inline constexpr PodField kVolumeMounts{"volumeMounts"};
 inline constexpr PodField kMountPath{"mountPath"};
 inline constexpr PodField kEnv{"env"};
+// DRA (resource_claims.h): the pod's claims and which of them each container uses.
+inline constexpr PodField kResourceClaims{"resourceClaims"};
+inline constexpr PodField kResourceClaimName{"resourceClaimName"};
+inline constexpr PodField kResourceClaimTemplateName{"resourceClaimTemplateName"};
+inline constexpr PodField kClaims{"claims"};
+inline constexpr PodField kRequest{"request"};
 }  // namespace pod_fields
 
 // What of a value to keep. A container whose type does not match its rule (an array where an

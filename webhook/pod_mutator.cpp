@@ -105,9 +105,18 @@ std::vector<ContainerRef> AllContainers(const PodView& view) {
   return out;
 }
 
-// The first vGPU resource a container asks for, or "" if none. Errors on malformed containers.
+// Names quoted in a denial come from the pod: cut, so an answer's size does not grow with them
+// (Kubernetes names are at most 253 characters; anything longer is refused by the API server).
+std::string Quote(const std::string& text) {
+  constexpr size_t kMaxQuoted = 253;
+  if (text.size() <= kMaxQuoted) return "\"" + text + "\"";
+  return "\"" + text.substr(0, kMaxQuoted) + "...\"";
+}
+
+// What of a container asks for a vGPU, as a denial quotes it: the first vGPU resource, else the
+// first use of a claim of our DeviceClasses; "" if none. Errors on malformed containers.
 Result<std::string> VgpuRequest(const json& container, const std::string& where,
-                                const Config& config) {
+                                const Config& config, const PodClaims& claims) {
   if (!container.is_object() || !Field(container, pod_fields::kName).is_string())
     return Status::Error(ErrorCode::kInvalid, where + " must be an object with a name");
   const json& resources = Field(container, pod_fields::kResources);
@@ -121,10 +130,13 @@ Result<std::string> VgpuRequest(const json& container, const std::string& where,
                            where + ".resources." + std::string(kind.key) + " must be an object");
     for (const auto& [name, quantity] : list.items()) {
       for (const auto& prefix : config.resource_prefixes) {
-        if (name.starts_with(prefix) && !IsZeroQuantity(quantity)) return name;
+        if (name.starts_with(prefix) && !IsZeroQuantity(quantity))
+          return "vGPU resource " + Quote(name);
       }
     }
   }
+  const std::string claim = OurClaimReference(container, claims);
+  if (!claim.empty()) return "a vGPU through DRA claim " + Quote(claim);
   return std::string();
 }
 
@@ -199,14 +211,6 @@ std::string ContainerText(const InjectedContainer& container, const std::string&
   if (object.contains("volumeMounts"))
     object["volumeMounts"] = RenameMounts(object["volumeMounts"], volume_names);
   return object.dump();
-}
-
-// Names quoted in a denial come from the pod: cut, so an answer's size does not grow with them
-// (Kubernetes names are at most 253 characters; anything longer is refused by the API server).
-std::string Quote(const std::string& text) {
-  constexpr size_t kMaxQuoted = 253;
-  if (text.size() <= kMaxQuoted) return "\"" + text + "\"";
-  return "\"" + text.substr(0, kMaxQuoted) + "...\"";
 }
 
 // `part` is found in `whole`: every member `part` names is there with the same value (nested
@@ -368,8 +372,46 @@ struct PodScope {
 };
 using ScopeOrDecision = std::variant<PodScope, PodDecision>;
 
+// The pod's claims as the lookups found them, or the denial when a lookup failed and the policy
+// refuses; with `allow` the failures become warnings and those claims count as not ours.
+using ClaimsOrDecision = std::variant<PodClaims, PodDecision>;
+
+Result<ClaimsOrDecision> LookUpClaims(const PodView& view, const std::string& pod_namespace,
+                                      const Config& config, const ClaimResolver& resolve_claims,
+                                      std::vector<std::string>& warnings) {
+  if (!resolve_claims) return ClaimsOrDecision(PodClaims());
+  auto sources = ReferencedPodClaims(*view.spec);
+  if (!sources.ok())
+    return Status::Error(ErrorCode::kInvalid, "request.object." + sources.status().message());
+  if (sources->empty()) return ClaimsOrDecision(PodClaims());
+  PodClaims claims = resolve_claims(pod_namespace, *sources);
+  if (claims.failed.empty()) return ClaimsOrDecision(std::move(claims));
+  const auto& [name, reason] = *claims.failed.begin();
+  const std::string what = "could not tell whether claim " + Quote(name) +
+                           " asks for a kata-vgpu DeviceClass (" + Quote(reason) + ")";
+  // A pod with the marker was decided by an earlier call (re-invocation): refusing it now for a
+  // lookup that worked then would fail a pod that is already set up.
+  const bool decided_before =
+      !AbsentOrNull(Annotation(*view.annotations, config.marker_annotation));
+  if (config.claims.on_failure == ClaimLookupFailure::kAllow || decided_before) {
+    warnings.push_back("kata-vgpu: " + what +
+                       ": the pod is admitted as if it did not; if it does, its vGPU has no "
+                       "driver or licence");
+    return ClaimsOrDecision(std::move(claims));
+  }
+  PodDecision decision;
+  decision.outcome = PodOutcome::kDenied;
+  decision.allowed = false;
+  decision.message = what +
+                     "; vGPU pods need the kata-vgpu setup, so the webhook refuses "
+                     "the pod rather than guess: create it again once the claim can be "
+                     "read (resourceClaims.onLookupFailure: deny, docs/webhook.md)";
+  return ClaimsOrDecision(decision);
+}
+
 Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace_name,
-                                 const Config& config) {
+                                 const Config& config, const ClaimResolver& resolve_claims,
+                                 std::vector<std::string>& warnings) {
   PodDecision decision;
   std::string pod_namespace(namespace_name);
   if (pod_namespace.empty() && Field(*view.metadata, pod_fields::kNamespace).is_string())
@@ -380,12 +422,17 @@ Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace
     return ScopeOrDecision(decision);
   }
 
+  auto looked_up = LookUpClaims(view, pod_namespace, config, resolve_claims, warnings);
+  if (!looked_up.ok()) return looked_up.status();
+  if (const auto* done = std::get_if<PodDecision>(&*looked_up)) return ScopeOrDecision(*done);
+  const PodClaims& claims = std::get<PodClaims>(*looked_up);
+
   PodScope scope;
   std::string first_resource, first_container;
   for (const ContainerRef& ref : AllContainers(view)) {
     auto resource = VgpuRequest(
         *ref.container, "spec." + std::string(ref.list) + "[" + std::to_string(ref.index) + "]",
-        config);
+        config, claims);
     if (!resource.ok()) return resource.status();
     if (resource->empty()) continue;
     if (first_resource.empty()) {
@@ -421,12 +468,12 @@ Result<ScopeOrDecision> ScopePod(const PodView& view, std::string_view namespace
     } else {
       decision.outcome = PodOutcome::kDenied;
       decision.allowed = false;
-      decision.message =
-          "container " + Quote(first_container) + " asks for vGPU resource " +
-          Quote(first_resource) + ", but vGPUs are only given to pods running in a Kata VM and " +
-          (runtime.empty() ? std::string("this pod sets no runtimeClassName")
-                           : "this pod's runtimeClassName is " + Quote(runtime)) +
-          ": add `runtimeClassName: " + config.runtime_class_to_set + "` to the pod spec";
+      decision.message = "container " + Quote(first_container) + " asks for " + first_resource +
+                         ", but vGPUs are only given to pods running in a Kata VM and " +
+                         (runtime.empty() ? std::string("this pod sets no runtimeClassName")
+                                          : "this pod's runtimeClassName is " + Quote(runtime)) +
+                         ": add `runtimeClassName: " + config.runtime_class_to_set +
+                         "` to the pod spec";
       return ScopeOrDecision(decision);
     }
   }
@@ -604,24 +651,34 @@ Result<PodDecision> RenderInjection(const PodView& view, const PodScope& scope,
   return decision;
 }
 
-}  // namespace
-
-Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
-                              const Config& config) {
-  auto view = View(pod);
-  if (!view.ok()) return view.status();
-  auto scoped = ScopePod(*view, namespace_name, config);
+Result<PodDecision> Decide(const PodView& view, std::string_view namespace_name,
+                           const Config& config, const ClaimResolver& resolve_claims,
+                           std::vector<std::string>& warnings) {
+  auto scoped = ScopePod(view, namespace_name, config, resolve_claims, warnings);
   if (!scoped.ok()) return scoped.status();
   if (const auto* done = std::get_if<PodDecision>(&*scoped)) return *done;
   const PodScope& scope = std::get<PodScope>(*scoped);
-  if (scope.already_injected) return CompleteInjectedPod(*view, scope.vgpu_containers, config);
+  if (scope.already_injected) return CompleteInjectedPod(view, scope.vgpu_containers, config);
 
   const AttachMode mode = config.AttachModeOf(scope.runtime_class);
   const Injection& injection = config.InjectionFor(mode);
-  auto planned = PlanInjection(*view, injection, config);
+  auto planned = PlanInjection(view, injection, config);
   if (!planned.ok()) return planned.status();
   if (const auto* done = std::get_if<PodDecision>(&*planned)) return *done;
-  return RenderInjection(*view, scope, std::get<InjectionPlan>(*planned), injection, mode, config);
+  return RenderInjection(view, scope, std::get<InjectionPlan>(*planned), injection, mode, config);
+}
+
+}  // namespace
+
+Result<PodDecision> DecidePod(const json& pod, std::string_view namespace_name,
+                              const Config& config, const ClaimResolver& resolve_claims) {
+  auto view = View(pod);
+  if (!view.ok()) return view.status();
+  std::vector<std::string> warnings;  // a claim lookup's, whatever the outcome
+  auto decision = Decide(*view, namespace_name, config, resolve_claims, warnings);
+  if (!decision.ok() || warnings.empty()) return decision;
+  decision->warnings.insert(decision->warnings.begin(), warnings.begin(), warnings.end());
+  return decision;
 }
 
 }  // namespace kvgpu::webhook

@@ -2,6 +2,7 @@
 // vGPU work inside Kata. Pure: no I/O, no clock, so every pod shape can be tested as a table.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -9,6 +10,7 @@
 
 #include "common/status.h"
 #include "webhook/config.h"
+#include "webhook/resource_claims.h"
 
 namespace kvgpu::webhook {
 
@@ -40,10 +42,17 @@ struct PodDecision {
   std::vector<std::string> warnings;  // shown to the pod author by kubectl
 };
 
+// What the pod's DRA claims ask for, looked up outside this pure function (claim_lookup.h; tests
+// pass a table). Called once, only for a pod in scope whose containers reference claims.
+using ClaimResolver = std::function<PodClaims(std::string_view namespace_name,
+                                              const std::vector<PodClaimSource>& claims)>;
+
 // `pod` is request.object; `namespace_name` is request.namespace (the object's own
 // metadata.namespace may be empty on CREATE; it is the fallback when the request names none). An
-// error means the object is not a well-formed Pod; the message names the offending field.
+// error means the object is not a well-formed Pod; the message names the offending field. A
+// container that uses a claim of one of our DeviceClasses wants a vGPU as one that asks for a
+// `resourcePrefixes` resource does; without `resolve_claims` claims are not looked at.
 Result<PodDecision> DecidePod(const nlohmann::json& pod, std::string_view namespace_name,
-                              const Config& config);
+                              const Config& config, const ClaimResolver& resolve_claims = {});
 
 }  // namespace kvgpu::webhook

@@ -9,7 +9,9 @@
 
 #include "https/daemon_shell.h"
 #include "https/file_stamp.h"
+#include "kube/config.h"
 #include "webhook/admission.h"
+#include "webhook/claim_lookup.h"
 #include "webhook/decision_log.h"
 #include "webhook/metrics.h"
 
@@ -41,6 +43,8 @@ class ConfigHolder {
 struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<ConfigHolder> config;
+  std::shared_ptr<kube::ApiTransport> api;  // null: claims are not looked up
+  std::unique_ptr<ClaimLookup> claim_lookup;
   Metrics metrics;
   std::unique_ptr<https::DaemonShell> shell;
   FileStamp config_stamp;  // of the config file loaded now
@@ -62,7 +66,15 @@ HttpResponse Server::Impl::Route(const HttpRequest& request) {
     if (request.method != "POST") return {405, "text/plain; charset=utf-8", "use POST /mutate\n"};
     auto start = std::chrono::steady_clock::now();
     auto current = config->Get();
-    ReviewReply reply = HandleReview(request.body, request.content_type, *current);
+    ClaimResolver claims;
+    ClaimLookup::Stats looked_up;
+    if (claim_lookup) {
+      claims = [&](std::string_view ns, const std::vector<PodClaimSource>& sources) {
+        return claim_lookup->Resolve(ns, sources, current->claims, &looked_up);
+      };
+    }
+    ReviewReply reply = HandleReview(request.body, request.content_type, *current, claims);
+    metrics.ClaimLookups(looked_up.hits, looked_up.gets, looked_up.failures);
     metrics.Observe(
         reply, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (reply.outcome == ReviewOutcome::kBadRequest) {
@@ -111,6 +123,34 @@ void Server::Impl::ReloadConfig() {
   }
 }
 
+namespace {
+
+// The API server for claim lookups, from the options; null when none is configured.
+Result<std::shared_ptr<kube::ApiTransport>> ConnectApi(const ServerOptions& options) {
+  if (options.api) return options.api;
+  if (options.kubeconfig.empty() && !options.in_cluster)
+    return std::shared_ptr<kube::ApiTransport>();
+  auto config = options.kubeconfig.empty() ? kube::LoadInCluster(kube::InClusterFromEnvironment())
+                                           : kube::LoadKubeconfig(options.kubeconfig);
+  if (!config.ok())
+    return Status::Error(config.status().code(),
+                         (options.kubeconfig.empty() ? std::string("--in-cluster")
+                                                     : "--kubeconfig " + options.kubeconfig) +
+                             ": " + config.status().message());
+  kube::ClientOptions client;
+  // Backstops only: the lookup's own deadline (resourceClaims.lookupTimeout) breaks a call
+  // sooner, and the answer is bounded whatever the server sends.
+  client.connect_timeout = std::chrono::seconds(5);
+  client.request_timeout = std::chrono::seconds(5);
+  client.max_response_bytes = kMaxClaimObjectBytes;
+  client.user_agent = "kvgpu-webhook";
+  auto created = kube::ApiClient::Create(*config, client);
+  if (!created.ok()) return created.status();
+  return std::shared_ptr<kube::ApiTransport>(std::move(*created));
+}
+
+}  // namespace
+
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() {
@@ -128,6 +168,10 @@ Result<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
     config = loaded.value();
   }
   impl->config = std::make_unique<ConfigHolder>(config);
+  auto api = ConnectApi(options);
+  if (!api.ok()) return api.status();
+  impl->api = std::move(*api);
+  if (impl->api) impl->claim_lookup = std::make_unique<ClaimLookup>(*impl->api);
 
   HttpsServerOptions limits;
   limits.idle_timeout = options.idle_timeout;

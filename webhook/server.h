@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "https/daemon_shell.h"
+#include "kube/api_client.h"
 #include "webhook/config.h"
 
 namespace kvgpu::webhook {
@@ -19,6 +20,12 @@ namespace kvgpu::webhook {
 struct ServerOptions : https::ShellOptions {
   ServerOptions() { listen = ":8443"; }
   std::string config_file;  // empty: built-in defaults
+  // The API server for DRA claim lookups (claim_lookup.h): a kubeconfig, or with `in_cluster`
+  // the pod's service account. Neither: claims are not looked at (the webhook reads nothing
+  // from the API server). `api` stands in for both (tests).
+  std::string kubeconfig;
+  bool in_cluster = false;
+  std::shared_ptr<kube::ApiTransport> api;
   std::chrono::seconds idle_timeout{10};
   // A handshake or request not complete this long after it began is cut off (slow clients).
   std::chrono::seconds request_timeout{10};

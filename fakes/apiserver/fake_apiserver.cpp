@@ -557,6 +557,7 @@ void FakeApiServer::Route(httplib::Server& server) {
   RouteNodes(server);
   RouteResourceClaims(server);
   RouteResourceSlices(server);
+  RouteResourceClaimTemplates(server);
 }
 
 void FakeApiServer::SetNode(nlohmann::json node) {

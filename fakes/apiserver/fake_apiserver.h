@@ -149,6 +149,15 @@ class FakeApiServer {
   int resource_claim_status_writes() const;
   std::vector<nlohmann::json> resource_claim_status_history() const;
 
+  // ResourceClaimTemplates (resource.k8s.io/v1, fake_resource_claim_templates.cpp): GET
+  // /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaimtemplates/<name> answers what was set
+  // (by metadata.namespace and name), 404 with a Status otherwise; counted. A body set as text is
+  // served as it is, JSON or not: a broken or hostile server.
+  void SetResourceClaimTemplate(const nlohmann::json& claim_template);
+  void SetResourceClaimTemplateBody(const std::string& ns, const std::string& name,
+                                    std::string body);
+  int resource_claim_template_gets() const;
+
   // Pods that clients create and delete by name. Without hooks a created pod stays Pending and a
   // deleted one is gone at once (MODIFIED with deletionTimestamp, then DELETED). With them the
   // test is kubelet: `created` is told of each pod once stored (on the request's thread: hand
@@ -230,6 +239,7 @@ class FakeApiServer {
   void StreamWatch(httplib::Response& res, std::shared_ptr<Watch> w,
                    std::set<std::shared_ptr<Watch>>* owner);
   void RouteResourceSlices(httplib::Server& server);
+  void RouteResourceClaimTemplates(httplib::Server& server);
   void RecordSlicesLocked();  // mutex_ held
   void Notify();
   static bool Matches(const nlohmann::json& pod, const std::string& node);
@@ -277,6 +287,8 @@ class FakeApiServer {
   int claim_status_writes_ = 0;
   std::vector<nlohmann::json> claim_status_history_;
   std::uint64_t generated_names_ = 0;
+  std::map<std::string, std::string> claim_templates_;  // by namespace/name, the body served
+  int claim_template_gets_ = 0;
   PodHooks hooks_;
   std::map<std::string, std::string> logs_;       // by namespace/name
   std::map<std::string, nlohmann::json> slices_;  // ResourceSlices by name

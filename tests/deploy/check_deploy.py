@@ -549,12 +549,24 @@ def check_webhook(report, name, objects):
     report.check(ok, where + " --tls-cert-file and --tls-key-file come from one Secret", why)
     report.check(configmap_file(objects, c, spec, f.get("config", "")) is not None,
                  where + " --config %s is a key of a mounted ConfigMap" % f.get("config"))
-    report.check(spec.get("automountServiceAccountToken") is False, where + " gets no API token")
     sa = spec.get("serviceAccountName")
     bound = [b for b in find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
              if any(s.get("kind") == "ServiceAccount" and s.get("name") == sa for s in b.get("subjects") or [])]
-    report.check(not bound, where + " service account %s is bound to no role (it calls no API)" % sa,
-                 str([key(b) for b in bound]))
+    if "--in-cluster" not in (c.get("args") or []):
+        report.check(spec.get("automountServiceAccountToken") is False, where + " gets no API token")
+        report.check(not bound, where + " service account %s is bound to no role (it calls no API)" % sa,
+                     str([key(b) for b in bound]))
+    else:
+        # DRA claim lookups (docs/webhook.md, "DRA claims"): get on claims and templates, nothing else.
+        report.check(spec.get("automountServiceAccountToken") is True, where + " --in-cluster gets a token")
+        roles = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in bound}
+        granted = {(g, r, v) for kind, role in roles for o in find(objects, kind) if o["metadata"]["name"] == role
+                   for rule in o.get("rules") or [] for g in rule["apiGroups"] for r in rule["resources"]
+                   for v in rule["verbs"]}
+        wanted = {("resource.k8s.io", r, "get") for r in ("resourceclaims", "resourceclaimtemplates")}
+        report.check(granted == wanted,
+                     where + " --in-cluster: may get resourceclaims and resourceclaimtemplates, nothing else",
+                     str(sorted(granted ^ wanted)))
 
     services = [s for s in find(objects, "Service")
                 if all(spec_labels_match(s["spec"].get("selector") or {}, deployment))]
@@ -706,7 +718,8 @@ def cmd_consistency(args):
                 # Field names the expression reads must exist in the Pod schema, or the API server
                 # refuses the configuration.
                 for field in re.findall(r"\b(?:object\.spec|c\.resources|c)\.([a-zA-Z]+)", text):
-                    report.check(field in ("containers", "initContainers", "resources", "limits", "requests"),
+                    report.check(field in ("containers", "initContainers", "resources", "limits", "requests",
+                                           "resourceClaims"),
                                  "%s: matchConditions read the Pod field %s" % (name, field))
                 excluded = {v for e in (hook.get("namespaceSelector") or {}).get("matchExpressions") or []
                             if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"

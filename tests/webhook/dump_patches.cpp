@@ -18,7 +18,12 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(argv[1]);
   nlohmann::json review = testing::FixtureReview();
   int written = 0;
-  for (const auto& c : testing::PodCases()) {
+  // The DRA cases with the lookups' answers they are written for (dra_pod_cases.cpp).
+  std::vector<std::pair<testing::PodCase, ClaimResolver>> cases;
+  for (const auto& c : testing::PodCases()) cases.emplace_back(c, ClaimResolver());
+  for (const auto& c : testing::DraPodCases())
+    cases.emplace_back(c.pod, testing::TableResolver(c.claims));
+  for (const auto& [c, claims] : cases) {
     auto config = ParseConfig(c.config_yaml);
     if (!config.ok()) {
       std::cerr << c.description << ": " << config.status().message() << "\n";
@@ -26,7 +31,7 @@ int main(int argc, char** argv) {
     }
     nlohmann::json pod = review["request"]["object"];
     c.shape(pod);
-    auto decision = DecidePod(pod, c.namespace_name, *config.value());
+    auto decision = DecidePod(pod, c.namespace_name, *config.value(), claims);
     if (!decision.ok()) {
       std::cerr << c.description << ": " << decision.status().message() << "\n";
       return 1;

@@ -33,6 +33,19 @@ struct PodCase {
   Check check;
 };
 
+// A pod that uses DRA claims (dra_pod_cases.cpp), with what the claim lookups find for it.
+struct DraPodCase {
+  PodCase pod;
+  webhook::PodClaims claims;  // the lookups' answer, whatever the pod asks for
+  // The pod's claim names the decision must ask about, in order (only claims containers use).
+  std::vector<std::string> expected_lookups;
+};
+std::vector<DraPodCase> DraPodCases();
+
+// A resolver that answers from `table` (only the claims asked for) and records what was asked.
+webhook::ClaimResolver TableResolver(const webhook::PodClaims& table,
+                                     std::vector<webhook::PodClaimSource>* asked = nullptr);
+
 // The fixture AdmissionReview (tests/webhook/data/pod-create.json).
 nlohmann::json FixtureReview();
 std::vector<PodCase> PodCases();

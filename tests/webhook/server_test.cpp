@@ -19,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/base64.h"
+#include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/test_pki.h"
 #include "tests/webhook/pod_cases.h"
 #include "tests/webhook/tls_client.h"
@@ -642,6 +644,51 @@ TEST_F(HostileClientTest, IdleMetricsConnectionsDoNotHoldUpAScrape) {
   for (int fd : idle) ::close(fd);
 }
 
+// --kubeconfig reaches the API server with the kube client, and a pod whose container uses a
+// claim template of our class gets the setup through the server's own wiring.
+TEST_F(ServerTest, WithAKubeconfigAPodUsingOurClaimTemplateIsMutated) {
+  kvgpu::testing::FakeApiServer api;
+  ASSERT_TRUE(api.Start());
+  api.SetResourceClaimTemplate(json::parse(R"({
+    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "vgpu-230", "namespace": "ml"},
+    "spec": {"spec": {"devices": {"requests": [
+      {"name": "vgpu", "exactly": {"deviceClassName": "vgpu-230.vgpu.tencent.com"}}]}}}})"));
+  WriteFileAtomically(Path("kubeconfig"),
+                      "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                      "clusters: [{name: k, cluster: {server: \"" +
+                          api.url() +
+                          "\", certificate-authority-data: " + Base64Encode(api.ca_pem()) +
+                          "}}]\n"
+                          "users: [{name: u, user: {token: " +
+                          kvgpu::testing::FakeApiServer::kToken +
+                          "}}]\n"
+                          "contexts: [{name: c, context: {cluster: k, user: u}}]\n");
+  options_.kubeconfig = Path("kubeconfig");
+  Start();
+  json review = testing::FixtureReview();
+  review["request"]["namespace"] = "ml";
+  json& pod = review["request"]["object"];
+  pod["spec"]["runtimeClassName"] = "kata";
+  pod["spec"]["resourceClaims"] = {{{"name", "gpu"}, {"resourceClaimTemplateName", "vgpu-230"}}};
+  pod["spec"]["containers"][0]["resources"]["claims"] = {{{"name", "gpu"}}};
+  auto conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  auto mutate = conn->Request("POST", "/mutate", review.dump());
+  ASSERT_TRUE(mutate.has_value());
+  EXPECT_EQ(json::parse(mutate->body)["response"]["patchType"], "JSONPatch") << mutate->body;
+  EXPECT_EQ(api.resource_claim_template_gets(), 1);
+  // The second pod is answered from the cache, and the metrics say so.
+  ASSERT_EQ(conn->Request("POST", "/mutate", review.dump())->status, 200);
+  EXPECT_EQ(api.resource_claim_template_gets(), 1);
+  auto metrics = conn->Request("GET", "/metrics", "", "");
+  EXPECT_NE(metrics->body.find("kvgpu_webhook_claim_lookups_total{result=\"fetched\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("kvgpu_webhook_claim_lookups_total{result=\"hit\"} 1"),
+            std::string::npos);
+}
+
 TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
   struct Bad {
     const char* description;
@@ -664,6 +711,8 @@ TEST_F(ServerTest, StartupFailsClearlyOnBadFiles) {
          o.config_file = Path("bad.yaml");
        },
        "nonKataPods"},
+      {"missing kubeconfig", [](ServerOptions& o) { o.kubeconfig = "/nonexistent.kubeconfig"; },
+       "--kubeconfig /nonexistent.kubeconfig"},
   };
   for (const auto& bad : table) {
     SCOPED_TRACE(bad.description);
