@@ -48,7 +48,9 @@ ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds 
 ClusterView::Parsed ClusterView::Parse(std::string text) {
   auto state =
       std::make_shared<const Result<scheduling::NodeVgpuState>>(scheduling::ParseNodeState(text));
-  return Parsed{std::move(text), {std::move(state), std::make_shared<FitMemo>()}};
+  // Summarized here, on the watch's thread, not by the first request to ask.
+  auto memo = std::make_shared<FitMemo>(*state);
+  return Parsed{std::move(text), {std::move(state), std::move(memo)}};
 }
 
 void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
