@@ -280,7 +280,7 @@ std::optional<size_t> FreeGpusTakenFrom(std::span<const Candidate> ranked, uint3
                                         Policy policy) {
   // Nodes have a few GPUs: the counts stay on the stack (the extender asks this of every node).
   constexpr size_t kOnStack = 32;
-  std::array<uint32_t, kOnStack> on_stack{};
+  std::array<uint32_t, kOnStack> on_stack;  // Distribute zeroes what it uses
   std::vector<uint32_t> on_heap;
   std::span<uint32_t> taken(on_stack.data(), std::min(ranked.size(), kOnStack));
   if (ranked.size() > kOnStack) {
