@@ -141,7 +141,8 @@ TEST(ExtenderProtocolTest, AnswersWrittenAsTextReadBackAsTheDocumentForAnyNameOr
   // Not UTF-8: a lone continuation byte, a truncated sequence, an overlong form, a surrogate,
   // above U+10FFFF, 0xff: each byte becomes U+FFFD, the rest is kept.
   const std::vector<std::pair<std::string, std::string>> broken = {
-      {"a\x80" "b",
+      {"a\x80"
+       "b",
        "a\xef\xbf\xbd"
        "b"},
       {"x\xc3", "x\xef\xbf\xbd"},
