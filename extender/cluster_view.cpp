@@ -45,10 +45,35 @@ std::optional<std::string> LedgerAnnotation(const nlohmann::json& node) {
 ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds assume_for)
     : prefix_(std::move(resource_prefix)), assume_for_(assume_for) {}
 
+namespace {
+
+// A state and its memo in one allocation: a request copies both pointers for every node, and
+// their counts then share a cache line.
+struct StateWithMemo {
+  explicit StateWithMemo(Result<scheduling::NodeVgpuState> parsed)
+      : state(std::move(parsed)), memo(state) {}
+  const Result<scheduling::NodeVgpuState> state;
+  FitMemo memo;  // summarized here, on the watch's thread, not by the first request to ask
+};
+
+}  // namespace
+
 ClusterView::Parsed ClusterView::Parse(std::string text) {
-  auto state =
-      std::make_shared<const Result<scheduling::NodeVgpuState>>(scheduling::ParseNodeState(text));
-  return Parsed{std::move(text), {std::move(state), std::make_shared<FitMemo>()}};
+  auto both = std::make_shared<StateWithMemo>(scheduling::ParseNodeState(text));
+  NodeState state{std::shared_ptr<const Result<scheduling::NodeVgpuState>>(both, &both->state),
+                  std::shared_ptr<FitMemo>(both, &both->memo)};
+  return Parsed{std::move(text), std::move(state)};
+}
+
+std::vector<NodeState> ClusterView::WatchedStates(const std::vector<CandidateNode>& nodes) const {
+  std::vector<NodeState> states;
+  states.reserve(nodes.size());
+  std::lock_guard lock(mutex_);
+  for (const CandidateNode& node : nodes) {
+    auto watched = annotations_.find(node.name);
+    states.push_back(watched != annotations_.end() ? watched->second.state : NodeState{});
+  }
+  return states;
 }
 
 void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "extender/bind_ledger.h"
+#include "extender/protocol.h"
 #include "kube/list_watch.h"
 #include "kube/pod.h"
 #include "scheduling/gpu_fit.h"
@@ -64,6 +65,8 @@ class ClusterView {
   // The same, with the memo of verdicts reached on that state.
   NodeState StateAndMemo(const std::string& node,
                          const std::optional<std::string>& sent = std::nullopt);
+  // StateAndMemo(node.name) of each of `nodes` (their watched states), in one look at the view.
+  std::vector<NodeState> WatchedStates(const std::vector<CandidateNode>& nodes) const;
 
   void SyncPods(const std::vector<kube::PodInfo>& pods);
   void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);

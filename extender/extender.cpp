@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/clock.h"
 #include "common/log_safe.h"
@@ -22,37 +24,51 @@ Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
   Result<std::vector<scheduling::Demand>> demand = PodDemand(args.pod, options_.resource_prefix);
   if (!demand.ok()) return demand.status();
   Judged judged;
+  if (demand->empty()) {  // no vGPU asked for: not ours to judge
+    judged.verdicts.resize(args.nodes.size());
+    return judged;
+  }
   judged.verdicts.reserve(args.nodes.size());
   const int64_t now = now_();
   const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode(now);
-  const std::vector<BoundPod> none;
-  for (const CandidateNode& node : args.nodes) {
-    if (demand->empty()) {  // no vGPU asked for: not ours to judge
-      judged.verdicts.emplace_back(node.name, NodeVerdict{});
-      continue;
+  // With names only, the watched states, looked up together; a Node sent whole is the
+  // scheduler's own view, at least as new as the watch's.
+  std::vector<NodeState> states;
+  if (args.names_only) {
+    states = view_.WatchedStates(args.nodes);
+  } else {
+    states.reserve(args.nodes.size());
+    for (const CandidateNode& node : args.nodes) {
+      states.push_back(node.state_annotation ? view_.StateAndMemo(node.name, node.state_annotation)
+                                             : NodeState{});
     }
-    // A Node sent whole is the scheduler's own view, at least as new as the watch's.
-    const NodeState state = args.names_only ? view_.StateAndMemo(node.name)
-                            : node.state_annotation
-                                ? view_.StateAndMemo(node.name, node.state_annotation)
-                                : NodeState{};
-    const auto here = bound.find(node.name);
-    judged.verdicts.emplace_back(
-        node.name, JudgeNode(state.state.get(), here != bound.end() ? here->second : none,
-                             args.pod.uid, *demand, now, options_.fit, state.memo.get()));
+  }
+  // Found by hash for each node sent (a few nodes hold pods, thousands are asked about).
+  std::unordered_map<std::string_view, const std::vector<BoundPod>*> bound_on;
+  bound_on.reserve(bound.size());
+  for (const auto& [node, pods] : bound) bound_on.emplace(node, &pods);
+  const std::vector<BoundPod> none;
+  for (size_t i = 0; i < args.nodes.size(); ++i) {
+    const auto here = bound_on.empty() ? bound_on.end() : bound_on.find(args.nodes[i].name);
+    judged.verdicts.push_back(JudgeNode(states[i].state.get(),
+                                        here != bound_on.end() ? *here->second : none, args.pod.uid,
+                                        *demand, now, options_.fit, states[i].memo.get()));
   }
   return judged;
 }
 
-json Extender::Filter(const json& body) {
+std::string Extender::FilterText(const json& body) {
   Result<ExtenderArgs> args = ParseExtenderArgs(body);
-  if (!args.ok()) return FilterError(args.status().message());
+  if (!args.ok()) return FilterError(args.status().message()).dump();
   Result<Judged> judged = Judge(*args);
-  if (!judged.ok()) return FilterError(judged.status().message());
-  std::vector<std::string> kept;
+  if (!judged.ok()) return FilterError(judged.status().message()).dump();
+  std::vector<std::string_view> kept;
+  kept.reserve(args->nodes.size());
   std::map<std::string, std::string> failed;
   std::map<std::string, std::string> unresolvable;
-  for (const auto& [name, verdict] : judged->verdicts) {
+  for (size_t i = 0; i < args->nodes.size(); ++i) {
+    const std::string& name = args->nodes[i].name;
+    const NodeVerdict& verdict = judged->verdicts[i];
     switch (verdict.kind) {
       case NodeVerdict::Kind::kFits:
         kept.push_back(name);
@@ -67,22 +83,28 @@ json Extender::Filter(const json& body) {
   }
   spdlog::debug("filter pod={} nodes={} kept={}", LogSafe(args->pod.Key()), args->nodes.size(),
                 kept.size());
-  return FilterResult(*args, kept, failed, unresolvable);
+  return FilterResultText(*args, kept, failed, unresolvable);
+}
+
+json Extender::Filter(const json& body) {
+  return json::parse(FilterText(body));
+}
+
+std::string Extender::PrioritizeText(const json& body) {
+  Result<ExtenderArgs> args = ParseExtenderArgs(body);
+  // A HostPriorityList has no error field: bad arguments score every node it names 0.
+  if (!args.ok()) return PriorityListText({});
+  Result<Judged> judged = Judge(*args);
+  std::vector<std::pair<std::string_view, int64_t>> scores;
+  scores.reserve(args->nodes.size());
+  for (size_t i = 0; i < args->nodes.size(); ++i) {
+    scores.emplace_back(args->nodes[i].name, judged.ok() ? judged->verdicts[i].score : 0);
+  }
+  return PriorityListText(scores);
 }
 
 json Extender::Prioritize(const json& body) {
-  Result<ExtenderArgs> args = ParseExtenderArgs(body);
-  // A HostPriorityList has no error field: bad arguments score every node it names 0.
-  if (!args.ok()) return PriorityList({});
-  Result<Judged> judged = Judge(*args);
-  std::vector<std::pair<std::string, int64_t>> scores;
-  for (const CandidateNode& node : args->nodes) scores.emplace_back(node.name, 0);
-  if (judged.ok()) {
-    for (size_t i = 0; i < judged->verdicts.size(); ++i) {
-      scores[i].second = judged->verdicts[i].second.score;
-    }
-  }
-  return PriorityList(scores);
+  return json::parse(PrioritizeText(body));
 }
 
 Result<BindTarget> Extender::BindablePod(const BindingArgs& args) {
@@ -178,6 +200,10 @@ json Extender::Bind(const json& body) {
   return BindingResult("");
 }
 
+std::string Extender::BindText(const json& body) {
+  return Bind(body).dump();
+}
+
 namespace {
 
 // The victims as the view knows them on `node`: the pods it counts there, by UID, else a pod sent
@@ -257,16 +283,16 @@ https::HttpResponse Extender::Handle(const https::HttpRequest& request) {
     if (!result.ok()) return text(400, result.status().message());
     return {200, "application/json", result->dump()};
   }
-  using Verb = json (Extender::*)(const json&);
+  using Verb = std::string (Extender::*)(const json&);
   Verb verb = nullptr;
-  if (request.path == "/filter") verb = &Extender::Filter;
-  if (request.path == "/prioritize") verb = &Extender::Prioritize;
-  if (request.path == "/bind") verb = &Extender::Bind;
+  if (request.path == "/filter") verb = &Extender::FilterText;
+  if (request.path == "/prioritize") verb = &Extender::PrioritizeText;
+  if (request.path == "/bind") verb = &Extender::BindText;
   if (verb == nullptr) return text(404, "not found");
   if (request.method != "POST") return text(405, "POST only");
   json body = json::parse(request.body, nullptr, false);
   if (body.is_discarded()) return text(400, "the body is not JSON");
-  return {200, "application/json", (this->*verb)(body).dump()};
+  return {200, "application/json", (this->*verb)(body)};
 }
 
 }  // namespace kvgpu::extender

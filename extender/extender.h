@@ -45,6 +45,9 @@ class Extender {
 
   nlohmann::json Filter(const nlohmann::json& body);
   nlohmann::json Prioritize(const nlohmann::json& body);
+  // The same answers as the JSON text Handle sends (the documents above are parsed from it).
+  std::string FilterText(const nlohmann::json& body);
+  std::string PrioritizeText(const nlohmann::json& body);
   nlohmann::json Bind(const nlohmann::json& body);
   // ExtenderPreemptionResult: the candidate nodes where the victims make room for the pod's
   // vGPUs (preemption.h), each with the victims kube-scheduler chose, unchanged; a pod without
@@ -57,9 +60,10 @@ class Extender {
 
  private:
   struct Judged {
-    std::vector<std::pair<std::string, NodeVerdict>> verdicts;  // in the order sent
+    std::vector<NodeVerdict> verdicts;  // one per node sent, in that order
   };
   Result<Judged> Judge(const ExtenderArgs& args);
+  std::string BindText(const nlohmann::json& body);
   // The pod as the API server has it, if bind may bind it: pending, unbound, with the UID the
   // scheduler named, asking for a vGPU.
   Result<BindTarget> BindablePod(const BindingArgs& args);

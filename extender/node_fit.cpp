@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "extender/protocol.h"
 #include "scheduling/node_vgpu_state.h"
@@ -113,6 +114,25 @@ NodeVerdict Fit(const scheduling::NodeVgpuState& state, const std::vector<const 
           Score(gpus.size(), free_before, free_before - taken, policy)};
 }
 
+// Fit's verdict for `count` vGPUs of one resource, read from the summary of the GPUs Fit places on.
+NodeVerdict FitOne(const FitSummary& summary, const std::string& resource, uint32_t count,
+                   scheduling::Policy placing, scheduling::Policy scoring) {
+  const size_t hash = std::hash<std::string>{}(resource);
+  const auto entry = std::find_if(
+      summary.resources.begin(), summary.resources.end(),
+      [&](const FitSummary::Resource& r) { return r.hash == hash && r.name == resource; });
+  const bool listed = entry != summary.resources.end();
+  const std::optional<size_t> taken =
+      listed ? scheduling::FreeGpusTakenFrom(entry->ranked, count, placing) : std::nullopt;
+  if (!taken) {
+    if (!listed || !entry->offered) return Unresolvable("no GPU on the node offers " + resource);
+    return {NodeVerdict::Kind::kFull, scheduling::NoRoomReason(resource, count, entry->creatable),
+            0};
+  }
+  return {NodeVerdict::Kind::kFits, "",
+          Score(summary.gpus, summary.free_gpus, summary.free_gpus - *taken, scoring)};
+}
+
 bool SameWaiting(const std::vector<std::vector<Demand>>& remembered,
                  const std::vector<const BoundPod*>& waiting) {
   return remembered.size() == waiting.size() &&
@@ -134,6 +154,56 @@ size_t Shape(const std::vector<Demand>& pod_demand, scheduling::Policy policy) {
 }
 
 }  // namespace
+
+FitSummary Summarize(const scheduling::NodeVgpuState& state, const std::vector<GpuSlots>& gpus) {
+  FitSummary summary;
+  summary.gpus = gpus.size();
+  summary.free_gpus = scheduling::FreeGpus(gpus);
+  std::set<std::string> names;
+  for (const GpuSlots& gpu : state.gpus) {
+    for (const auto& [name, slots] : gpu.resources) names.insert(name);
+  }
+  for (const std::string& name : names) {
+    FitSummary::Resource resource;
+    resource.hash = std::hash<std::string>{}(name);
+    resource.name = name;
+    resource.ranked = scheduling::RankCandidates(gpus, name);
+    for (const scheduling::Candidate& c : resource.ranked) resource.creatable += c.free;
+    resource.offered = !NotOffered(state.gpus, {{{name, 1}}});
+    summary.resources.push_back(std::move(resource));
+  }
+  return summary;
+}
+
+FitMemo::FitMemo(const Result<scheduling::NodeVgpuState>& state) {
+  if (state.ok()) published_ = std::make_shared<const FitSummary>(Summarize(*state, state->gpus));
+}
+
+std::shared_ptr<const FitSummary> FitMemo::Summary(const scheduling::NodeVgpuState& state,
+                                                   const std::vector<const BoundPod*>& waiting) {
+  if (waiting.empty() && published_) return published_;
+  {
+    std::lock_guard lock(mutex_);
+    for (const Waited& entry : waited_) {
+      if (SameWaiting(entry.waiting, waiting)) return entry.summary;
+    }
+  }
+  // Made outside the lock: another thread judging another pod on this node need not wait.
+  const std::optional<std::vector<GpuSlots>> after_waiting = PlaceWaiting(state, waiting);
+  Waited entry{{},
+               std::make_shared<const FitSummary>(
+                   Summarize(state, after_waiting ? *after_waiting : state.gpus))};
+  for (const BoundPod* pod : waiting) entry.waiting.push_back(pod->demand);
+  std::shared_ptr<const FitSummary> summary = entry.summary;
+  std::lock_guard lock(mutex_);
+  if (waited_.size() < kWaited) {
+    waited_.push_back(std::move(entry));
+  } else {
+    waited_[next_waited_] = std::move(entry);
+    next_waited_ = (next_waited_ + 1) % kWaited;
+  }
+  return summary;
+}
 
 NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,
@@ -165,6 +235,15 @@ NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* published,
                         " s): the device plugin is down or cannot reach the API server");
   }
   const std::vector<const BoundPod*> waiting = Waiting(state, bound, pod_uid);
+  // The usual pod, one container asking for one resource: read from the summary.
+  if (memo != nullptr && pod_demand.size() == 1 && pod_demand[0].size() == 1 &&
+      pod_demand[0].begin()->second > 0) {
+    const auto& [resource, count] = *pod_demand[0].begin();
+    if (waiting.empty() && memo->Published() != nullptr) {
+      return FitOne(*memo->Published(), resource, count, state.policy, options.policy);
+    }
+    return FitOne(*memo->Summary(state, waiting), resource, count, state.policy, options.policy);
+  }
   if (memo != nullptr) {
     if (std::optional<NodeVerdict> known = memo->Find(waiting, pod_demand, options.policy)) {
       return std::move(*known);

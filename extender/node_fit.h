@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -36,6 +37,28 @@ struct NodeVerdict {
   int64_t score = 0;   // 0..10 when it fits
 };
 
+// What judging a pod whose one container asks for one resource needs of a node's GPUs: per
+// resource the node lists, its candidates in PlaceDemand's order (scheduling::RankCandidates) and
+// what the score and the reasons read. Built when a state is parsed (and once per set of pods
+// waiting there), so such a pod - nearly every vGPU pod - is judged per node by
+// scheduling::FreeGpusTakenFrom over a few GPUs, with nothing ranked, copied or placed; the
+// verdict is the one the full placement reaches (node_fit_fast_test.cpp checks it).
+struct FitSummary {
+  struct Resource {
+    size_t hash = 0;  // of name: most entries are passed over on it
+    std::string name;
+    std::vector<scheduling::Candidate> ranked;
+    uint32_t creatable = 0;  // what its candidates can still make, for the reason
+    bool offered = false;    // a GPU of the published state serves it (else unresolvable)
+  };
+  std::vector<Resource> resources;  // by name
+  size_t gpus = 0;
+  size_t free_gpus = 0;  // scheduling::FreeGpus
+};
+// `gpus`: the state's GPUs once the pods waiting on the node took theirs (or state.gpus).
+FitSummary Summarize(const scheduling::NodeVgpuState& state,
+                     const std::vector<scheduling::GpuSlots>& gpus);
+
 // The verdicts reached on one published state, by what else they depend on: the pods waiting
 // on the node (bound, their vGPUs not made yet), the pod's demand and the policy. kube-scheduler
 // asks prioritize about the nodes filter just judged for the same pod, and pods of a few shapes
@@ -44,6 +67,17 @@ struct NodeVerdict {
 // Thread-safe: requests are served on several threads.
 class FitMemo {
  public:
+  FitMemo() = default;
+  // Summarizes `state` as published, for pods judged while none wait on the node.
+  explicit FitMemo(const Result<scheduling::NodeVgpuState>& state);
+
+  // The summary of `state` as published; nullptr when not made at construction.
+  const FitSummary* Published() const { return published_.get(); }
+  // The summary of `state`'s GPUs once `waiting` took theirs: made on the first pod judged beside
+  // those pods, then kept (a few sets of waiting pods per state, the oldest replaced).
+  std::shared_ptr<const FitSummary> Summary(const scheduling::NodeVgpuState& state,
+                                            const std::vector<const BoundPod*>& waiting);
+
   std::optional<NodeVerdict> Find(const std::vector<const BoundPod*>& waiting,
                                   const std::vector<scheduling::Demand>& pod_demand,
                                   scheduling::Policy policy) const;
@@ -62,6 +96,15 @@ class FitMemo {
   // model offers (a T4 has 17, an H200 a few more): with fewer, a mix of types evicts every
   // verdict before it is asked for again (8 made a 12-type burst judge most nodes afresh).
   static constexpr size_t kEntries = 24;
+  // Never changed after construction: read without the lock.
+  std::shared_ptr<const FitSummary> published_;
+  struct Waited {
+    std::vector<std::vector<scheduling::Demand>> waiting;  // their demands, in bind order
+    std::shared_ptr<const FitSummary> summary;
+  };
+  static constexpr size_t kWaited = 4;
+  std::vector<Waited> waited_;
+  size_t next_waited_ = 0;
   mutable std::mutex mutex_;
   // Hashes of the entries' demand and policy, side by side: most entries are passed over on
   // these alone, without following the entries' pointers.

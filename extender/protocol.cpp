@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <set>
 
 #include "common/ascii.h"
 #include "kube/pod.h"
@@ -108,21 +109,134 @@ Result<ExtenderArgs> ParseExtenderArgs(const json& body) {
   return Invalid("ExtenderArgs: neither Nodes nor NodeNames");
 }
 
-json FilterResult(const ExtenderArgs& args, const std::vector<std::string>& kept,
+void AppendJsonString(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  size_t i = 0;
+  while (i < text.size()) {
+    // Printable ASCII but the quote and the backslash goes out as it is, a run at a time.
+    size_t plain = i;
+    while (plain < text.size() && static_cast<unsigned char>(text[plain]) >= 0x20 &&
+           static_cast<unsigned char>(text[plain]) < 0x80 && text[plain] != '"' &&
+           text[plain] != '\\') {
+      ++plain;
+    }
+    out.append(text.substr(i, plain - i));
+    i = plain;
+    if (i == text.size()) break;
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte >= 0x80) {
+      // A whole UTF-8 sequence (RFC 3629: shortest form, no surrogates, at most U+10FFFF) is
+      // copied as it is; anything else is one U+FFFD per byte.
+      const size_t length = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc2 ? 2 : 0;
+      bool valid = length > 0 && byte <= 0xf4 && i + length <= text.size();
+      for (size_t k = 1; valid && k < length; ++k) {
+        valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+      }
+      if (valid && length >= 3) {
+        const auto second = static_cast<unsigned char>(text[i + 1]);
+        if (byte == 0xe0 && second < 0xa0) valid = false;   // overlong
+        if (byte == 0xed && second >= 0xa0) valid = false;  // a surrogate
+        if (byte == 0xf0 && second < 0x90) valid = false;   // overlong
+        if (byte == 0xf4 && second >= 0x90) valid = false;  // above U+10FFFF
+      }
+      if (valid) {
+        out.append(text.substr(i, length));
+        i += length;
+      } else {
+        out.append("\\ufffd");
+        ++i;
+      }
+      continue;
+    }
+    switch (byte) {
+      case '"':
+        out.append("\\\"");
+        break;
+      case '\\':
+        out.append("\\\\");
+        break;
+      case '\n':
+        out.append("\\n");
+        break;
+      case '\r':
+        out.append("\\r");
+        break;
+      case '\t':
+        out.append("\\t");
+        break;
+      case '\b':
+        out.append("\\b");
+        break;
+      case '\f':
+        out.append("\\f");
+        break;
+      default:
+        if (byte < 0x20) {
+          out.append("\\u00");
+          out.push_back(kHex[byte >> 4]);
+          out.push_back(kHex[byte & 0xf]);
+        } else {
+          out.push_back(static_cast<char>(byte));
+        }
+    }
+    ++i;
+  }
+  out.push_back('"');
+}
+
+namespace {
+
+void AppendReasons(std::string& out, const std::map<std::string, std::string>& reasons) {
+  out.push_back('{');
+  bool first = true;
+  for (const auto& [node, reason] : reasons) {
+    if (!first) out.push_back(',');
+    first = false;
+    AppendJsonString(out, node);
+    out.push_back(':');
+    AppendJsonString(out, reason);
+  }
+  out.push_back('}');
+}
+
+}  // namespace
+
+std::string FilterResultText(const ExtenderArgs& args, const std::vector<std::string_view>& kept,
+                             const std::map<std::string, std::string>& failed,
+                             const std::map<std::string, std::string>& unresolvable) {
+  if (!args.names_only) return FilterResult(args, kept, failed, unresolvable).dump();
+  // The fields in the order FilterResult's document has them (by name).
+  std::string out;
+  size_t size = 128;
+  for (std::string_view name : kept) size += name.size() + 3;
+  out.reserve(size);
+  out.append("{\"Error\":\"\",\"FailedAndUnresolvableNodes\":");
+  AppendReasons(out, unresolvable);
+  out.append(",\"FailedNodes\":");
+  AppendReasons(out, failed);
+  out.append(",\"NodeNames\":[");
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendJsonString(out, kept[i]);
+  }
+  out.append("],\"Nodes\":null}");
+  return out;
+}
+
+json FilterResult(const ExtenderArgs& args, const std::vector<std::string_view>& kept,
                   const std::map<std::string, std::string>& failed,
                   const std::map<std::string, std::string>& unresolvable) {
+  if (args.names_only) return json::parse(FilterResultText(args, kept, failed, unresolvable));
   json result = {{"Nodes", nullptr},
                  {"NodeNames", nullptr},
                  {"FailedNodes", failed},
                  {"FailedAndUnresolvableNodes", unresolvable},
                  {"Error", ""}};
-  if (args.names_only) {
-    result["NodeNames"] = kept;
-    return result;
-  }
+  const std::set<std::string_view> keep(kept.begin(), kept.end());
   json items = json::array();
   for (const CandidateNode& node : args.nodes) {
-    if (std::find(kept.begin(), kept.end(), node.name) != kept.end()) items.push_back(node.object);
+    if (keep.contains(node.name)) items.push_back(node.object);
   }
   result["Nodes"] = {{"metadata", json::object()}, {"items", std::move(items)}};
   return result;
@@ -136,10 +250,26 @@ json FilterError(const std::string& message) {
           {"Error", message}};
 }
 
-json PriorityList(const std::vector<std::pair<std::string, int64_t>>& scores) {
-  json list = json::array();
-  for (const auto& [host, score] : scores) list.push_back({{"Host", host}, {"Score", score}});
-  return list;
+std::string PriorityListText(const std::vector<std::pair<std::string_view, int64_t>>& scores) {
+  std::string out;
+  size_t size = 2;
+  for (const auto& [host, score] : scores) size += host.size() + 32;
+  out.reserve(size);
+  out.push_back('[');
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.append("{\"Host\":");
+    AppendJsonString(out, scores[i].first);
+    out.append(",\"Score\":");
+    out.append(std::to_string(scores[i].second));
+    out.push_back('}');
+  }
+  out.push_back(']');
+  return out;
+}
+
+json PriorityList(const std::vector<std::pair<std::string_view, int64_t>>& scores) {
+  return json::parse(PriorityListText(scores));
 }
 
 Result<BindingArgs> ParseBindingArgs(const json& body) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -42,15 +43,26 @@ Result<ExtenderArgs> ParseExtenderArgs(const nlohmann::json& body);
 // ExtenderFilterResult in the shape the arguments came in. `failed` go to FailedNodes (the
 // scheduler may preempt there); `unresolvable` to FailedAndUnresolvableNodes (preemption would
 // not help: no vGPU state, or no GPU of the node offers the type).
-nlohmann::json FilterResult(const ExtenderArgs& args, const std::vector<std::string>& kept,
+nlohmann::json FilterResult(const ExtenderArgs& args, const std::vector<std::string_view>& kept,
                             const std::map<std::string, std::string>& failed,
                             const std::map<std::string, std::string>& unresolvable);
+// The same as the JSON text the extender answers. With NodeNames (nodeCacheCapable) it is written
+// out directly, a name per kept node, not built as a JSON document first: kube-scheduler calls
+// filter for every pod with every node's name.
+std::string FilterResultText(const ExtenderArgs& args, const std::vector<std::string_view>& kept,
+                             const std::map<std::string, std::string>& failed,
+                             const std::map<std::string, std::string>& unresolvable);
 // An ExtenderFilterResult that only carries Error: the scheduler fails this attempt for the pod
 // (ignorable: false) and tries again later.
 nlohmann::json FilterError(const std::string& message);
 
-// HostPriorityList.
-nlohmann::json PriorityList(const std::vector<std::pair<std::string, int64_t>>& scores);
+// HostPriorityList, and the same as JSON text written out directly (for every pod, every node).
+nlohmann::json PriorityList(const std::vector<std::pair<std::string_view, int64_t>>& scores);
+std::string PriorityListText(const std::vector<std::pair<std::string_view, int64_t>>& scores);
+
+// Appends `text` to `out` as a JSON string. Bytes that are not UTF-8 become U+FFFD, so the answer
+// stays JSON whatever a node's name or a reason holds.
+void AppendJsonString(std::string& out, std::string_view text);
 
 struct BindingArgs {
   std::string pod_name;

@@ -1,6 +1,7 @@
 #include "scheduling/gpu_fit.h"
 
 #include <algorithm>
+#include <array>
 
 namespace kvgpu::scheduling {
 
@@ -160,50 +161,13 @@ int SameLock(const GpuSlots& gpu, const ResourceSlots& slots) {
 // How many vGPUs of `resource` each GPU takes (index -> count); empty when they do not fit.
 std::map<size_t, uint32_t> Choose(const std::vector<GpuSlots>& gpus, const std::string& resource,
                                   uint32_t count, Policy policy) {
-  struct Candidate {
-    GpuRank rank;
-    std::string id;
-    size_t index;
-    uint32_t free;
-  };
-  std::vector<Candidate> candidates;
-  candidates.reserve(gpus.size());
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    auto it = gpus[i].resources.find(resource);
-    if (it == gpus[i].resources.end() || it->second.free == 0) continue;
-    if (gpus[i].LockedAgainst(it->second)) continue;
-    const uint32_t free = Creatable(gpus[i], it->second);
-    if (free == 0) continue;
-    GpuLoad load{SameLock(gpus[i], it->second), static_cast<int>(free), false};
-    candidates.push_back({RankGpu(load), gpus[i].id, i, free});
-  }
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.rank, a.id) < std::tie(b.rank, b.id);
-  });
+  const std::vector<Candidate> ranked = RankCandidates(gpus, resource);
+  std::vector<uint32_t> n(ranked.size());
+  if (!Distribute(ranked, count, policy, n)) return {};
   std::map<size_t, uint32_t> taken;
-  uint32_t left = count;
-  if (policy == Policy::kPack) {
-    for (const Candidate& c : candidates) {
-      if (left == 0) break;
-      const uint32_t n = std::min(left, c.free);
-      taken[c.index] = n;
-      left -= n;
-    }
-  } else {
-    bool progressed = true;
-    while (left > 0 && progressed) {
-      progressed = false;
-      for (const Candidate& c : candidates) {
-        if (left == 0) break;
-        uint32_t& n = taken[c.index];
-        if (n == c.free) continue;
-        ++n;
-        --left;
-        progressed = true;
-      }
-    }
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    if (n[i] > 0) taken[ranked[i].index] = n[i];
   }
-  if (left > 0) return {};
   return taken;
 }
 
@@ -255,11 +219,86 @@ std::string NoRoom(const std::vector<GpuSlots>& gpus, const std::string& resourc
       free += Creatable(gpu, it->second);
     }
   }
-  return resource + ": " + std::to_string(count) + " wanted, " + std::to_string(free) +
-         " can be made on GPUs free or locked to what it locks to";
+  return NoRoomReason(resource, count, free);
 }
 
 }  // namespace
+
+std::vector<Candidate> RankCandidates(const std::vector<GpuSlots>& gpus,
+                                      const std::string& resource) {
+  struct Ranked {
+    GpuRank rank;
+    const std::string* id;
+    Candidate candidate;
+  };
+  std::vector<Ranked> ranked;
+  ranked.reserve(gpus.size());
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    auto it = gpus[i].resources.find(resource);
+    if (it == gpus[i].resources.end() || it->second.free == 0) continue;
+    if (gpus[i].LockedAgainst(it->second)) continue;
+    const uint32_t free = Creatable(gpus[i], it->second);
+    if (free == 0) continue;
+    GpuLoad load{SameLock(gpus[i], it->second), static_cast<int>(free), false};
+    ranked.push_back({RankGpu(load), &gpus[i].id,
+                      Candidate{static_cast<uint32_t>(i), free, Locks(gpus[i], resource, 1)}});
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    return std::tie(a.rank, *a.id) < std::tie(b.rank, *b.id);
+  });
+  std::vector<Candidate> out;
+  out.reserve(ranked.size());
+  for (const Ranked& r : ranked) out.push_back(r.candidate);
+  return out;
+}
+
+bool Distribute(std::span<const Candidate> ranked, uint32_t count, Policy policy,
+                std::span<uint32_t> taken) {
+  std::fill(taken.begin(), taken.end(), 0u);
+  uint32_t left = count;
+  if (policy == Policy::kPack) {
+    for (size_t i = 0; i < ranked.size() && left > 0; ++i) {
+      taken[i] = std::min(left, ranked[i].free);
+      left -= taken[i];
+    }
+  } else {
+    bool progressed = true;
+    while (left > 0 && progressed) {
+      progressed = false;
+      for (size_t i = 0; i < ranked.size() && left > 0; ++i) {
+        if (taken[i] == ranked[i].free) continue;
+        ++taken[i];
+        --left;
+        progressed = true;
+      }
+    }
+  }
+  return left == 0;
+}
+
+std::optional<size_t> FreeGpusTakenFrom(std::span<const Candidate> ranked, uint32_t count,
+                                        Policy policy) {
+  // Nodes have a few GPUs: the counts stay on the stack (the extender asks this of every node).
+  constexpr size_t kOnStack = 32;
+  std::array<uint32_t, kOnStack> on_stack;  // Distribute zeroes what it uses
+  std::vector<uint32_t> on_heap;
+  std::span<uint32_t> taken(on_stack.data(), std::min(ranked.size(), kOnStack));
+  if (ranked.size() > kOnStack) {
+    on_heap.resize(ranked.size());
+    taken = on_heap;
+  }
+  if (!Distribute(ranked, count, policy, taken)) return std::nullopt;
+  size_t locked = 0;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    if (taken[i] > 0 && ranked[i].free_gpu) ++locked;
+  }
+  return locked;
+}
+
+std::string NoRoomReason(const std::string& resource, uint32_t count, uint32_t creatable) {
+  return resource + ": " + std::to_string(count) + " wanted, " + std::to_string(creatable) +
+         " can be made on GPUs free or locked to what it locks to";
+}
 
 bool PlaceDemand(std::vector<GpuSlots>& gpus, const Demand& demand, Policy policy,
                  std::string* why) {
@@ -294,14 +333,13 @@ std::optional<size_t> FreeGpusTaken(const std::vector<GpuSlots>& gpus, const Dem
   size_t taken_free = 0;
   for (const auto& [resource, count] : demand) {
     if (count == 0) continue;
-    std::map<size_t, uint32_t> taken = Choose(gpus, resource, count, policy);
-    if (taken.empty()) {
+    const std::vector<Candidate> ranked = RankCandidates(gpus, resource);
+    const std::optional<size_t> locked = FreeGpusTakenFrom(ranked, count, policy);
+    if (!locked) {
       if (why != nullptr) *why = NoRoom(gpus, resource, count);
       return std::nullopt;
     }
-    for (const auto& [index, n] : taken) {
-      if (Locks(gpus[index], resource, n)) ++taken_free;
-    }
+    taken_free += *locked;
   }
   return taken_free;
 }

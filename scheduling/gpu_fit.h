@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -154,6 +155,31 @@ using Demand = std::map<std::string, uint32_t>;
 enum class Policy { kPack, kSpread };
 const char* PolicyName(Policy policy);  // "pack", "spread"
 std::optional<Policy> ParsePolicy(const std::string& name);
+
+// A GPU that can take a vGPU of one resource, as PlaceDemand sees it.
+struct Candidate {
+  uint32_t index = 0;     // in the node's GPUs
+  uint32_t free = 0;      // Creatable there
+  bool free_gpu = false;  // carries no vGPU and one of the resource locks it (FreeGpus counts it)
+  bool operator==(const Candidate&) const = default;
+};
+// The GPUs that can take a vGPU of `resource`, in the order PlaceDemand fills them (RankGpu, then
+// the GPU's id). A pure function of the GPUs: the extender keeps it with each published state, so
+// that a pod asking for one resource is judged without ranking the node's GPUs again.
+std::vector<Candidate> RankCandidates(const std::vector<GpuSlots>& gpus,
+                                      const std::string& resource);
+// How many of `count` vGPUs each of `ranked` takes (`taken`, one per candidate, zeroed first):
+// filled one after another (pack) or one device per GPU per round (spread). False when they do
+// not all fit.
+bool Distribute(std::span<const Candidate> ranked, uint32_t count, Policy policy,
+                std::span<uint32_t> taken);
+// FreeGpusTaken for `count` vGPUs of one resource, from its RankCandidates: how many free GPUs
+// they lock; nullopt when they do not fit.
+std::optional<size_t> FreeGpusTakenFrom(std::span<const Candidate> ranked, uint32_t count,
+                                        Policy policy);
+// PlaceDemand's reason for `count` vGPUs of `resource` not fitting, `creatable` being what the
+// node can still make of it (the sum of its candidates' free).
+std::string NoRoomReason(const std::string& resource, uint32_t count, uint32_t creatable);
 
 // Places one container's demand the way the plugin answers kubelet: each resource in name order
 // (kubelet asks once per resource), GPUs in RankGpu order, filled one after another (pack) or one
