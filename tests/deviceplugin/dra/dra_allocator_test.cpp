@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <atomic>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "deviceplugin/dra/resource_slices.h"
@@ -17,6 +21,7 @@
 #include "fakes/dra_allocator/cel_selector.h"
 #include "fakes/dra_allocator/pools.h"
 #include "fakes/dra_allocator/quantity.h"
+#include "fakes/dra_allocator/scheduler.h"
 
 namespace kvgpu::testing::dra {
 namespace {
@@ -370,6 +375,162 @@ TEST(DraAllocatorOnDaemonSlices, CountersKeepEachT4WithinItsFramebuffer) {
   auto three = Allocate(Claim("b1", "vgpu-231.vgpu.tencent.com"), classes, *pools, in_use);
   ASSERT_TRUE(three.ok());
   EXPECT_FALSE(three->has_value()) << "2Gi more on a T4 with 0Gi left";
+}
+
+}  // namespace
+}  // namespace kvgpu::testing::dra
+
+namespace kvgpu::testing::dra {
+namespace {
+
+// The scheduler model on an in-memory claim store: one GPU pool of two devices of type a.
+struct SchedulerFixture {
+  explicit SchedulerFixture(std::vector<json> devices)
+      : slices({Slice("s", "node-a", 1, 1, std::move(devices))}), api([this] { return slices; }) {}
+  std::vector<json> slices;
+  MemoryClaimApi api;
+};
+
+SchedulerOptions FastOptions() {
+  SchedulerOptions o;
+  o.nodes = {"node-a"};
+  o.classes = TypeClasses();
+  o.classes[0].extended_resource_name = "tencent.com/vgpu-a";
+  o.binding_poll = std::chrono::milliseconds(5);
+  o.binding_timeout = std::chrono::milliseconds(300);
+  o.retry = std::chrono::milliseconds(10);
+  return o;
+}
+
+PodSpec Pod(const std::string& name) {
+  return {"ns", name, "uid-" + name, {{"tencent.com/vgpu-a", 1}}};
+}
+
+TEST(DraSchedulerModel, AnExtendedResourcePodGetsTheSchedulersClaimAllocatedAndBound) {
+  SchedulerFixture f(std::vector<json>{Device("a0", "a")});
+  std::mutex m;
+  std::vector<BoundPod> bound;
+  SchedulerModel scheduler(FastOptions(), f.api, [&](const BoundPod& b) {
+    std::lock_guard<std::mutex> lock(m);
+    bound.push_back(b);
+  });
+  scheduler.Start();
+  scheduler.Submit(Pod("p"));
+  ASSERT_TRUE(scheduler.WaitSettled(std::chrono::seconds(5)));
+  scheduler.Stop();
+  ASSERT_EQ(bound.size(), 1u);
+  const json& claim = bound[0].claim;
+  EXPECT_EQ(bound[0].node, "node-a");
+  EXPECT_EQ(claim["metadata"]["name"].get<std::string>().rfind("p-extended-resources-", 0), 0u);
+  EXPECT_EQ(claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"],
+            "true");
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["uid"], "uid-p");
+  EXPECT_EQ(claim["metadata"]["ownerReferences"][0]["controller"], true);
+  const json& request = claim["spec"]["devices"]["requests"][0];
+  EXPECT_EQ(request["name"], "container-0-request-0");
+  EXPECT_EQ(request["exactly"]["deviceClassName"], "class-a");
+  EXPECT_EQ(claim["status"]["allocation"]["devices"]["results"][0]["device"], "a0");
+  EXPECT_TRUE(claim["status"]["allocation"].contains("allocationTimestamp"));
+  EXPECT_EQ(claim["status"]["reservedFor"][0]["uid"], "uid-p");
+}
+
+TEST(DraSchedulerModel, InFlightAllocationsCountWhileBindingRunsAsynchronously) {
+  SchedulerFixture f(std::vector<json>{Device("a0", "a"), Device("a1", "a")});
+  SchedulerOptions options = FastOptions();
+  options.bind_delay = std::chrono::milliseconds(300);  // both cycles run before either binds
+  std::mutex m;
+  std::vector<std::string> devices;
+  SchedulerModel scheduler(options, f.api, [&](const BoundPod& b) {
+    std::lock_guard<std::mutex> lock(m);
+    devices.push_back(b.claim["status"]["allocation"]["devices"]["results"][0]["device"]);
+  });
+  scheduler.Start();
+  const auto start = std::chrono::steady_clock::now();
+  scheduler.Submit(Pod("p1"));
+  scheduler.Submit(Pod("p2"));
+  scheduler.Submit(Pod("p3"));  // no third device
+  ASSERT_TRUE(scheduler.WaitSettled(std::chrono::seconds(5)));
+  const auto took = std::chrono::steady_clock::now() - start;
+  scheduler.Stop();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_NE(devices[0], devices[1]) << "two pods got one device";
+  EXPECT_LT(took, std::chrono::milliseconds(550)) << "the bindings ran one after the other";
+  EXPECT_EQ(scheduler.Pending().size(), 1u);
+}
+
+TEST(DraSchedulerModel, PreBindWaitsForBindingConditionsAndRequeuesOnFailureOrTimeout) {
+  json device = Device("a0", "a");
+  device["bindingConditions"] = json::array({"example.com/confirmed"});
+  device["bindingFailureConditions"] = json::array({"example.com/conflict"});
+  json second = device;
+  second["name"] = "a1";
+  SchedulerFixture f(std::vector<json>{device, second});
+  std::atomic<int> bound{0};
+  SchedulerModel scheduler(FastOptions(), f.api, [&](const BoundPod&) { ++bound; });
+  // A controller that fails the first allocation it sees and confirms the second.
+  std::atomic<bool> stop{false};
+  std::thread controller([&] {
+    std::set<std::string> seen;
+    while (!stop) {
+      auto claims = f.api.List();
+      for (const json& c : claims.ok() ? *claims : std::vector<json>{}) {
+        const std::string name = c["metadata"]["name"];
+        if (c.value("/status/allocation"_json_pointer, json()).is_null() || seen.count(name))
+          continue;
+        seen.insert(name);
+        const json& result = c["status"]["allocation"]["devices"]["results"][0];
+        const bool first = seen.size() == 1;
+        (void)f.api.SetDeviceCondition(
+            "ns", name, result, first ? "example.com/conflict" : "example.com/confirmed", "True");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  scheduler.Start();
+  scheduler.Submit(Pod("p"));
+  for (int i = 0; i < 500 && bound == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  stop = true;
+  controller.join();
+  ASSERT_EQ(bound, 1);
+  EXPECT_EQ(scheduler.stats().binding_failures, 1);
+  // The failed attempt's claim was deleted: one claim left, the bound one.
+  EXPECT_EQ(f.api.List()->size(), 1u);
+
+  // Nobody confirms: the binding times out, the claim goes, the pod waits again.
+  scheduler.Submit(Pod("q"));
+  for (int i = 0; i < 200 && scheduler.stats().binding_timeouts == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  scheduler.Stop();
+  EXPECT_GE(scheduler.stats().binding_timeouts, 1);
+  EXPECT_EQ(bound, 1);
+}
+
+TEST(DraSchedulerModel, ReadinessFollowsTheClaimsDeviceConditions) {
+  json claim = {
+      {"metadata", {{"name", "c"}}},
+      {"status",
+       {{"allocation",
+         {{"devices",
+           {{"results", json::array({{{"driver", "d"},
+                                      {"pool", "p"},
+                                      {"device", "x"},
+                                      {"bindingConditions", json::array({"ok"})},
+                                      {"bindingFailureConditions", json::array({"bad"})}}})}}}}}}}};
+  EXPECT_FALSE(*ClaimReadyForBinding(claim));  // no status.devices entry yet
+  claim["status"]["devices"] =
+      json::array({{{"driver", "d"},
+                    {"pool", "p"},
+                    {"device", "x"},
+                    {"conditions", json::array({{{"type", "ok"}, {"status", "False"}}})}}});
+  EXPECT_FALSE(*ClaimReadyForBinding(claim));
+  claim["status"]["devices"][0]["conditions"][0]["status"] = "True";
+  EXPECT_TRUE(*ClaimReadyForBinding(claim));
+  claim["status"]["devices"][0]["conditions"].push_back({{"type", "bad"}, {"status", "True"}});
+  EXPECT_FALSE(ClaimReadyForBinding(claim).ok());
+  claim["status"]["allocation"] = nullptr;
+  EXPECT_FALSE(*ClaimReadyForBinding(claim));
 }
 
 }  // namespace
