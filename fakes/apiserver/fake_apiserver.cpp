@@ -73,15 +73,6 @@ nlohmann::json MakePod(const std::string& ns, const std::string& name, const std
   return pod;
 }
 
-struct FakeApiServer::Watch {
-  std::string node;
-  bool bookmarks = false;
-  std::deque<std::string> lines;
-  bool drop = false;
-  bool end = false;
-  std::chrono::steady_clock::time_point deadline;
-};
-
 FakeApiServer::FakeApiServer(bool client_certificates)
     : ca_("fake-apiserver-ca"),
       server_cert_(ca_.Issue("kube-apiserver", true)),
@@ -146,6 +137,7 @@ void FakeApiServer::Stop() {
   server_.reset();
   std::lock_guard lock(mutex_);
   open_.clear();
+  claim_watches_.clear();
 }
 
 void FakeApiServer::SetTokens(std::set<std::string> tokens) {
@@ -272,6 +264,7 @@ void FakeApiServer::Compact() {
   std::lock_guard lock(mutex_);
   compacted_ = version_;
   history_.clear();
+  claim_history_.clear();
 }
 
 void FakeApiServer::SetGoneAsHttpStatus(bool http_status) {
@@ -294,6 +287,17 @@ void FakeApiServer::SendBookmarks() {
     for (const auto& watch : open_) {
       if (watch->bookmarks) watch->lines.push_back(bookmark.dump() + "\n");
     }
+    const nlohmann::json claim_bookmark = {
+        {"type", "BOOKMARK"},
+        {"object",
+         {{"kind", "ResourceClaim"},
+          {"apiVersion", "resource.k8s.io/v1"},
+          {"metadata",
+           {{"resourceVersion", std::to_string(version_)}, {"creationTimestamp", nullptr}}},
+          {"spec", nlohmann::json::object()}}}};
+    for (const auto& watch : claim_watches_) {
+      if (watch->bookmarks) watch->lines.push_back(claim_bookmark.dump() + "\n");
+    }
   }
   Notify();
 }
@@ -302,6 +306,7 @@ void FakeApiServer::DropWatches() {
   {
     std::lock_guard lock(mutex_);
     for (const auto& watch : open_) watch->drop = true;
+    for (const auto& watch : claim_watches_) watch->drop = true;
   }
   Notify();
 }
@@ -310,6 +315,7 @@ void FakeApiServer::EndWatches() {
   {
     std::lock_guard lock(mutex_);
     for (const auto& watch : open_) watch->end = true;
+    for (const auto& watch : claim_watches_) watch->end = true;
   }
   Notify();
 }
@@ -337,7 +343,7 @@ int FakeApiServer::watches() const {
 
 int FakeApiServer::open_watches() const {
   std::lock_guard lock(mutex_);
-  return static_cast<int>(open_.size());
+  return static_cast<int>(open_.size() + claim_watches_.size());
 }
 
 int FakeApiServer::unauthorized() const {
@@ -477,33 +483,7 @@ void FakeApiServer::Route(httplib::Server& server) {
     open_.insert(w);
     lock.unlock();
     Notify();
-    res.set_chunked_content_provider(
-        "application/json",
-        [this, w](size_t, httplib::DataSink& sink) {
-          std::unique_lock guard(mutex_);
-          changed_.wait_for(guard, std::chrono::milliseconds(50),
-                            [&] { return !w->lines.empty() || w->drop || w->end || stopping_; });
-          if (w->drop || stopping_) return false;  // cut: no final chunk
-          while (!w->lines.empty()) {
-            const std::string line = std::move(w->lines.front());
-            w->lines.pop_front();
-            guard.unlock();
-            if (!sink.write(line.data(), line.size())) return false;
-            guard.lock();
-          }
-          if (w->end || std::chrono::steady_clock::now() >= w->deadline) {
-            guard.unlock();
-            sink.done();
-          }
-          return true;
-        },
-        [this, w](bool) {
-          {
-            std::lock_guard guard(mutex_);
-            open_.erase(w);
-          }
-          Notify();
-        });
+    StreamWatch(res, w, &open_);
   });
 
   // Merge patch of a pod (labels, annotations), as `kubectl annotate` sends it.
@@ -743,44 +723,35 @@ void FakeApiServer::RouteNodes(httplib::Server& server) {
   });
 }
 
-void FakeApiServer::SetResourceClaim(nlohmann::json claim) {
-  std::lock_guard lock(mutex_);
-  claim["metadata"]["resourceVersion"] = std::to_string(++version_);
-  const std::string key =
-      claim["metadata"].value("namespace", "") + "/" + claim["metadata"].value("name", "");
-  resource_claims_[key] = std::move(claim);
-}
-
-void FakeApiServer::DeleteResourceClaim(const std::string& ns, const std::string& name) {
-  std::lock_guard lock(mutex_);
-  resource_claims_.erase(ns + "/" + name);
-}
-
-int FakeApiServer::resource_claim_gets() const {
-  std::lock_guard lock(mutex_);
-  return resource_claim_gets_;
-}
-
-void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
-  server.Get(R"(/apis/resource.k8s.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
-             [this](const httplib::Request& req, httplib::Response& res) {
-               const std::string ns = req.matches[1];
-               const std::string name = req.matches[2];
-               nlohmann::json found;
-               {
-                 std::lock_guard lock(mutex_);
-                 ++resource_claim_gets_;
-                 const auto it = resource_claims_.find(ns + "/" + name);
-                 if (it != resource_claims_.end()) found = it->second;
-               }
-               if (found.is_null()) {
-                 Reply(res, 404,
-                       Status(404, "NotFound",
-                              "resourceclaims.resource.k8s.io \"" + name + "\" not found"));
-                 return;
-               }
-               Reply(res, 200, found);
-             });
+void FakeApiServer::StreamWatch(httplib::Response& res, std::shared_ptr<Watch> w,
+                                std::set<std::shared_ptr<Watch>>* owner) {
+  res.set_chunked_content_provider(
+      "application/json",
+      [this, w](size_t, httplib::DataSink& sink) {
+        std::unique_lock guard(mutex_);
+        changed_.wait_for(guard, std::chrono::milliseconds(50),
+                          [&] { return !w->lines.empty() || w->drop || w->end || stopping_; });
+        if (w->drop || stopping_) return false;  // cut: no final chunk
+        while (!w->lines.empty()) {
+          const std::string line = std::move(w->lines.front());
+          w->lines.pop_front();
+          guard.unlock();
+          if (!sink.write(line.data(), line.size())) return false;
+          guard.lock();
+        }
+        if (w->end || std::chrono::steady_clock::now() >= w->deadline) {
+          guard.unlock();
+          sink.done();
+        }
+        return true;
+      },
+      [this, w, owner](bool) {
+        {
+          std::lock_guard guard(mutex_);
+          owner->erase(w);
+        }
+        Notify();
+      });
 }
 
 }  // namespace kvgpu::testing

@@ -98,12 +98,46 @@ class FakeApiServer {
   nlohmann::json node(const std::string& name) const;  // null when there is none
   int node_patches() const;
 
-  // ResourceClaims (resource.k8s.io/v1), for DRA kubelet plugins: GET
-  // /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name> answers what was set, 404
-  // with a Status otherwise. Counted, so a test can see whether a plugin read one again.
-  void SetResourceClaim(nlohmann::json claim);
+  // ResourceClaims (resource.k8s.io/v1, fake_resource_claims.cpp), as kube-apiserver 1.36 serves
+  // them with DRAResourceClaimDeviceStatus and DRADeviceBindingConditions on. Over HTTP, under
+  // /apis/resource.k8s.io/v1:
+  //   GET  resourceclaims, namespaces/<ns>/resourceclaims: list (fieldSelector metadata.name /
+  //        metadata.namespace only), or with watch=1 a watch as for pods (resourceVersion,
+  //        allowWatchBookmarks, timeoutSeconds, 410 after Compact()).
+  //   POST namespaces/<ns>/resourceclaims: create (generateName honoured, status dropped, 409 when
+  //        the name is taken).
+  //   GET  .../resourceclaims/<name>: read (counted: resource_claim_gets()).
+  //   PUT  .../resourceclaims/<name>: update metadata (finalizers, labels); spec is immutable,
+  //        status is kept. Removing the last finalizer of a claim being deleted deletes it.
+  //   PUT  .../resourceclaims/<name>/status: UpdateStatus, as the scheduler writes allocation,
+  //        reservedFor and allocationTimestamp; only status changes.
+  //   PATCH .../resourceclaims/<name>/status: application/merge-patch+json or
+  //        application/strategic-merge-patch+json (lists merged by their upstream keys:
+  //        reservedFor by uid, devices by driver/pool/device/shareID, conditions by type;
+  //        `$patch: delete` removes an entry); only status changes.
+  //   DELETE .../resourceclaims/<name>: with finalizers, deletionTimestamp set (MODIFIED); without,
+  //        gone (DELETED).
+  // Every write with a metadata.resourceVersion that is not the stored one is 409 Conflict (a
+  // merge patch carrying metadata.resourceVersion or metadata.uid makes it a precondition, as the
+  // real server does); without one it is unconditional (ResourceClaim allows that). Status writes
+  // are validated as upstream's ValidateResourceClaimStatusUpdate does for what this fake knows
+  // (422 Invalid): the allocation may be set or cleared, never changed; each status.devices entry
+  // must name an allocated device, once; at most 8 conditions, each with type, status
+  // True/False/Unknown, reason and lastTransitionTime; reservedFor at most 256. Entries of
+  // status.devices whose device the write deallocates are dropped (dropDeallocatedStatusDevices).
+  // Not modelled: authorization (resourceclaims/binding, resourceclaims/driver), defaulting.
+  //
+  // Test-side writes (someone else, e.g. the scheduler, without HTTP): SetResourceClaim stores the
+  // claim as given (ADDED or MODIFIED; a uid is made when missing) and returns its version;
+  // DeleteResourceClaim removes it at once (DELETED), finalizers or not.
+  std::uint64_t SetResourceClaim(nlohmann::json claim);
   void DeleteResourceClaim(const std::string& ns, const std::string& name);
+  nlohmann::json resource_claim(const std::string& ns, const std::string& name) const;  // null
+  std::vector<nlohmann::json> resource_claims() const;  // by namespace/name
   int resource_claim_gets() const;
+  // Status writes served (PUT or PATCH of .../status answered 200), and every claim each wrote.
+  int resource_claim_status_writes() const;
+  std::vector<nlohmann::json> resource_claim_status_history() const;
 
   // Pods that clients create and delete by name. Without hooks a created pod stays Pending and a
   // deleted one is gone at once (MODIFIED with deletionTimestamp, then DELETED). With them the
@@ -156,7 +190,16 @@ class FakeApiServer {
                std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 
  private:
-  struct Watch;
+  // One open watch stream: its filter (a node for pods, a namespace for claims; empty: all), the
+  // lines not yet sent, and how it is to end.
+  struct Watch {
+    std::string node;
+    bool bookmarks = false;
+    std::deque<std::string> lines;
+    bool drop = false;
+    bool end = false;
+    std::chrono::steady_clock::time_point deadline;
+  };
   struct Change {
     std::uint64_t version;
     std::string type;
@@ -170,6 +213,12 @@ class FakeApiServer {
   void CreatePod(const httplib::Request& req, httplib::Response& res);
   void RouteNodes(httplib::Server& server);
   void RouteResourceClaims(httplib::Server& server);
+  // Claims: mutex_ held. Stores `claim` (or removes it for DELETED) at the next version and
+  // queues the event on the claim watches.
+  std::uint64_t RecordClaimLocked(const std::string& type, nlohmann::json claim);
+  // Serves `w` as a chunked watch body until it ends, then removes it from `owner`.
+  void StreamWatch(httplib::Response& res, std::shared_ptr<Watch> w,
+                   std::set<std::shared_ptr<Watch>>* owner);
   void RouteResourceSlices(httplib::Server& server);
   void RecordSlicesLocked();  // mutex_ held
   void Notify();
@@ -206,6 +255,16 @@ class FakeApiServer {
   int node_patches_ = 0;
   std::map<std::string, nlohmann::json> resource_claims_;  // by namespace/name
   int resource_claim_gets_ = 0;
+  struct ClaimChange {
+    std::uint64_t version;
+    std::string type;
+    nlohmann::json claim;
+  };
+  std::deque<ClaimChange> claim_history_;
+  std::set<std::shared_ptr<Watch>> claim_watches_;  // Watch::node holds the namespace filter
+  int claim_status_writes_ = 0;
+  std::vector<nlohmann::json> claim_status_history_;
+  std::uint64_t generated_names_ = 0;
   PodHooks hooks_;
   std::map<std::string, std::string> logs_;       // by namespace/name
   std::map<std::string, nlohmann::json> slices_;  // ResourceSlices by name
