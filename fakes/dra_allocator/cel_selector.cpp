@@ -101,13 +101,13 @@ Result<bool> CelSelector::Matches(const std::string& driver, const nlohmann::jso
       continue;
     }
     // The qualified name, or the bare name when the domain is the driver's.
-    const nlohmann::json attributes = device.value("attributes", nlohmann::json::object());
     const nlohmann::json* attribute = nullptr;
     const std::string qualified = term.domain + "/" + term.name;
-    if (attributes.contains(qualified)) {
-      attribute = &attributes.at(qualified);
-    } else if (term.domain == driver && attributes.contains(term.name)) {
-      attribute = &attributes.at(term.name);
+    const auto attributes = device.find("attributes");
+    if (attributes != device.end() && attributes->is_object()) {
+      auto found = attributes->find(qualified);
+      if (found == attributes->end() && term.domain == driver) found = attributes->find(term.name);
+      if (found != attributes->end()) attribute = &*found;
     }
     if (attribute == nullptr) {
       error = Status::Error(ErrorCode::kInvalid, "no such key: " + qualified + " on device " +

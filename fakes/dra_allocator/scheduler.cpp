@@ -27,6 +27,11 @@ std::string SlicesSignature(const std::vector<json>& slices) {
   return out;
 }
 
+std::string ClaimKey(const json& claim) {
+  return claim.value("/metadata/namespace"_json_pointer, std::string()) + "/" +
+         claim.value("/metadata/name"_json_pointer, std::string());
+}
+
 }  // namespace
 
 json ExtendedResourceClaim(const PodSpec& pod, const std::vector<DeviceClass>& classes) {
@@ -149,6 +154,63 @@ void SchedulerModel::Requeue(PodSpec pod, bool progress) {
   changed_.notify_all();
 }
 
+bool SchedulerModel::Refresh(std::string* error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (listed_at_ != Clock::time_point{} && Clock::now() - listed_at_ < options_.informer_period) {
+      return true;
+    }
+  }
+  auto claims = api_.List();
+  if (!claims.ok()) {
+    *error = "list claims: " + claims.status().ToString();
+    return false;
+  }
+  auto slices = api_.ListSlices();
+  if (!slices.ok()) {
+    *error = "list slices: " + slices.status().ToString();
+    return false;
+  }
+  auto pools = std::make_shared<std::map<std::string, Result<std::vector<Pool>>>>();
+  for (const std::string& node : options_.nodes) pools->emplace(node, GatherPools(*slices, node));
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::set<std::string> listed;
+  for (const json& c : *claims) listed.insert(ClaimKey(c));
+  for (auto it = deleted_.begin(); it != deleted_.end();) {
+    it = listed.count(*it) ? std::next(it) : deleted_.erase(it);
+  }
+  listed_claims_ = std::move(*claims);
+  std::string signature = SlicesSignature(*slices);
+  if (signature != last_slices_) {
+    last_slices_ = std::move(signature);
+    ++stats_.slice_changes;
+    Progress();
+  }
+  pools_ = std::move(pools);
+  listed_at_ = Clock::now();
+  return true;
+}
+
+std::vector<json> SchedulerModel::ClaimsLocked() const {
+  std::vector<json> out;
+  for (const json& c : listed_claims_) {
+    const std::string key = ClaimKey(c);
+    if (deleted_.count(key) || assumed_.count(key)) continue;
+    out.push_back(c);
+  }
+  for (const auto& [key, c] : assumed_) out.push_back(c);
+  return out;
+}
+
+void SchedulerModel::AssumeLocked(const std::string& key, const json& claim) {
+  if (claim.is_null()) {
+    assumed_.erase(key);
+    deleted_.insert(key);
+  } else {
+    assumed_[key] = claim;
+  }
+}
+
 void SchedulerModel::Loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
@@ -173,6 +235,7 @@ void SchedulerModel::Loop() {
     Waiting waiting = std::move(*next);
     queue_.erase(next);
     ++cycling_;
+    cycle_started_ = Clock::now();
     lock.unlock();
     Cycle(std::move(waiting));
     lock.lock();
@@ -197,19 +260,14 @@ void SchedulerModel::Cycle(Waiting waiting) {
     ErrorLocked(pod.name + ": " + message);
     queue_.push_back({pod, Clock::now() + options_.retry, started});
   };
-  auto claims = api_.List();
-  if (!claims.ok()) return fail("list claims: " + claims.status().ToString());
-  const std::set<DeviceId> allocated = AllocatedDevices(*claims);
-  in_use.insert(allocated.begin(), allocated.end());
-  auto slices = api_.ListSlices();
-  if (!slices.ok()) return fail("list slices: " + slices.status().ToString());
+  std::string error;
+  if (!Refresh(&error)) return fail(error);
+  std::shared_ptr<const std::map<std::string, Result<std::vector<Pool>>>> pools_by_node;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::string signature = SlicesSignature(*slices);
-    if (signature != last_slices_) {
-      last_slices_ = std::move(signature);
-      Progress();
-    }
+    const std::set<DeviceId> allocated = AllocatedDevices(ClaimsLocked());
+    in_use.insert(allocated.begin(), allocated.end());
+    pools_by_node = pools_;
   }
   json claim = ExtendedResourceClaim(pod, options_.classes);
   if (claim.is_null()) {
@@ -220,7 +278,7 @@ void SchedulerModel::Cycle(Waiting waiting) {
   std::vector<std::string> nodes = options_.nodes;
   std::shuffle(nodes.begin(), nodes.end(), rng_);
   for (const std::string& node : nodes) {
-    auto pools = GatherPools(*slices, node);
+    const Result<std::vector<Pool>>& pools = pools_by_node->at(node);
     if (!pools.ok()) return fail("pools of " + node + ": " + pools.status().ToString());
     auto results = Allocate(claim, options_.classes, *pools, in_use);
     if (!results.ok()) return fail("allocate on " + node + ": " + results.status().ToString());
@@ -271,7 +329,8 @@ void SchedulerModel::BindingCycle(PodSpec pod, std::string node, json claim,
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_.erase(pod.uid);  // the API has it now
+    AssumeLocked(ns + "/" + name, *written);  // AssumeClaimAfterAPICall
+    in_flight_.erase(pod.uid);                // RemoveClaimPendingAllocation
   }
   bool wait = false;
   for (const DeviceResult& r : results) wait = wait || !r.binding_conditions.empty();
@@ -288,6 +347,7 @@ void SchedulerModel::BindingCycle(PodSpec pod, std::string node, json claim,
       (void)api_.Delete(ns, name);
       {
         std::lock_guard<std::mutex> lock(mutex_);
+        AssumeLocked(ns + "/" + name, nullptr);
         if (failed) ++stats_.binding_failures;
         if (!failed) ++stats_.binding_timeouts;
       }
@@ -319,6 +379,7 @@ Status SchedulerModel::DeletePod(const std::string& uid,
   Status deleted = api_.Delete(meta.value("namespace", ""), meta.value("name", ""));
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    AssumeLocked(ClaimKey(bound.claim), nullptr);
     bound_.erase(uid);
     ++stats_.deleted;
     Progress();
@@ -330,7 +391,7 @@ Status SchedulerModel::DeletePod(const std::string& uid,
 
 bool SchedulerModel::Settled() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (binding_ > 0 || cycling_ > 0) return false;
+  if (binding_ > 0 || (cycling_ > 0 && cycle_started_ <= last_change_)) return false;
   for (const Waiting& w : queue_) {
     if (w.last_attempt <= last_change_) return false;
   }
@@ -339,11 +400,27 @@ bool SchedulerModel::Settled() const {
 
 bool SchedulerModel::WaitSettled(std::chrono::milliseconds timeout) const {
   const auto deadline = Clock::now() + timeout;
+  // Settled twice, with nothing changed in between and the loop still turning: a cycle that was
+  // running at the first look has ended without a bind.
   while (Clock::now() < deadline) {
-    if (Settled()) return true;
+    Clock::time_point change;
+    int cycles = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      change = last_change_;
+      cycles = stats_.cycles;
+    }
+    if (Settled()) {
+      std::this_thread::sleep_for(2 * options_.retry + std::chrono::milliseconds(20));
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (last_change_ == change && binding_ == 0 && (stats_.cycles > cycles || queue_.empty())) {
+        return true;
+      }
+      continue;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Settled();
+  return false;
 }
 
 std::vector<PodSpec> SchedulerModel::Pending() const {
@@ -362,7 +439,10 @@ std::vector<BoundPod> SchedulerModel::Bound() const {
 
 SchedulerModel::Stats SchedulerModel::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  Stats out = stats_;
+  out.bindings_running = binding_;
+  for (const Waiting& w : queue_) out.waiting_untried += w.last_attempt <= last_change_ ? 1 : 0;
+  return out;
 }
 
 }  // namespace kvgpu::testing::dra

@@ -27,6 +27,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -64,6 +65,9 @@ struct SchedulerOptions {
   std::chrono::milliseconds retry{std::chrono::milliseconds(50)};
   // Added before PreBind's first write (API latency a real binding cycle has).
   std::chrono::milliseconds bind_delay{0};
+  // The scheduler reads claims and slices from informers: here a list at most this often (0:
+  // every cycle), with its own writes seen at once through the assume cache.
+  std::chrono::milliseconds informer_period{0};
 };
 
 class SchedulerModel {
@@ -98,6 +102,9 @@ class SchedulerModel {
     int binding_timeouts = 0;
     int bound = 0;
     int deleted = 0;
+    int slice_changes = 0;  // lists that showed different slices
+    int bindings_running = 0;
+    int waiting_untried = 0;          // waiting pods not tried since the last change
     std::vector<std::string> errors;  // anything else that went wrong (API, allocator)
   };
   Stats stats() const;
@@ -115,6 +122,13 @@ class SchedulerModel {
   void Requeue(PodSpec pod, bool progress);
   void ErrorLocked(const std::string& message);
   void Progress();  // mutex_ held
+  // The informers' view, relisted when older than informer_period; false when listing failed.
+  bool Refresh(std::string* error);
+  // Claims as the assume cache shows them: the listed ones, the scheduler's own writes over
+  // them, the claims it deleted left out. mutex_ held.
+  std::vector<nlohmann::json> ClaimsLocked() const;
+  // The scheduler wrote `claim` (null: deleted `key`). mutex_ held.
+  void AssumeLocked(const std::string& key, const nlohmann::json& claim);
 
   SchedulerOptions options_;
   ClaimApi& api_;
@@ -131,7 +145,14 @@ class SchedulerModel {
   std::string last_slices_;  // names and generations of the slices last listed
   int binding_ = 0;          // binding cycles running
   int cycling_ = 0;          // a scheduling cycle running
+  std::chrono::steady_clock::time_point cycle_started_{};
   Stats stats_;
+  std::vector<nlohmann::json> listed_claims_;
+  // The pools each node sees in the slices last listed (GatherPools once per list).
+  std::shared_ptr<const std::map<std::string, Result<std::vector<Pool>>>> pools_;
+  std::chrono::steady_clock::time_point listed_at_{};
+  std::map<std::string, nlohmann::json> assumed_;  // by namespace/name
+  std::set<std::string> deleted_;                  // by namespace/name, until a list agrees
   std::thread loop_;
   std::vector<std::thread> bindings_;
 };
