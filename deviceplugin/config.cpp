@@ -380,6 +380,11 @@ const std::vector<KeyRow>& KeyTable() {
        StringInto(
            [](Config& c, const std::string& v) { return c.dra.driver_name = v, Status::Ok(); },
            DraDriverName)},
+      {"dra.bindingConditions",
+       "true",
+       {"devices wait for the daemon's OccupancyConfirmed before a pod binds",
+        "(binding conditions, Kubernetes 1.36+)"},
+       BoolInto([](Config& c) -> bool& { return c.dra.binding_conditions; })},
   };
   return kRows;
 }

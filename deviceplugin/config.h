@@ -46,6 +46,9 @@ struct DraConfig {
   std::vector<std::string> gpus;  // PCI addresses (the PF for SR-IOV GPUs)
   bool all_gpus = false;
   std::string driver_name = "vgpu.tencent.com";  // dra/device_name.h kDefaultDraDriverName
+  // Devices carry binding conditions and the daemon confirms each allocation (KEP-5007;
+  // dra/occupancy_confirmer.h).
+  bool binding_conditions = true;
 
   bool enabled() const { return all_gpus || !gpus.empty(); }
   bool operator==(const DraConfig&) const = default;

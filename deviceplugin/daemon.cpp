@@ -392,6 +392,7 @@ void Daemon::Stop() {
     dra_.manager->SetChangeListener(nullptr);
     dra_.manager->SetRefreshRequester(nullptr);
   }
+  if (dra_.confirmer) dra_.confirmer->Stop();
   if (dra_.slices) dra_.slices->Stop();
   if (dra_.server) dra_.server->Stop();
   if (registrar_) registrar_->Stop();
@@ -443,14 +444,28 @@ Status Daemon::ServeDra() {
       dra::SlicePublisherOptions{.node_name = options_.args.node_name,
                                  .driver = dra.driver_name,
                                  .min_interval = options_.dra_slice_interval});
-  dra_.manager->SetChangeListener([this] { dra_.slices->Trigger(); });
+  // Binding conditions (docs/dra.md): each allocation of the pool confirmed or failed here, and
+  // what is confirmed narrows the slices at once.
+  if (dra.binding_conditions) {
+    dra::OccupancyConfirmerOptions confirmer;
+    confirmer.driver = dra.driver_name;
+    confirmer.pool = dra::DraPoolName(options_.args.node_name);
+    dra_.confirmer = std::make_unique<dra::OccupancyConfirmer>(
+        *api, [this] { return DraOccupancyView(); }, std::move(confirmer),
+        [this] { dra_.slices->Trigger(); });
+  }
+  const auto changed = [this] {
+    dra_.slices->Trigger();
+    if (dra_.confirmer) dra_.confirmer->Trigger();
+  };
+  dra_.manager->SetChangeListener(changed);
   dra_.plugin = std::make_unique<dra::DraPlugin>(
       *dra_.manager, *dra_.claims, *api,
-      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name),
-                            [this] { dra_.slices->Trigger(); }});
+      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name), changed});
   dra_.server = std::make_unique<dra::KubeletDraServer>(*dra_.plugin, server);
   if (Status served = dra_.server->Start(); !served.ok()) return served;
   dra_.slices->Start();
+  if (dra_.confirmer) dra_.confirmer->Start();
   return Status::Ok();
 }
 
@@ -464,11 +479,35 @@ Result<std::vector<nlohmann::json>> Daemon::DraSlices(int64_t generation) {
   options.node_name = options_.args.node_name;
   options.driver = options_.config.dra.driver_name;
   options.model = model;
+  options.binding_conditions = options_.config.dra.binding_conditions;
+  if (dra_.confirmer) options.held_devices = dra_.confirmer->Held();
   for (const CreatedVgpu& record : dra_.manager->Snapshot().records) {
     if (dra_.claims->ClaimOfDevice(record.device_id)) options.claimed_vgpus.insert(record.vgpu_id);
   }
   const GpuRules rules(inventory, model.occupancy, model.mode_probe.get());
   return dra::BuildResourceSlices(inventory, rules, options, generation);
+}
+
+// The same inventory and names as the slices (its own TypeMemory: another thread), and the
+// devices of claims prepared here with their vGPU where made.
+Result<dra::OccupancyView> Daemon::DraOccupancyView() {
+  dra::OccupancyView view;
+  view.inventory = dra_.confirmer_types.Remember(dra_.manager->Inventory());
+  const ModelOptions& model = dra_.manager->options();
+  view.rules = GpuRules(view.inventory, model.occupancy, model.mode_probe.get());
+  dra::SliceOptions options;
+  options.node_name = options_.args.node_name;
+  options.driver = options_.config.dra.driver_name;
+  options.model = model;
+  Result<dra::Catalogue> catalogue = dra::BuildCatalogue(view.inventory, view.rules, options);
+  if (!catalogue.ok()) return catalogue.status();
+  view.devices = dra::DeviceSpots(catalogue->devices);
+  for (const dra::PreparedClaim& claim : dra_.claims->All()) {
+    for (const dra::PreparedDevice& device : claim.devices) {
+      view.prepared[device.device] = device.vgpu_id;
+    }
+  }
+  return view;
 }
 
 std::set<std::string> Daemon::Registered() const {

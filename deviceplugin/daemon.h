@@ -19,6 +19,7 @@
 #include "deviceplugin/dra/dra_plugin.h"
 #include "deviceplugin/dra/gpu_filter_backend.h"
 #include "deviceplugin/dra/kubelet_dra_server.h"
+#include "deviceplugin/dra/occupancy_confirmer.h"
 #include "deviceplugin/dra/prepared_store.h"
 #include "deviceplugin/dra/resource_slices.h"
 #include "deviceplugin/dra/slice_publisher.h"
@@ -123,6 +124,8 @@ class Daemon {
   // The DRA front end (docs/dra-kubelet-plugin.md), when config dra names GPUs.
   Status ServeDra();
   Result<std::vector<nlohmann::json>> DraSlices(int64_t generation);
+  // What the DRA GPUs carry, for the occupancy confirmer (its own thread).
+  Result<dra::OccupancyView> DraOccupancyView();
 
   DaemonOptions options_;
   std::unique_ptr<mdev::SysfsIo> own_io_;
@@ -166,6 +169,8 @@ class Daemon {
     std::unique_ptr<dra::KubeletDraServer> server;
     dra::TypeMemory type_memory;  // used on the slice publisher's thread only
     std::unique_ptr<dra::SlicePublisher> slices;
+    dra::TypeMemory confirmer_types;                     // used on the confirmer's thread only
+    std::unique_ptr<dra::OccupancyConfirmer> confirmer;  // config dra.bindingConditions
   } dra_;
 
   std::atomic<bool> stop_{false};

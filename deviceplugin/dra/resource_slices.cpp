@@ -5,6 +5,7 @@
 #include <iterator>
 #include <map>
 
+#include "deviceplugin/dra/occupancy_decision.h"
 #include "deviceplugin/model/device_catalogue.h"
 
 namespace kvgpu::deviceplugin::dra {
@@ -203,12 +204,19 @@ mdev::Inventory TypeMemory::Remember(const mdev::Inventory& inventory) {
 }
 
 std::vector<DraDevice> Narrow(const std::vector<DraDevice>& devices,
-                              const mdev::Inventory& inventory, const GpuRules& rules) {
+                              const mdev::Inventory& inventory, const GpuRules& rules,
+                              const std::vector<std::string>& held) {
   // The lock of each GPU that carries a vGPU: the first vGPU's, as GpuSlots::LockTo takes it.
   std::map<std::string, std::string> locks;
   for (const mdev::Vgpu& vgpu : inventory.vgpus) {
     if (locks.contains(vgpu.physical_gpu)) continue;
     locks[vgpu.physical_gpu] = rules.LockKey(vgpu.physical_gpu, vgpu.type_id);
+  }
+  // Then what confirmed claims will make: the confirmer joined them by the same rule.
+  const std::set<std::string> held_names(held.begin(), held.end());
+  for (const DraDevice& device : devices) {
+    if (!held_names.contains(device.name) || locks.contains(device.physical_gpu)) continue;
+    locks[device.physical_gpu] = rules.LockKey(device.physical_gpu, device.type_id);
   }
   std::vector<DraDevice> kept;
   for (const DraDevice& device : devices) {
@@ -242,7 +250,7 @@ json StringAttribute(const std::string& value) {
   return {{"string", value}};
 }
 
-json DeviceJson(const DraDevice& device) {
+json DeviceJson(const DraDevice& device, bool binding_conditions) {
   json attributes = {
       {"type", StringAttribute(device.type_id)},
       {"physicalGpu", StringAttribute(device.physical_gpu)},
@@ -273,6 +281,10 @@ json DeviceJson(const DraDevice& device) {
     out["consumesCounters"] = json::array(
         {{{"counterSet", device.counter_set},
           {"counters", {{kFramebufferCounter, {{"value", Mi(device.framebuffer_mib)}}}}}}});
+  }
+  if (binding_conditions) {
+    out["bindingConditions"] = json::array({kOccupancyConfirmed});
+    out["bindingFailureConditions"] = json::array({kOccupancyConflict});
   }
   return out;
 }
@@ -332,7 +344,7 @@ Result<std::vector<json>> SlicesFor(const Catalogue& catalogue, const SliceOptio
           options, SliceName(options, DraGpuKey(gpu) + "-" + std::to_string(i / per_slice)));
       json list = json::array();
       for (size_t j = i; j < std::min(i + per_slice, devices.size()); ++j) {
-        list.push_back(DeviceJson(*devices[j]));
+        list.push_back(DeviceJson(*devices[j], options.binding_conditions));
       }
       slice["spec"]["devices"] = list;
       slices.push_back(std::move(slice));
@@ -351,7 +363,9 @@ Result<std::vector<json>> BuildResourceSlices(const mdev::Inventory& inventory,
                                               int64_t generation) {
   Result<Catalogue> catalogue = BuildCatalogue(inventory, rules, options);
   if (!catalogue.ok()) return catalogue.status();
-  if (options.narrow) catalogue->devices = Narrow(catalogue->devices, inventory, rules);
+  if (options.narrow) {
+    catalogue->devices = Narrow(catalogue->devices, inventory, rules, options.held_devices);
+  }
   return SlicesFor(*catalogue, options, generation);
 }
 

@@ -48,6 +48,8 @@ inline constexpr size_t kMaxQualifiedNameDomainLength = 63;    // DeviceMaxDomai
 inline constexpr size_t kMaxQualifiedNameIdLength = 32;        // DeviceMaxIDLength
 inline constexpr size_t kDriverNameMaxLength = 63;             // DriverNameMaxLength
 inline constexpr size_t kPoolNameMaxLength = 253;              // PoolNameMaxLength
+// BindingConditionsMaxSize and BindingFailureConditionsMaxSize (v0.36.0).
+inline constexpr size_t kMaxBindingConditions = 4;
 
 // The standard attribute for a PCI address in extended BDF (kubernetes/kubernetes
 // staging/src/k8s.io/dynamic-resource-allocation/deviceattribute/attribute.go,
@@ -64,6 +66,12 @@ struct SliceOptions {
   // vGPUs prepared for ResourceClaims: their allocations already consume the counters, so they
   // are not subtracted again. Every other vGPU on a GPU (the device plugin's, foreign) is.
   std::set<std::string> claimed_vgpus;
+  // Each device says the scheduler must wait for OccupancyConfirmed before binding, and give up
+  // on OccupancyConflict (KEP-5007; occupancy_decision.h); config dra.bindingConditions.
+  bool binding_conditions = true;
+  // Devices allocated to claims and confirmed whose vGPU may not be made yet: for Narrow they
+  // lock their GPU as the vGPU will.
+  std::vector<std::string> held_devices;
 };
 
 // One creatable vGPU of the pool.
@@ -119,9 +127,11 @@ class TypeMemory {
 
 // Slice narrowing: on a GPU that carries a vGPU, keeps only the devices of what locks the GPU
 // (scheduling::LockKey: its type on strict GPUs, its framebuffer size on equal-size ones); GPUs
-// without a modelled lock (mixed-size, MIG, unknown) and free GPUs keep every device.
+// without a modelled lock (mixed-size, MIG, unknown) and free GPUs keep every device. A GPU with
+// no vGPU yet but a `held` device (a claim's, confirmed) is locked by the first of them.
 std::vector<DraDevice> Narrow(const std::vector<DraDevice>& devices,
-                              const mdev::Inventory& inventory, const GpuRules& rules);
+                              const mdev::Inventory& inventory, const GpuRules& rules,
+                              const std::vector<std::string>& held = {});
 
 // The pool's slices at `generation` (metadata.name, spec; no owner, which the publisher sets).
 // Empty when the node has nothing to offer.

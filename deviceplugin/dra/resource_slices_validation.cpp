@@ -1,6 +1,7 @@
 // The API server's ResourceSlice checks that the OpenAPI schema does not carry, as
 // kubernetes/kubernetes pkg/apis/resource/validation/validation.go applies them with the limits
 // of kubernetes/api resource/v1/types.go (v0.35.0, v0.36.0; resource_slices.h names each).
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -24,6 +25,20 @@ bool IsQualifiedName(const std::string& name) {
   if (slash == std::string::npos) return true;
   const std::string domain = name.substr(0, slash);
   return domain.size() <= kMaxQualifiedNameDomainLength && IsDnsSubdomain(domain);
+}
+
+// metav1validation.ValidateLabelName: a qualified name, "[prefix/]name", name <= 63 of
+// alphanumerics, '-', '_', '.', starting and ending alphanumeric; prefix a DNS subdomain.
+bool IsLabelName(const std::string& name) {
+  const size_t slash = name.find('/');
+  const std::string id = slash == std::string::npos ? name : name.substr(slash + 1);
+  if (id.empty() || id.size() > 63) return false;
+  const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  if (!alnum(id.front()) || !alnum(id.back())) return false;
+  for (char c : id) {
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return slash == std::string::npos || IsDnsSubdomain(name.substr(0, slash));
 }
 
 Status CheckCounters(const std::string& where, const json& counters) {
@@ -78,6 +93,27 @@ Status CheckDevice(const std::string& where, const json& device) {
     if (!IsQualifiedName(key)) return Bad(here, "capacity name \"" + key + "\" is not valid");
     if (!value.is_object() || !value.contains("value")) {
       return Bad(here, "capacity " + key + " has no value");
+    }
+  }
+  // validateDeviceBindingParameters (kubernetes/kubernetes pkg/apis/resource/validation,
+  // release-1.36): at most 4 of each (BindingConditionsMaxSize, BindingFailureConditionsMaxSize),
+  // label names, no duplicates, no overlap, and one kind never without the other.
+  const json binding = device.value("bindingConditions", json::array());
+  const json failure = device.value("bindingFailureConditions", json::array());
+  if (binding.size() > kMaxBindingConditions || failure.size() > kMaxBindingConditions) {
+    return Bad(here, "more than 4 binding or binding failure conditions");
+  }
+  if (binding.empty() != failure.empty()) {
+    return Bad(here, "bindingConditions and bindingFailureConditions are required together");
+  }
+  std::set<std::string> conditions;
+  for (const json& list : {binding, failure}) {
+    for (const json& condition : list) {
+      const std::string type = condition.is_string() ? condition.get<std::string>() : "";
+      if (!IsLabelName(type)) return Bad(here, "condition \"" + type + "\" is not a label name");
+      if (!conditions.insert(type).second) {
+        return Bad(here, "condition " + type + " is listed twice");
+      }
     }
   }
   const json consumes = device.value("consumesCounters", json::array());

@@ -173,6 +173,9 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
 
   EXPECT_EQ(dra_kubelet.Unprepare({{"ns", "uid-1", "c1"}})["uid-1"], "");
   EXPECT_TRUE(sim.model().Vgpus().empty());
+  // The pod gone, the claim is deallocated (here: deleted); while it is allocated it holds its GPU
+  // (the occupancy confirmer's narrowing, docs/dra.md).
+  api_server.DeleteResourceClaim("ns", "c1");
   const std::vector<json> again = wait_pool([&](const std::vector<json>& pool) {
     return OnGpu(Devices(pool), gpu).size() == gpu_devices_before;
   });
