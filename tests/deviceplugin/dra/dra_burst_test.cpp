@@ -183,6 +183,8 @@ TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
   std::vector<std::string> prepare_failures;
   std::set<std::string> prepared;  // pod uids
   std::atomic<long> prepare_ms{0};
+  // When each node last unprepared a claim: a failure's message says how long before it.
+  std::map<std::string, std::chrono::steady_clock::time_point> last_unprepare;
   auto check_kernel = [&] {
     for (auto& n : nodes) {
       for (const auto& [gpu, keys] : n->LockKeys()) {
@@ -228,8 +230,15 @@ TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
     std::lock_guard<std::mutex> lock(mutex);
     const std::string error = !rpc_error.empty() ? rpc_error : answers[claim.uid].error;
     if (!error.empty() || answers[claim.uid].devices.empty()) {
+      std::string after = "no unprepare on the node before";
+      if (auto it = last_unprepare.find(bound.node); it != last_unprepare.end()) {
+        after = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - it->second)
+                                   .count()) +
+                " ms after the node's last unprepare";
+      }
       prepare_failures.push_back(
-          bound.pod.name + " on " + bound.node + " (" +
+          bound.pod.name + " on " + bound.node + ", " + after + " (" +
           bound.claim["status"]["allocation"]["devices"]["results"][0].value("device", "") +
           "): " + (error.empty() ? "no devices" : error));
     } else {
@@ -286,6 +295,8 @@ TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
       auto answers = node_named(bound.node)
                          .dra_kubelet.Unprepare({{meta["namespace"], meta["uid"], meta["name"]}});
       EXPECT_EQ(answers[meta["uid"]], "") << "unprepare of " << bound.pod.name;
+      std::lock_guard<std::mutex> lock(mutex);
+      last_unprepare[bound.node] = std::chrono::steady_clock::now();
     });
     EXPECT_TRUE(deleted.ok()) << deleted.ToString();
     ++deletions;
