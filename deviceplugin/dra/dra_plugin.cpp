@@ -116,7 +116,7 @@ Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
       }
     }
     if (pairs.empty()) {
-      return Status::Error(ErrorCode::kInvalid,
+      return Status::Error(ErrorCode::kGone,
                            "device " + a.device + " of pool " + a.pool + " is not offered here");
     }
     if (pairs.size() > 1) {
@@ -134,8 +134,8 @@ Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
       break;
     }
     if (pick == nullptr) {
-      return Status::Error(ErrorCode::kBusy, "device " + a.device + ": no free vGPU of type " +
-                                                 type + " on GPU " + gpu + " now");
+      return Status::Error(ErrorCode::kNoRoom, "device " + a.device + ": no free vGPU of type " +
+                                                   type + " on GPU " + gpu + " now");
     }
     taken.insert(pick->id);
     PreparedDevice p;
@@ -160,6 +160,16 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
 
   std::lock_guard lock(mutex_);
   Result<std::vector<PreparedDevice>> resolved = Resolve(ref, allocated.value());
+  // The model's device lists follow the kernel at its rescans, which run after a create or a
+  // remove rather than before the answer: right after an unprepare a GPU's other types may not be
+  // listed yet, and right after a prepare a device may still look free. A miss is read again from
+  // the kernel once before it fails the claim (the fast path never rescans).
+  if (!resolved.ok() && (resolved.status().code() == ErrorCode::kGone ||
+                         resolved.status().code() == ErrorCode::kNoRoom)) {
+    if (Status rescanned = manager_.Refresh(); rescanned.ok()) {
+      resolved = Resolve(ref, allocated.value());
+    }
+  }
   if (!resolved.ok()) return {{}, resolved.status().message()};
   Result<std::vector<PreparedDevice>> prepared = PrepareLocked(ref, std::move(resolved).value());
   // Even a failed prepare may have made some vGPUs (kept for the retry).
