@@ -60,6 +60,15 @@ class Backend {
     return Remove(id);
   }
 
+  // Reads afresh the parents and vGPUs of one physical GPU (vendor VFIO: every VF of the PF),
+  // for a caller that just changed one of them: a type written to one VF shrinks what its
+  // siblings list in creatable_vgpu_types, and a removal grows it back. kInvalid by default
+  // (a backend without vendor VFIO): the caller rescans instead.
+  virtual Result<Inventory> ScanGpu(const std::string& physical_gpu) {
+    return Status::Error(ErrorCode::kInvalid, std::string(Name()) + " cannot read one GPU" +
+                                                  " alone (" + physical_gpu + ")");
+  }
+
   // Calls `changed` (on a thread of the backend's) whenever the node's devices may have changed;
   // `what` names the event for logs. `changed` must return quickly and not call into the backend
   // (it may run inside one of the backend's calls); it should only schedule a rescan. An error

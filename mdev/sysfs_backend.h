@@ -40,6 +40,10 @@ class SysfsBackend : public Backend {
   // empty inventory, not an error.
   Result<Inventory> Scan() override;
 
+  // The VFs of `physical_gpu` (its virtfn* links) that carry vendor-VFIO files, read as Scan reads
+  // them. An unreadable PF is an error; a VF that cannot be read is skipped with a warning.
+  Result<Inventory> ScanGpu(const std::string& physical_gpu) override;
+
   // Creates one vGPU and waits until the kernel shows it with its IOMMU group.
   Result<Vgpu> Create(const CreateRequest& request) override;
 
@@ -68,6 +72,8 @@ class SysfsBackend : public Backend {
   Status ScanMdevParents(Inventory& inventory);
   Status ScanMdevDevices(Inventory& inventory);
   Status ScanVendorVfio(Inventory& inventory);
+  void ReadVendorVfioVf(const std::string& name, Inventory& inventory);
+  void NameVendorVfioVgpus(Inventory& inventory) const;
   Result<Vgpu> CreateMdev(const CreateRequest& request);
   Result<Vgpu> CreateVendorVfio(const CreateRequest& request);
   Status RemoveMdev(const std::string& uuid);

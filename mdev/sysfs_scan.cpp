@@ -215,59 +215,91 @@ Status SysfsBackend::ScanVendorVfio(Inventory& inventory) {
   auto names = io_.ListDir(pci);
   if (!names.ok()) return names.status();
   for (const auto& name : *names) {
-    fs::path nvidia = pci / name / "nvidia";
-    if (!io_.Exists(nvidia / "creatable_vgpu_types")) continue;
-    Parent parent;
-    parent.name = name;
-    parent.flavour = Flavour::kVendorVfio;
-    internal::FillDeviceIdentity(io_, pci / name, parent);
-
-    auto creatable_text = io_.ReadFile(nvidia / "creatable_vgpu_types");
-    if (!creatable_text.ok()) {
-      inventory.warnings.push_back("VF " + name + " skipped: " + creatable_text.status().message());
-      continue;
+    if (io_.Exists(pci / name / "nvidia" / "creatable_vgpu_types")) {
+      ReadVendorVfioVf(name, inventory);
     }
-    auto creatable = ParseCreatableVgpuTypes(*creatable_text);
-    if (!creatable.ok()) {
-      inventory.warnings.push_back("VF " + name + " skipped: " + creatable.status().message());
-      continue;
-    }
-    std::map<std::string, std::string> learned;
-    for (const auto& [id, type_name] : *creatable) {
-      learned[id] = type_name;
-      VgpuType type;
-      type.id = id;
-      type.name = type_name;
-      type.available_instances = 1;  // one vGPU per VF
-      type.profile = ParseNvidiaProfile(type_name);
-      parent.types.push_back(std::move(type));
-    }
-    RememberTypeNames(learned);
-
-    auto current = ReadAttribute(io_, nvidia / "current_vgpu_type");
-    if (!current.ok()) {
-      inventory.warnings.push_back("VF " + name + ": " + current.status().message());
-    } else if (auto type_id = internal::ParseUnsigned(*current); !type_id) {
-      inventory.warnings.push_back("VF " + name + ": current_vgpu_type holds '" + *current +
-                                   "', not a type id");
-    } else if (*type_id != 0) {
-      Vgpu vgpu;
-      vgpu.id = name;
-      vgpu.flavour = Flavour::kVendorVfio;
-      vgpu.parent = name;
-      vgpu.physical_gpu = parent.physical_gpu;
-      vgpu.type_id = std::to_string(*type_id);
-      vgpu.iommu_group = internal::IommuGroup(io_, pci / name);
-      vgpu.vfio_device = kit::VfioDevicePath(vgpu.iommu_group);
-      inventory.vgpus.push_back(std::move(vgpu));
-    }
-    inventory.parents.push_back(std::move(parent));
   }
+  NameVendorVfioVgpus(inventory);
+  return Status::Ok();
+}
+
+Result<Inventory> SysfsBackend::ScanGpu(const std::string& physical_gpu) {
+  if (!LooksLikePciAddress(physical_gpu)) {
+    return Status::Error(ErrorCode::kInvalid, "'" + physical_gpu + "' is not a PCI address");
+  }
+  fs::path pf = PciDevicesDir() / physical_gpu;
+  auto entries = io_.ListDir(pf);
+  if (!entries.ok()) return entries.status();
+  Inventory inventory;
+  // The PF's virtfn<N> links name its VFs (drivers/pci/iov.c): only they can change with a write
+  // to one of them.
+  for (const auto& entry : *entries) {
+    if (entry.rfind("virtfn", 0) != 0) continue;
+    auto vf = LinkName(io_, pf / entry);
+    if (!vf.ok()) continue;
+    if (io_.Exists(PciDevicesDir() / *vf / "nvidia" / "creatable_vgpu_types")) {
+      ReadVendorVfioVf(*vf, inventory);
+    }
+  }
+  NameVendorVfioVgpus(inventory);
+  return inventory;
+}
+
+void SysfsBackend::ReadVendorVfioVf(const std::string& name, Inventory& inventory) {
+  fs::path pci = PciDevicesDir();
+  fs::path nvidia = pci / name / "nvidia";
+  Parent parent;
+  parent.name = name;
+  parent.flavour = Flavour::kVendorVfio;
+  internal::FillDeviceIdentity(io_, pci / name, parent);
+
+  auto creatable_text = io_.ReadFile(nvidia / "creatable_vgpu_types");
+  if (!creatable_text.ok()) {
+    inventory.warnings.push_back("VF " + name + " skipped: " + creatable_text.status().message());
+    return;
+  }
+  auto creatable = ParseCreatableVgpuTypes(*creatable_text);
+  if (!creatable.ok()) {
+    inventory.warnings.push_back("VF " + name + " skipped: " + creatable.status().message());
+    return;
+  }
+  std::map<std::string, std::string> learned;
+  for (const auto& [id, type_name] : *creatable) {
+    learned[id] = type_name;
+    VgpuType type;
+    type.id = id;
+    type.name = type_name;
+    type.available_instances = 1;  // one vGPU per VF
+    type.profile = ParseNvidiaProfile(type_name);
+    parent.types.push_back(std::move(type));
+  }
+  RememberTypeNames(learned);
+
+  auto current = ReadAttribute(io_, nvidia / "current_vgpu_type");
+  if (!current.ok()) {
+    inventory.warnings.push_back("VF " + name + ": " + current.status().message());
+  } else if (auto type_id = internal::ParseUnsigned(*current); !type_id) {
+    inventory.warnings.push_back("VF " + name + ": current_vgpu_type holds '" + *current +
+                                 "', not a type id");
+  } else if (*type_id != 0) {
+    Vgpu vgpu;
+    vgpu.id = name;
+    vgpu.flavour = Flavour::kVendorVfio;
+    vgpu.parent = name;
+    vgpu.physical_gpu = parent.physical_gpu;
+    vgpu.type_id = std::to_string(*type_id);
+    vgpu.iommu_group = internal::IommuGroup(io_, pci / name);
+    vgpu.vfio_device = kit::VfioDevicePath(vgpu.iommu_group);
+    inventory.vgpus.push_back(std::move(vgpu));
+  }
+  inventory.parents.push_back(std::move(parent));
+}
+
+void SysfsBackend::NameVendorVfioVgpus(Inventory& inventory) const {
   // Names come from any VF's creatable list, so they are looked up once every VF was read.
   for (auto& vgpu : inventory.vgpus) {
     if (vgpu.flavour == Flavour::kVendorVfio) vgpu.type_name = TypeName(vgpu.type_id);
   }
-  return Status::Ok();
 }
 
 std::map<std::string, std::string> SysfsBackend::KnownTypeNames() const {

@@ -177,7 +177,7 @@ class KernelModel : public mdev::SysfsIo {
 
   // What only NVML / nvidia-smi show, written by the model to kModesFile under the root after
   // every change (write-to-temp + rename), for the simulator's mode probe
-  // (deviceplugin/model/gpu_mode_probe.h). JSON; docs/simulator.md gives the format.
+  // (mdev/gpu_mode_probe.h). JSON; docs/simulator.md gives the format.
   static constexpr const char* kModesFile = "sim-gpu-modes.json";
 
  private:

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "deviceplugin/model/gpu_mode_probe.h"
 #include "deviceplugin/model/occupancy.h"
 #include "deviceplugin/model/resource_naming.h"
 
@@ -33,7 +32,8 @@ struct ModelOptions {
   bool spread_across_gpus = false;         // multi-vGPU requests: distinct physical GPUs first
   // How NVIDIA GPUs share (occupancy.h): told from the kernel's counts, or set.
   OccupancySetting occupancy = OccupancySetting::kAuto;
-  // Where the GPUs' MIG and mixed-size modes are read (gpu_mode_probe.h); null: the counts alone.
+  // Where the GPUs' MIG and mixed-size modes are read (mdev/gpu_mode_probe.h); null: the counts
+  // alone.
   std::shared_ptr<const GpuModeProbe> mode_probe;
   bool cdi_enabled = false;
   std::filesystem::path cdi_dir = "/var/run/cdi";

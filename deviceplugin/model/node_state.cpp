@@ -108,6 +108,41 @@ void NodeState::VgpuRemoved(const std::string& vgpu_id) {
   inventory_.vgpus.erase(v);
 }
 
+namespace {
+
+// Replaces the entries of `gpu` in `list` by those of `fresh`, where the first of them was.
+template <typename T>
+void ReplaceOf(std::vector<T>& list, const std::string& gpu, std::vector<T>& fresh) {
+  auto of_gpu = [&](const T& x) {
+    return x.physical_gpu == gpu && x.flavour == mdev::Flavour::kVendorVfio;
+  };
+  auto first = std::find_if(list.begin(), list.end(), of_gpu);
+  const auto at = first - list.begin();
+  std::erase_if(list, of_gpu);
+  std::erase_if(fresh, [&](const T& x) { return !of_gpu(x); });
+  list.insert(list.begin() + std::min<std::ptrdiff_t>(at, std::ssize(list)),
+              std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
+}
+
+}  // namespace
+
+void NodeState::RereadGpu(mdev::Backend& backend, const std::string& physical_gpu) {
+  Result<mdev::Inventory> fresh = backend.ScanGpu(physical_gpu);
+  if (!fresh.ok()) {
+    spdlog::debug("siblings of {} not read again ({}); the rescan catches up", physical_gpu,
+                  fresh.status().ToString());
+    return;
+  }
+  ++own_changes_;  // a scan read before this is older than the view now
+  ReplaceOf(inventory_.parents, physical_gpu, fresh->parents);
+  ReplaceOf(inventory_.vgpus, physical_gpu, fresh->vgpus);
+}
+
+std::string NodeState::VendorVfioGpuOf(const std::string& vgpu_id) const {
+  const mdev::Vgpu* v = inventory_.FindVgpu(vgpu_id);
+  return v != nullptr && v->flavour == mdev::Flavour::kVendorVfio ? v->physical_gpu : "";
+}
+
 LifecycleSnapshot NodeState::Snapshot(const std::set<std::string>& removing,
                                       const std::set<std::string>& allocating) const {
   LifecycleSnapshot out;

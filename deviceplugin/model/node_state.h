@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "deviceplugin/model/state_store.h"
+#include "mdev/backend.h"
 #include "mdev/model.h"
 
 namespace kvgpu::deviceplugin {
@@ -69,6 +70,15 @@ class NodeState {
   // The kernel removed the vGPU: out of the view, its instance free again. Nothing when a rescan
   // already saw it go (counts included).
   void VgpuRemoved(const std::string& vgpu_id);
+
+  // A vendor-VFIO write to one VF changes what its siblings offer (creatable_vgpu_types shrinks
+  // to the locked size, to the header when the GPU is full, and grows back on a removal): the
+  // parents and vGPUs of `physical_gpu` are read again from `backend` now, not at the next
+  // rescan. When the backend cannot read one GPU alone, or fails, the view stays (the rescan
+  // that follows every change catches up).
+  void RereadGpu(mdev::Backend& backend, const std::string& physical_gpu);
+  // The physical GPU of a vendor-VFIO vGPU in the view; empty for an mdev or an unknown one.
+  std::string VendorVfioGpuOf(const std::string& vgpu_id) const;
 
   LifecycleSnapshot Snapshot(const std::set<std::string>& removing,
                              const std::set<std::string>& allocating) const;

@@ -122,7 +122,8 @@ GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
     if (!view.nvidia) continue;
     std::optional<Occupancy> evidence = MigBacked(view) ? Occupancy::kMig : Evidence(view);
     if (probe != nullptr) {
-      if (std::optional<GpuShapeFacts> facts = probe->Probe(gpu)) {
+      if (std::optional<GpuShapeFacts> facts =
+              probe->Probe(gpu, mdev::SysfsTypesOf(inventory, gpu))) {
         // The probe's word over the counts: MIG, then mixed-size; a mode it says is off is not
         // taken from the counts either.
         if (facts->mig == true) {
@@ -193,7 +194,7 @@ void GpuRules::FillType(const std::string& physical_gpu, const std::string& type
   if (shape == shapes_.end()) return;
   auto type = shape->second.types.find(type_id);
   if (type == shape->second.types.end()) return;
-  slots.placements = type->second.placements;
+  slots.placements = {type->second.placement_size, type->second.placement_ids};
   slots.gi_profile = type->second.gi_profile;
   slots.max_per_gi = type->second.max_per_gi;
 }
@@ -206,7 +207,11 @@ scheduling::GpuSlots GpuRules::ShapeOf(const std::string& physical_gpu,
   auto shape = shapes_.find(physical_gpu);
   if (shape == shapes_.end()) return gpu;
   const GpuShapeFacts& facts = shape->second;
-  if (facts.gpu_instances_known) gpu.gpu_instances = facts.gpu_instances;
+  if (facts.gpu_instances_known) {
+    for (const GpuShapeFacts::GpuInstance& gi : facts.gpu_instances) {
+      gpu.gpu_instances.push_back({gi.id, gi.profile, 0, 0});
+    }
+  }
   auto slots_of = [&](const std::string& type_id) {
     scheduling::ResourceSlots slots;
     slots.type_id = type_id;

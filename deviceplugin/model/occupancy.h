@@ -11,9 +11,9 @@
 // MIG-backed types (<GPU>-<slices>-<GB><S>) on a GPU make it mig. A GPU without a vGPU shows none
 // of this; it takes what the node's other GPUs (one driver) showed, equal-size or strict, and
 // strict when none showed anything: stricter than the hardware is never a failed admission.
-// Where a GpuModeProbe (gpu_mode_probe.h) tells a GPU's MIG or mixed-size mode, its answer wins
-// over the counts, and the placements and GPU instances it gives let scheduling::ModeRoom place
-// vGPUs on those GPUs by their own rule.
+// Where a GpuModeProbe (mdev/gpu_mode_probe.h) tells a GPU's MIG or mixed-size mode, its answer
+// wins over the counts, and the placements and GPU instances it gives let scheduling::ModeRoom
+// place vGPUs on those GPUs by their own rule.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,22 @@
 #include <string_view>
 #include <utility>
 
-#include "deviceplugin/model/gpu_mode_probe.h"
+#include "mdev/gpu_mode_probe.h"
 #include "mdev/model.h"
 #include "scheduling/gpu_fit.h"
 
 namespace kvgpu::deviceplugin {
+
+// The mode probe lives with the driver's other readers in mdev/; the plugin's config and daemon
+// name it from here.
+using mdev::GpuModeProbe;
+using mdev::GpuModeProbeChoice;
+using mdev::GpuModeProbeChoiceName;
+using mdev::GpuShapeFacts;
+using mdev::MakeGpuModeProbe;
+using mdev::NvmlGpuModeProbe;
+using mdev::ParseGpuModeProbeChoice;
+using mdev::SimGpuModeProbe;
 
 // What the operator says (occupancyMode): auto tells each GPU's mode from the kernel's counts;
 // strict or equal-size applies to every NVIDIA GPU that is neither MIG-backed nor seen mixing

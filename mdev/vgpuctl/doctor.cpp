@@ -43,6 +43,11 @@ const mdev::Inventory* NodeView::Inventory() {
   return *inventory_ ? &**inventory_ : nullptr;
 }
 
+const mdev::GpuModeProbe* NodeView::ModeProbe() {
+  if (!probe_) probe_ = mdev::MakeGpuModeProbe(options_.gpu_mode_probe, options_.root);
+  return probe_->get();
+}
+
 bool NodeView::HasFlavour(mdev::Flavour flavour) {
   const mdev::Inventory* inventory = Inventory();
   if (inventory == nullptr) return false;
@@ -150,7 +155,8 @@ int Report::ExitCode() const {
 Report Diagnose(const Options& options, mdev::SysfsIo& sysfs) {
   internal::NodeView node(options, sysfs);
   Report report;
-  for (const auto& list : {internal::KernelChecks(), internal::SoftwareChecks()}) {
+  for (const auto& list :
+       {internal::KernelChecks(), internal::ModeChecks(), internal::SoftwareChecks()}) {
     for (const auto& check : list) {
       CheckResult result{check.name, {}};
       check.run(node, result.findings);

@@ -1,7 +1,8 @@
 // `vgpuctl doctor`: checks, read-only, every node precondition of docs/install.md and says for
 // each failure what it saw, why it matters and the exact fix. The checks are a table of small
-// functions (doctor_kernel.cpp: the kernel and the NVIDIA host driver; doctor_software.cpp: Kata,
-// containerd, the guest image, the licence, the device plugin). Every path is read below a root,
+// functions (doctor_kernel.cpp: the kernel and the NVIDIA host driver; doctor_modes.cpp: MIG and
+// the GPU instances; doctor_software.cpp: Kata, containerd, the guest image, the licence, the
+// device plugin). Every path is read below a root,
 // so tests and the demo run it on a simulated node.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mdev/gpu_mode_probe.h"
 #include "mdev/sysfs_io.h"
 
 namespace kvgpu::doctor {
@@ -47,6 +49,9 @@ struct Options {
   // "3.27.0"), else <root><kata_dir>/bin/kata-runtime --version is run.
   std::optional<fs::path> kata_version_file;
   int64_t now_unix_s = 0;  // the licence token's expiry is judged against this
+  // Where MIG mode and the GPU instances are read (mdev/gpu_mode_probe.h); kSim reads
+  // <root>/sim-gpu-modes.json.
+  mdev::GpuModeProbeChoice gpu_mode_probe = mdev::GpuModeProbeChoice::kNvml;
 };
 
 struct Report {

@@ -38,6 +38,8 @@ class NodeView {
     std::string problem;
   };
   const KataVersion& Kata();
+  // The mode probe of options().gpu_mode_probe (made once); nullptr for "none".
+  const mdev::GpuModeProbe* ModeProbe();
 
  private:
   const Options& options_;
@@ -45,6 +47,7 @@ class NodeView {
   mdev::PosixSysfsIo host_;
   std::optional<std::optional<mdev::Inventory>> inventory_;
   std::optional<KataVersion> kata_;
+  std::optional<std::shared_ptr<const mdev::GpuModeProbe>> probe_;
 };
 
 using CheckFn = void (*)(NodeView& node, std::vector<Finding>& out);
@@ -54,6 +57,7 @@ struct Check {
 };
 
 std::vector<Check> KernelChecks();    // doctor_kernel.cpp
+std::vector<Check> ModeChecks();      // doctor_modes.cpp
 std::vector<Check> SoftwareChecks();  // doctor_software.cpp
 
 // An info finding for a check that could not run because an earlier one failed: the table then

@@ -21,6 +21,7 @@ struct DoctorCommand {
   doctor::Options options;
   std::string root;
   std::string kata_version_file;
+  std::string gpu_mode_probe = mdev::GpuModeProbeChoiceName(options.gpu_mode_probe);
   CLI::App* command;
 
   DoctorCommand(CLI::App& app, bool& json) {
@@ -53,12 +54,19 @@ struct DoctorCommand {
     command->add_option("--kata-version-file", kata_version_file,
                         "a file with the output of 'kata-runtime --version' (default: run "
                         "<kata-dir>/bin/kata-runtime --version under the root)");
+    command
+        ->add_option("--gpu-mode-probe", gpu_mode_probe,
+                     "where MIG mode and the GPU instances are read: nvml (libnvidia-ml.so.1), "
+                     "sim (<root>/sim-gpu-modes.json, the simulator's) or none")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"nvml", "sim", "none"}));
   }
 
   int Run(const std::string& sysfs_root, bool json, mdev::SysfsIo& io, std::ostream& out) {
     options.root = root.empty() ? sysfs_root : root;
     if (!kata_version_file.empty()) options.kata_version_file = kata_version_file;
     options.now_unix_s = UnixNowMs() / 1000;
+    options.gpu_mode_probe = *mdev::ParseGpuModeProbeChoice(gpu_mode_probe);
     doctor::Report report = doctor::Diagnose(options, io);
     out << (json ? doctor::ReportJson(report).dump(2) + "\n" : doctor::ReportTable(report));
     return report.ExitCode();

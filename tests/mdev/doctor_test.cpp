@@ -40,6 +40,7 @@ class DoctorNode {
     options.root = root();
     options.kata_version_file = kata_version_file;
     options.now_unix_s = UnixNowMs() / 1000;
+    options.gpu_mode_probe = probe;  // the simulator's modes file, as NVML would tell it
     return doctor::Diagnose(options, sim_.model());
   }
   void Write(const fs::path& relative, const std::string& content) {
@@ -47,6 +48,15 @@ class DoctorNode {
     std::ofstream(root() / relative, std::ios::trunc) << content;
   }
   void Remove(const fs::path& relative) { fs::remove_all(root() / relative); }
+  // What only NVML shows, as the simulator writes it (sim-gpu-modes.json).
+  nlohmann::json Modes() {
+    std::ifstream in(root() / sim::KernelModel::kModesFile);
+    return nlohmann::json::parse(in);
+  }
+  void SetModes(const nlohmann::json& modes) {
+    Write(sim::KernelModel::kModesFile, modes.dump() + "\n");
+  }
+  GpuModeProbeChoice probe = GpuModeProbeChoice::kSim;
 
  private:
   SimulatedNode sim_;
@@ -72,10 +82,22 @@ const doctor::Finding* FindingById(const doctor::Report& report, const std::stri
   return nullptr;
 }
 
+// The guest driver the installers leave beside each profile's host driver: the current profiles
+// (sim/profiles.cpp) carry an R580 manager, which an R550 guest driver would not match.
+sim::HostSoftware Software(const std::string& profile) {
+  sim::HostSoftware software;
+  auto spec = sim::ProfileByName(profile);
+  if (spec.ok() && spec->host_driver_version.rfind("580.", 0) == 0) {
+    software.guest_driver_version = "580.65.06";  // vGPU 19.0's Linux guest driver
+  }
+  return software;
+}
+
 TEST(Doctor, HealthySimulatedNodesHaveNoFindingAboveInfo) {
-  for (const char* profile : {"t4x2", "a100-sriov", "h200-vfio", "mixed"}) {
+  for (const char* profile :
+       {"t4x2", "a100-sriov", "h200-vfio", "h200-mig", "l40s-vfio", "rtxpro6000-mig", "mixed"}) {
     SCOPED_TRACE(profile);
-    DoctorNode node(profile);
+    DoctorNode node(profile, Software(profile));
     doctor::Report report = node.Diagnose();
     EXPECT_EQ(Problems(report), std::vector<std::string>{});
     EXPECT_EQ(report.ExitCode(), 0);
@@ -275,6 +297,26 @@ std::vector<Fault> Faults() {
       {"the device plugin not serving", "t4x2",
        [](DoctorNode& n) { n.Remove("var/lib/kubelet/device-plugins/kata-vgpu-vgpu-222.sock"); },
        "device-plugin/plugin.not-serving", Severity::kWarning, "kata-vgpu-*.sock"},
+      {"MIG on and no GPU instance made (a VF re-enable destroyed them)", "h200-mig",
+       [](DoctorNode& n) {
+         const nlohmann::json modes = n.Modes();
+         for (const auto& gpu : modes["gpus"]) {
+           for (const auto& gi : gpu["gpuInstances"]) {
+             ASSERT_TRUE(
+                 n.sim().model().DestroyGpuInstance(gpu["address"], gi["id"].get<uint32_t>()).ok());
+           }
+         }
+       },
+       "gpu-modes/gpu-mode.mig-no-instances", Severity::kError, "no GPU instance"},
+      {"GPU instances of a profile no vGPU type of the GPU runs in", "h200-mig",
+       [](DoctorNode& n) {
+         nlohmann::json modes = n.Modes();
+         for (auto& gpu : modes["gpus"]) {
+           for (auto& gi : gpu["gpuInstances"]) gi["profileId"] = 9;
+         }
+         n.SetModes(modes);
+       },
+       "gpu-modes/gpu-mode.mig-instances-unfit", Severity::kError, "profile 9"},
       {"the device plugin's state file corrupt", "t4x2",
        [](DoctorNode& n) {
          n.Write("var/lib/kata-vgpu/device-plugin-state.json", "{\"vgpus\": 3");
@@ -289,7 +331,7 @@ class DoctorFault : public ::testing::TestWithParam<Fault> {};
 TEST_P(DoctorFault, GivesItsOwnFindingWithAFixAndNothingElse) {
   const Fault& fault = GetParam();
   SCOPED_TRACE(fault.description);
-  DoctorNode node(fault.profile);
+  DoctorNode node(fault.profile, Software(fault.profile));
   fault.plant(node);
   doctor::Report report = node.Diagnose();
   ASSERT_EQ(Problems(report), std::vector<std::string>{fault.expected});
@@ -313,6 +355,36 @@ std::string FaultName(const ::testing::TestParamInfo<Fault>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PlantedFaults, DoctorFault, ::testing::ValuesIn(Faults()), FaultName);
+
+// A GPU whose modes no probe can tell is not a fault: the plugin goes by the kernel's counts.
+TEST(Doctor, AGpuWhoseModeTheProbeCannotTellIsInfoAndNoProbeSkipsTheCheck) {
+  DoctorNode node("h200-mig", Software("h200-mig"));
+  node.Remove(sim::KernelModel::kModesFile);
+  doctor::Report report = node.Diagnose();
+  EXPECT_EQ(Problems(report), std::vector<std::string>{});
+  const doctor::Finding* unknown = FindingById(report, "gpu-mode.unknown");
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_EQ(unknown->severity, Severity::kInfo);
+  EXPECT_NE(unknown->seen.find("0000:41:00.0"), std::string::npos) << unknown->seen;
+  node.probe = GpuModeProbeChoice::kNone;
+  report = node.Diagnose();
+  EXPECT_EQ(FindingById(report, "gpu-mode.unknown"), nullptr);
+  ASSERT_NE(FindingById(report, "skipped"), nullptr);
+}
+
+// With the GPU instances in place the check is quiet; the row reads ok.
+TEST(Doctor, MigGpusWithFittingInstancesPassTheGpuModesCheck) {
+  for (const char* profile : {"h200-mig", "rtxpro6000-mig"}) {
+    SCOPED_TRACE(profile);
+    DoctorNode node(profile, Software(profile));
+    doctor::Report report = node.Diagnose();
+    for (const auto& check : report.checks) {
+      if (check.check == "gpu-modes") {
+        EXPECT_TRUE(check.findings.empty());
+      }
+    }
+  }
+}
 
 // Every file's type, mode, size, link target and content: what a read-only run must leave alone.
 std::map<std::string, std::string> Snapshot(const fs::path& root) {

@@ -1,16 +1,15 @@
-// GPU shapes through the plugin's model: the mode probes (NVML when absent, the simulator's modes
-// file), GpuRules taking the probe's word over the kernel's counts, and per mode, random
-// create/remove sequences through the ResourceManager on simulated GPUs (sim/ profiles l40s-vfio,
-// h200-mig, rtxpro6000-mig): the preferred device is always one the kernel accepts while the
-// kernel can still make the type anywhere (never a refused ask, never a creatable vGPU left
-// unoffered), also with vGPUs made since the last scan.
+// GPU shapes through the plugin's model (the probes themselves:
+// tests/mdev/gpu_mode_probe_test.cpp): GpuRules taking the probe's word over the kernel's counts,
+// and per mode, random create/remove sequences through the ResourceManager on simulated GPUs (sim/
+// profiles l40s-vfio, h200-mig, rtxpro6000-mig): the preferred device is always one the kernel
+// accepts while the kernel can still make the type anywhere (never a refused ask, never a creatable
+// vGPU left unoffered), also with vGPUs made since the last scan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <set>
 
-#include "deviceplugin/model/gpu_mode_probe.h"
 #include "deviceplugin/model/occupancy.h"
 #include "deviceplugin/model/resource_manager.h"
 #include "fakes/common/sim_node.h"
@@ -23,43 +22,6 @@ using scheduling::Occupancy;
 
 std::shared_ptr<const GpuModeProbe> SimProbe(const SimNode& sim) {
   return MakeGpuModeProbe(GpuModeProbeChoice::kSim, sim.root());
-}
-
-TEST(GpuModeProbeTest, NvmlWithoutItsLibraryOrSymbolsKnowsNothing) {
-  NvmlGpuModeProbe missing("libkvgpu-no-such-nvml.so.1");
-  EXPECT_FALSE(missing.Loaded());
-  EXPECT_EQ(missing.Probe("0000:41:00.0"), std::nullopt);
-  NvmlGpuModeProbe not_nvml("libc.so.6");  // loads, but has no nvmlInit_v2
-  EXPECT_FALSE(not_nvml.Loaded());
-  EXPECT_EQ(not_nvml.Probe("0000:41:00.0"), std::nullopt);
-}
-
-TEST(GpuModeProbeTest, TheSimulatorsFileGivesModesInstancesTypesAndVgpus) {
-  SimNode sim("h200-mig");
-  auto probe = SimProbe(sim);
-  ASSERT_TRUE(
-      sim.model()
-          .WriteFile(sim.root() / "sys/bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type",
-                     "1414")
-          .ok());
-  std::optional<GpuShapeFacts> facts = probe->Probe("0000:41:00.0");
-  ASSERT_TRUE(facts);
-  EXPECT_EQ(facts->mig, true);
-  EXPECT_EQ(facts->heterogeneous, false);
-  EXPECT_EQ(facts->gpu_instances.size(), 5u);
-  EXPECT_EQ(facts->types.at("1414").gi_profile, 19u);
-  EXPECT_EQ(facts->types.at("1414").max_per_gi, 1u);
-  EXPECT_EQ(facts->vgpus.at("0000:41:00.4").gpu_instance, 1u);
-  EXPECT_EQ(probe->Probe("0000:99:00.0"), std::nullopt) << "a GPU the file does not list";
-  EXPECT_EQ(SimGpuModeProbe(sim.dir() / "absent.json").Probe("0000:41:00.0"), std::nullopt);
-}
-
-TEST(GpuModeProbeTest, ChoicesRoundTripAndUnknownOnesAreRefused) {
-  for (auto c : {GpuModeProbeChoice::kNone, GpuModeProbeChoice::kNvml, GpuModeProbeChoice::kSim}) {
-    EXPECT_EQ(ParseGpuModeProbeChoice(GpuModeProbeChoiceName(c)), c);
-  }
-  EXPECT_EQ(ParseGpuModeProbeChoice("nvidia-smi"), std::nullopt);
-  EXPECT_EQ(MakeGpuModeProbe(GpuModeProbeChoice::kNone, "/"), nullptr);
 }
 
 // Without vGPUs the kernel's counts cannot tell a mixed-size GPU; the probe can.
