@@ -321,7 +321,6 @@ Result<std::string> ApiClient::SendRaw(const std::string& method, const std::str
   return answer;
 }
 
-
 Result<nlohmann::json> ApiClient::Send(const std::string& method, const std::string& path,
                                        const nlohmann::json* body, const std::string& content_type,
                                        Canceller* cancel) {

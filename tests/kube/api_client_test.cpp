@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <future>
 
 #include "fakes/apiserver/fake_apiserver.h"
@@ -151,20 +152,29 @@ TEST_F(ApiClientTest, BadConfigIsRefusedBeforeAnyRequest) {
   }
 }
 
-TEST_F(ApiClientTest, RotatedTokenFileIsUsedOnTheNextRequest) {
+// A GET, then the token file rotated (as kubelet rotates projected tokens) and the server taking
+// only the new one, then a second GET, whose result is returned.
+Result<nlohmann::json> GetAcrossATokenRotation(
+    FakeApiServer& server, const Config& base,
+    const std::function<std::unique_ptr<ApiClient>(const Config&)>& make) {
   TempDir dir;
   const auto token_path = dir.path() / "token";
   std::ofstream(token_path) << "old-token";
-  server_.SetTokens({"old-token"});
-  Config config = GoodConfig();
+  server.SetTokens({"old-token"});
+  Config config = base;
   config.token.clear();
   config.token_file = token_path;
-  auto client = Client(config);
-  ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+  auto client = make(config);
+  if (auto first = client->Get("/api/v1/pods"); !first.ok()) return first.status();
   std::ofstream(dir.path() / "next") << "new-token-rotated";
   std::filesystem::rename(dir.path() / "next", token_path);
-  server_.SetTokens({"new-token-rotated"});
-  auto after = client->Get("/api/v1/pods");
+  server.SetTokens({"new-token-rotated"});
+  return client->Get("/api/v1/pods");
+}
+
+TEST_F(ApiClientTest, RotatedTokenFileIsUsedOnTheNextRequest) {
+  auto after =
+      GetAcrossATokenRotation(server_, GoodConfig(), [&](const Config& c) { return Client(c); });
   EXPECT_TRUE(after.ok()) << after.status().ToString();
 }
 
@@ -332,19 +342,8 @@ TEST_F(ApiClientKeepAliveTest, WithoutIdleConnectionsEveryRequestConnects) {
 }
 
 TEST_F(ApiClientKeepAliveTest, AReusedConnectionCarriesTheRotatedToken) {
-  TempDir dir;
-  const auto token_path = dir.path() / "token";
-  std::ofstream(token_path) << "old-token";
-  server_.SetTokens({"old-token"});
-  Config config = GoodConfig();
-  config.token.clear();
-  config.token_file = token_path;
-  auto client = Client(config);
-  ASSERT_TRUE(client->Get("/api/v1/pods").ok());
-  std::ofstream(dir.path() / "next") << "new-token-rotated";
-  std::filesystem::rename(dir.path() / "next", token_path);
-  server_.SetTokens({"new-token-rotated"});
-  auto after = client->Get("/api/v1/pods");
+  auto after =
+      GetAcrossATokenRotation(server_, GoodConfig(), [&](const Config& c) { return Client(c); });
   EXPECT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ(server_.connections_seen(), 1);
 }

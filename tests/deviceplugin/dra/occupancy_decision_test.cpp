@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "deviceplugin/model/gpu_mode_probe.h"
+#include "mdev/gpu_mode_probe.h"
 #include "fakes/common/sim_node.h"
 
 namespace kvgpu::deviceplugin::dra {
