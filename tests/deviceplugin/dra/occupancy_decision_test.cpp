@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "mdev/gpu_mode_probe.h"
 #include "fakes/common/sim_node.h"
+#include "mdev/gpu_mode_probe.h"
 
 namespace kvgpu::deviceplugin::dra {
 namespace {
