@@ -216,9 +216,16 @@ class PluginServer::Streams {
         observers_(std::move(observers)),
         withheld_(std::move(withheld)) {}
 
+  // Made on the thread that serves, used on gRPC's pooled threads: gRPC hands a call over through
+  // its own lock-free queues, which order the two in fact but are not instrumented, so
+  // ThreadSanitizer would see this object's construction race with its first use. Serve() publishes
+  // it under the lock and each use starts by taking it: an order both the language and
+  // ThreadSanitizer see.
+  void Publish() { std::lock_guard lock(mutex_); }
+
   ListAndWatchStream* Open() {
-    std::shared_ptr<ListAndWatchStream> stream = ListAndWatchStream::Open(resource_, observers_);
     std::lock_guard lock(mutex_);
+    std::shared_ptr<ListAndWatchStream> stream = ListAndWatchStream::Open(resource_, observers_);
     if (ended_) {
       stream->End();
     } else {
@@ -411,6 +418,7 @@ Status PluginServer::Serve() {
   std::filesystem::remove(socket_path(), ec);  // a stale socket from an earlier run
   auto streams = std::make_shared<Streams>(resource_, manager_, observers_, withheld_);
   auto service = std::make_unique<Service>(resource_, manager_, streams);
+  streams->Publish();
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + socket_path().string(), grpc::InsecureServerCredentials());
   builder.RegisterService(service.get());

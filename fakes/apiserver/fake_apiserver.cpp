@@ -7,24 +7,15 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "fakes/apiserver/api_answers.h"
+
 namespace kvgpu::testing {
 
 namespace {
 
-nlohmann::json Status(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
-          {"status", "Failure"}, {"message", message}, {"reason", reason},
-          {"code", code}};
-}
-
-void Reply(httplib::Response& res, int code, const nlohmann::json& body) {
-  res.status = code;
-  res.set_content(body.dump(), "application/json");
-}
-
-std::string Key(const std::string& ns, const std::string& name) {
-  return ns + "/" + name;
-}
+using api_answers::Answer;
+using api_answers::Failure;
+using api_answers::Key;
 
 std::string Key(const nlohmann::json& pod) {
   return Key(pod["metadata"].value("namespace", ""), pod["metadata"].value("name", ""));
@@ -409,13 +400,13 @@ void FakeApiServer::Route(httplib::Server& server) {
     // In client-certificate mode the handshake already authenticated the client.
     if (!client_certificates_ && !token_ok) {
       ++unauthorized_;
-      Reply(res, 401, Status(401, "Unauthorized", "Unauthorized"));
+      Answer(res, 401, Failure(401, "Unauthorized", "Unauthorized"));
       return httplib::Server::HandlerResponse::Handled;
     }
     if (fail_count_ > 0) {
       --fail_count_;
-      Reply(res, fail_status_,
-            Status(fail_status_, "InternalError", "injected failure for " + req.path));
+      Answer(res, fail_status_,
+             Failure(fail_status_, "InternalError", "injected failure for " + req.path));
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -427,8 +418,8 @@ void FakeApiServer::Route(httplib::Server& server) {
     if (!selector.empty()) {
       const std::string field = "spec.nodeName=";
       if (selector.rfind(field, 0) != 0) {
-        Reply(res, 400,
-              Status(400, "BadRequest", "field label not supported by this fake: " + selector));
+        Answer(res, 400,
+               Failure(400, "BadRequest", "field label not supported by this fake: " + selector));
         return;
       }
       node = selector.substr(field.size());
@@ -441,57 +432,31 @@ void FakeApiServer::Route(httplib::Server& server) {
       for (const auto& [key, pod] : pods_) {
         if (Matches(pod, node)) items.push_back(pod);
       }
-      Reply(res, 200,
-            {{"kind", "PodList"},
-             {"apiVersion", "v1"},
-             {"metadata", {{"resourceVersion", std::to_string(version_)}}},
-             {"items", items}});
+      Answer(res, 200,
+             {{"kind", "PodList"},
+              {"apiVersion", "v1"},
+              {"metadata", {{"resourceVersion", std::to_string(version_)}}},
+              {"items", items}});
       return;
     }
-    ++watches_;
-    watch_queries_.push_back(req.target.substr(req.target.find('?') + 1));
-    auto w = std::make_shared<Watch>();
+    std::shared_ptr<Watch> w = OpenWatch(
+        req, res,
+        [&](std::deque<std::string>& lines) {
+          for (const auto& [key, pod] : pods_) {
+            if (Matches(pod, node)) {
+              lines.push_back(nlohmann::json{{"type", "ADDED"}, {"object", pod}}.dump() + "\n");
+            }
+          }
+        },
+        [&](std::uint64_t from, std::deque<std::string>& lines) {
+          for (const auto& change : history_) {
+            if (change.version <= from) continue;
+            std::string line = EventLine(change, node);
+            if (!line.empty()) lines.push_back(std::move(line));
+          }
+        });
+    if (w == nullptr) return;
     w->node = node;
-    w->bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
-    long timeout = 1800;
-    const std::string timeout_text = req.get_param_value("timeoutSeconds");
-    if (!timeout_text.empty()) timeout = std::stol(timeout_text);
-    w->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
-    const std::string version_text = req.get_param_value("resourceVersion");
-    std::uint64_t from = 0;
-    if (!version_text.empty()) {
-      const auto [end, ec] =
-          std::from_chars(version_text.data(), version_text.data() + version_text.size(), from);
-      if (ec != std::errc() || end != version_text.data() + version_text.size()) {
-        Reply(res, 400, Status(400, "BadRequest", "invalid resourceVersion " + version_text));
-        return;
-      }
-    }
-    if (from == 0) {
-      // No version: the current state as ADDED events, then what follows.
-      for (const auto& [key, pod] : pods_) {
-        if (Matches(pod, node)) {
-          w->lines.push_back(nlohmann::json{{"type", "ADDED"}, {"object", pod}}.dump() + "\n");
-        }
-      }
-    } else if (from < compacted_) {
-      const std::string message =
-          "too old resource version: " + version_text + " (" + std::to_string(compacted_) + ")";
-      if (gone_as_http_) {
-        Reply(res, 410, Status(410, "Gone", message));
-        return;
-      }
-      w->lines.push_back(
-          nlohmann::json{{"type", "ERROR"}, {"object", Status(410, "Expired", message)}}.dump() +
-          "\n");
-      w->end = true;
-    } else {
-      for (const auto& change : history_) {
-        if (change.version <= from) continue;
-        std::string line = EventLine(change, node);
-        if (!line.empty()) w->lines.push_back(std::move(line));
-      }
-    }
     open_.insert(w);
     lock.unlock();
     Notify();
@@ -503,14 +468,14 @@ void FakeApiServer::Route(httplib::Server& server) {
                                                                     httplib::Response& res) {
     const std::string key = Key(req.matches[1], req.matches[2]);
     if (req.get_header_value("Content-Type") != "application/merge-patch+json") {
-      Reply(
-          res, 415,
-          Status(415, "UnsupportedMediaType", "this fake takes application/merge-patch+json only"));
+      Answer(res, 415,
+             Failure(415, "UnsupportedMediaType",
+                     "this fake takes application/merge-patch+json only"));
       return;
     }
     const auto patch = nlohmann::json::parse(req.body, nullptr, false);
     if (!patch.is_object()) {
-      Reply(res, 400, Status(400, "BadRequest", "the patch is not a JSON object"));
+      Answer(res, 400, Failure(400, "BadRequest", "the patch is not a JSON object"));
       return;
     }
     nlohmann::json pod;
@@ -518,8 +483,8 @@ void FakeApiServer::Route(httplib::Server& server) {
       std::lock_guard lock(mutex_);
       const auto it = pods_.find(key);
       if (it == pods_.end()) {
-        Reply(res, 404,
-              Status(404, "NotFound", "pods \"" + std::string(req.matches[2]) + "\" not found"));
+        Answer(res, 404,
+               Failure(404, "NotFound", "pods \"" + std::string(req.matches[2]) + "\" not found"));
         return;
       }
       pod = it->second;
@@ -527,7 +492,7 @@ void FakeApiServer::Route(httplib::Server& server) {
     pod.merge_patch(patch);
     UpdatePod(pod);
     std::lock_guard lock(mutex_);
-    Reply(res, 200, pods_.at(key));
+    Answer(res, 200, pods_.at(key));
   });
 
   server.Post(R"(/api/v1/namespaces/([^/]+)/events)",
@@ -536,21 +501,21 @@ void FakeApiServer::Route(httplib::Server& server) {
                 auto event = nlohmann::json::parse(req.body, nullptr, false);
                 if (!event.is_object() || event.value("kind", "") != "Event" ||
                     !event.contains("involvedObject")) {
-                  Reply(res, 400, Status(400, "BadRequest", "not an Event"));
+                  Answer(res, 400, Failure(400, "BadRequest", "not an Event"));
                   return;
                 }
                 if (event["metadata"].value("namespace", ns) != ns) {
-                  Reply(res, 400,
-                        Status(400, "BadRequest",
-                               "the namespace of the provided object does not match the "
-                               "namespace sent on the request"));
+                  Answer(res, 400,
+                         Failure(400, "BadRequest",
+                                 "the namespace of the provided object does not match the "
+                                 "namespace sent on the request"));
                   return;
                 }
                 std::lock_guard lock(mutex_);
                 event["metadata"]["namespace"] = ns;
                 event["metadata"]["resourceVersion"] = std::to_string(++version_);
                 events_.push_back(event);
-                Reply(res, 201, event);
+                Answer(res, 201, event);
                 changed_.notify_all();
               });
   RoutePods(server);
@@ -605,14 +570,14 @@ void FakeApiServer::CreatePod(const httplib::Request& req, httplib::Response& re
   auto pod = nlohmann::json::parse(req.body, nullptr, false);
   if (!pod.is_object() || pod.value("kind", "") != "Pod" || !pod["metadata"].is_object() ||
       pod["metadata"].value("name", "").empty() || pod["metadata"].value("namespace", ns) != ns) {
-    Reply(res, 400, Status(400, "BadRequest", "not a Pod with a name in namespace " + ns));
+    Answer(res, 400, Failure(400, "BadRequest", "not a Pod with a name in namespace " + ns));
     return;
   }
   pod["metadata"]["namespace"] = ns;
   if (!this->pod(ns, pod["metadata"]["name"]).is_null()) {
-    Reply(res, 409,
-          Status(409, "AlreadyExists",
-                 "pods \"" + pod["metadata"]["name"].get<std::string>() + "\" already exists"));
+    Answer(res, 409,
+           Failure(409, "AlreadyExists",
+                   "pods \"" + pod["metadata"]["name"].get<std::string>() + "\" already exists"));
     return;
   }
   if (!pod["status"].is_object() || !pod["status"].contains("phase")) {
@@ -620,7 +585,7 @@ void FakeApiServer::CreatePod(const httplib::Request& req, httplib::Response& re
   }
   AddPod(pod);
   const auto stored = this->pod(ns, pod["metadata"]["name"]);
-  Reply(res, 201, stored);
+  Answer(res, 201, stored);
   PodHooks hooks;
   {
     std::lock_guard lock(mutex_);
@@ -637,11 +602,11 @@ void FakeApiServer::RoutePods(httplib::Server& server) {
                                                                   httplib::Response& res) {
     const auto found = pod(req.matches[1], req.matches[2]);
     if (found.is_null()) {
-      Reply(res, 404,
-            Status(404, "NotFound", "pods \"" + std::string(req.matches[2]) + "\" not found"));
+      Answer(res, 404,
+             Failure(404, "NotFound", "pods \"" + std::string(req.matches[2]) + "\" not found"));
       return;
     }
-    Reply(res, 200, found);
+    Answer(res, 200, found);
   });
 
   server.Get(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/log)",
@@ -651,10 +616,10 @@ void FakeApiServer::RoutePods(httplib::Server& server) {
                const auto log = logs_.find(key);
                if (pods_.count(key) == 0 || log == logs_.end()) {
                  const int code = pods_.count(key) == 0 ? 404 : 400;
-                 Reply(res, code,
-                       Status(code, code == 404 ? "NotFound" : "BadRequest",
-                              "container \"main\" in pod \"" + std::string(req.matches[2]) +
-                                  "\" is waiting to start: ContainerCreating"));
+                 Answer(res, code,
+                        Failure(code, code == 404 ? "NotFound" : "BadRequest",
+                                "container \"main\" in pod \"" + std::string(req.matches[2]) +
+                                    "\" is waiting to start: ContainerCreating"));
                  return;
                }
                res.status = 200;
@@ -667,7 +632,7 @@ void FakeApiServer::RoutePods(httplib::Server& server) {
                   const std::string name = req.matches[2];
                   const auto found = pod(ns, name);
                   if (found.is_null()) {
-                    Reply(res, 404, Status(404, "NotFound", "pods \"" + name + "\" not found"));
+                    Answer(res, 404, Failure(404, "NotFound", "pods \"" + name + "\" not found"));
                     return;
                   }
                   PodHooks hooks;
@@ -681,21 +646,21 @@ void FakeApiServer::RoutePods(httplib::Server& server) {
                     MarkDeleting(ns, name);
                     DeletePod(ns, name);
                   }
-                  Reply(res, 200, found);
+                  Answer(res, 200, found);
                 });
 }
 
 void FakeApiServer::RouteNodes(httplib::Server& server) {
-  server.Get(
-      R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-        const auto found = node(req.matches[1]);
-        if (found.is_null()) {
-          Reply(res, 404,
-                Status(404, "NotFound", "nodes \"" + std::string(req.matches[1]) + "\" not found"));
-          return;
-        }
-        Reply(res, 200, found);
-      });
+  server.Get(R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req,
+                                                httplib::Response& res) {
+    const auto found = node(req.matches[1]);
+    if (found.is_null()) {
+      Answer(res, 404,
+             Failure(404, "NotFound", "nodes \"" + std::string(req.matches[1]) + "\" not found"));
+      return;
+    }
+    Answer(res, 200, found);
+  });
 
   server.Patch(R"(/api/v1/nodes/([^/]+)(/status)?)", [this](const httplib::Request& req,
                                                             httplib::Response& res) {
@@ -706,18 +671,18 @@ void FakeApiServer::RouteNodes(httplib::Server& server) {
     const std::string want =
         status ? "application/strategic-merge-patch+json" : "application/merge-patch+json";
     if (type != want) {
-      Reply(res, 415, Status(415, "UnsupportedMediaType", "this fake takes " + want + " here"));
+      Answer(res, 415, Failure(415, "UnsupportedMediaType", "this fake takes " + want + " here"));
       return;
     }
     const auto patch = nlohmann::json::parse(req.body, nullptr, false);
     if (!patch.is_object()) {
-      Reply(res, 400, Status(400, "BadRequest", "the patch is not a JSON object"));
+      Answer(res, 400, Failure(400, "BadRequest", "the patch is not a JSON object"));
       return;
     }
     std::lock_guard lock(mutex_);
     const auto it = nodes_.find(name);
     if (it == nodes_.end()) {
-      Reply(res, 404, Status(404, "NotFound", "nodes \"" + name + "\" not found"));
+      Answer(res, 404, Failure(404, "NotFound", "nodes \"" + name + "\" not found"));
       return;
     }
     // Each path writes only its part of the object, as the real status subresource does.
@@ -731,9 +696,50 @@ void FakeApiServer::RouteNodes(httplib::Server& server) {
     StrategicMergeNode(it->second, scoped);
     it->second["metadata"]["resourceVersion"] = std::to_string(++version_);
     ++node_patches_;
-    Reply(res, 200, it->second);
+    Answer(res, 200, it->second);
     changed_.notify_all();
   });
+}
+
+std::shared_ptr<FakeApiServer::Watch> FakeApiServer::OpenWatch(
+    const httplib::Request& req, httplib::Response& res,
+    const std::function<void(std::deque<std::string>&)>& current,
+    const std::function<void(std::uint64_t, std::deque<std::string>&)>& since) {
+  ++watches_;
+  watch_queries_.push_back(req.target.substr(req.target.find('?') + 1));
+  // Both as the real server parses them into ListOptions: a malformed number is a 400.
+  const auto number = [&](const char* name, std::uint64_t& value) {
+    const std::string text = req.get_param_value(name);
+    if (text.empty()) return true;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc() && end == text.data() + text.size()) return true;
+    Answer(res, 400, Failure(400, "BadRequest", std::string("invalid ") + name + " " + text));
+    return false;
+  };
+  std::uint64_t timeout_s = 1800;
+  std::uint64_t from = 0;
+  if (!number("timeoutSeconds", timeout_s) || !number("resourceVersion", from)) return nullptr;
+  auto w = std::make_shared<Watch>();
+  w->bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
+  w->deadline = std::chrono::steady_clock::now() +
+                std::chrono::seconds(std::min<std::uint64_t>(timeout_s, 1U << 30));
+  if (from == 0) {
+    current(w->lines);
+  } else if (from < compacted_) {
+    const std::string message = "too old resource version: " + std::to_string(from) + " (" +
+                                std::to_string(compacted_) + ")";
+    if (gone_as_http_) {
+      Answer(res, 410, Failure(410, "Gone", message));
+      return nullptr;
+    }
+    w->lines.push_back(
+        nlohmann::json{{"type", "ERROR"}, {"object", Failure(410, "Expired", message)}}.dump() +
+        "\n");
+    w->end = true;
+  } else {
+    since(from, w->lines);
+  }
+  return w;
 }
 
 void FakeApiServer::StreamWatch(httplib::Response& res, std::shared_ptr<Watch> w,

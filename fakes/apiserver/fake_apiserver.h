@@ -236,6 +236,15 @@ class FakeApiServer {
   // queues the event on the claim watches.
   std::uint64_t RecordClaimLocked(const std::string& type, nlohmann::json claim);
   // Serves `w` as a chunked watch body until it ends, then removes it from `owner`.
+  // A watch opened as the real server opens one from its query (allowWatchBookmarks,
+  // timeoutSeconds, resourceVersion): without a version its backlog is `current` (the objects as
+  // ADDED events), from a version still kept it is `since(version)`, from a compacted one a 410.
+  // nullptr when `res` holds the answer instead (400 for a malformed parameter, 410 as HTTP).
+  // With mutex_ held.
+  std::shared_ptr<Watch> OpenWatch(
+      const httplib::Request& req, httplib::Response& res,
+      const std::function<void(std::deque<std::string>&)>& current,
+      const std::function<void(std::uint64_t, std::deque<std::string>&)>& since);
   void StreamWatch(httplib::Response& res, std::shared_ptr<Watch> w,
                    std::set<std::shared_ptr<Watch>>* owner);
   void RouteResourceSlices(httplib::Server& server);

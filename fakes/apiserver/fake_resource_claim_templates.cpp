@@ -1,6 +1,7 @@
 // The fake API server's ResourceClaimTemplates (fake_apiserver.h says what it serves).
 #include <httplib.h>
 
+#include "fakes/apiserver/api_answers.h"
 #include "fakes/apiserver/fake_apiserver.h"
 
 namespace kvgpu::testing {
@@ -23,38 +24,32 @@ int FakeApiServer::resource_claim_template_gets() const {
 }
 
 void FakeApiServer::RouteResourceClaimTemplates(httplib::Server& server) {
-  server.Get(
-      R"(/apis/resource.k8s.io/v1/namespaces/([^/]+)/resourceclaimtemplates/([^/]+))",
-      [this](const httplib::Request& req, httplib::Response& res) {
-        const std::string ns = req.matches[1];
-        const std::string name = req.matches[2];
-        std::string body;
-        bool found = false;
-        {
-          std::lock_guard lock(mutex_);
-          ++claim_template_gets_;
-          const auto it = claim_templates_.find(ns + "/" + name);
-          if (it != claim_templates_.end()) {
-            body = it->second;
-            found = true;
-          }
-        }
-        if (!found) {
-          const nlohmann::json status = {
-              {"kind", "Status"},
-              {"apiVersion", "v1"},
-              {"metadata", nlohmann::json::object()},
-              {"status", "Failure"},
-              {"message", "resourceclaimtemplates.resource.k8s.io \"" + name + "\" not found"},
-              {"reason", "NotFound"},
-              {"code", 404}};
-          res.status = 404;
-          res.set_content(status.dump(), "application/json");
-          return;
-        }
-        res.status = 200;
-        res.set_content(body, "application/json");
-      });
+  server.Get(R"(/apis/resource.k8s.io/v1/namespaces/([^/]+)/resourceclaimtemplates/([^/]+))",
+             [this](const httplib::Request& req, httplib::Response& res) {
+               const std::string ns = req.matches[1];
+               const std::string name = req.matches[2];
+               std::string body;
+               bool found = false;
+               {
+                 std::lock_guard lock(mutex_);
+                 ++claim_template_gets_;
+                 const auto it = claim_templates_.find(ns + "/" + name);
+                 if (it != claim_templates_.end()) {
+                   body = it->second;
+                   found = true;
+                 }
+               }
+               if (!found) {
+                 api_answers::Answer(
+                     res, 404,
+                     api_answers::Failure(
+                         404, "NotFound",
+                         "resourceclaimtemplates.resource.k8s.io \"" + name + "\" not found"));
+                 return;
+               }
+               res.status = 200;
+               res.set_content(body, "application/json");
+             });
 }
 
 }  // namespace kvgpu::testing

@@ -17,10 +17,10 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <charconv>
 #include <optional>
 #include <regex>
 
+#include "fakes/apiserver/api_answers.h"
 #include "fakes/apiserver/fake_apiserver.h"
 
 namespace kvgpu::testing {
@@ -31,20 +31,10 @@ constexpr const char* kGroup = "/apis/resource.k8s.io/v1";
 constexpr std::size_t kMaxConditions = 8;     // AllocatedDeviceStatusMaxConditions
 constexpr std::size_t kMaxReservedFor = 256;  // ResourceClaimReservedForMaxSize
 
-nlohmann::json Failure(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
-          {"status", "Failure"}, {"message", message}, {"reason", reason},
-          {"code", code}};
-}
+using api_answers::Answer;
+using api_answers::Failure;
 
-void Answer(httplib::Response& res, int code, const nlohmann::json& body) {
-  res.status = code;
-  res.set_content(body.dump(), "application/json");
-}
-
-std::string Key(const std::string& ns, const std::string& name) {
-  return ns + "/" + name;
-}
+using api_answers::Key;
 
 std::string Quoted(const std::string& name) {
   return "resourceclaims.resource.k8s.io \"" + name + "\"";
@@ -376,49 +366,24 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
       Answer(res, 400, Failure(400, "BadRequest", "this fake watches claims by namespace only"));
       return;
     }
-    ++watches_;
-    watch_queries_.push_back(req.target.substr(req.target.find('?') + 1));
-    auto w = std::make_shared<Watch>();
+    std::shared_ptr<Watch> w = OpenWatch(
+        req, res,
+        [&](std::deque<std::string>& lines) {
+          for (const auto& [key, claim] : resource_claims_) {
+            if (matches(claim)) {
+              lines.push_back(nlohmann::json{{"type", "ADDED"}, {"object", claim}}.dump() + "\n");
+            }
+          }
+        },
+        [&](std::uint64_t from, std::deque<std::string>& lines) {
+          for (const auto& change : claim_history_) {
+            if (change.version <= from || !matches(change.claim)) continue;
+            lines.push_back(nlohmann::json{{"type", change.type}, {"object", change.claim}}.dump() +
+                            "\n");
+          }
+        });
+    if (w == nullptr) return;
     w->node = ns;
-    w->bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
-    long timeout = 1800;
-    const std::string timeout_text = req.get_param_value("timeoutSeconds");
-    if (!timeout_text.empty()) timeout = std::stol(timeout_text);
-    w->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
-    const std::string version_text = req.get_param_value("resourceVersion");
-    std::uint64_t from = 0;
-    if (!version_text.empty()) {
-      const auto [end, ec] =
-          std::from_chars(version_text.data(), version_text.data() + version_text.size(), from);
-      if (ec != std::errc() || end != version_text.data() + version_text.size()) {
-        Answer(res, 400, Failure(400, "BadRequest", "invalid resourceVersion " + version_text));
-        return;
-      }
-    }
-    if (from == 0) {
-      for (const auto& [key, claim] : resource_claims_) {
-        if (matches(claim)) {
-          w->lines.push_back(nlohmann::json{{"type", "ADDED"}, {"object", claim}}.dump() + "\n");
-        }
-      }
-    } else if (from < compacted_) {
-      const std::string message =
-          "too old resource version: " + version_text + " (" + std::to_string(compacted_) + ")";
-      if (gone_as_http_) {
-        Answer(res, 410, Failure(410, "Gone", message));
-        return;
-      }
-      w->lines.push_back(
-          nlohmann::json{{"type", "ERROR"}, {"object", Failure(410, "Expired", message)}}.dump() +
-          "\n");
-      w->end = true;
-    } else {
-      for (const auto& change : claim_history_) {
-        if (change.version <= from || !matches(change.claim)) continue;
-        w->lines.push_back(nlohmann::json{{"type", change.type}, {"object", change.claim}}.dump() +
-                           "\n");
-      }
-    }
     claim_watches_.insert(w);
     lock.unlock();
     Notify();

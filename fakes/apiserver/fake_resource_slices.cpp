@@ -1,6 +1,7 @@
 // The fake API server's ResourceSlices (fake_apiserver.h says what it serves).
 #include <httplib.h>
 
+#include "fakes/apiserver/api_answers.h"
 #include "fakes/apiserver/fake_apiserver.h"
 
 namespace kvgpu::testing {
@@ -9,16 +10,8 @@ namespace {
 
 constexpr const char* kCollection = "/apis/resource.k8s.io/v1/resourceslices";
 
-nlohmann::json Failure(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
-          {"status", "Failure"}, {"message", message}, {"reason", reason},
-          {"code", code}};
-}
-
-void Answer(httplib::Response& res, int code, const nlohmann::json& body) {
-  res.status = code;
-  res.set_content(body.dump(), "application/json");
-}
+using api_answers::Answer;
+using api_answers::Failure;
 
 // "spec.nodeName=a,spec.driver=b" -> {field: value}; false for any other field.
 bool ParseSelector(const std::string& text, std::map<std::string, std::string>& fields) {

@@ -163,6 +163,21 @@ TEST_F(FakeClaimsTest, WatchAcrossNamespacesSeesEveryChange) {
   EXPECT_EQ(seen, want);
 }
 
+// Watch parameters are parsed as the real server parses ListOptions: a malformed number is a 400
+// answer (not a dropped connection), for claims as for pods, and the fake keeps serving.
+TEST_F(FakeClaimsTest, AMalformedWatchParameterIsA400ForClaimsAndPods) {
+  for (const std::string& collection :
+       {std::string(kGroup) + "/resourceclaims", std::string("/api/v1/pods")}) {
+    for (const char* query : {"watch=true&timeoutSeconds=soon", "watch=true&resourceVersion=12x"}) {
+      SCOPED_TRACE(collection + "?" + query);
+      auto answer = client_->Get(collection + "?" + query);
+      EXPECT_EQ(Code(answer.status()), 400) << answer.status().ToString();
+    }
+  }
+  auto list = client_->Get(std::string(kGroup) + "/resourceclaims");
+  EXPECT_TRUE(list.ok()) << list.status().ToString();
+}
+
 TEST_F(FakeClaimsTest, StatusWritesHonourResourceVersion) {
   const json claim = Allocate(Create("a", Claim("a", "c1")), "dev-1");
   const std::string version = claim["metadata"]["resourceVersion"];
