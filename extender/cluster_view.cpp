@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "extender/node_fit.h"
 #include "extender/protocol.h"
@@ -88,6 +89,7 @@ void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
   }
   std::lock_guard lock(mutex_);
   ledgers_.clear();
+  ++bound_version_;
   for (const auto& [name, text] : ledgers) PutLedger(name, text);
   annotations_ = std::move(annotations);
   std::erase_if(sent_, [&](const auto& entry) { return !annotations_.contains(entry.first); });
@@ -152,18 +154,29 @@ NodeState ClusterView::StateAndMemo(const std::string& node,
 }
 
 void ClusterView::PutLedger(const std::string& node, const std::optional<std::string>& text) {
+  // Every Node event comes here (kubelet's status every few seconds per node): only a ledger that
+  // changed makes BoundPodsByNode's answer new.
+  const auto it = ledgers_.find(node);
   if (!text) {
-    ledgers_.erase(node);
+    if (it != ledgers_.end()) {
+      ledgers_.erase(it);
+      ++bound_version_;
+    }
     return;
   }
   Result<std::vector<LedgerEntry>> entries = ParseBindLedger(*text);
   if (!entries.ok()) {
     // Filter goes on without it; bind reads the ledger again and refuses what it cannot read.
     spdlog::warn("node {}: {}", node, entries.status().message());
-    ledgers_.erase(node);
+    if (it != ledgers_.end()) {
+      ledgers_.erase(it);
+      ++bound_version_;
+    }
     return;
   }
+  if (it != ledgers_.end() && it->second == *entries) return;
   ledgers_[node] = std::move(*entries);
+  ++bound_version_;
 }
 
 bool ClusterView::SeenDeleted(const std::string& uid) const {
@@ -171,6 +184,7 @@ bool ClusterView::SeenDeleted(const std::string& uid) const {
 }
 
 void ClusterView::PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed) {
+  ++bound_version_;
   if (node.empty() || pod.Finished()) {
     pods_.erase(pod.uid);
     return;
@@ -201,6 +215,7 @@ void ClusterView::SyncPods(const std::vector<kube::PodInfo>& pods) {
   std::lock_guard lock(mutex_);
   std::map<std::string, BoundPod> previous = std::move(pods_);
   pods_.clear();
+  ++bound_version_;
   for (const kube::PodInfo& pod : pods) {
     // Pods seen before keep their bind order.
     if (auto it = previous.find(pod.uid); it != previous.end()) pods_[pod.uid] = it->second;
@@ -215,6 +230,7 @@ void ClusterView::SyncPods(const std::vector<kube::PodInfo>& pods) {
 void ClusterView::PodChanged(kube::WatchEventType type, const kube::PodInfo& pod) {
   std::lock_guard lock(mutex_);
   if (type == kube::WatchEventType::kDeleted) {
+    ++bound_version_;
     pods_.erase(pod.uid);
     const auto now = std::chrono::steady_clock::now();
     std::erase_if(deleted_, [&](const auto& entry) { return now - entry.second > assume_for_; });
@@ -232,25 +248,39 @@ void ClusterView::Assume(const kube::PodInfo& pod, const std::string& node) {
   PutPod(pod, node, true);
 }
 
-std::map<std::string, std::vector<BoundPod>> ClusterView::BoundPodsByNode(
+std::shared_ptr<const ClusterView::BoundByNode> ClusterView::BoundPodsByNode(
     int64_t now_unix_ms) const {
-  std::map<std::string, std::vector<BoundPod>> out;
   std::lock_guard lock(mutex_);
   const auto now = std::chrono::steady_clock::now();
-  for (const auto& [uid, pod] : pods_) {
-    if (pod.assumed_at && now - *pod.assumed_at > assume_for_) continue;
-    out[pod.node].push_back(pod);
+  BoundSnapshot& last = bound_snapshot_;
+  if (last.pods && last.version == bound_version_ && now_unix_ms >= last.made_unix_ms &&
+      now_unix_ms < last.until_unix_ms && now < last.until) {
+    return last.pods;
   }
-  for (auto& [node, pods] : out) {
+  auto out = std::make_shared<BoundByNode>();
+  int64_t until_unix_ms = std::numeric_limits<int64_t>::max();
+  auto until = std::chrono::steady_clock::time_point::max();
+  for (const auto& [uid, pod] : pods_) {
+    if (pod.assumed_at) {
+      if (now - *pod.assumed_at > assume_for_) continue;
+      until = std::min(until, *pod.assumed_at + assume_for_ + std::chrono::milliseconds(1));
+    }
+    (*out)[pod.node].push_back(pod);
+  }
+  for (auto& [node, pods] : *out) {
     std::sort(pods.begin(), pods.end(),
               [](const BoundPod& a, const BoundPod& b) { return a.order < b.order; });
   }
   for (const auto& [node, entries] : ledgers_) {
     // The holders are checked where the node's state is at hand (JudgeNode skips them).
     std::vector<LedgerEntry> live = LiveEntries(entries, nullptr, now_unix_ms, assume_for_);
-    if (!live.empty()) out[node] = WithLedgerLocked(std::move(out[node]), live);
+    for (const LedgerEntry& entry : live) {
+      until_unix_ms = std::min(until_unix_ms, entry.at_unix_ms + assume_for_.count() + 1);
+    }
+    if (!live.empty()) (*out)[node] = WithLedgerLocked(std::move((*out)[node]), live);
   }
-  return out;
+  last = {std::move(out), bound_version_, now_unix_ms, until_unix_ms, until};
+  return last.pods;
 }
 
 std::vector<BoundPod> ClusterView::WithLedger(std::vector<BoundPod> bound,
@@ -273,9 +303,9 @@ std::vector<BoundPod> ClusterView::WithLedgerLocked(std::vector<BoundPod> bound,
 }
 
 std::vector<BoundPod> ClusterView::BoundPods(const std::string& node, int64_t now_unix_ms) const {
-  std::map<std::string, std::vector<BoundPod>> all = BoundPodsByNode(now_unix_ms);
-  auto it = all.find(node);
-  return it == all.end() ? std::vector<BoundPod>{} : std::move(it->second);
+  const std::shared_ptr<const BoundByNode> all = BoundPodsByNode(now_unix_ms);
+  auto it = all->find(node);
+  return it == all->end() ? std::vector<BoundPod>{} : it->second;
 }
 
 void ClusterView::SetFollowing(const std::string& source, bool following) {

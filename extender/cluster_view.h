@@ -77,9 +77,11 @@ class ClusterView {
   // node's bind ledger (bind_ledger.h) that the pod watch does not show yet. `now_unix_ms` ages
   // the ledger's entries.
   std::vector<BoundPod> BoundPods(const std::string& node, int64_t now_unix_ms = UnixNowMs()) const;
-  // The same for every node at once (one look per request, not one per node).
-  std::map<std::string, std::vector<BoundPod>> BoundPodsByNode(
-      int64_t now_unix_ms = UnixNowMs()) const;
+  // The same for every node at once (one look per request, not one per node). Made once and
+  // shared until a pod, a ledger or the clock changes what it holds: a cluster's thousands of
+  // running pods are not copied for every request.
+  using BoundByNode = std::unordered_map<std::string, std::vector<BoundPod>>;
+  std::shared_ptr<const BoundByNode> BoundPodsByNode(int64_t now_unix_ms = UnixNowMs()) const;
   // `bound` (one node's BoundPods) with the ledger `entries` it lacks, skipping pods the view
   // saw deleted: what a bind judges a node by.
   std::vector<BoundPod> WithLedger(std::vector<BoundPod> bound,
@@ -117,6 +119,18 @@ class ClusterView {
   // as long as an entry lives).
   std::map<std::string, std::chrono::steady_clock::time_point> deleted_;
   uint64_t next_order_ = 0;
+  // Bumped whenever pods_, ledgers_ or deleted_ change what BoundPodsByNode gives.
+  uint64_t bound_version_ = 0;
+  // BoundPodsByNode's last answer: made at `made_unix_ms` from `bound_version_`; the clocks
+  // change it first when an assumed pod or a ledger entry in it expires.
+  struct BoundSnapshot {
+    std::shared_ptr<const BoundByNode> pods;
+    uint64_t version = 0;
+    int64_t made_unix_ms = 0;
+    int64_t until_unix_ms = 0;
+    std::chrono::steady_clock::time_point until;
+  };
+  mutable BoundSnapshot bound_snapshot_;
   std::map<std::string, bool> following_;
 };
 

@@ -30,7 +30,7 @@ Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
   }
   judged.verdicts.reserve(args.nodes.size());
   const int64_t now = now_();
-  const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode(now);
+  const std::shared_ptr<const ClusterView::BoundByNode> bound = view_.BoundPodsByNode(now);
   // With names only, the watched states, looked up together; a Node sent whole is the
   // scheduler's own view, at least as new as the watch's.
   std::vector<NodeState> states;
@@ -43,22 +43,21 @@ Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
                                              : NodeState{});
     }
   }
-  // Found by hash for each node sent (a few nodes hold pods, thousands are asked about).
-  std::unordered_map<std::string_view, const std::vector<BoundPod>*> bound_on;
-  bound_on.reserve(bound.size());
-  for (const auto& [node, pods] : bound) bound_on.emplace(node, &pods);
   const std::vector<BoundPod> none;
   for (size_t i = 0; i < args.nodes.size(); ++i) {
-    const auto here = bound_on.empty() ? bound_on.end() : bound_on.find(args.nodes[i].name);
+    const auto here = bound->empty() ? bound->end() : bound->find(args.nodes[i].name);
     judged.verdicts.push_back(JudgeNode(states[i].state.get(),
-                                        here != bound_on.end() ? *here->second : none, args.pod.uid,
+                                        here != bound->end() ? here->second : none, args.pod.uid,
                                         *demand, now, options_.fit, states[i].memo.get()));
   }
   return judged;
 }
 
 std::string Extender::FilterText(const json& body) {
-  Result<ExtenderArgs> args = ParseExtenderArgs(body);
+  return FilterAnswer(ParseExtenderArgs(body));
+}
+
+std::string Extender::FilterAnswer(Result<ExtenderArgs> args) {
   if (!args.ok()) return FilterError(args.status().message()).dump();
   Result<Judged> judged = Judge(*args);
   if (!judged.ok()) return FilterError(judged.status().message()).dump();
@@ -91,7 +90,10 @@ json Extender::Filter(const json& body) {
 }
 
 std::string Extender::PrioritizeText(const json& body) {
-  Result<ExtenderArgs> args = ParseExtenderArgs(body);
+  return PrioritizeAnswer(ParseExtenderArgs(body));
+}
+
+std::string Extender::PrioritizeAnswer(Result<ExtenderArgs> args) {
   // A HostPriorityList has no error field: bad arguments score every node it names 0.
   if (!args.ok()) return PriorityListText({});
   Result<Judged> judged = Judge(*args);
@@ -240,14 +242,14 @@ Result<json> Extender::Preempt(const json& body) {
   if (!demand.ok()) return demand.status();
   if (demand->empty()) return PreemptionResult(args->nodes);  // not ours to judge
   const int64_t now = now_();
-  const std::map<std::string, std::vector<BoundPod>> bound = view_.BoundPodsByNode(now);
+  const std::shared_ptr<const ClusterView::BoundByNode> bound = view_.BoundPodsByNode(now);
   const std::vector<BoundPod> none;
   std::map<std::string, NodeVictims> kept;
   for (const auto& [node, victims] : args->nodes) {
     // kube-scheduler fails the whole preemption on a node answered without victims.
     if (victims.pods.empty()) continue;
-    const auto here = bound.find(node);
-    const std::vector<BoundPod>& on_node = here != bound.end() ? here->second : none;
+    const auto here = bound->find(node);
+    const std::vector<BoundPod>& on_node = here != bound->end() ? here->second : none;
     const auto state = view_.State(node);
     const NodeVerdict verdict = JudgePreemption(
         state.get(), on_node, VictimsOn(node, victims, on_node, options_.resource_prefix),
@@ -283,16 +285,23 @@ https::HttpResponse Extender::Handle(const https::HttpRequest& request) {
     if (!result.ok()) return text(400, result.status().message());
     return {200, "application/json", result->dump()};
   }
-  using Verb = std::string (Extender::*)(const json&);
-  Verb verb = nullptr;
-  if (request.path == "/filter") verb = &Extender::FilterText;
-  if (request.path == "/prioritize") verb = &Extender::PrioritizeText;
-  if (request.path == "/bind") verb = &Extender::BindText;
-  if (verb == nullptr) return text(404, "not found");
+  // filter and prioritize carry every candidate node's name: read without a document of them.
+  using ArgsVerb = std::string (Extender::*)(Result<ExtenderArgs>);
+  ArgsVerb args_verb = nullptr;
+  if (request.path == "/filter") args_verb = &Extender::FilterAnswer;
+  if (request.path == "/prioritize") args_verb = &Extender::PrioritizeAnswer;
+  if (args_verb == nullptr && request.path != "/bind") return text(404, "not found");
   if (request.method != "POST") return text(405, "POST only");
+  if (args_verb != nullptr) {
+    Result<ExtenderArgs> args = ParseExtenderArgsText(request.body);
+    if (!args.ok() && args.status().code() == ErrorCode::kDecode) {
+      return text(400, "the body is not JSON");
+    }
+    return {200, "application/json", (this->*args_verb)(std::move(args))};
+  }
   json body = json::parse(request.body, nullptr, false);
   if (body.is_discarded()) return text(400, "the body is not JSON");
-  return {200, "application/json", (this->*verb)(body)};
+  return {200, "application/json", BindText(body)};
 }
 
 }  // namespace kvgpu::extender

@@ -48,6 +48,9 @@ class Extender {
   // The same answers as the JSON text Handle sends (the documents above are parsed from it).
   std::string FilterText(const nlohmann::json& body);
   std::string PrioritizeText(const nlohmann::json& body);
+  // The same from arguments already read (Handle reads them from the text).
+  std::string FilterAnswer(Result<ExtenderArgs> args);
+  std::string PrioritizeAnswer(Result<ExtenderArgs> args);
   nlohmann::json Bind(const nlohmann::json& body);
   // ExtenderPreemptionResult: the candidate nodes where the victims make room for the pod's
   // vGPUs (preemption.h), each with the victims kube-scheduler chose, unchanged; a pod without

@@ -15,13 +15,18 @@ using nlohmann::json;
 namespace {
 
 // Go's encoding/json: the exact name first, else the first case-insensitive match.
+json::const_iterator FindField(const json& object, std::string_view name) {
+  if (auto it = object.find(std::string(name)); it != object.end()) return it;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (EqualsIgnoringAsciiCase(it.key(), name)) return it;
+  }
+  return object.end();
+}
+
 const json* Field(const json& object, std::string_view name) {
   if (!object.is_object()) return nullptr;
-  if (auto it = object.find(std::string(name)); it != object.end()) return &*it;
-  for (auto it = object.begin(); it != object.end(); ++it) {
-    if (EqualsIgnoringAsciiCase(it.key(), name)) return &*it;
-  }
-  return nullptr;
+  const auto it = FindField(object, name);
+  return it == object.end() ? nullptr : &*it;
 }
 
 Status Invalid(const std::string& message) {
@@ -75,7 +80,12 @@ Result<scheduling::Demand> ContainerDemand(const kube::ContainerInfo& container,
 
 }  // namespace
 
-Result<ExtenderArgs> ParseExtenderArgs(const json& body) {
+namespace {
+
+// Top-level arrays under a key that reads as NodeNames, by key, kept out of the document.
+using DivertedNames = std::map<std::string, std::vector<std::string>>;
+
+Result<ExtenderArgs> ParseArgs(const json& body, DivertedNames* diverted) {
   if (!body.is_object()) return Invalid("ExtenderArgs: not a JSON object");
   const json* pod = Field(body, "Pod");
   if (pod == nullptr || !pod->is_object()) return Invalid("ExtenderArgs.Pod: missing");
@@ -83,10 +93,20 @@ Result<ExtenderArgs> ParseExtenderArgs(const json& body) {
   if (!parsed.ok()) return Invalid("ExtenderArgs.Pod: " + parsed.status().message());
   ExtenderArgs args;
   args.pod = std::move(*parsed);
-  const json* names = Field(body, "NodeNames");
+  const auto names = FindField(body, "NodeNames");
   const json* nodes = Field(body, "Nodes");
-  if (names != nullptr && names->is_array()) {
+  if (names != body.end() && names->is_array()) {
     args.names_only = true;
+    if (diverted != nullptr) {
+      if (const auto kept = diverted->find(names.key()); kept != diverted->end()) {
+        args.nodes.reserve(kept->second.size());
+        for (std::string& name : kept->second) {
+          args.nodes.push_back({std::move(name), nullptr, std::nullopt});
+        }
+        return args;
+      }
+    }
+    args.nodes.reserve(names->size());
     for (const json& name : *names) {
       if (!name.is_string()) return Invalid("ExtenderArgs.NodeNames: not all strings");
       args.nodes.push_back({name.get<std::string>(), nullptr, std::nullopt});
@@ -107,6 +127,112 @@ Result<ExtenderArgs> ParseExtenderArgs(const json& body) {
     return args;
   }
   return Invalid("ExtenderArgs: neither Nodes nor NodeNames");
+}
+
+// nlohmann's document builder for everything but the strings of a top-level NodeNames array,
+// which are moved from the lexer into `names` (the document keeps an empty array in their place).
+// Anything but a string in such an array stops the parse with `odd` set: the caller reads the body
+// as a document then, so such a body gets the same answer either way.
+class ArgsSax {
+ public:
+  ArgsSax(json& root, DivertedNames& names)
+      : dom_(root, /*allow_exceptions=*/false), diverted_(names) {}
+
+  bool null() { return Value() && dom_.null(); }
+  bool boolean(bool value) { return Value() && dom_.boolean(value); }
+  bool number_integer(json::number_integer_t value) {
+    return Value() && dom_.number_integer(value);
+  }
+  bool number_unsigned(json::number_unsigned_t value) {
+    return Value() && dom_.number_unsigned(value);
+  }
+  bool number_float(json::number_float_t value, const json::string_t& text) {
+    return Value() && dom_.number_float(value, text);
+  }
+  bool binary(json::binary_t& value) { return Value() && dom_.binary(value); }
+  bool string(json::string_t& value) {
+    if (names_ != nullptr) {
+      names_->push_back(std::move(value));
+      return true;
+    }
+    return Value() && dom_.string(value);
+  }
+  bool start_object(std::size_t size) {
+    if (!Value()) return false;
+    ++depth_;
+    return dom_.start_object(size);
+  }
+  bool key(json::string_t& name) {
+    names_key_ = depth_ == 1 && EqualsIgnoringAsciiCase(name, "NodeNames");
+    if (names_key_) key_ = name;
+    return dom_.key(name);
+  }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t size) {
+    if (names_key_ && names_ == nullptr) {
+      names_key_ = false;
+      names_ = &diverted_[key_];
+      names_->clear();  // a repeated key: the last one counts, as in the document
+      return dom_.start_array(0);
+    }
+    if (!Value()) return false;
+    ++depth_;
+    return dom_.start_array(size);
+  }
+  bool end_array() {
+    if (names_ != nullptr) {
+      names_ = nullptr;
+    } else {
+      --depth_;
+    }
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception& error) {
+    return dom_.parse_error(position, token, error);
+  }
+
+  bool odd() const { return odd_; }
+  bool errored() const { return dom_.is_errored(); }
+
+ private:
+  // Before any value but a string: inside a NodeNames array it is odd.
+  bool Value() {
+    names_key_ = false;
+    if (names_ != nullptr) odd_ = true;
+    return !odd_;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  DivertedNames& diverted_;
+  int depth_ = 0;
+  bool names_key_ = false;  // the last key read was a top-level NodeNames
+  std::string key_;
+  std::vector<std::string>* names_ = nullptr;  // the NodeNames array being read
+  bool odd_ = false;
+};
+
+}  // namespace
+
+Result<ExtenderArgs> ParseExtenderArgs(const json& body) {
+  return ParseArgs(body, nullptr);
+}
+
+Result<ExtenderArgs> ParseExtenderArgsText(std::string_view body) {
+  json document;
+  DivertedNames names;
+  ArgsSax sax(document, names);
+  const bool parsed = json::sax_parse(body.begin(), body.end(), &sax);
+  if (sax.odd()) {
+    document = json::parse(body, nullptr, false);
+    if (document.is_discarded()) return Status::Error(ErrorCode::kDecode, "the body is not JSON");
+    return ParseArgs(document, nullptr);
+  }
+  if (!parsed || sax.errored()) return Status::Error(ErrorCode::kDecode, "the body is not JSON");
+  return ParseArgs(document, &names);
 }
 
 void AppendJsonString(std::string& out, std::string_view text) {

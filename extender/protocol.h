@@ -39,6 +39,10 @@ struct ExtenderArgs {
 
 // kInvalid, naming what is wrong, for anything but the documented shape.
 Result<ExtenderArgs> ParseExtenderArgs(const nlohmann::json& body);
+// The same from the request's text, without a document of NodeNames (a string per node, the bulk
+// of a nodeCacheCapable request and a third of the work once built as a document); kDecode when
+// the text is not JSON.
+Result<ExtenderArgs> ParseExtenderArgsText(std::string_view body);
 
 // ExtenderFilterResult in the shape the arguments came in. `failed` go to FailedNodes (the
 // scheduler may preempt there); `unresolvable` to FailedAndUnresolvableNodes (preemption would

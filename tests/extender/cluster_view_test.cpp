@@ -106,6 +106,41 @@ TEST(ClusterViewTest, AnAssumptionTheWatchNeverConfirmsExpires) {
   EXPECT_TRUE(view.BoundPods("n1").empty());
 }
 
+// BoundPodsByNode's answer is made once and shared (a cluster's running pods are not copied per
+// request) until what it holds changes: a pod, a bind-ledger entry, an entry aging out, or the
+// clock going back. A Node event that leaves the ledger as it was keeps it.
+TEST(ClusterViewTest, TheBoundPodsAreSharedUntilAPodALedgerOrTheClockChangesThem) {
+  ClusterView view("tencent.com/vgpu-", 30s);
+  view.SyncPods({Pod("a", "n1", 1)});
+  const auto first = view.BoundPodsByNode(1'000);
+  EXPECT_EQ(view.BoundPodsByNode(1'000), first);
+  EXPECT_EQ(view.BoundPodsByNode(2'000), first) << "nothing in it ages";
+  view.NodeChanged(kube::WatchEventType::kModified, Node("n1", "S1"));
+  EXPECT_EQ(view.BoundPodsByNode(2'000), first) << "a Node event without a ledger change";
+
+  nlohmann::json with_ledger = Node("n2", "S2");
+  with_ledger["metadata"]["annotations"][kBindLedgerAnnotation] =
+      RenderBindLedger({{"uid-x", "ml/x", 1'500, {{{"tencent.com/vgpu-222", 1}}}}});
+  view.NodeChanged(kube::WatchEventType::kModified, with_ledger);
+  const auto with_entry = view.BoundPodsByNode(2'000);
+  ASSERT_NE(with_entry, first);
+  ASSERT_TRUE(with_entry->contains("n2"));
+  EXPECT_EQ(Keys(with_entry->at("n2")), std::vector<std::string>{"ml/x"});
+  view.NodeChanged(kube::WatchEventType::kModified, with_ledger);
+  EXPECT_EQ(view.BoundPodsByNode(2'000), with_entry) << "the same ledger again";
+
+  EXPECT_EQ(view.BoundPodsByNode(31'500), with_entry) << "the entry is 30 s old, not older";
+  const auto aged = view.BoundPodsByNode(31'501);
+  EXPECT_FALSE(aged->contains("n2")) << "the entry aged out";
+  EXPECT_TRUE(view.BoundPodsByNode(2'000)->contains("n2")) << "the clock went back";
+
+  view.PodChanged(kube::WatchEventType::kAdded, Pod("b", "n1", 1));
+  EXPECT_EQ(Keys(view.BoundPodsByNode(2'000)->at("n1")),
+            (std::vector<std::string>{"ml/a", "ml/b"}));
+  view.PodChanged(kube::WatchEventType::kDeleted, Pod("a", "n1", 1));
+  EXPECT_EQ(Keys(view.BoundPodsByNode(2'000)->at("n1")), std::vector<std::string>{"ml/b"});
+}
+
 TEST(ClusterViewTest, ReadyOnlyWhileEveryWatchFollows) {
   ClusterView view("tencent.com/vgpu-");
   EXPECT_FALSE(view.Following()) << "nothing followed yet";

@@ -75,6 +75,53 @@ TEST(ExtenderProtocolTest, MalformedArgsAreRefusedWithWhatIsWrong) {
   }
 }
 
+// Reading the request's text (NodeNames without a document) gives what reading its document
+// gives, for the shapes kube-scheduler sends and for odd ones: names in other cases, a repeated
+// key (the last counts), NodeNames holding a non-string or a nested list, NodeNames below the top
+// level, whole Nodes; text that is not JSON is kDecode.
+TEST(ExtenderProtocolTest, ArgsReadFromTextEqualArgsReadFromTheDocument) {
+  const json names_body = Fixture("args_with_node_names.json");
+  const json pod = names_body["Pod"];
+  const std::vector<std::string> bodies = {
+      names_body.dump(),
+      Fixture("args_with_nodes.json").dump(),
+      json{{"pod", pod}, {"nodenames", {"a", "b"}}, {"nodes", nullptr}}.dump(),
+      R"({"NodeNames":["a","b"],"Pod":)" + pod.dump() + R"(,"NodeNames":["c"]})",
+      R"({"nodeNames":["x"],"Pod":)" + pod.dump() + R"(,"NodeNames":["a","b"]})",
+      R"({"Pod":)" + pod.dump() + R"(,"NodeNames":["a",1]})",
+      R"({"Pod":)" + pod.dump() + R"(,"NodeNames":["a",["b"]]})",
+      R"({"Pod":)" + pod.dump() + R"(,"NodeNames":[{"a":1}]})",
+      R"({"Pod":)" + pod.dump() + R"(,"NodeNames":null,"Nodes":{"items":[]}})",
+      R"({"Pod":)" + pod.dump() + R"(,"Extra":{"NodeNames":[1]},"NodeNames":["éé"]})",
+      R"({"Pod":)" + pod.dump() + R"(,"NodeNames":[]})",
+      R"([["a"]])",
+      R"("NodeNames")",
+  };
+  for (const std::string& body : bodies) {
+    SCOPED_TRACE(body.substr(0, 200));
+    Result<ExtenderArgs> from_document = ParseExtenderArgs(json::parse(body));
+    Result<ExtenderArgs> from_text = ParseExtenderArgsText(body);
+    ASSERT_EQ(from_text.ok(), from_document.ok()) << from_text.status().ToString();
+    if (!from_text.ok()) {
+      EXPECT_EQ(from_text.status().message(), from_document.status().message());
+      continue;
+    }
+    EXPECT_EQ(from_text->names_only, from_document->names_only);
+    EXPECT_EQ(from_text->pod.uid, from_document->pod.uid);
+    ASSERT_EQ(from_text->nodes.size(), from_document->nodes.size());
+    for (size_t i = 0; i < from_text->nodes.size(); ++i) {
+      EXPECT_EQ(from_text->nodes[i].name, from_document->nodes[i].name);
+      EXPECT_EQ(from_text->nodes[i].object, from_document->nodes[i].object);
+      EXPECT_EQ(from_text->nodes[i].state_annotation, from_document->nodes[i].state_annotation);
+    }
+  }
+  for (const char* not_json : {R"({"Pod":{}, "NodeNames":["a")", "", "{]", "[1,]"}) {
+    Result<ExtenderArgs> args = ParseExtenderArgsText(not_json);
+    ASSERT_FALSE(args.ok()) << not_json;
+    EXPECT_EQ(args.status().code(), ErrorCode::kDecode) << not_json;
+  }
+}
+
 TEST(ExtenderProtocolTest, TheFilterResultHasTypesGosFieldsInTheShapeTheArgsCameIn) {
   const std::set<std::string> go_fields = {"Nodes", "NodeNames", "FailedNodes",
                                            "FailedAndUnresolvableNodes", "Error"};
