@@ -60,10 +60,11 @@ class Backend {
     return Remove(id);
   }
 
-  // Reads afresh the parents and vGPUs of one physical GPU (vendor VFIO: every VF of the PF),
-  // for a caller that just changed one of them: a type written to one VF shrinks what its
-  // siblings list in creatable_vgpu_types, and a removal grows it back. kInvalid by default
-  // (a backend without vendor VFIO): the caller rescans instead.
+  // Reads afresh the parents and vGPUs of one physical GPU (the GPU and every VF of it, mdev
+  // parents or vendor VFIO VFs), for a caller that just changed one of them: a vGPU made on a GPU
+  // or one of its VFs changes what the others can still make (the GPU's lock, its free room), and
+  // a removal changes it back. kInvalid by default (a backend that cannot read one GPU alone):
+  // the caller rescans instead.
   virtual Result<Inventory> ScanGpu(const std::string& physical_gpu) {
     return Status::Error(ErrorCode::kInvalid, std::string(Name()) + " cannot read one GPU" +
                                                   " alone (" + physical_gpu + ")");

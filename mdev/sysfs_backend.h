@@ -70,6 +70,8 @@ class SysfsBackend : public Backend {
 
  private:
   Status ScanMdevParents(Inventory& inventory);
+  // One mdev parent (its entry in the mdev bus directory) and its types into `inventory`.
+  void ReadMdevParent(const std::string& name, Inventory& inventory);
   Status ScanMdevDevices(Inventory& inventory);
   Status ScanVendorVfio(Inventory& inventory);
   void ReadVendorVfioVf(const std::string& name, Inventory& inventory);

@@ -163,29 +163,31 @@ Status SysfsBackend::ScanMdevParents(Inventory& inventory) {
   if (!io_.Exists(bus)) return Status::Ok();  // no mdev driver loaded: nothing to offer
   auto names = io_.ListDir(bus);
   if (!names.ok()) return names.status();
-  for (const auto& name : *names) {
-    fs::path dir = bus / name;
-    Parent parent;
-    parent.name = name;
-    parent.flavour = Flavour::kMdev;
-    internal::FillDeviceIdentity(io_, dir, parent);
-    auto type_ids = io_.ListDir(dir / "mdev_supported_types");
-    if (!type_ids.ok()) {
-      inventory.warnings.push_back("parent " + name + " skipped: " + type_ids.status().message());
+  for (const auto& name : *names) ReadMdevParent(name, inventory);
+  return Status::Ok();
+}
+
+void SysfsBackend::ReadMdevParent(const std::string& name, Inventory& inventory) {
+  fs::path dir = MdevBusDir() / name;
+  Parent parent;
+  parent.name = name;
+  parent.flavour = Flavour::kMdev;
+  internal::FillDeviceIdentity(io_, dir, parent);
+  auto type_ids = io_.ListDir(dir / "mdev_supported_types");
+  if (!type_ids.ok()) {
+    inventory.warnings.push_back("parent " + name + " skipped: " + type_ids.status().message());
+    return;
+  }
+  for (const auto& type_id : *type_ids) {
+    auto type = internal::ReadMdevType(io_, dir / "mdev_supported_types" / type_id);
+    if (!type.ok()) {
+      inventory.warnings.push_back("type " + type_id + " of " + name +
+                                   " skipped: " + type.status().message());
       continue;
     }
-    for (const auto& type_id : *type_ids) {
-      auto type = internal::ReadMdevType(io_, dir / "mdev_supported_types" / type_id);
-      if (!type.ok()) {
-        inventory.warnings.push_back("type " + type_id + " of " + name +
-                                     " skipped: " + type.status().message());
-        continue;
-      }
-      parent.types.push_back(std::move(*type));
-    }
-    inventory.parents.push_back(std::move(parent));
+    parent.types.push_back(std::move(*type));
   }
-  return Status::Ok();
+  inventory.parents.push_back(std::move(parent));
 }
 
 Status SysfsBackend::ScanMdevDevices(Inventory& inventory) {
@@ -231,17 +233,37 @@ Result<Inventory> SysfsBackend::ScanGpu(const std::string& physical_gpu) {
   auto entries = io_.ListDir(pf);
   if (!entries.ok()) return entries.status();
   Inventory inventory;
-  // The PF's virtfn<N> links name its VFs (drivers/pci/iov.c): only they can change with a write
-  // to one of them.
+  // The GPU itself and the VFs its virtfn<N> links name (drivers/pci/iov.c): only they can change
+  // with a write to one of them. Each is an mdev parent (in the mdev bus directory) or a vendor
+  // VFIO VF, as the full scan reads them.
+  std::vector<std::string> functions = {physical_gpu};
   for (const auto& entry : *entries) {
     if (entry.rfind("virtfn", 0) != 0) continue;
-    auto vf = LinkName(io_, pf / entry);
-    if (!vf.ok()) continue;
-    if (io_.Exists(PciDevicesDir() / *vf / "nvidia" / "creatable_vgpu_types")) {
-      ReadVendorVfioVf(*vf, inventory);
+    if (auto vf = LinkName(io_, pf / entry); vf.ok()) functions.push_back(*vf);
+  }
+  bool mdev_parents = false;
+  for (const std::string& function : functions) {
+    if (io_.Exists(MdevBusDir() / function)) {
+      ReadMdevParent(function, inventory);
+      mdev_parents = true;
+    } else if (io_.Exists(PciDevicesDir() / function / "nvidia" / "creatable_vgpu_types")) {
+      ReadVendorVfioVf(function, inventory);
     }
   }
+  if (mdev_parents) {
+    // The mdevs on those parents: the bus lists every parent's, the others are dropped.
+    if (Status read = ScanMdevDevices(inventory); !read.ok()) return read;
+    std::erase_if(inventory.vgpus, [&](const Vgpu& vgpu) {
+      return vgpu.flavour == Flavour::kMdev &&
+             std::none_of(inventory.parents.begin(), inventory.parents.end(),
+                          [&](const Parent& p) { return p.name == vgpu.parent; });
+    });
+  }
   NameVendorVfioVgpus(inventory);
+  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
+  std::sort(inventory.parents.begin(), inventory.parents.end(), by_name);
+  std::sort(inventory.vgpus.begin(), inventory.vgpus.end(),
+            [](const Vgpu& a, const Vgpu& b) { return a.id < b.id; });
   return inventory;
 }
 

@@ -170,16 +170,21 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
       resolved = Resolve(ref, allocated.value());
     }
   }
-  if (!resolved.ok()) return {{}, resolved.status().message()};
+  if (!resolved.ok()) {
+    spdlog::warn("dra prepare claim={} pool={} failed: {}", ClaimName(ref), options_.pool,
+                 LogSafe(resolved.status().message()));
+    return {{}, resolved.status().message()};
+  }
   Result<std::vector<PreparedDevice>> prepared = PrepareLocked(ref, std::move(resolved).value());
   // Even a failed prepare may have made some vGPUs (kept for the retry).
   if (options_.on_change) options_.on_change();
   if (!prepared.ok()) {
-    spdlog::warn("dra prepare claim={} failed: {}", ClaimName(ref),
+    spdlog::warn("dra prepare claim={} pool={} failed: {}", ClaimName(ref), options_.pool,
                  LogSafe(prepared.status().message()));
     return {{}, prepared.status().message()};
   }
-  spdlog::info("dra prepared claim={} devices={}", ClaimName(ref), prepared.value().size());
+  spdlog::info("dra prepared claim={} pool={} devices={}", ClaimName(ref), options_.pool,
+               prepared.value().size());
   return {std::move(prepared).value(), ""};
 }
 
@@ -261,7 +266,8 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
   if (options_.on_change) options_.on_change();
   if (!erased.ok()) return "vGPUs removed, checkpoint not updated: " + erased.message();
   // The recorded claim passed CheckClaimRef when it was prepared; kubelet's reference here did not.
-  spdlog::info("dra unprepared claim={}", ClaimName({claim->namespace_, claim->uid, claim->name}));
+  spdlog::info("dra unprepared claim={} pool={}",
+               ClaimName({claim->namespace_, claim->uid, claim->name}), options_.pool);
   return "";
 }
 

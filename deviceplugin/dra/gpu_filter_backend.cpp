@@ -49,4 +49,12 @@ Result<mdev::Vgpu> GpuFilterBackend::Create(const mdev::CreateRequest& request) 
   return inner_.Create(request);
 }
 
+Result<mdev::Inventory> GpuFilterBackend::ScanGpu(const std::string& physical_gpu) {
+  if (!Shows(physical_gpu)) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "GPU " + physical_gpu + " is not served by this front end");
+  }
+  return inner_.ScanGpu(physical_gpu);
+}
+
 }  // namespace kvgpu::deviceplugin::dra

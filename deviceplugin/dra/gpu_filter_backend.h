@@ -34,6 +34,10 @@ class GpuFilterBackend : public mdev::Backend {
     return inner_.WatchChanges(std::move(changed));
   }
   mdev::BackendHealth Health() const override { return inner_.Health(); }
+  // The inner backend's, for a GPU in the view (kInvalid for another: the kernel is not asked).
+  // Without it the model behind the filter never read a GPU again after its own create, and its
+  // counts showed the GPU in a mode it was not in until the next rescan.
+  Result<mdev::Inventory> ScanGpu(const std::string& physical_gpu) override;
 
   bool Shows(const std::string& physical_gpu) const;
 

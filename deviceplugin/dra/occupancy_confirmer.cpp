@@ -213,7 +213,8 @@ Result<bool> OccupancyConfirmer::Write(const ClaimVerdict& verdict) {
   }
   TakeLocked(written.value());
   for (const auto& [device, decided] : verdict.devices) {
-    spdlog::info("dra: claim {}/{} device {}: {} ({})", ns, name, device, VerdictName(decided),
+    spdlog::info("dra: claim {}/{} device {} of pool {}: {} ({})", ns, name, device, options_.pool,
+                 VerdictName(decided),
                  decided == Verdict::kConfirmed ? "compatible" : verdict.reason);
   }
   return true;

@@ -65,6 +65,9 @@ class GpuStates {
       std::string reason;
       if (spot == view_.devices.end()) {
         reason = "device " + device + " is not in this node's pool";
+      } else if (contested_.contains(spot->second.physical_gpu)) {
+        reason = "GPU " + spot->second.physical_gpu +
+                 " has settled claims that do not fit together; it takes no other until one goes";
       } else if (!Join(spot->second, trial)) {
         reason = "GPU " + spot->second.physical_gpu + " holds what " + spot->second.type_id +
                  " may not join (" + LockText(trial.at(spot->second.physical_gpu)) + ")";
@@ -76,6 +79,16 @@ class GpuStates {
     }
     if (all) gpus_ = std::move(trial);
     return all;
+  }
+
+  // The GPUs of `devices` (of a settled claim that did not fit) take no claim from now on: that
+  // claim will still be prepared (or fail there), so whatever joins beside it could be the one
+  // whose prepare fails instead.
+  void Contest(const std::vector<std::string>& devices) {
+    for (const std::string& device : devices) {
+      const auto spot = view_.devices.find(device);
+      if (spot != view_.devices.end()) contested_.insert(spot->second.physical_gpu);
+    }
   }
 
  private:
@@ -112,7 +125,8 @@ class GpuStates {
 
   const OccupancyView& view_;
   std::map<std::string, scheduling::GpuSlots> gpus_;
-  std::set<std::string> counted_;  // devices of prepared claims
+  std::set<std::string> counted_;    // devices of prepared claims
+  std::set<std::string> contested_;  // GPUs where settled claims do not fit together
 };
 
 Verdict Effective(const AllocatedClaim& claim, const ClaimDevice& device,
@@ -204,8 +218,10 @@ OccupancyDecision Decide(const OccupancyView& view, const std::vector<AllocatedC
   GpuStates gpus(view);
   OccupancyDecision decision;
   // First what is settled: claims confirmed, and claims the scheduler does not wait for (they
-  // will be prepared whatever is said). A settled claim that no longer fits (a foreign vGPU came
-  // meanwhile) holds nothing here: its prepare is what fails.
+  // will be prepared whatever is said). A settled claim that does not fit beside those before it
+  // (a foreign vGPU came meanwhile, or a claim unprepared and not yet deleted still locks the GPU
+  // its way) holds no room, but its GPU takes no open claim while it is there: it may still be
+  // prepared, and whatever joined beside it could then be the one to fail.
   std::vector<const AllocatedClaim*> open;
   for (const AllocatedClaim* claim : order) {
     bool conflict = false;
@@ -222,8 +238,11 @@ OccupancyDecision Decide(const OccupancyView& view, const std::vector<AllocatedC
       open.push_back(claim);
       continue;
     }
-    if (gpus.JoinAll(settled, nullptr, nullptr)) {
+    std::vector<std::string> unfit;
+    if (gpus.JoinAll(settled, &unfit, nullptr)) {
       decision.held.insert(decision.held.end(), settled.begin(), settled.end());
+    } else {
+      gpus.Contest(unfit);
     }
   }
   for (const AllocatedClaim* claim : open) {

@@ -230,7 +230,7 @@ Result<AllocatedVgpu> AllocationTransaction::Realize(const AllocationPlan& plan)
     spdlog::info("vgpu removed for reuse device={} vgpu={}", d.id, *plan.replace_vgpu);
     state_.Forget(d.id, *plan.replace_vgpu);
     state_.VgpuRemoved(*plan.replace_vgpu);  // the create below takes the freed instance
-    if (plan.flavour == mdev::Flavour::kVendorVfio) state_.RereadGpu(backend_, plan.physical_gpu);
+    state_.RereadGpu(backend_, plan.physical_gpu);
   }
   // Stamped again when Allocate returns (ResourceManager::EndAllocating): until then kubelet
   // cannot know the vGPU, and the lifecycle leaves the device ID alone.
@@ -262,7 +262,7 @@ Result<AllocatedVgpu> AllocationTransaction::Realize(const AllocationPlan& plan)
   }
   created_.emplace_back(d.id, vgpu->id);
   state_.VgpuCreated(*vgpu);
-  if (vgpu->flavour == mdev::Flavour::kVendorVfio) state_.RereadGpu(backend_, vgpu->physical_gpu);
+  state_.RereadGpu(backend_, vgpu->physical_gpu);
   if (!vgpu->iommu_group) {
     return Status::Error(ErrorCode::kInvalid, "device " + d.id + ": vGPU " + vgpu->id +
                                                   " has no IOMMU group; it cannot be handed to "
@@ -289,9 +289,9 @@ void AllocationTransaction::RollBack(const std::string& resource) {
     }
     spdlog::info("rollback removed vgpu={}", vgpu_id);
     state_.Forget(device_id, vgpu_id);
-    const std::string siblings = state_.VendorVfioGpuOf(vgpu_id);
+    const std::string gpu = state_.PhysicalGpuOf(vgpu_id);
     state_.VgpuRemoved(vgpu_id);
-    if (!siblings.empty()) state_.RereadGpu(backend_, siblings);
+    if (!gpu.empty()) state_.RereadGpu(backend_, gpu);
   }
   created_.clear();
   (void)state_.Save();

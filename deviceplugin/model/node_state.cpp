@@ -113,9 +113,7 @@ namespace {
 // Replaces the entries of `gpu` in `list` by those of `fresh`, where the first of them was.
 template <typename T>
 void ReplaceOf(std::vector<T>& list, const std::string& gpu, std::vector<T>& fresh) {
-  auto of_gpu = [&](const T& x) {
-    return x.physical_gpu == gpu && x.flavour == mdev::Flavour::kVendorVfio;
-  };
+  auto of_gpu = [&](const T& x) { return x.physical_gpu == gpu; };
   auto first = std::find_if(list.begin(), list.end(), of_gpu);
   const auto at = first - list.begin();
   std::erase_if(list, of_gpu);
@@ -138,9 +136,9 @@ void NodeState::RereadGpu(mdev::Backend& backend, const std::string& physical_gp
   ReplaceOf(inventory_.vgpus, physical_gpu, fresh->vgpus);
 }
 
-std::string NodeState::VendorVfioGpuOf(const std::string& vgpu_id) const {
+std::string NodeState::PhysicalGpuOf(const std::string& vgpu_id) const {
   const mdev::Vgpu* v = inventory_.FindVgpu(vgpu_id);
-  return v != nullptr && v->flavour == mdev::Flavour::kVendorVfio ? v->physical_gpu : "";
+  return v != nullptr ? v->physical_gpu : "";
 }
 
 LifecycleSnapshot NodeState::Snapshot(const std::set<std::string>& removing,

@@ -71,14 +71,16 @@ class NodeState {
   // already saw it go (counts included).
   void VgpuRemoved(const std::string& vgpu_id);
 
-  // A vendor-VFIO write to one VF changes what its siblings offer (creatable_vgpu_types shrinks
-  // to the locked size, to the header when the GPU is full, and grows back on a removal): the
-  // parents and vGPUs of `physical_gpu` are read again from `backend` now, not at the next
-  // rescan. When the backend cannot read one GPU alone, or fails, the view stays (the rescan
-  // that follows every change catches up).
+  // A vGPU made or removed on a GPU changes what the GPU and its VFs offer (a strict GPU lists
+  // only the locked type, an equal-size one only the locked size, a vendor-VFIO VF's
+  // creatable_vgpu_types shrinks to the header when the GPU is full, and a removal grows them
+  // back): the parents and vGPUs of `physical_gpu` are read again from `backend` now, not at the
+  // next rescan, so the counts never show a GPU in a mode it is not in. When the backend cannot
+  // read one GPU alone, or fails, the view stays (the rescan that follows every change catches
+  // up).
   void RereadGpu(mdev::Backend& backend, const std::string& physical_gpu);
-  // The physical GPU of a vendor-VFIO vGPU in the view; empty for an mdev or an unknown one.
-  std::string VendorVfioGpuOf(const std::string& vgpu_id) const;
+  // The physical GPU of a vGPU in the view; empty for an unknown one.
+  std::string PhysicalGpuOf(const std::string& vgpu_id) const;
 
   LifecycleSnapshot Snapshot(const std::set<std::string>& removing,
                              const std::set<std::string>& allocating) const;

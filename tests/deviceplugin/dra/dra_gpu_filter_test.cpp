@@ -40,6 +40,22 @@ TEST(DraGpuFilter, VirtualFunctionsFollowTheirPhysicalGpu) {
   EXPECT_TRUE(vf);
 }
 
+// A model behind the filter reads one GPU again after its own create (the GPU's lock changes what
+// it and its VFs can make): the filter passes that read on for its GPUs and refuses the others.
+TEST(DraGpuFilter, OneGpuIsReadAgainThroughTheFilterOnlyWhereItShowsIt) {
+  testing::SimNode sim("t4x2");
+  GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
+  ASSERT_TRUE(sim.node().Create({sim.gpu(0), "nvidia-225", std::nullopt}).ok());
+  auto shown = dra.ScanGpu(sim.gpu(0));
+  ASSERT_TRUE(shown.ok()) << shown.status().ToString();
+  EXPECT_EQ(GpusOf(shown.value()), std::set<std::string>{sim.gpu(0)});
+  ASSERT_EQ(shown.value().vgpus.size(), 1u);
+  EXPECT_EQ(shown.value().vgpus[0].type_id, "nvidia-225");
+  auto hidden = dra.ScanGpu(sim.gpu(1));
+  ASSERT_FALSE(hidden.ok());
+  EXPECT_EQ(hidden.status().code(), ErrorCode::kInvalid);
+}
+
 TEST(DraGpuFilter, CreateOnAHiddenGpuIsRefusedAndMakesNothing) {
   testing::SimNode sim("t4x2");
   GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);

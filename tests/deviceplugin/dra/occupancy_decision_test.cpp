@@ -152,6 +152,20 @@ TEST(OccupancyDecisionTest, AForeignVgpuLocksTheGpuBeforeAnyClaim) {
   EXPECT_EQ(verdicts.at("u2").at(same), Verdict::kConfirmed);
 }
 
+// On an SR-IOV GPU the vGPUs live on its VFs, and the type lock is the physical GPU's: a vGPU on
+// one VF locks the GPU that every device of the pool names.
+TEST(OccupancyDecisionTest, AVgpuOnAVfLocksItsPhysicalGpu) {
+  SimNode node("a100-sriov");
+  ASSERT_TRUE(node.node().Create({"0000:41:00.4", "nvidia-693", std::nullopt}).ok());
+  const OccupancyView view = ViewOf(node, OccupancySetting::kStrict);
+  const std::string other = DraDeviceName("0000:41:00.0", "nvidia-692", 0);
+  const std::string same = DraDeviceName("0000:41:00.0", "nvidia-693", 1);
+  const auto verdicts = Verdicts(Decide(view, {Claim("u1", "2026-01-01T00:00:01Z", {other}),
+                                               Claim("u2", "2026-01-01T00:00:02Z", {same})}));
+  EXPECT_EQ(verdicts.at("u1").at(other), Verdict::kConflict);
+  EXPECT_EQ(verdicts.at("u2").at(same), Verdict::kConfirmed);
+}
+
 TEST(OccupancyDecisionTest, APreparedClaimWhoseVgpuIsNotMadeYetCounts) {
   SimNode node("t4x2");
   OccupancyView view = ViewOf(node, OccupancySetting::kStrict);
@@ -187,6 +201,38 @@ TEST(OccupancyDecisionTest, WrittenVerdictsStandAfterARestartWhateverTheOrder) {
                     Claim("early", "2026-01-01T00:00:01Z", {earlier})});
   EXPECT_EQ(Verdicts(conflicted).at("early").at(earlier), Verdict::kConfirmed);
   EXPECT_FALSE(Verdicts(conflicted).contains("late"));
+}
+
+// Two settled claims that do not fit together (one confirmed, then unprepared and not deleted
+// yet, still locks the GPU its way; or a foreign vGPU came): the later one may still be prepared,
+// so no open claim may join that GPU, whichever of the two it would fit beside. Before, the later
+// one held nothing and a claim of the first's type was confirmed, then failed the later one's
+// prepare (the burst test's "not offered here").
+TEST(OccupancyDecisionTest, SettledClaimsThatDoNotFitTogetherCloseTheirGpuToOpenClaims) {
+  SimNode node("t4x2-equal-size");
+  const OccupancyView view = ViewOf(node, OccupancySetting::kEqualSize);
+  const std::string q2 = DraDeviceName(kT4, "nvidia-231", 0);  // 2 GiB
+  const std::string b1 = DraDeviceName(kT4, "nvidia-222", 1);  // 1 GiB
+  const std::string q2_again = DraDeviceName(kT4, "nvidia-231", 1);
+  const std::string b1_again = DraDeviceName(kT4, "nvidia-222", 2);
+  const std::string elsewhere = DraDeviceName(kOtherT4, "nvidia-231", 0);
+  const auto decision =
+      Decide(view, {Claim("stale", "2026-01-01T00:00:01Z", {q2}, Verdict::kConfirmed),
+                    Claim("settled", "2026-01-01T00:00:02Z", {b1}, Verdict::kConfirmed),
+                    Claim("open-2g", "2026-01-01T00:00:03Z", {q2_again}),
+                    Claim("open-1g", "2026-01-01T00:00:04Z", {b1_again}),
+                    Claim("other-gpu", "2026-01-01T00:00:05Z", {elsewhere})});
+  const auto verdicts = Verdicts(decision);
+  EXPECT_EQ(verdicts.at("open-2g").at(q2_again), Verdict::kConflict);
+  EXPECT_EQ(verdicts.at("open-1g").at(b1_again), Verdict::kConflict);
+  EXPECT_EQ(verdicts.at("other-gpu").at(elsewhere), Verdict::kConfirmed) << "the other GPU is open";
+  EXPECT_NE(decision.verdicts[0].reason.find("do not fit together"), std::string::npos)
+      << decision.verdicts[0].reason;
+  // Once the stale claim is gone, the GPU follows the settled one again.
+  const auto after =
+      Verdicts(Decide(view, {Claim("settled", "2026-01-01T00:00:02Z", {b1}, Verdict::kConfirmed),
+                             Claim("open-1g", "2026-01-01T00:00:04Z", {b1_again})}));
+  EXPECT_EQ(after.at("open-1g").at(b1_again), Verdict::kConfirmed);
 }
 
 TEST(OccupancyDecisionTest, AClaimGoneReleasesItsGpu) {
