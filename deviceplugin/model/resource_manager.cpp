@@ -87,9 +87,10 @@ Status ResourceManager::Refresh() {
   return Status::Ok();
 }
 
-void ResourceManager::Rebuild() {
-  catalogue_.Rebuild(state_.inventory(), state_.records(), options_);
+bool ResourceManager::Rebuild() {
+  const bool changed = catalogue_.Rebuild(state_.inventory(), state_.records(), options_);
   if (observer_ != nullptr) observer_->OnDevices(catalogue_.Counts());
+  return changed;
 }
 
 void ResourceManager::AfterChange(bool changed) {
@@ -430,6 +431,7 @@ Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::stri
   if (observer_ != nullptr) observer_->OnVgpuRemoved(resource, Clock::now() - start, removed.ok());
   Failpoint("remove.after-write");
   bool gone = removed.ok() || removed.code() == ErrorCode::kGone;
+  bool relisted = false;
   {
     std::lock_guard lock(mutex_);
     removing_.erase(device_id);
@@ -446,12 +448,15 @@ Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::stri
             "vGPU is gone)",
             vgpu_id);
       }
-      Rebuild();  // an Allocate waiting for this removal must see the device free
+      // An Allocate waiting for this removal must see the device free. The lists were built from
+      // the GPU read again: told now, as the rescan below finds nothing more to tell.
+      relisted = Rebuild();
     }
   }
   removal_done_.notify_all();
   if (!gone) return removed;
   spdlog::info("vgpu removed device={} vgpu={}", device_id, vgpu_id);
+  AfterChange(relisted);
   // The freed slot and the type lock on the GPU: the kernel's counts say what is possible now.
   (void)Refresh();
   return Status::Ok();

@@ -115,7 +115,8 @@ class ResourceManager {
   void BeginAllocating(const std::vector<std::vector<std::string>>& containers);
   void EndAllocating(const std::vector<std::vector<std::string>>& containers,
                      const std::vector<ContainerAllocation>* made);
-  void Rebuild();  // the catalogue from the node state; caller holds mutex_
+  // The catalogue from the node state; whether the lists changed. Caller holds mutex_.
+  bool Rebuild();
   void AfterChange(bool changed);
 
   mdev::Backend& backend_;
