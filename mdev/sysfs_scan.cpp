@@ -127,6 +127,18 @@ Result<Vgpu> ReadMdevDevice(SysfsIo& io, const fs::path& devices_dir, const std:
 
 }  // namespace internal
 
+namespace {
+
+// One order for every scan, whole or of one GPU: parents by name, vGPUs by id.
+void SortInventory(Inventory& inventory) {
+  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
+  std::sort(inventory.parents.begin(), inventory.parents.end(), by_name);
+  std::sort(inventory.vgpus.begin(), inventory.vgpus.end(),
+            [](const Vgpu& a, const Vgpu& b) { return a.id < b.id; });
+}
+
+}  // namespace
+
 SysfsBackend::SysfsBackend(fs::path root, SysfsIo& io, SysfsBackendOptions options)
     : root_(std::move(root)), io_(io), options_(options) {}
 
@@ -151,10 +163,7 @@ Result<Inventory> SysfsBackend::Scan() {
     Status status = (this->*step)(inventory);
     if (!status.ok()) return status;
   }
-  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
-  std::sort(inventory.parents.begin(), inventory.parents.end(), by_name);
-  std::sort(inventory.vgpus.begin(), inventory.vgpus.end(),
-            [](const Vgpu& a, const Vgpu& b) { return a.id < b.id; });
+  SortInventory(inventory);
   return inventory;
 }
 
@@ -260,10 +269,7 @@ Result<Inventory> SysfsBackend::ScanGpu(const std::string& physical_gpu) {
     });
   }
   NameVendorVfioVgpus(inventory);
-  auto by_name = [](const auto& a, const auto& b) { return a.name < b.name; };
-  std::sort(inventory.parents.begin(), inventory.parents.end(), by_name);
-  std::sort(inventory.vgpus.begin(), inventory.vgpus.end(),
-            [](const Vgpu& a, const Vgpu& b) { return a.id < b.id; });
+  SortInventory(inventory);
   return inventory;
 }
 

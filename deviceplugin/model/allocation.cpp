@@ -289,9 +289,7 @@ void AllocationTransaction::RollBack(const std::string& resource) {
     }
     spdlog::info("rollback removed vgpu={}", vgpu_id);
     state_.Forget(device_id, vgpu_id);
-    const std::string gpu = state_.PhysicalGpuOf(vgpu_id);
-    state_.VgpuRemoved(vgpu_id);
-    if (!gpu.empty()) state_.RereadGpu(backend_, gpu);
+    state_.VgpuRemovedAndReread(backend_, vgpu_id);
   }
   created_.clear();
   (void)state_.Save();

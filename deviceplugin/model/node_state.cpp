@@ -141,6 +141,12 @@ std::string NodeState::PhysicalGpuOf(const std::string& vgpu_id) const {
   return v != nullptr ? v->physical_gpu : "";
 }
 
+void NodeState::VgpuRemovedAndReread(mdev::Backend& backend, const std::string& vgpu_id) {
+  const std::string gpu = PhysicalGpuOf(vgpu_id);
+  VgpuRemoved(vgpu_id);
+  if (!gpu.empty()) RereadGpu(backend, gpu);
+}
+
 LifecycleSnapshot NodeState::Snapshot(const std::set<std::string>& removing,
                                       const std::set<std::string>& allocating) const {
   LifecycleSnapshot out;

@@ -81,6 +81,8 @@ class NodeState {
   void RereadGpu(mdev::Backend& backend, const std::string& physical_gpu);
   // The physical GPU of a vGPU in the view; empty for an unknown one.
   std::string PhysicalGpuOf(const std::string& vgpu_id) const;
+  // VgpuRemoved, then its GPU read again (RereadGpu): what a removal of the model's own does.
+  void VgpuRemovedAndReread(mdev::Backend& backend, const std::string& vgpu_id);
 
   LifecycleSnapshot Snapshot(const std::set<std::string>& removing,
                              const std::set<std::string>& allocating) const;

@@ -439,9 +439,7 @@ Status ResourceManager::RemoveVgpu(const std::string& device_id, const std::stri
       state_.Forget(device_id, vgpu_id);
       // The kernel counts the instance free again. Without this the rebuild below would list
       // one device fewer than kubelet was told (the highest free ID) until the rescan.
-      const std::string gpu = state_.PhysicalGpuOf(vgpu_id);
-      state_.VgpuRemoved(vgpu_id);
-      if (!gpu.empty()) state_.RereadGpu(backend_, gpu);
+      state_.VgpuRemovedAndReread(backend_, vgpu_id);
       if (!state_.Save().ok()) {
         spdlog::warn(
             "vgpu {} removed but the record not yet saved; the next save or start drops it (its "
