@@ -126,6 +126,11 @@ Result<LibvirtParent> ParseLibvirtParent(const std::string& xml) {
     std::string product = pci.child("product").attribute("id").as_string();
     if (!vendor.empty()) parent.vendor_id = vendor;
     if (!product.empty()) parent.device_id = product;
+    // libvirt writes <numa node='N'/> when the kernel knows the device's node (not for -1).
+    if (pugi::xml_attribute node = pci.child("numa").attribute("node")) {
+      if (int value = node.as_int(-1); value >= 0) parent.numa_node = value;
+    }
+    parent.pcie_root = PcieRootOfPath(out.sysfs_path);
     if (pugi::xml_node pf = Capability(pci, "phys_function")) {
       Result<std::string> pf_address = AddressOf(pf.child("address"), true);
       if (!pf_address.ok()) {

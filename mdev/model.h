@@ -56,8 +56,17 @@ struct Parent {
   std::optional<std::string> vendor_id;  // "0x10de"
   std::optional<std::string> device_id;  // "0x1eb8"
   std::optional<std::string> driver;     // bound driver's name, when linked
+  // The NUMA node the device is attached to (sysfs `numa_node`; the kernel writes -1 for none,
+  // which is absent here), and its PCIe root complex, "pci<domain>:<bus>" (the bridge directory
+  // its sysfs path runs through; the form of Kubernetes' resource.kubernetes.io/pcieRoot).
+  std::optional<int32_t> numa_node;
+  std::optional<std::string> pcie_root;
   std::vector<VgpuType> types;
 };
+
+// "pci0000:00" from a PCI device's real sysfs path (/sys/devices/pci0000:00/0000:00:01.0/...);
+// nullopt when no component has that form.
+std::optional<std::string> PcieRootOfPath(const std::string& sysfs_path);
 
 struct Vgpu {
   // UUID for an mdev; for a vendor-VFIO vGPU the VF's PCI address (the VF is the device).

@@ -69,6 +69,16 @@ void FillDeviceIdentity(SysfsIo& io, const fs::path& dir, Parent& parent) {
     auto driver = LinkName(io, dir / "driver");
     if (driver.ok()) parent.driver = *driver;
   }
+  if (!parent.is_pci) return;
+  // A missing or odd numa_node (an older kernel, a non-NUMA build) just leaves it unknown.
+  if (std::optional<std::string> numa = OptionalAttribute(io, dir / "numa_node")) {
+    int32_t node = -1;
+    auto [end, ec] = std::from_chars(numa->data(), numa->data() + numa->size(), node);
+    if (ec == std::errc() && end == numa->data() + numa->size() && node >= 0) {
+      parent.numa_node = node;
+    }
+  }
+  if (auto real = io.Canonical(dir); real.ok()) parent.pcie_root = PcieRootOfPath(real->string());
 }
 
 std::optional<uint32_t> IommuGroup(SysfsIo& io, const fs::path& device_dir) {

@@ -14,7 +14,16 @@ namespace kvgpu::sim {
 
 namespace {
 
-constexpr const char* kHostBridge = "pci0000:00";
+// The host bridge (root complex) of a NUMA node: bus 00 for node 0 (and for "none"), bus 0x80
+// for node 1, the split two-socket hosts commonly use; the simulated host has one per node.
+unsigned RootBus(int32_t numa_node) {
+  return numa_node > 0 ? 0x80u * unsigned(numa_node) : 0u;
+}
+std::string HostBridge(int32_t numa_node) {
+  char name[16];
+  std::snprintf(name, sizeof name, "pci0000:%02x", RootBus(numa_node) & 0xffu);
+  return name;
+}
 // NVIDIA data-center GPUs enumerate as "3D controller".
 constexpr const char* kGpuClass = "0x030200";
 
@@ -37,7 +46,7 @@ fs::path KernelModel::DeviceDir(size_t gpu, const std::string& function) const {
   if (spec.kind == GpuKind::kVirtual) {
     return SysDir() / "devices" / "virtual" / spec.address / spec.address;
   }
-  return SysDir() / "devices" / kHostBridge / gpus_[gpu].bridge / function;
+  return SysDir() / "devices" / HostBridge(spec.numa_node) / gpus_[gpu].bridge / function;
 }
 
 uint32_t KernelModel::AllocateIommuGroup() {
@@ -82,9 +91,10 @@ Status KernelModel::LayoutNode() {
     if (spec.kind != GpuKind::kVirtual) {
       // Each GPU sits below its own PCIe root port, which is in its own IOMMU group.
       char bridge[16];
-      std::snprintf(bridge, sizeof bridge, "0000:00:%02x.0", slot++);
+      std::snprintf(bridge, sizeof bridge, "0000:%02x:%02x.0", RootBus(spec.numa_node) & 0xffu,
+                    slot++);
       gpus_[i].bridge = bridge;
-      fs::path dir = sys / "devices" / kHostBridge / bridge;
+      fs::path dir = sys / "devices" / HostBridge(spec.numa_node) / bridge;
       if (Status s = tree::MakeDirs(dir); !s.ok()) return s;
       for (auto [name, value] :
            {std::pair{"vendor", "0x8086"}, {"device", "0x2030"}, {"class", "0x060400"}}) {
@@ -118,6 +128,7 @@ Status KernelModel::LayoutPciFunction(size_t gpu, const std::string& address, bo
   for (auto [name, value] : {std::pair{"vendor", spec.vendor_id},
                              {"device", spec.device_id},
                              {"class", std::string(kGpuClass)},
+                             {"numa_node", std::to_string(spec.numa_node)},
                              {"uevent", uevent}}) {
     if (name != std::string("uevent")) value += "\n";
     if (Status s = tree::PutFile(dir / name, value, tree::kReadOnly, scratch); !s.ok()) return s;

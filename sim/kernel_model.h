@@ -63,7 +63,9 @@ struct GpuSpec {
   std::string device_id;  // "0x1eb8" for T4
   std::string driver = "nvidia";
   uint32_t num_vfs = 0;  // SR-IOV VFs (kSriovMdev, kVendorVfio)
-  uint32_t pool = 0;     // capacity units shared by all types (0: each type's max_instances alone)
+  // The NUMA node its PCI functions report (sysfs numa_node); -1 is the kernel's "none".
+  int32_t numa_node = -1;
+  uint32_t pool = 0;  // capacity units shared by all types (0: each type's max_instances alone)
   // Time-sliced vGPU: the first vGPU locks the GPU to its type (the drivers the T4 profile is
   // taken from) or to its framebuffer size (NVIDIA's equal-size mode, the default today: types of
   // one size share the GPU's count for that size). Virtual parents have no such lock.

@@ -252,57 +252,68 @@ std::vector<std::string> ProfileNames() {
           "l40s-vfio", "rtxpro6000-mig",  "mtty",       "mixed"};
 }
 
+// Two-socket servers put the PCIe buses of each socket in one half of the bus range; the
+// profiles' GPUs at bus 0x3b/0x41 are on socket 0 and those at 0xaf on socket 1 (the layout of
+// the dual-socket hosts these addresses come from; a single-socket host would report 0 or -1).
+GpuSpec OnNode(GpuSpec gpu, int32_t node) {
+  gpu.numa_node = node;
+  return gpu;
+}
+
 Result<NodeProfile> ProfileByName(std::string_view name) {
   if (name == "t4x2") {
     return NodeProfile{"t4x2",
                        "two Tesla T4, time-sliced vGPU on the mdev bus",
-                       {TeslaT4("0000:3b:00.0"), TeslaT4("0000:af:00.0")},
+                       {OnNode(TeslaT4("0000:3b:00.0"), 0), OnNode(TeslaT4("0000:af:00.0"), 1)},
                        kHostDriver};
   }
   if (name == "t4x2-equal-size") {
-    return NodeProfile{"t4x2-equal-size",
-                       "two Tesla T4 in equal-size mode: types of one framebuffer size share a GPU",
-                       {TeslaT4EqualSize("0000:3b:00.0"), TeslaT4EqualSize("0000:af:00.0")},
-                       kCurrentHostDriver};
+    return NodeProfile{
+        "t4x2-equal-size",
+        "two Tesla T4 in equal-size mode: types of one framebuffer size share a GPU",
+        {OnNode(TeslaT4EqualSize("0000:3b:00.0"), 0), OnNode(TeslaT4EqualSize("0000:af:00.0"), 1)},
+        kCurrentHostDriver};
   }
   if (name == "a100-sriov") {
     return NodeProfile{"a100-sriov",
                        "one A100 80GB with SR-IOV VFs as mdev parents",
-                       {A100Sriov("0000:41:00.0")},
+                       {OnNode(A100Sriov("0000:41:00.0"), 0)},
                        kHostDriver};
   }
   if (name == "h200-vfio") {
     return NodeProfile{"h200-vfio",
                        "one H200 with vendor-specific VFIO VFs, no mdev bus",
-                       {H200VendorVfio("0000:41:00.0")},
+                       {OnNode(H200VendorVfio("0000:41:00.0"), 0)},
                        kHostDriver};
   }
   if (name == "h200-mig") {
     return NodeProfile{"h200-mig",
                        "one H200 in MIG mode with GPU instances, vendor-specific VFIO",
-                       {H200Mig("0000:41:00.0")},
+                       {OnNode(H200Mig("0000:41:00.0"), 0)},
                        kCurrentHostDriver};
   }
   if (name == "l40s-vfio") {
-    return NodeProfile{"l40s-vfio",
-                       "two L40S, vendor-specific VFIO: one equal-size, one in mixed-size mode",
-                       {L40sVfio("0000:3b:00.0", false), L40sVfio("0000:af:00.0", true)},
-                       kCurrentHostDriver};
+    return NodeProfile{
+        "l40s-vfio",
+        "two L40S, vendor-specific VFIO: one equal-size, one in mixed-size mode",
+        {OnNode(L40sVfio("0000:3b:00.0", false), 0), OnNode(L40sVfio("0000:af:00.0", true), 1)},
+        kCurrentHostDriver};
   }
   if (name == "rtxpro6000-mig") {
     return NodeProfile{"rtxpro6000-mig",
                        "one RTX PRO 6000 Blackwell in MIG mode, time-sliced MIG-backed vGPUs",
-                       {RtxPro6000Mig("0000:41:00.0")},
+                       {OnNode(RtxPro6000Mig("0000:41:00.0"), 0)},
                        kCurrentHostDriver};
   }
   if (name == "mtty") {
     return NodeProfile{"mtty", "the kernel's mtty sample driver", {Mtty()}, ""};
   }
   if (name == "mixed") {
-    return NodeProfile{"mixed",
-                       "a T4, an A100 with SR-IOV VFs and the mtty sample",
-                       {TeslaT4("0000:3b:00.0"), A100Sriov("0000:41:00.0"), Mtty()},
-                       kHostDriver};
+    return NodeProfile{
+        "mixed",
+        "a T4, an A100 with SR-IOV VFs and the mtty sample",
+        {OnNode(TeslaT4("0000:3b:00.0"), 0), OnNode(A100Sriov("0000:41:00.0"), 0), Mtty()},
+        kHostDriver};
   }
   std::string known;
   for (const auto& profile : ProfileNames()) known += (known.empty() ? "" : ", ") + profile;

@@ -109,6 +109,8 @@ nlohmann::json TypesJson(const mdev::Inventory& inventory) {
                        {"vendor_id", OrNull(parent.vendor_id)},
                        {"device_id", OrNull(parent.device_id)},
                        {"driver", OrNull(parent.driver)},
+                       {"numa_node", OrNull(parent.numa_node)},
+                       {"pcie_root", OrNull(parent.pcie_root)},
                        {"types", std::move(types)}});
   }
   return {{"parents", std::move(parents)}, {"warnings", inventory.warnings}};

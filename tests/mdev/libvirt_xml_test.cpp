@@ -44,12 +44,40 @@ TEST(LibvirtXmlTest, ARealPciParentGivesItsAddressIdentityAndTypes) {
   EXPECT_EQ(parent.types[1].available_instances, 12u);
   // libvirt's XML carries no description: the backend reads it from sysfs.
   EXPECT_FALSE(parent.types[0].description.has_value());
+  // The VM has no NUMA topology (no <numa>); its root complex is in the device's sysfs path.
+  EXPECT_FALSE(parent.numa_node.has_value());
+  EXPECT_EQ(parent.pcie_root, "pci0000:00");
 
   Result<LibvirtParent> full =
       ParseLibvirtParent(Fixture("captured/pci_parent_mdev_types_full.xml"));
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->parent.types[0].available_instances, 0u);
   EXPECT_EQ(full->parent.types[1].available_instances, 0u);
+}
+
+TEST(LibvirtXmlTest, APciParentsNumaNodeIsReadAndMinusOneIsNone) {
+  std::string xml = Fixture("captured/pci_parent_mdev_types.xml");
+  const std::string anchor = "<vendor id='0x1234'/>";
+  ASSERT_NE(xml.find(anchor), std::string::npos);
+  std::string on_node = xml;
+  on_node.insert(on_node.find(anchor) + anchor.size(), "\n    <numa node='1'/>");
+  Result<LibvirtParent> parsed = ParseLibvirtParent(on_node);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->parent.numa_node, 1);
+  std::string none = xml;
+  none.insert(none.find(anchor) + anchor.size(), "\n    <numa node='-1'/>");
+  parsed = ParseLibvirtParent(none);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_FALSE(parsed->parent.numa_node.has_value());
+}
+
+TEST(LibvirtXmlTest, PcieRootIsTheHostBridgeInThePath) {
+  EXPECT_EQ(PcieRootOfPath("/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0"), "pci0000:3a");
+  EXPECT_EQ(PcieRootOfPath("/tmp/x/sys/devices/pci0001:00/0001:00:01.0/0001:01:00.4"),
+            "pci0001:00");
+  EXPECT_FALSE(PcieRootOfPath("/sys/devices/virtual/mtty/mtty").has_value());
+  EXPECT_FALSE(PcieRootOfPath("/sys/devices/pci000g:00/0000:00:01.0").has_value());
+  EXPECT_FALSE(PcieRootOfPath("").has_value());
 }
 
 TEST(LibvirtXmlTest, AVirtualParentIsNamedAsSysfsNamesIt) {

@@ -31,6 +31,9 @@ TEST(NodeScan, T4NodeShowsTwoPhysicalGpusWithParsedNvidiaTypes) {
     EXPECT_EQ(parent->physical_gpu, gpu.address);
     EXPECT_EQ(parent->vendor_id, "0x10de");
     EXPECT_EQ(parent->driver, "nvidia");
+    // Each GPU's NUMA node and the host bridge its sysfs path runs through (one per node).
+    EXPECT_EQ(parent->numa_node, gpu.numa_node);
+    EXPECT_EQ(parent->pcie_root, gpu.numa_node == 1 ? "pci0000:80" : "pci0000:00");
     ASSERT_EQ(parent->types.size(), gpu.types.size());
     // The fixture type: nvidia-222 is GRID T4-1B with a 1 GiB framebuffer, 16 per GPU.
     const VgpuType* t41b = FindType(*parent, "nvidia-222");
@@ -78,6 +81,9 @@ TEST(NodeScan, VendorVfioVirtualFunctionsOfferTheirCreatableTypes) {
     SCOPED_TRACE(parent.name);
     EXPECT_EQ(parent.flavour, Flavour::kVendorVfio);
     EXPECT_TRUE(parent.is_virtual_function);
+    // A VF sits on its GPU's node and root complex.
+    EXPECT_EQ(parent.numa_node, 0);
+    EXPECT_EQ(parent.pcie_root, "pci0000:00");
     const VgpuType* mig = FindType(parent, "1414");
     ASSERT_NE(mig, nullptr);
     EXPECT_EQ(mig->name, "NVIDIA H200X-1-18C");
@@ -95,6 +101,8 @@ TEST(NodeScan, VirtualParentWithoutDescriptionIsDiscovered) {
   ASSERT_NE(mtty, nullptr);
   EXPECT_FALSE(mtty->is_pci);
   EXPECT_EQ(mtty->physical_gpu, "mtty");
+  EXPECT_FALSE(mtty->numa_node.has_value());
+  EXPECT_FALSE(mtty->pcie_root.has_value());
   const VgpuType* one = FindType(*mtty, "mtty-1");
   const VgpuType* two = FindType(*mtty, "mtty-2");
   ASSERT_NE(one, nullptr);
@@ -178,6 +186,26 @@ TEST(NodeScan, OddSysfsContentsSkipOnlyWhatIsBrokenAndSaySo) {
     if (type != nullptr && c.file == "name") {
       EXPECT_FALSE(type->profile.has_value());
     }
+  }
+}
+
+TEST(NodeScan, ANumaNodeOfNoneGarbageOrMissingLeavesItUnknownAndTheGpuListed) {
+  for (const std::string content : {"-1\n", "one\n", "", "<delete>"}) {
+    SCOPED_TRACE(content);
+    SimulatedNode sim("t4x2");
+    const std::string gpu = sim.model().profile().gpus.at(0).address;
+    const fs::path file = fs::path("sys/class/mdev_bus") / gpu / "numa_node";
+    if (content == "<delete>") {
+      fs::remove(sim.root() / file);
+    } else {
+      sim.Overwrite(file, content);
+    }
+    Inventory inventory = sim.Scan();
+    const Parent* parent = inventory.FindParent(gpu);
+    ASSERT_NE(parent, nullptr);
+    EXPECT_FALSE(parent->numa_node.has_value());
+    EXPECT_EQ(parent->types.size(), sim.model().profile().gpus.at(0).types.size());
+    EXPECT_TRUE(inventory.warnings.empty());
   }
 }
 

@@ -47,7 +47,7 @@ TEST_F(LayoutTest, LinksStoreTheRelativeTargetsSysfsStores) {
       {"PCI bus entry", "t4x2", "bus/pci/devices/0000:3b:00.0",
        "../../../devices/pci0000:00/0000:00:01.0/0000:3b:00.0"},
       {"second GPU under its own root port", "t4x2", "bus/pci/devices/0000:af:00.0",
-       "../../../devices/pci0000:00/0000:00:02.0/0000:af:00.0"},
+       "../../../devices/pci0000:80/0000:80:02.0/0000:af:00.0"},
       {"mdev parent class entry", "t4x2", "class/mdev_bus/0000:3b:00.0",
        "../../devices/pci0000:00/0000:00:01.0/0000:3b:00.0"},
       {"bound driver", "t4x2", "devices/pci0000:00/0000:00:01.0/0000:3b:00.0/driver",
