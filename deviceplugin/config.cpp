@@ -385,6 +385,18 @@ const std::vector<KeyRow>& KeyTable() {
        {"devices wait for the daemon's OccupancyConfirmed before a pod binds",
         "(binding conditions, Kubernetes 1.36+)"},
        BoolInto([](Config& c) -> bool& { return c.dra.binding_conditions; })},
+      {"dra.deviceMetadata",
+       "true",
+       {"each prepared request's device metadata (attributes, mdev UUID) in a",
+        "JSON file mounted into its containers (KEP-5304)"},
+       BoolInto([](Config& c) -> bool& { return c.dra.device_metadata; })},
+      {"dra.deviceMetadataDir",
+       "",
+       {"where those files are kept on the host (absolute; default: the",
+        "DRA plugin's directory under --kubelet-dir, dra-device-metadata)"},
+       StringInto([](Config& c,
+                     const std::string& v) { return c.dra.device_metadata_dir = v, Status::Ok(); },
+                  AbsolutePath)},
   };
   return kRows;
 }

@@ -49,6 +49,12 @@ struct DraConfig {
   // Devices carry binding conditions and the daemon confirms each allocation (KEP-5007;
   // dra/occupancy_confirmer.h).
   bool binding_conditions = true;
+  // DRA device metadata (KEP-5304; dra/device_metadata.h): per prepared request a JSON file with
+  // the device's attributes and its vGPU, mounted read-only into the containers through CDI.
+  bool device_metadata = true;
+  // Where those files are kept on the host; empty: <kubelet-dir>/plugins/<driverName>/
+  // dra-device-metadata (upstream's place).
+  std::string device_metadata_dir;
 
   bool enabled() const { return all_gpus || !gpus.empty(); }
   bool operator==(const DraConfig&) const = default;

@@ -459,9 +459,17 @@ Status Daemon::ServeDra() {
     if (dra_.confirmer) dra_.confirmer->Trigger();
   };
   dra_.manager->SetChangeListener(changed);
+  // Device metadata (KEP-5304): kept beside the checkpoint, as upstream's helper keeps it; its
+  // directory is always known so that an unprepare removes files made before it was switched off.
+  dra::DeviceMetadataOptions metadata;
+  metadata.enabled = dra.device_metadata;
+  metadata.dir = dra.device_metadata_dir.empty() ? dir / dra::kMetadataHostSubDir
+                                                 : std::filesystem::path(dra.device_metadata_dir);
+  metadata.cdi_dir = model.cdi_dir;
   dra_.plugin = std::make_unique<dra::DraPlugin>(
       *dra_.manager, *dra_.claims, *api,
-      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name), changed});
+      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name), changed},
+      std::move(metadata));
   dra_.server = std::make_unique<dra::KubeletDraServer>(*dra_.plugin, server);
   if (Status served = dra_.server->Start(); !served.ok()) return served;
   dra_.slices->Start();

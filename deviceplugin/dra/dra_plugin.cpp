@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -40,8 +41,13 @@ Verdict PreparedClaimHolders::Check(const CreatedVgpu& vgpu) {
 }
 
 DraPlugin::DraPlugin(ResourceManager& manager, PreparedStore& store, kube::ApiTransport& api,
-                     DraPluginOptions options)
-    : manager_(manager), store_(store), api_(api), options_(std::move(options)) {}
+                     DraPluginOptions options, DeviceMetadataOptions metadata)
+    : manager_(manager),
+      store_(store),
+      api_(api),
+      options_(std::move(options)),
+      metadata_(std::move(metadata)),
+      metadata_files_(options_.driver, metadata_.dir, metadata_.cdi_dir) {}
 
 namespace {
 
@@ -70,6 +76,17 @@ bool SameNames(const std::vector<AllocatedDevice>& allocated,
     }
   }
   return true;
+}
+
+// The claim as the API server has it (ReadOurDevices' GET: a missing claim is kGone).
+Result<nlohmann::json> ReadClaim(kube::ApiTransport& api, const ClaimRef& ref) {
+  Result<nlohmann::json> claim = api.Get(ResourceClaimPath(ref));
+  if (!claim.ok() && claim.status().code() == ErrorCode::kHttp &&
+      claim.status().http_status() == 404) {
+    return Status::Error(ErrorCode::kGone,
+                         "ResourceClaim " + ref.namespace_ + "/" + ref.name + " not found");
+  }
+  return claim;
 }
 
 }  // namespace
@@ -152,11 +169,30 @@ Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
 PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
   if (Status ok = CheckClaimRef(ref); !ok.ok()) return {{}, ok.message()};
   if (std::optional<PreparedClaim> done = store_.Find(ref.uid); done && done->prepared) {
+    if (Status kept = KeepMetadata(*done); !kept.ok()) {
+      spdlog::warn("dra prepare claim={} pool={} failed: {}", ClaimName(ref), options_.pool,
+                   LogSafe(kept.message()));
+      return {{}, kept.message()};
+    }
     return {done->devices, ""};
   }
+  Result<nlohmann::json> claim = ReadClaim(api_, ref);
+  if (!claim.ok()) return {{}, claim.status().message()};
   Result<std::vector<AllocatedDevice>> allocated =
-      ReadOurDevices(api_, ref, options_.driver, options_.pool);
+      OurDevices(claim.value(), ref, options_.driver, options_.pool);
   if (!allocated.ok()) return {{}, allocated.status().message()};
+  // Every name the metadata's paths are made of is checked before anything is made.
+  std::optional<MetadataClaim> metadata;
+  if (metadata_.enabled && !metadata_.dir.empty()) {
+    metadata = MetadataClaim{ref.namespace_, ref.name, ref.uid, PodClaimNameOf(claim.value())};
+    std::vector<std::string> requests;
+    for (const AllocatedDevice& a : allocated.value()) requests.push_back(a.request);
+    if (Status safe = metadata_files_.Check(*metadata, requests); !safe.ok()) {
+      spdlog::warn("dra prepare claim={} pool={} refused: {}", ClaimName(ref), options_.pool,
+                   LogSafe(safe.message()));
+      return {{}, safe.message()};
+    }
+  }
 
   std::lock_guard lock(mutex_);
   Result<std::vector<PreparedDevice>> resolved = Resolve(ref, allocated.value());
@@ -175,7 +211,8 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
                  LogSafe(resolved.status().message()));
     return {{}, resolved.status().message()};
   }
-  Result<std::vector<PreparedDevice>> prepared = PrepareLocked(ref, std::move(resolved).value());
+  Result<std::vector<PreparedDevice>> prepared =
+      PrepareLocked(ref, std::move(resolved).value(), metadata);
   // Even a failed prepare may have made some vGPUs (kept for the retry).
   if (options_.on_change) options_.on_change();
   if (!prepared.ok()) {
@@ -188,8 +225,9 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
   return {std::move(prepared).value(), ""};
 }
 
-Result<std::vector<PreparedDevice>> DraPlugin::PrepareLocked(const ClaimRef& ref,
-                                                             std::vector<PreparedDevice> devices) {
+Result<std::vector<PreparedDevice>> DraPlugin::PrepareLocked(
+    const ClaimRef& ref, std::vector<PreparedDevice> devices,
+    const std::optional<MetadataClaim>& metadata) {
   // A concurrent prepare of the same claim may have finished while this one read the claim.
   std::optional<PreparedClaim> earlier = store_.Find(ref.uid);
   if (earlier && earlier->prepared) return earlier->devices;
@@ -234,6 +272,12 @@ Result<std::vector<PreparedDevice>> DraPlugin::PrepareLocked(const ClaimRef& ref
     }
   }
   Failpoint("dra.prepare.after-create");
+  // The vGPUs stay recorded under the claim when this fails, as after any failure above.
+  if (metadata) {
+    if (Status written = WriteMetadata(*metadata, devices); !written.ok()) {
+      return Status::Error(written.code(), "vGPUs made, " + written.message());
+    }
+  }
 
   claim.devices = devices;
   claim.prepared = true;
@@ -247,7 +291,16 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
   if (ref.uid.empty()) return "claim UID is empty";
   std::lock_guard lock(mutex_);
   std::optional<PreparedClaim> claim = store_.Find(ref.uid);
-  if (!claim) return "";
+  if (!claim) {
+    // Already unprepared; metadata files of it would be left from no state this plugin keeps,
+    // but removing them is harmless and a second unprepare finds nothing.
+    if (CheckClaimRef(ref).ok()) {
+      if (Status gone = RemoveMetadata(ref.namespace_, ref.name, ref.uid); !gone.ok()) {
+        return gone.message();
+      }
+    }
+    return "";
+  }
   // The model's record, not the claim's, says which vGPU a device ID has: a crash between the
   // create and the claim's update leaves the claim without the vGPU's id.
   LifecycleSnapshot snapshot = manager_.Snapshot();
@@ -262,6 +315,9 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
     }
   }
   Failpoint("dra.unprepare.after-remove");
+  if (Status gone = RemoveMetadata(claim->namespace_, claim->name, claim->uid); !gone.ok()) {
+    return "vGPUs removed, device metadata not removed: " + gone.message();
+  }
   Status erased = store_.Erase(ref.uid);
   if (options_.on_change) options_.on_change();
   if (!erased.ok()) return "vGPUs removed, checkpoint not updated: " + erased.message();
@@ -269,6 +325,103 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
   spdlog::info("dra unprepared claim={} pool={}",
                ClaimName({claim->namespace_, claim->uid, claim->name}), options_.pool);
   return "";
+}
+
+// The catalogue the slices are built from (same inventory, rules and options), so each device's
+// metadata carries exactly the attributes it was published with.
+Status DraPlugin::WriteMetadata(const MetadataClaim& claim, std::vector<PreparedDevice>& devices) {
+  const mdev::Inventory inventory = metadata_types_.Remember(manager_.Inventory());
+  const ModelOptions& model = manager_.options();
+  const GpuRules rules(inventory, model.occupancy, model.mode_probe.get());
+  SliceOptions slice_options;
+  slice_options.driver = options_.driver;
+  slice_options.model = model;
+  Result<Catalogue> catalogue = BuildCatalogue(inventory, rules, slice_options);
+  if (!catalogue.ok()) {
+    spdlog::warn("dra metadata claim={}: no catalogue ({}); the vGPU identity only",
+                 ClaimName({claim.namespace_, claim.uid, claim.name}),
+                 LogSafe(catalogue.status().message()));
+  }
+  std::vector<MetadataDevice> list;
+  for (const PreparedDevice& d : devices) {
+    const DraDevice* published = nullptr;
+    if (catalogue.ok()) {
+      for (const DraDevice& c : catalogue->devices) {
+        if (c.name == d.device) published = &c;
+      }
+    }
+    nlohmann::json attributes =
+        published ? MetadataAttributes(*published, d.vgpu_id) : VgpuIdentityAttributes(d.vgpu_id);
+    for (const std::string& request : d.request_names) {
+      list.push_back({request, d.pool, d.device, attributes});
+    }
+  }
+  Result<std::map<std::string, std::string>> ids = metadata_files_.Write(claim, list);
+  if (!ids.ok()) return ids.status();
+  // Once per request, on its first device, as upstream's helper adds it.
+  for (const auto& [base, id] : ids.value()) {
+    for (PreparedDevice& d : devices) {
+      const bool of_request =
+          std::any_of(d.request_names.begin(), d.request_names.end(),
+                      [&](const std::string& r) { return BaseRequest(r) == base; });
+      if (!of_request) continue;
+      if (std::find(d.cdi_device_ids.begin(), d.cdi_device_ids.end(), id) ==
+          d.cdi_device_ids.end()) {
+        d.cdi_device_ids.push_back(id);
+      }
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+Status DraPlugin::KeepMetadata(const PreparedClaim& prepared) {
+  std::set<std::string> bases;
+  for (const PreparedDevice& d : prepared.devices) {
+    for (const std::string& id : d.cdi_device_ids) {
+      if (!metadata_files_.IsMetadataCdiId(id)) continue;
+      for (const std::string& r : d.request_names) bases.insert(BaseRequest(r));
+    }
+  }
+  if (bases.empty() || metadata_.dir.empty()) return Status::Ok();
+  const std::vector<std::string> wanted(bases.begin(), bases.end());
+  MetadataClaim claim{prepared.namespace_, prepared.name, prepared.uid, std::nullopt};
+  if (metadata_files_.Present(claim, wanted)) return Status::Ok();
+  // Gone (a wiped directory): written again, the pod claim name read from the claim again.
+  const ClaimRef ref{prepared.namespace_, prepared.uid, prepared.name};
+  Result<nlohmann::json> read = ReadClaim(api_, ref);
+  if (!read.ok()) {
+    return Status::Error(read.status().code(),
+                         "device metadata gone and not restored: " + read.status().message());
+  }
+  if (Result<std::vector<AllocatedDevice>> ours =
+          OurDevices(read.value(), ref, options_.driver, options_.pool);
+      !ours.ok()) {
+    return Status::Error(ours.status().code(),
+                         "device metadata gone and not restored: " + ours.status().message());
+  }
+  claim.pod_claim_name = PodClaimNameOf(read.value());
+  std::lock_guard lock(mutex_);
+  std::optional<PreparedClaim> still = store_.Find(prepared.uid);
+  if (!still || !still->prepared) {
+    return Status::Error(ErrorCode::kBusy, "claim unprepared meanwhile");
+  }
+  std::vector<PreparedDevice> devices = still->devices;
+  if (Status written = WriteMetadata(claim, devices); !written.ok()) return written;
+  spdlog::info("dra metadata claim={} restored", ClaimName(ref));
+  return Status::Ok();
+}
+
+Status DraPlugin::RemoveMetadata(const std::string& namespace_, const std::string& name,
+                                 const std::string& uid) const {
+  if (metadata_.dir.empty()) return Status::Ok();
+  // Host directories are named by namespace and name: one a newer claim of that name (another
+  // UID) has prepared stays.
+  bool keep_dir = false;
+  for (const PreparedClaim& other : store_.All()) {
+    if (other.uid != uid && other.namespace_ == namespace_ && other.name == name) keep_dir = true;
+  }
+  return metadata_files_.Remove(namespace_, name, uid, keep_dir);
 }
 
 }  // namespace kvgpu::deviceplugin::dra

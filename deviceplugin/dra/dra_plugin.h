@@ -9,15 +9,23 @@
 // IDs. A claim already prepared is answered from the record, without the API server. Unprepare
 // removes the vGPUs recorded for the claim, then forgets it; an unknown claim is already
 // unprepared.
+//
+// Device metadata (device_metadata.h, KEP-5304): with it on, a prepare writes a metadata file and
+// its bind-mount CDI spec per request once the vGPUs exist, and answers the spec's CDI device ID
+// beside the vGPU's; a prepare answered from the record restores them when they are gone; an
+// unprepare removes them after the vGPUs and before it forgets the claim.
 #pragma once
 
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "deviceplugin/dra/claim_reader.h"
+#include "deviceplugin/dra/device_metadata.h"
 #include "deviceplugin/dra/prepared_store.h"
+#include "deviceplugin/dra/resource_slices.h"
 #include "deviceplugin/model/holders.h"
 #include "deviceplugin/model/resource_manager.h"
 #include "kube/api_client.h"
@@ -49,8 +57,9 @@ struct PrepareAnswer {
 
 class DraPlugin {
  public:
+  // `metadata`: off unless given; the daemon gives it from config dra.deviceMetadata.
   DraPlugin(ResourceManager& manager, PreparedStore& store, kube::ApiTransport& api,
-            DraPluginOptions options);
+            DraPluginOptions options, DeviceMetadataOptions metadata = {});
 
   PrepareAnswer Prepare(const ClaimRef& ref);
   // Empty when the claim's vGPUs are gone and the claim forgotten.
@@ -62,13 +71,24 @@ class DraPlugin {
   Result<std::vector<PreparedDevice>> Resolve(const ClaimRef& ref,
                                               const std::vector<AllocatedDevice>& allocated) const;
   Result<std::vector<PreparedDevice>> PrepareLocked(const ClaimRef& ref,
-                                                    std::vector<PreparedDevice> devices);
+                                                    std::vector<PreparedDevice> devices,
+                                                    const std::optional<MetadataClaim>& metadata);
+  // The metadata of `devices` (their published attributes and vGPUs) written; each request's CDI
+  // device ID added to its first device.
+  Status WriteMetadata(const MetadataClaim& claim, std::vector<PreparedDevice>& devices);
+  // A prepared claim whose answer names metadata CDI devices gets their files back if gone.
+  Status KeepMetadata(const PreparedClaim& claim);
+  Status RemoveMetadata(const std::string& namespace_, const std::string& name,
+                        const std::string& uid) const;
 
   ResourceManager& manager_;
   PreparedStore& store_;
   kube::ApiTransport& api_;
   DraPluginOptions options_;
-  std::mutex mutex_;  // one prepare or unprepare at a time changes the model and the store
+  DeviceMetadataOptions metadata_;
+  DeviceMetadataFiles metadata_files_;
+  TypeMemory metadata_types_;  // used under mutex_ only
+  std::mutex mutex_;           // one prepare or unprepare at a time changes the model and the store
 };
 
 }  // namespace kvgpu::deviceplugin::dra

@@ -369,4 +369,8 @@ Result<std::vector<json>> BuildResourceSlices(const mdev::Inventory& inventory,
   return SlicesFor(*catalogue, options, generation);
 }
 
+json DeviceAttributes(const DraDevice& device) {
+  return DeviceJson(device, false)["attributes"];
+}
+
 }  // namespace kvgpu::deviceplugin::dra

@@ -142,6 +142,9 @@ Result<std::vector<nlohmann::json>> BuildResourceSlices(const mdev::Inventory& i
 // The same from a catalogue already built (BuildCatalogue, then Narrow).
 Result<std::vector<nlohmann::json>> SlicesFor(const Catalogue& catalogue,
                                               const SliceOptions& options, int64_t generation);
+// The attributes `device` is published with (its entry's "attributes" in the slices), for readers
+// of the same facts outside them (the device metadata, dra/device_metadata.h).
+nlohmann::json DeviceAttributes(const DraDevice& device);
 
 // The API server's checks that the OpenAPI schema does not carry (types.go limits, DNS labels,
 // qualified names, devices xor sharedCounters), for one slice.

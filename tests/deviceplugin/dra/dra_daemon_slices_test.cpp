@@ -146,7 +146,10 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
   ASSERT_EQ(answers["uid-1"].error, "");
   ASSERT_EQ(answers["uid-1"].devices.size(), 1u);
   EXPECT_EQ(answers["uid-1"].devices[0].device, picked["name"]);
-  ASSERT_EQ(answers["uid-1"].devices[0].cdi_device_ids.size(), 1u);
+  // The vGPU's CDI device, then its device metadata's (config dra.deviceMetadata, on by default).
+  ASSERT_EQ(answers["uid-1"].devices[0].cdi_device_ids.size(), 2u);
+  EXPECT_EQ(answers["uid-1"].devices[0].cdi_device_ids[1],
+            std::string(dra::kDefaultDraDriverName) + "/metadata=uid-1_gpu");
   EXPECT_EQ(answers["uid-1"].devices[0].cdi_device_ids[0].rfind(
                 std::string(dra::kDefaultDraDriverName) + "/", 0),
             0u)
