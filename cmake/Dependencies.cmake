@@ -3,6 +3,8 @@
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)
+# filter's and prioritize's request bodies (extender/protocol_fast.cpp): libsimdjson-dev.
+find_package(simdjson 3 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 REQUIRED)

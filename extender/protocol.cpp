@@ -222,6 +222,7 @@ Result<ExtenderArgs> ParseExtenderArgs(const json& body) {
 }
 
 Result<ExtenderArgs> ParseExtenderArgsText(std::string_view body) {
+  if (std::optional<ExtenderArgs> read = ReadExtenderArgsFast(body)) return std::move(*read);
   json document;
   DivertedNames names;
   ArgsSax sax(document, names);

@@ -39,10 +39,20 @@ struct ExtenderArgs {
 
 // kInvalid, naming what is wrong, for anything but the documented shape.
 Result<ExtenderArgs> ParseExtenderArgs(const nlohmann::json& body);
-// The same from the request's text, without a document of NodeNames (a string per node, the bulk
-// of a nodeCacheCapable request and a third of the work once built as a document); kDecode when
-// the text is not JSON.
+// The same from the request's text; kDecode when the text is not JSON. A body of the shape
+// kube-scheduler sends with nodeCacheCapable is read by ReadExtenderArgsFast; any other (and any
+// error) as before: nlohmann's parser, building the document of all but a top-level NodeNames.
 Result<ExtenderArgs> ParseExtenderArgsText(std::string_view body);
+// filter's and prioritize's arguments with NodeNames (and Nodes null), read with simdjson's
+// On-Demand parser without a document (protocol_fast.cpp): what ParseExtenderArgs gives for the
+// body's document, or nullopt for any body it does not take - not JSON, arguments the document
+// reader refuses, other shapes, keys in another case or repeated, a quantity that is not a string,
+// nesting deeper than 256, a body over kFastArgsMaxBody. Every value of a body it takes is read,
+// so it takes only JSON that nlohmann reads.
+std::optional<ExtenderArgs> ReadExtenderArgsFast(std::string_view body);
+// Larger bodies are read by the document reader (the server refuses bodies over 32 MiB). 8 MiB is
+// 100,000 node names of 80 bytes; Kubernetes supports 5,000 nodes.
+inline constexpr size_t kFastArgsMaxBody = size_t{8} << 20;
 
 // ExtenderFilterResult in the shape the arguments came in. `failed` go to FailedNodes (the
 // scheduler may preempt there); `unresolvable` to FailedAndUnresolvableNodes (preemption would
