@@ -515,6 +515,13 @@ def check_device_plugin(report, name, objects):
     ok, why = host_path_matches(c, spec, cdi_dir, writable=True)
     report.check(ok, where + " config cdi.dir %s is the host's, writable (enabled: %s)"
                  % (cdi_dir, cdi.get("enabled", False)), why)
+    # DRA (docs/dra-kubelet-plugin.md): kubelet finds the plugin in plugins_registry/ and calls it
+    # on plugins/<driver>/dra.sock; the metadata files under plugins/ are mounted by their host path.
+    dra = config.get("dra") or {}
+    if dra.get("allGPUs") or dra.get("gpus"):
+        for sub in ("plugins", "plugins_registry"):
+            ok, why = host_path_matches(c, spec, os.path.join(kubelet_dir, sub), writable=True)
+            report.check(ok, where + " serves DRA: %s/ is the host's, writable (sockets)" % sub, why)
     env = {e["name"]: e for e in c.get("env") or []}
     report.check(f.get("node-name") == "$(NODE_NAME)" and
                  env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
@@ -700,6 +707,8 @@ def cmd_consistency(args):
         template_keys = gridd_keys(f.read(), commented_too=True)
     defaults = webhook_default_config(repo)
     version = project_version(repo)
+    with open(os.path.join(args.deploy, "base", "device-plugin", "config.yaml")) as f:
+        base_plugin_config = yaml.safe_load(f) or {}
     with scratch_deploy(args.deploy) as deploy:
         for name, objects in render_all(args.kubectl, deploy, report).items():
             webhook_cm = one(objects, "ConfigMap", "kvgpu-webhook-config")
@@ -735,6 +744,13 @@ def cmd_consistency(args):
             host_paths = {v["name"]: v["hostPath"]["path"] for v in config["volumes"] if "hostPath" in v}
             gridd_mounts = {m["mountPath"]: host_paths.get(m["name"]) for m in config["gridd"]["volumeMounts"]}
             plugin = one(objects, "DaemonSet", "kvgpu-device-plugin")
+            plugin_config = yaml.safe_load(
+                one(objects, "ConfigMap", "kvgpu-device-plugin-config")["data"]["config.yaml"]) or {}
+            if "dra" in plugin_config:
+                # components/dra carries a copy of the base config with `dra` added: nothing else
+                # may drift from the base.
+                report.check({k: v for k, v in plugin_config.items() if k != "dra"} == base_plugin_config,
+                             "%s: the DRA device-plugin config is the base config plus `dra`" % name)
             licensing_dir = flags(pod_spec(plugin)["containers"][0]).get("licensing-dir", "")
             report.check(token_path is not None and
                          gridd_mounts.get(token_path.group(1)) == licensing_dir + "/ClientConfigToken",
