@@ -419,6 +419,9 @@ Status Daemon::ServeDra() {
                          "--node-name: a claim's devices are read from the API server");
   }
   dra::DraServerOptions server{options_.args.kubelet_dir, dra.driver_name};
+  server.on_claim = [this](dra::DraCall call, std::chrono::nanoseconds took, bool ok) {
+    metrics_.OnDraClaim(dra::DraCallName(call), took, ok, dra_.claims->Count());
+  };
   const std::filesystem::path dir = dra::DraPluginDir(server);
   std::error_code ec;
   std::filesystem::create_directories(dir / "model", ec);
@@ -443,13 +446,19 @@ Status Daemon::ServeDra() {
       *api, [this](int64_t generation) { return DraSlices(generation); },
       dra::SlicePublisherOptions{.node_name = options_.args.node_name,
                                  .driver = dra.driver_name,
-                                 .min_interval = options_.dra_slice_interval});
+                                 .min_interval = options_.dra_slice_interval},
+      [this](bool ok, bool wrote) {
+        metrics_.OnDraSlices(ok, wrote, ok && wrote ? dra_.slices->generation() : 0);
+      });
   // Binding conditions (docs/dra.md): each allocation of the pool confirmed or failed here, and
   // what is confirmed narrows the slices at once.
   if (dra.binding_conditions) {
     dra::OccupancyConfirmerOptions confirmer;
     confirmer.driver = dra.driver_name;
     confirmer.pool = dra::DraPoolName(options_.args.node_name);
+    confirmer.on_verdict = [this](dra::Verdict verdict) {
+      metrics_.OnDraVerdict(verdict == dra::Verdict::kConfirmed);
+    };
     dra_.confirmer = std::make_unique<dra::OccupancyConfirmer>(
         *api, [this] { return DraOccupancyView(); }, std::move(confirmer),
         [this] { dra_.slices->Trigger(); });

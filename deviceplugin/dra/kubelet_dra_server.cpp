@@ -23,7 +23,9 @@ namespace reg = pluginregistration;
 template <typename Api, typename Base>
 class DraService final : public Base {
  public:
-  explicit DraService(DraPlugin& plugin) : plugin_(plugin) {}
+  using OnClaim = std::function<void(DraCall, std::chrono::nanoseconds, bool)>;
+  DraService(DraPlugin& plugin, OnClaim on_claim)
+      : plugin_(plugin), on_claim_(std::move(on_claim)) {}
 
   grpc::Status NodePrepareResources(grpc::ServerContext*,
                                     const typename Api::NodePrepareResourcesRequest* request,
@@ -33,7 +35,9 @@ class DraService final : public Base {
               "more than " + std::to_string(kMaxClaimsPerCall) + " claims in one call"};
     }
     for (const auto& claim : request->claims()) {
+      const auto start = std::chrono::steady_clock::now();
       PrepareAnswer answer = plugin_.Prepare({claim.namespace_(), claim.uid(), claim.name()});
+      Told(DraCall::kPrepare, start, answer.error.empty());
       auto& out = (*response->mutable_claims())[claim.uid()];
       if (!answer.error.empty()) {
         out.set_error(answer.error);
@@ -58,7 +62,9 @@ class DraService final : public Base {
               "more than " + std::to_string(kMaxClaimsPerCall) + " claims in one call"};
     }
     for (const auto& claim : request->claims()) {
+      const auto start = std::chrono::steady_clock::now();
       std::string error = plugin_.Unprepare({claim.namespace_(), claim.uid(), claim.name()});
+      Told(DraCall::kUnprepare, start, error.empty());
       auto& out = (*response->mutable_claims())[claim.uid()];
       if (!error.empty()) out.set_error(error);
     }
@@ -66,7 +72,12 @@ class DraService final : public Base {
   }
 
  private:
+  void Told(DraCall call, std::chrono::steady_clock::time_point start, bool ok) const {
+    if (on_claim_) on_claim_(call, std::chrono::steady_clock::now() - start, ok);
+  }
+
   DraPlugin& plugin_;
+  const OnClaim on_claim_;
 };
 
 struct V1 {
@@ -137,6 +148,10 @@ std::unique_ptr<grpc::Server> ServeOn(const std::filesystem::path& socket,
 
 }  // namespace
 
+const char* DraCallName(DraCall call) {
+  return call == DraCall::kPrepare ? "prepare" : "unprepare";
+}
+
 std::filesystem::path DraPluginDir(const DraServerOptions& o) {
   return o.kubelet_root / "plugins" / o.driver;
 }
@@ -152,8 +167,9 @@ std::filesystem::path DraRegistrationSocket(const DraServerOptions& o) {
 
 KubeletDraServer::KubeletDraServer(DraPlugin& plugin, DraServerOptions options)
     : plugin_(plugin), options_(std::move(options)) {
-  v1_ = std::make_unique<DraService<V1, drav1::DRAPlugin::Service>>(plugin_);
-  v1beta1_ = std::make_unique<DraService<V1beta1, drav1beta1::DRAPlugin::Service>>(plugin_);
+  v1_ = std::make_unique<DraService<V1, drav1::DRAPlugin::Service>>(plugin_, options_.on_claim);
+  v1beta1_ = std::make_unique<DraService<V1beta1, drav1beta1::DRAPlugin::Service>>(
+      plugin_, options_.on_claim);
   registration_ = std::make_unique<RegistrationService>(
       options_.driver, DraPluginSocket(options_).string(), [this](RegistrationReport r) {
         std::lock_guard lock(mutex_);

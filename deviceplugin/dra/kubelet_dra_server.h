@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,11 +41,18 @@ inline constexpr const char* kDraServiceV1beta1 = "v1beta1.DRAPlugin";
 // More claims than this in one call is no pod's request: refused whole (INVALID_ARGUMENT).
 inline constexpr size_t kMaxClaimsPerCall = 256;
 
+// Which of kubelet's calls a claim went through.
+enum class DraCall { kPrepare, kUnprepare };
+const char* DraCallName(DraCall call);  // "prepare", "unprepare"
+
 struct DraServerOptions {
   std::filesystem::path kubelet_root = "/var/lib/kubelet";
   std::string driver;
   // How often the sockets are checked to still be there (a removal also wakes the check).
   std::chrono::milliseconds recheck{1000};
+  // Told after each claim of a call (metrics): how long the plugin took and whether it failed.
+  // Runs on gRPC's thread; must be quick.
+  std::function<void(DraCall, std::chrono::nanoseconds took, bool ok)> on_claim = nullptr;
 };
 
 std::filesystem::path DraPluginDir(const DraServerOptions& options);        // plugins/<driver>

@@ -216,6 +216,7 @@ Result<bool> OccupancyConfirmer::Write(const ClaimVerdict& verdict) {
     spdlog::info("dra: claim {}/{} device {} of pool {}: {} ({})", ns, name, device, options_.pool,
                  VerdictName(decided),
                  decided == Verdict::kConfirmed ? "compatible" : verdict.reason);
+    if (options_.on_verdict) options_.on_verdict(decided);
   }
   return true;
 }

@@ -43,6 +43,8 @@ struct OccupancyConfirmerOptions {
   // Claims of this pool kept; more on one node is no real state (the claim checkpoint's bound).
   size_t max_claims = 4096;
   kube::ListWatchOptions watch;  // path and what are set by the confirmer
+  // Told of each device verdict written to a claim (metrics); quick, and never calls back.
+  std::function<void(Verdict)> on_verdict = nullptr;
 };
 
 class OccupancyConfirmer {

@@ -107,6 +107,11 @@ std::optional<PreparedClaim> PreparedStore::Find(const std::string& uid) const {
   return it->second;
 }
 
+size_t PreparedStore::Count() const {
+  std::lock_guard lock(mutex_);
+  return claims_.size();
+}
+
 std::vector<PreparedClaim> PreparedStore::All() const {
   std::lock_guard lock(mutex_);
   std::vector<PreparedClaim> out;

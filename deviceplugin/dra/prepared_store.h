@@ -57,6 +57,7 @@ class PreparedStore {
   Status Load();
   std::optional<PreparedClaim> Find(const std::string& uid) const;
   std::vector<PreparedClaim> All() const;
+  size_t Count() const;
   // The claim that names `device_id`, if any.
   std::optional<PreparedClaim> ClaimOfDevice(const std::string& device_id) const;
   // Replaces the claim's entry and saves; on a failed save the entry stays as it was.

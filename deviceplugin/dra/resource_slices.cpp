@@ -175,6 +175,8 @@ Result<Catalogue> BuildCatalogue(const mdev::Inventory& inventory, const GpuRule
         }
         device.pci_device_id = facts.first->device_id;
         device.pci = facts.first->is_pci;
+        device.numa_node = facts.first->numa_node;
+        device.pcie_root = facts.first->pcie_root;
         device.flavour = facts.first->flavour;
         device.occupancy = rules.OccupancyOf(gpu);
         device.framebuffer_mib = rules.FramebufferOf(gpu, id);
@@ -263,6 +265,8 @@ json DeviceJson(const DraDevice& device, bool binding_conditions) {
   if (device.mig_slices > 0) attributes["migSlices"] = {{"int", device.mig_slices}};
   if (device.pci_device_id) attributes["pciDeviceId"] = StringAttribute(*device.pci_device_id);
   if (device.pci) attributes[kPciBusIdAttribute] = StringAttribute(device.physical_gpu);
+  if (device.pcie_root) attributes[kPcieRootAttribute] = StringAttribute(*device.pcie_root);
+  if (device.numa_node) attributes["numaNode"] = {{"int", *device.numa_node}};
   // Strings longer than the API takes are left out rather than cut: a cut value would match
   // selectors it should not.
   for (auto it = attributes.begin(); it != attributes.end();) {

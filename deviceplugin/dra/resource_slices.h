@@ -55,6 +55,9 @@ inline constexpr size_t kMaxBindingConditions = 4;
 // staging/src/k8s.io/dynamic-resource-allocation/deviceattribute/attribute.go,
 // StandardDeviceAttributePCIBusID).
 inline constexpr const char* kPciBusIdAttribute = "resource.kubernetes.io/pciBusID";
+// ... and for the PCIe root complex, "pci<domain>:<bus>" (StandardDeviceAttributePCIeRoot, the
+// same file): devices that share it are close on the bus, what a claim's matchAttribute aligns.
+inline constexpr const char* kPcieRootAttribute = "resource.kubernetes.io/pcieRoot";
 // The one default (dra/device_name.h), for the kubelet plugin and the slices alike.
 inline constexpr const char* kDefaultDriverName = kDefaultDraDriverName.data();
 
@@ -86,6 +89,8 @@ struct DraDevice {
   uint32_t mig_slices = 0;                   // MIG-backed: the GPU instance's slices
   std::optional<std::string> pci_device_id;  // "0x1eb8"
   bool pci = false;                          // the physical GPU is a PCI device
+  std::optional<int32_t> numa_node;          // the physical GPU's, where the kernel knows it
+  std::optional<std::string> pcie_root;      // "pci0000:3a"
   mdev::Flavour flavour = mdev::Flavour::kMdev;
   scheduling::Occupancy occupancy = scheduling::Occupancy::kUnknown;
   uint64_t framebuffer_mib = 0;  // 0: not known (consumes no counter)

@@ -57,22 +57,31 @@ grpc::Status ToGrpc(const Status& status) {
   return grpc::Status(code, status.message());
 }
 
-// What kubelet sees of a device: its ID and health.
-using WireList = std::vector<std::pair<std::string, bool>>;
+// What kubelet sees of a device: its ID, health and NUMA node.
+struct WireDevice {
+  std::string id;
+  bool healthy = true;
+  std::optional<int32_t> numa_node;
+
+  bool operator==(const WireDevice&) const = default;
+};
+using WireList = std::vector<WireDevice>;
 
 WireList ToWire(const std::vector<Device>& devices) {
   WireList out;
   out.reserve(devices.size());
-  for (const Device& d : devices) out.emplace_back(d.id, d.healthy);
+  for (const Device& d : devices) out.push_back({d.id, d.healthy, d.numa_node});
   return out;
 }
 
 api::ListAndWatchResponse ToList(const WireList& devices) {
   api::ListAndWatchResponse response;
-  for (const auto& [id, healthy] : devices) {
+  for (const WireDevice& device : devices) {
     api::Device* out = response.add_devices();
-    out->set_id(id);
-    out->set_health(healthy ? kHealthy : kUnhealthy);
+    out->set_id(device.id);
+    out->set_health(device.healthy ? kHealthy : kUnhealthy);
+    // No topology is kubelet's "no NUMA affinity"; a node makes the Topology Manager's hint.
+    if (device.numa_node) out->mutable_topology()->add_nodes()->set_id(*device.numa_node);
   }
   return response;
 }

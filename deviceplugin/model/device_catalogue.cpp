@@ -149,7 +149,7 @@ struct DeviceCatalogue::Pass {
         break;
       }
       by_parent[parent.name].push_back(
-          Device{id, *resource, key, parent.physical_gpu, true, false, false});
+          Device{id, *resource, key, parent.physical_gpu, true, false, false, parent.numa_node});
     }
   }
 
@@ -158,13 +158,15 @@ struct DeviceCatalogue::Pass {
   std::set<std::string> AddOurs() {
     std::set<std::string> ids;
     for (const CreatedVgpu& r : records) {
+      const mdev::Parent* parent = inventory.FindParent(r.parent);
       Device d{r.device_id,
                r.resource,
                DeviceKey{r.parent, r.type_id, r.slot},
                r.physical_gpu,
-               inventory.FindParent(r.parent) != nullptr,
+               parent != nullptr,
                true,
-               existing.contains(r.vgpu_id)};
+               existing.contains(r.vgpu_id),
+               parent != nullptr ? parent->numa_node : std::nullopt};
       ids.insert(r.device_id);
       by_parent[r.parent].push_back(std::move(d));
     }

@@ -30,6 +30,8 @@ struct Device {
   bool healthy = true;
   bool ours = false;         // this plugin created a vGPU for the ID (state record)
   bool vgpu_exists = false;  // ... and the kernel still shows it
+  // The parent's NUMA node, told to kubelet (ListAndWatch topology) for its Topology Manager.
+  std::optional<int32_t> numa_node = std::nullopt;
 
   bool operator==(const Device&) const = default;
 };

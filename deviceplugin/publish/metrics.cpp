@@ -43,6 +43,11 @@ struct Metrics::Families {
   prometheus::Gauge& state_generation;
   prometheus::Family<prometheus::Gauge>& backend_connected;
   prometheus::Family<prometheus::Gauge>& backend_reconnects;
+  prometheus::Family<prometheus::Histogram>& dra_claim_seconds;
+  prometheus::Gauge& dra_prepared_claims;
+  prometheus::Family<prometheus::Counter>& dra_slice_passes;
+  prometheus::Gauge& dra_pool_generation;
+  prometheus::Family<prometheus::Counter>& dra_verdicts;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
 };
 
@@ -96,6 +101,30 @@ Metrics::Metrics()
       prometheus::BuildGauge()
           .Name("kvgpu_deviceplugin_backend_reconnects")
           .Help("Connections to the vGPU backend regained after a loss since start (libvirt)")
+          .Register(reg),
+      prometheus::BuildHistogram()
+          .Name("kvgpu_deviceplugin_dra_claim_seconds")
+          .Help("One claim through kubelet's NodePrepareResources or NodeUnprepareResources, by "
+                "call (prepare, unprepare) and result; the kernel's create and remove included")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_dra_prepared_claims")
+          .Help("ResourceClaims prepared on this node (the DRA claim checkpoint)")
+          .Register(reg)
+          .Add({}),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_dra_slice_passes_total")
+          .Help("Passes of the ResourceSlice publisher, by result (written, unchanged, error)")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_dra_pool_generation")
+          .Help("Generation of the node's ResourceSlice pool last written")
+          .Register(reg)
+          .Add({}),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_dra_occupancy_verdicts_total")
+          .Help("Occupancy verdicts written to allocated claims' devices (binding conditions), by "
+                "verdict (confirmed, conflict)")
           .Register(reg),
       {}});
 }
@@ -193,6 +222,29 @@ void Metrics::OnBackend(const std::string& backend, const mdev::BackendHealth& h
   families_->backend_connected.Add({{"backend", backend}}).Set(health.connected ? 1 : 0);
   families_->backend_reconnects.Add({{"backend", backend}})
       .Set(static_cast<double>(health.reconnects));
+}
+
+void Metrics::OnDraClaim(const std::string& call, std::chrono::nanoseconds took, bool ok,
+                         size_t prepared_claims) {
+  {
+    std::lock_guard lock(families_->mutex);
+    families_->dra_claim_seconds
+        .Add({{"call", call}, {"result", ok ? "ok" : "error"}}, kLatencyBuckets)
+        .Observe(Seconds(took));
+  }
+  families_->dra_prepared_claims.Set(static_cast<double>(prepared_claims));
+}
+
+void Metrics::OnDraSlices(bool ok, bool wrote, int64_t generation) {
+  families_->dra_slice_passes.Add({{"result", !ok     ? "error"
+                                              : wrote ? "written"
+                                                      : "unchanged"}})
+      .Increment();
+  if (ok && wrote) families_->dra_pool_generation.Set(static_cast<double>(generation));
+}
+
+void Metrics::OnDraVerdict(bool confirmed) {
+  families_->dra_verdicts.Add({{"verdict", confirmed ? "confirmed" : "conflict"}}).Increment();
 }
 
 std::string Metrics::Render() const {

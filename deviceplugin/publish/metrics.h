@@ -2,6 +2,9 @@
 // on the same address for the deployment's probes.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,6 +52,15 @@ class Metrics : public ManagerObserver {
   void OnStatePublished(bool ok, uint64_t generation);
   // After each rescan: whether the backend is reachable, and how often it came back.
   void OnBackend(const std::string& backend, const mdev::BackendHealth& health);
+
+  // DRA (docs/dra-kubelet-plugin.md): one claim through NodePrepareResources or
+  // NodeUnprepareResources (`call` "prepare" / "unprepare"), and the claims prepared after it.
+  void OnDraClaim(const std::string& call, std::chrono::nanoseconds took, bool ok,
+                  size_t prepared_claims);
+  // A pass of the ResourceSlice publisher: failed, wrote the pool at `generation`, or unchanged.
+  void OnDraSlices(bool ok, bool wrote, int64_t generation);
+  // An occupancy verdict written to a claim's device (binding conditions): confirmed or conflict.
+  void OnDraVerdict(bool confirmed);
 
   // Text exposition of everything, for tests.
   std::string Render() const;

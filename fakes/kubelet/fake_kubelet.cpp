@@ -19,6 +19,7 @@ struct FakeKubelet::Endpoint {
   bool connected = true;
   int updates = 0;
   std::map<std::string, std::string> devices;
+  std::map<std::string, std::vector<int64_t>> numa_nodes;
 };
 
 class FakeKubelet::RegistrationService final : public api::Registration::Service {
@@ -163,7 +164,15 @@ grpc::Status FakeKubelet::HandleRegister(const api::RegisterRequest& request) {
     while (reader->Read(&response)) {
       std::lock_guard lock(mutex_);
       raw->devices.clear();
-      for (const auto& d : response.devices()) raw->devices[d.id()] = d.health();
+      raw->numa_nodes.clear();
+      for (const auto& d : response.devices()) {
+        raw->devices[d.id()] = d.health();
+        // Kubelet keeps a device's topology as sent (nil: no NUMA affinity).
+        if (d.has_topology()) {
+          std::vector<int64_t>& nodes = raw->numa_nodes[d.id()];
+          for (const auto& node : d.topology().nodes()) nodes.push_back(node.id());
+        }
+      }
       ++raw->updates;
       changed_.notify_all();
     }
@@ -203,6 +212,14 @@ std::map<std::string, std::string> FakeKubelet::Devices(const std::string& resou
   std::lock_guard lock(mutex_);
   auto it = endpoints_.find(resource);
   return it == endpoints_.end() ? std::map<std::string, std::string>{} : it->second->devices;
+}
+
+std::map<std::string, std::vector<int64_t>> FakeKubelet::NumaNodes(
+    const std::string& resource) const {
+  std::lock_guard lock(mutex_);
+  auto it = endpoints_.find(resource);
+  return it == endpoints_.end() ? std::map<std::string, std::vector<int64_t>>{}
+                                : it->second->numa_nodes;
 }
 
 int FakeKubelet::Updates(const std::string& resource) const {

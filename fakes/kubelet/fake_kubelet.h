@@ -48,6 +48,8 @@ class FakeKubelet {
   std::vector<v1beta1::RegisterRequest> Registrations() const;
   // Resource -> device ID -> health, from the newest ListAndWatch message.
   std::map<std::string, std::string> Devices(const std::string& resource) const;
+  // Resource -> device ID -> the NUMA nodes of its topology, for devices sent with one.
+  std::map<std::string, std::vector<int64_t>> NumaNodes(const std::string& resource) const;
   // Number of ListAndWatch messages received for the resource since its last registration.
   int Updates(const std::string& resource) const;
   // Options kubelet got from GetDevicePluginOptions after the registration.

@@ -127,6 +127,20 @@ TEST_F(PluginFlowTest, StartServesEachResourceThenRegistersIt) {
       kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices("tencent.com/vgpu-234")) == 2; }));
 }
 
+TEST_F(PluginFlowTest, EachDeviceCarriesItsGpusNumaNodeForTheTopologyManager) {
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
+  // t4x2: the first T4 on node 0, the second on node 1 (sim/profiles.cpp).
+  const std::map<std::string, std::vector<int64_t>> numa = kubelet_.NumaNodes(k222);
+  ASSERT_EQ(numa.size(), 32u) << "every device is sent with a topology";
+  for (const auto& [id, nodes] : numa) {
+    SCOPED_TRACE(id);
+    const int64_t expected = id.rfind(sim_.gpu(0), 0) == 0 ? 0 : 1;
+    EXPECT_EQ(nodes, std::vector<int64_t>{expected});
+  }
+}
+
 TEST_F(PluginFlowTest, AllocateCreatesTheVgpuAndPushesTheLockToOtherTypes) {
   StartKubelet();
   StartDaemon();

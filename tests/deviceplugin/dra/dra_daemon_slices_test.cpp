@@ -143,6 +143,7 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
       "ns", "c1", "uid-1",
       {{"gpu", std::string(dra::kDefaultDraDriverName), pool_name, picked["name"]}}));
   auto answers = dra_kubelet.Prepare({{"ns", "uid-1", "c1"}});
+  const auto prepared_at = std::chrono::steady_clock::now();
   ASSERT_EQ(answers["uid-1"].error, "");
   ASSERT_EQ(answers["uid-1"].devices.size(), 1u);
   EXPECT_EQ(answers["uid-1"].devices[0].device, picked["name"]);
@@ -165,6 +166,10 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
     return OnGpu(Devices(pool), gpu).size() < gpu_devices_before;
   });
   ASSERT_FALSE(after.empty()) << "the slices were not narrowed after the prepare";
+  // The model reads the GPU again after its own create, so the narrowing is published within the
+  // publisher's interval, not at the next periodic rescan (5 s here).
+  EXPECT_LT(std::chrono::steady_clock::now() - prepared_at, 2s)
+      << "the narrowing waited for a periodic rescan";
   EXPECT_EQ(Counter(after, set), counter_before);
   EXPECT_EQ(OnGpu(Devices(after), sim.gpu(0)).size(), other_devices_before);
   for (const json& d : OnGpu(Devices(after), gpu)) {
@@ -183,6 +188,20 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
     return OnGpu(Devices(pool), gpu).size() == gpu_devices_before;
   });
   EXPECT_FALSE(again.empty()) << "the GPU's devices did not come back after the unprepare";
+
+  // Metrics: one claim prepared and unprepared, none prepared now, the pool's last generation.
+  const std::string metrics = daemon.metrics().Render();
+  for (const std::string& line :
+       {std::string("kvgpu_deviceplugin_dra_claim_seconds_count{call=\"prepare\",result=\"ok\"} 1"),
+        std::string(
+            "kvgpu_deviceplugin_dra_claim_seconds_count{call=\"unprepare\",result=\"ok\"} 1"),
+        std::string("kvgpu_deviceplugin_dra_prepared_claims 0"),
+        "kvgpu_deviceplugin_dra_pool_generation " +
+            again[0]["spec"]["pool"]["generation"].dump()}) {
+    EXPECT_NE(metrics.find("\n" + line + "\n"), std::string::npos) << line << "\n" << metrics;
+  }
+  EXPECT_NE(metrics.find("kvgpu_deviceplugin_dra_slice_passes_total{result=\"written\"}"),
+            std::string::npos);
   daemon.Stop();
 }
 

@@ -158,6 +158,31 @@ TEST(ResourceSlicesTest, ADeviceCarriesTheAttributesASelectorNeeds) {
   EXPECT_TRUE(IsDnsLabel((*it)["name"]));
 }
 
+TEST(ResourceSlicesTest, EachDeviceSaysItsGpusNumaNodeAndPcieRootWhereTheKernelKnowsThem) {
+  SimNode node("t4x2");
+  mdev::Inventory inventory = ScanOf(node);
+  std::map<std::string, std::pair<int64_t, std::string>> seen;  // GPU -> (node, root)
+  for (const json& d : DevicesOf(Build(inventory, Options()))) {
+    const json& attributes = d["attributes"];
+    ASSERT_TRUE(attributes.contains("numaNode")) << d.dump();
+    ASSERT_TRUE(attributes.contains(kPcieRootAttribute)) << d.dump();
+    seen[attributes["physicalGpu"]["string"]] = {attributes["numaNode"]["int"],
+                                                 attributes[kPcieRootAttribute]["string"]};
+  }
+  // t4x2: one T4 on each socket, each under its node's host bridge (sim/profiles.cpp).
+  EXPECT_EQ(seen[node.gpu(0)], (std::pair<int64_t, std::string>{0, "pci0000:00"}));
+  EXPECT_EQ(seen[node.gpu(1)], (std::pair<int64_t, std::string>{1, "pci0000:80"}));
+  // A kernel that does not know them (numa_node -1, a virtual parent): neither is published.
+  for (mdev::Parent& parent : inventory.parents) {
+    parent.numa_node.reset();
+    parent.pcie_root.reset();
+  }
+  for (const json& d : DevicesOf(Build(inventory, Options()))) {
+    EXPECT_FALSE(d["attributes"].contains("numaNode"));
+    EXPECT_FALSE(d["attributes"].contains(kPcieRootAttribute));
+  }
+}
+
 TEST(ResourceSlicesTest, VendorVfioDevicesSayTheirBackend) {
   SimNode node("h200-vfio");
   const std::vector<json> devices = DevicesOf(Build(ScanOf(node), Options()));
