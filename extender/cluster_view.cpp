@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "extender/node_fit.h"
 #include "extender/protocol.h"
@@ -66,15 +67,111 @@ ClusterView::Parsed ClusterView::Parse(std::string text) {
   return Parsed{std::move(text), std::move(state)};
 }
 
-std::vector<NodeState> ClusterView::WatchedStates(const std::vector<CandidateNode>& nodes) const {
-  std::vector<NodeState> states;
-  states.reserve(nodes.size());
-  std::lock_guard lock(mutex_);
-  for (const CandidateNode& node : nodes) {
-    auto watched = annotations_.find(node.name);
-    states.push_back(watched != annotations_.end() ? watched->second.state : NodeState{});
+const ClusterView::Slot* ClusterView::WatchedSlot(const std::string& node) const {
+  const auto it = slot_of_.find(node);
+  return it == slot_of_.end() ? nullptr : &slots_[it->second];
+}
+
+void ClusterView::PutWatched(const std::string& node, Parsed parsed) {
+  size_t index = 0;
+  if (const auto it = slot_of_.find(node); it != slot_of_.end()) {
+    index = it->second;
+    Retire(std::move(slots_[index].parsed.state));
+  } else {
+    if (free_slots_.empty()) {
+      index = slots_.size();
+      slots_.emplace_back();
+    } else {
+      index = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    slot_of_.emplace(node, index);
+    slots_[index].name = node;
+    ++slots_version_;
   }
-  return states;
+  Slot& slot = slots_[index];
+  slot.parsed = std::move(parsed);
+  const NodeState& state = slot.parsed.state;
+  slot.node = WatchedNode{state.state.get(), state.memo.get()};
+  if (state.state && state.state->ok()) {
+    slot.node.ok = true;
+    slot.node.published_unix_ms = state.state->value().published_unix_ms;
+    slot.node.policy = state.state->value().policy;
+    slot.node.published = state.memo ? state.memo->Published() : nullptr;
+  }
+}
+
+void ClusterView::EraseWatched(const std::string& node) {
+  const auto it = slot_of_.find(node);
+  if (it == slot_of_.end()) return;
+  Slot& slot = slots_[it->second];
+  Retire(std::move(slot.parsed.state));
+  slot = Slot{};
+  free_slots_.push_back(it->second);
+  slot_of_.erase(it);
+  ++slots_version_;
+}
+
+void ClusterView::Retire(NodeState state) {
+  if (pins_.empty()) return;  // no request can hold it: it goes now
+  retired_.emplace_back(epoch_++, std::move(state));
+}
+
+void ClusterView::Unpin(uint64_t epoch) const {
+  std::deque<std::pair<uint64_t, NodeState>> gone;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = pins_.find(epoch);
+    if (--it->second == 0) pins_.erase(it);
+    // What was retired before the oldest Watched still alive was made is nobody's now.
+    const uint64_t oldest = pins_.empty() ? UINT64_MAX : pins_.begin()->first;
+    while (!retired_.empty() && retired_.front().first < oldest) {
+      gone.push_back(std::move(retired_.front()));
+      retired_.pop_front();
+    }
+  }
+}  // `gone` is freed here, without the lock
+
+ClusterView::Watched::Watched(Watched&& other) noexcept
+    : view_(std::exchange(other.view_, nullptr)),
+      epoch_(other.epoch_),
+      bound_(std::move(other.bound_)),
+      nodes_(std::move(other.nodes_)) {}
+
+ClusterView::Watched::~Watched() {
+  if (view_ != nullptr) view_->Unpin(epoch_);
+}
+
+ClusterView::Watched ClusterView::Watch(const std::vector<CandidateNode>& nodes,
+                                        int64_t now_unix_ms) const {
+  Watched watched;
+  watched.nodes_.reserve(nodes.size());
+  std::lock_guard lock(mutex_);
+  watched.bound_ = BoundPodsByNodeLocked(now_unix_ms);
+  if (bound_by_slot_serial_ != bound_snapshot_.serial || bound_by_slot_version_ != slots_version_ ||
+      bound_by_slot_.size() != slots_.size()) {
+    bound_by_slot_.assign(slots_.size(), nullptr);
+    for (const auto& [node, pods] : *watched.bound_) {
+      if (const auto it = slot_of_.find(node); it != slot_of_.end()) {
+        bound_by_slot_[it->second] = &pods;
+      }
+    }
+    bound_by_slot_serial_ = bound_snapshot_.serial;
+    bound_by_slot_version_ = slots_version_;
+  }
+  for (const CandidateNode& node : nodes) {
+    const auto it = slot_of_.find(node.name);
+    if (it == slot_of_.end()) {
+      watched.nodes_.emplace_back();
+      continue;
+    }
+    watched.nodes_.push_back(slots_[it->second].node);
+    watched.nodes_.back().bound = bound_by_slot_[it->second];
+  }
+  watched.view_ = this;
+  watched.epoch_ = epoch_;
+  ++pins_[epoch_];
+  return watched;
 }
 
 void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
@@ -91,8 +188,13 @@ void ClusterView::SyncNodes(const std::vector<nlohmann::json>& nodes) {
   ledgers_.clear();
   ++bound_version_;
   for (const auto& [name, text] : ledgers) PutLedger(name, text);
-  annotations_ = std::move(annotations);
-  std::erase_if(sent_, [&](const auto& entry) { return !annotations_.contains(entry.first); });
+  std::vector<std::string> gone;
+  for (const Slot& slot : slots_) {
+    if (!slot.name.empty() && !annotations.contains(slot.name)) gone.push_back(slot.name);
+  }
+  for (const std::string& name : gone) EraseWatched(name);
+  for (auto& [name, parsed] : annotations) PutWatched(name, std::move(parsed));
+  std::erase_if(sent_, [&](const auto& entry) { return !slot_of_.contains(entry.first); });
 }
 
 void ClusterView::NodeChanged(kube::WatchEventType type, const nlohmann::json& node) {
@@ -106,26 +208,26 @@ void ClusterView::NodeChanged(kube::WatchEventType type, const nlohmann::json& n
     bool same = false;
     {
       std::lock_guard lock(mutex_);
-      auto it = annotations_.find(name);
-      same = it != annotations_.end() && it->second.text == *parsed->second;
+      const Slot* watched = WatchedSlot(name);
+      same = watched != nullptr && watched->parsed.text == *parsed->second;
     }
     if (!same) changed = Parse(std::move(*parsed->second));
   }
   std::lock_guard lock(mutex_);
   PutLedger(name, type == kube::WatchEventType::kDeleted ? std::nullopt : LedgerAnnotation(node));
   if (gone) {
-    annotations_.erase(name);
+    EraseWatched(name);
     sent_.erase(name);
   } else if (changed) {
-    annotations_[name] = std::move(*changed);
+    PutWatched(name, std::move(*changed));
   }
 }
 
 std::optional<std::string> ClusterView::StateAnnotation(const std::string& node) const {
   std::lock_guard lock(mutex_);
-  auto it = annotations_.find(node);
-  if (it == annotations_.end()) return std::nullopt;
-  return it->second.text;
+  const Slot* watched = WatchedSlot(node);
+  if (watched == nullptr) return std::nullopt;
+  return watched->parsed.text;
 }
 
 std::shared_ptr<const Result<scheduling::NodeVgpuState>> ClusterView::State(
@@ -137,11 +239,9 @@ NodeState ClusterView::StateAndMemo(const std::string& node,
                                     const std::optional<std::string>& sent) {
   {
     std::lock_guard lock(mutex_);
-    auto watched = annotations_.find(node);
-    if (!sent) return watched != annotations_.end() ? watched->second.state : NodeState{};
-    if (watched != annotations_.end() && watched->second.text == *sent) {
-      return watched->second.state;
-    }
+    const Slot* watched = WatchedSlot(node);
+    if (!sent) return watched != nullptr ? watched->parsed.state : NodeState{};
+    if (watched != nullptr && watched->parsed.text == *sent) return watched->parsed.state;
     if (auto it = sent_.find(node); it != sent_.end() && it->second.text == *sent) {
       return it->second.state;
     }
@@ -251,6 +351,11 @@ void ClusterView::Assume(const kube::PodInfo& pod, const std::string& node) {
 std::shared_ptr<const ClusterView::BoundByNode> ClusterView::BoundPodsByNode(
     int64_t now_unix_ms) const {
   std::lock_guard lock(mutex_);
+  return BoundPodsByNodeLocked(now_unix_ms);
+}
+
+std::shared_ptr<const ClusterView::BoundByNode> ClusterView::BoundPodsByNodeLocked(
+    int64_t now_unix_ms) const {
   const auto now = std::chrono::steady_clock::now();
   BoundSnapshot& last = bound_snapshot_;
   if (last.pods && last.version == bound_version_ && now_unix_ms >= last.made_unix_ms &&
@@ -279,7 +384,7 @@ std::shared_ptr<const ClusterView::BoundByNode> ClusterView::BoundPodsByNode(
     }
     if (!live.empty()) (*out)[node] = WithLedgerLocked(std::move((*out)[node]), live);
   }
-  last = {std::move(out), bound_version_, now_unix_ms, until_unix_ms, until};
+  last = {std::move(out), last.serial + 1, bound_version_, now_unix_ms, until_unix_ms, until};
   return last.pods;
 }
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,13 +40,29 @@ struct BoundPod {
 
 inline constexpr std::chrono::seconds kAssumeFor{30};
 
-class FitMemo;  // node_fit.h
+class FitMemo;      // node_fit.h
+struct FitSummary;  // node_fit.h
 
 // A node's published state, parsed, and the verdicts reached on it: kept together, so a node
 // whose state changes is never judged by a verdict reached on the old one.
 struct NodeState {
   std::shared_ptr<const Result<scheduling::NodeVgpuState>> state;  // nullptr: none known
   std::shared_ptr<FitMemo> memo;                                   // nullptr with state
+};
+
+// A node as a request judges it (JudgeNode's overload for it, node_fit.h): its watched state, the
+// pods bound there, and what the usual verdict reads of the state, copied next to it in the view's
+// node table when the state was parsed, so a request reads one entry per node. Raw pointers,
+// valid while the ClusterView::Watched that gave them lives.
+struct WatchedNode {
+  const Result<scheduling::NodeVgpuState>* state = nullptr;  // nullptr: none published
+  FitMemo* memo = nullptr;
+  const std::vector<BoundPod>* bound = nullptr;  // nullptr: none bound there
+  // From `state` when it parsed: its time and placing policy, and FitMemo::Published().
+  bool ok = false;
+  int64_t published_unix_ms = 0;
+  scheduling::Policy policy = scheduling::Policy::kPack;
+  const FitSummary* published = nullptr;
 };
 
 class ClusterView {
@@ -65,8 +82,29 @@ class ClusterView {
   // The same, with the memo of verdicts reached on that state.
   NodeState StateAndMemo(const std::string& node,
                          const std::optional<std::string>& sent = std::nullopt);
-  // StateAndMemo(node.name) of each of `nodes` (their watched states), in one look at the view.
-  std::vector<NodeState> WatchedStates(const std::vector<CandidateNode>& nodes) const;
+  // The watched states and bound pods (BoundPodsByNode) of a request's nodes, in one look at the
+  // view: a look-up of each name in the node table, no copy of a shared pointer per node. The
+  // states it points to stay alive while it lives: a state the watch replaces or removes
+  // meanwhile is kept until every Watched made before that is gone.
+  class Watched {
+   public:
+    Watched(Watched&& other) noexcept;
+    Watched& operator=(Watched&&) = delete;
+    Watched(const Watched&) = delete;
+    Watched& operator=(const Watched&) = delete;
+    ~Watched();
+    // One per node asked about, in that order.
+    const std::vector<WatchedNode>& nodes() const { return nodes_; }
+
+   private:
+    friend class ClusterView;
+    Watched() = default;
+    const ClusterView* view_ = nullptr;  // nullptr: moved from
+    uint64_t epoch_ = 0;
+    std::shared_ptr<const std::unordered_map<std::string, std::vector<BoundPod>>> bound_;
+    std::vector<WatchedNode> nodes_;
+  };
+  Watched Watch(const std::vector<CandidateNode>& nodes, int64_t now_unix_ms = UnixNowMs()) const;
 
   void SyncPods(const std::vector<kube::PodInfo>& pods);
   void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);
@@ -97,6 +135,7 @@ class ClusterView {
   void PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed);
   void PutLedger(const std::string& node, const std::optional<std::string>& text);
   bool SeenDeleted(const std::string& uid) const;
+  std::shared_ptr<const BoundByNode> BoundPodsByNodeLocked(int64_t now_unix_ms) const;
   std::vector<BoundPod> WithLedgerLocked(std::vector<BoundPod> bound,
                                          const std::vector<LedgerEntry>& entries) const;
 
@@ -108,8 +147,38 @@ class ClusterView {
     NodeState state;
   };
   static Parsed Parse(std::string text);
-  // Looked up once per node per request: hashed, not ordered (node names share long prefixes).
-  std::unordered_map<std::string, Parsed> annotations_;  // node -> vGPU-state text, parsed
+  // The node table of the watched states: each node with a state has a slot in `slots_`, found by
+  // name in `slot_of_` (hashed, not ordered: node names share long prefixes); a request looks each
+  // of its names up once and reads the rest from the slot. A removed node's slot is reused.
+  struct Slot {
+    std::string name;  // empty: free
+    Parsed parsed;     // the vGPU-state text, parsed
+    WatchedNode node;  // from `parsed` (`bound` left null)
+  };
+  // With mutex_ held. The watched state's slot, or nullptr.
+  const Slot* WatchedSlot(const std::string& node) const;
+  // Gives `node` the watched state `parsed`, or takes its state away.
+  void PutWatched(const std::string& node, Parsed parsed);
+  void EraseWatched(const std::string& node);
+  // A node's watched state replaced or removed: kept while a Watched made before may use it.
+  void Retire(NodeState state);
+  // A Watched of `epoch` is gone.
+  void Unpin(uint64_t epoch) const;
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, size_t> slot_of_;
+  std::vector<size_t> free_slots_;
+  // Bumped whenever a slot is given to another node or freed.
+  uint64_t slots_version_ = 0;
+  // BoundPodsByNode's answer by slot (pointing into it), made from the answer of that serial
+  // number and the slots of that version; remade when either changes.
+  mutable std::vector<const std::vector<BoundPod>*> bound_by_slot_;
+  mutable uint64_t bound_by_slot_serial_ = 0;
+  mutable uint64_t bound_by_slot_version_ = 0;
+  // Watched objects alive, by the epoch they were made in; states retired while any lives, with
+  // the epoch they were retired in (a Watched of epoch e may use a state retired in epoch >= e).
+  mutable std::map<uint64_t, size_t> pins_;
+  mutable std::deque<std::pair<uint64_t, NodeState>> retired_;
+  uint64_t epoch_ = 0;
   // node -> the last text a request sent that the watch did not show, parsed
   std::unordered_map<std::string, Parsed> sent_;
   std::map<std::string, BoundPod> pods_;  // by uid
@@ -125,6 +194,7 @@ class ClusterView {
   // change it first when an assumed pod or a ledger entry in it expires.
   struct BoundSnapshot {
     std::shared_ptr<const BoundByNode> pods;
+    uint64_t serial = 0;  // counts the answers made
     uint64_t version = 0;
     int64_t made_unix_ms = 0;
     int64_t until_unix_ms = 0;

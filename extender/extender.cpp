@@ -30,25 +30,30 @@ Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
   }
   judged.verdicts.reserve(args.nodes.size());
   const int64_t now = now_();
-  const std::shared_ptr<const ClusterView::BoundByNode> bound = view_.BoundPodsByNode(now);
-  // With names only, the watched states, looked up together; a Node sent whole is the
-  // scheduler's own view, at least as new as the watch's.
-  std::vector<NodeState> states;
+  const std::optional<UsualPod> usual = Usual(*demand);
+  // With names only, the watched states and bound pods, read from the view's node table.
   if (args.names_only) {
-    states = view_.WatchedStates(args.nodes);
-  } else {
-    states.reserve(args.nodes.size());
-    for (const CandidateNode& node : args.nodes) {
-      states.push_back(node.state_annotation ? view_.StateAndMemo(node.name, node.state_annotation)
-                                             : NodeState{});
+    const ClusterView::Watched watched = view_.Watch(args.nodes, now);
+    for (const WatchedNode& node : watched.nodes()) {
+      judged.verdicts.push_back(
+          JudgeNode(node, args.pod.uid, *demand, usual ? &*usual : nullptr, now, options_.fit));
     }
+    return judged;
+  }
+  // A Node sent whole is the scheduler's own view, at least as new as the watch's.
+  const std::shared_ptr<const ClusterView::BoundByNode> bound = view_.BoundPodsByNode(now);
+  std::vector<NodeState> states;
+  states.reserve(args.nodes.size());
+  for (const CandidateNode& node : args.nodes) {
+    states.push_back(node.state_annotation ? view_.StateAndMemo(node.name, node.state_annotation)
+                                           : NodeState{});
   }
   const std::vector<BoundPod> none;
   for (size_t i = 0; i < args.nodes.size(); ++i) {
     const auto here = bound->empty() ? bound->end() : bound->find(args.nodes[i].name);
-    judged.verdicts.push_back(JudgeNode(states[i].state.get(),
-                                        here != bound->end() ? here->second : none, args.pod.uid,
-                                        *demand, now, options_.fit, states[i].memo.get()));
+    judged.verdicts.push_back(
+        JudgeNode(states[i].state.get(), here != bound->end() ? here->second : none, args.pod.uid,
+                  *demand, now, options_.fit, states[i].memo.get(), usual ? &*usual : nullptr));
   }
   return judged;
 }

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include "extender/protocol.h"
 #include "scheduling/node_vgpu_state.h"
@@ -114,14 +116,28 @@ NodeVerdict Fit(const scheduling::NodeVgpuState& state, const std::vector<const 
           Score(gpus.size(), free_before, free_before - taken, policy)};
 }
 
-// Fit's verdict for `count` vGPUs of one resource, read from the summary of the GPUs Fit places on.
-NodeVerdict FitOne(const FitSummary& summary, const std::string& resource, uint32_t count,
-                   scheduling::Policy placing, scheduling::Policy scoring) {
-  const size_t hash = std::hash<std::string>{}(resource);
-  const auto entry = std::find_if(
-      summary.resources.begin(), summary.resources.end(),
-      [&](const FitSummary::Resource& r) { return r.hash == hash && r.name == resource; });
-  const bool listed = entry != summary.resources.end();
+const FitSummary::Resource* Find(const FitSummary& summary, const UsualPod& pod) {
+  if (pod.number != kNoResourceNumber) {
+    // Numbered: every summary listing the resource has it under that number.
+    for (size_t i = 0; i < summary.numbers.size(); ++i) {
+      if (summary.numbers[i] == pod.number) return &summary.resources[i];
+    }
+    return nullptr;
+  }
+  for (const FitSummary::Resource& r : summary.resources) {
+    if (r.hash == pod.hash && r.name == pod.resource) return &r;
+  }
+  return nullptr;
+}
+
+// Fit's verdict for the pod's vGPUs of one resource, read from the summary of the GPUs Fit places
+// on.
+NodeVerdict FitOne(const FitSummary& summary, const UsualPod& pod, scheduling::Policy placing,
+                   scheduling::Policy scoring) {
+  const std::string& resource = pod.resource;
+  const uint32_t count = pod.count;
+  const FitSummary::Resource* entry = Find(summary, pod);
+  const bool listed = entry != nullptr;
   const std::optional<size_t> taken =
       listed ? scheduling::FreeGpusTakenFrom(entry->ranked, count, placing) : std::nullopt;
   if (!taken) {
@@ -155,6 +171,26 @@ size_t Shape(const std::vector<Demand>& pod_demand, scheduling::Policy policy) {
 
 }  // namespace
 
+uint32_t ResourceNumber(const std::string& name, bool add) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, uint32_t> numbers;
+  std::lock_guard lock(mutex);
+  if (const auto it = numbers.find(name); it != numbers.end()) return it->second;
+  if (!add || numbers.size() >= kResourceNumbers) return kNoResourceNumber;
+  const auto number = static_cast<uint32_t>(numbers.size());
+  numbers.emplace(name, number);
+  return number;
+}
+
+std::optional<UsualPod> Usual(const std::vector<Demand>& pod_demand) {
+  if (pod_demand.size() != 1 || pod_demand[0].size() != 1 || pod_demand[0].begin()->second == 0) {
+    return std::nullopt;
+  }
+  const auto& [resource, count] = *pod_demand[0].begin();
+  return UsualPod{resource, count, std::hash<std::string>{}(resource),
+                  ResourceNumber(resource, false)};
+}
+
 FitSummary Summarize(const scheduling::NodeVgpuState& state, const std::vector<GpuSlots>& gpus) {
   FitSummary summary;
   summary.gpus = gpus.size();
@@ -167,6 +203,8 @@ FitSummary Summarize(const scheduling::NodeVgpuState& state, const std::vector<G
     FitSummary::Resource resource;
     resource.hash = std::hash<std::string>{}(name);
     resource.name = name;
+    resource.number = ResourceNumber(name, true);
+    summary.numbers.push_back(resource.number);
     resource.ranked = scheduling::RankCandidates(gpus, name);
     for (const scheduling::Candidate& c : resource.ranked) resource.creatable += c.free;
     resource.offered = !NotOffered(state.gpus, {{{name, 1}}});
@@ -219,7 +257,7 @@ NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
 NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* published,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,
                       const std::vector<Demand>& pod_demand, int64_t now_unix_ms,
-                      const FitOptions& options, FitMemo* memo) {
+                      const FitOptions& options, FitMemo* memo, const UsualPod* usual) {
   if (published == nullptr) {
     return Unresolvable(
         "no vGPU state published on the node (the kata-vgpu device plugin is not running there, "
@@ -236,13 +274,16 @@ NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* published,
   }
   const std::vector<const BoundPod*> waiting = Waiting(state, bound, pod_uid);
   // The usual pod, one container asking for one resource: read from the summary.
-  if (memo != nullptr && pod_demand.size() == 1 && pod_demand[0].size() == 1 &&
-      pod_demand[0].begin()->second > 0) {
-    const auto& [resource, count] = *pod_demand[0].begin();
+  std::optional<UsualPod> own;
+  if (memo != nullptr && usual == nullptr) {
+    own = Usual(pod_demand);
+    if (own) usual = &*own;
+  }
+  if (memo != nullptr && usual != nullptr) {
     if (waiting.empty() && memo->Published() != nullptr) {
-      return FitOne(*memo->Published(), resource, count, state.policy, options.policy);
+      return FitOne(*memo->Published(), *usual, state.policy, options.policy);
     }
-    return FitOne(*memo->Summary(state, waiting), resource, count, state.policy, options.policy);
+    return FitOne(*memo->Summary(state, waiting), *usual, state.policy, options.policy);
   }
   if (memo != nullptr) {
     if (std::optional<NodeVerdict> known = memo->Find(waiting, pod_demand, options.policy)) {
@@ -252,6 +293,20 @@ NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* published,
   NodeVerdict verdict = Fit(state, waiting, pod_demand, options.policy);
   if (memo != nullptr) memo->Put(waiting, pod_demand, options.policy, verdict);
   return verdict;
+}
+
+NodeVerdict JudgeNode(const WatchedNode& node, const std::string& pod_uid,
+                      const std::vector<Demand>& pod_demand, const UsualPod* usual,
+                      int64_t now_unix_ms, const FitOptions& options) {
+  // JudgeNode's path below for the usual pod on a recent state where no pod waits.
+  if (usual != nullptr && node.ok && node.published != nullptr &&
+      (node.bound == nullptr || node.bound->empty()) &&
+      now_unix_ms - node.published_unix_ms <= options.max_state_age.count()) {
+    return FitOne(*node.published, *usual, node.policy, options.policy);
+  }
+  static const std::vector<BoundPod> kNone;
+  return JudgeNode(node.state, node.bound != nullptr ? *node.bound : kNone, pod_uid, pod_demand,
+                   now_unix_ms, options, node.memo, usual);
 }
 
 std::optional<NodeVerdict> FitMemo::Find(const std::vector<const BoundPod*>& waiting,

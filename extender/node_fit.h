@@ -43,15 +43,37 @@ struct NodeVerdict {
 // waiting there), so such a pod - nearly every vGPU pod - is judged per node by
 // scheduling::FreeGpusTakenFrom over a few GPUs, with nothing ranked, copied or placed; the
 // verdict is the one the full placement reaches (node_fit_fast_test.cpp checks it).
+// Resource names as small numbers, one table for the process: a summary finds the resource a pod
+// asks for by number (a pod's resource is looked up once per request), not by hashing and
+// comparing its name at every node. `add`: give a name not yet numbered the next number. The
+// table holds at most kResourceNumbers names (a node could publish any); a name beyond them
+// stays kNoResourceNumber and is found by name.
+inline constexpr uint32_t kNoResourceNumber = UINT32_MAX;
+inline constexpr size_t kResourceNumbers = 1 << 16;
+uint32_t ResourceNumber(const std::string& name, bool add);
+
+// The one resource a pod of one container asking for one resource asks for (nearly every vGPU
+// pod), and what finding it in a summary needs, worked out once per request.
+struct UsualPod {
+  std::string resource;
+  uint32_t count = 0;
+  size_t hash = 0;
+  uint32_t number = kNoResourceNumber;  // ResourceNumber(resource, false)
+};
+// nullopt for any other pod.
+std::optional<UsualPod> Usual(const std::vector<scheduling::Demand>& pod_demand);
+
 struct FitSummary {
   struct Resource {
     size_t hash = 0;  // of name: most entries are passed over on it
     std::string name;
+    uint32_t number = kNoResourceNumber;  // ResourceNumber(name, true)
     std::vector<scheduling::Candidate> ranked;
     uint32_t creatable = 0;  // what its candidates can still make, for the reason
     bool offered = false;    // a GPU of the published state serves it (else unresolvable)
   };
   std::vector<Resource> resources;  // by name
+  std::vector<uint32_t> numbers;    // each resource's number, side by side: one cache line to scan
   size_t gpus = 0;
   size_t free_gpus = 0;  // scheduling::FreeGpus
 };
@@ -118,7 +140,16 @@ class FitMemo {
 NodeVerdict JudgeNode(const Result<scheduling::NodeVgpuState>* state,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,
                       const std::vector<scheduling::Demand>& pod_demand, int64_t now_unix_ms,
-                      const FitOptions& options, FitMemo* memo = nullptr);
+                      const FitOptions& options, FitMemo* memo = nullptr,
+                      const UsualPod* usual = nullptr);
+// The same for a node of the view's table (ClusterView::Watch): the usual pod - one container
+// asking for one resource - on a node where no pod is bound is read from what the table keeps of
+// the state (its time, its policy, its summary) without reading the state; any other node or pod
+// is judged by the overload above, which reaches the same verdict on that path.
+// `usual`: Usual(pod_demand), worked out once for every node of the request.
+NodeVerdict JudgeNode(const WatchedNode& node, const std::string& pod_uid,
+                      const std::vector<scheduling::Demand>& pod_demand, const UsualPod* usual,
+                      int64_t now_unix_ms, const FitOptions& options);
 // The same from the annotation's text.
 NodeVerdict JudgeNode(const std::optional<std::string>& state_annotation,
                       const std::vector<BoundPod>& bound, const std::string& pod_uid,

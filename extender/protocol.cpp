@@ -238,6 +238,18 @@ Result<ExtenderArgs> ParseExtenderArgsText(std::string_view body) {
 
 void AppendJsonString(std::string& out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
+  // The usual name, printable ASCII with no quote or backslash, goes out in one piece.
+  if (std::all_of(text.begin(), text.end(), [](char c) {
+        const auto byte = static_cast<unsigned char>(c);
+        return byte >= 0x20 && byte < 0x80 && c != '"' && c != '\\';
+      })) {
+    const size_t at = out.size();
+    out.resize(at + text.size() + 2);
+    out[at] = '"';
+    text.copy(out.data() + at + 1, text.size());
+    out[at + text.size() + 1] = '"';
+    return;
+  }
   out.push_back('"');
   size_t i = 0;
   while (i < text.size()) {

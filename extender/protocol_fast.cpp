@@ -265,6 +265,10 @@ bool ReadPod(od::value value, kube::PodInfo& pod) {
 bool ReadNames(od::value value, std::vector<CandidateNode>& nodes) {
   od::array array;
   if (value.get_array().get(array) != simdjson::SUCCESS) return false;
+  // Counted on the structural index (the array is read again from its start).
+  size_t count = 0;
+  if (array.count_elements().get(count) != simdjson::SUCCESS) return false;
+  nodes.reserve(count);
   for (auto element : array) {
     std::string_view name;
     // A name that is not a string: the document reader refuses the body.

@@ -5,9 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <random>
 #include <thread>
 
+#include "extender/node_fit.h"
 #include "scheduling/node_vgpu_state.h"
+#include "tests/extender/node_states.h"
 
 namespace kvgpu::extender {
 namespace {
@@ -139,6 +143,156 @@ TEST(ClusterViewTest, TheBoundPodsAreSharedUntilAPodALedgerOrTheClockChangesThem
             (std::vector<std::string>{"ml/a", "ml/b"}));
   view.PodChanged(kube::WatchEventType::kDeleted, Pod("a", "n1", 1));
   EXPECT_EQ(Keys(view.BoundPodsByNode(2'000)->at("n1")), std::vector<std::string>{"ml/b"});
+}
+
+std::vector<CandidateNode> Names(const std::vector<std::string>& names) {
+  std::vector<CandidateNode> nodes;
+  for (const std::string& name : names) nodes.push_back({name, nullptr, std::nullopt});
+  return nodes;
+}
+
+// A valid state, told apart by its time.
+std::string StateAt(int64_t published) {
+  return testing::Text(
+      testing::NodeOf({testing::T4("0000:10:00.0"), testing::T4("0000:11:00.0")}, published));
+}
+
+// What Watch gives for `name` is what the view holds for it now: its state (and what is copied
+// from it), the pods bound there; nothing of a node gone before, of another node that held the
+// slot, or of the node's previous state.
+void ExpectCurrent(ClusterView& view, const std::string& name, const WatchedNode& got,
+                   int64_t now) {
+  SCOPED_TRACE(name);
+  const NodeState state = view.StateAndMemo(name);
+  EXPECT_EQ(got.state, state.state.get());
+  EXPECT_EQ(got.memo, state.memo.get());
+  const bool ok = state.state && state.state->ok();
+  EXPECT_EQ(got.ok, ok);
+  if (ok) {
+    EXPECT_EQ(got.published_unix_ms, state.state->value().published_unix_ms);
+    EXPECT_EQ(got.policy, state.state->value().policy);
+    EXPECT_EQ(got.published, state.memo->Published());
+  }
+  const std::vector<BoundPod> bound = view.BoundPods(name, now);
+  if (!state.state) return;  // a node without a state is failed before its pods are read
+  if (bound.empty()) {
+    EXPECT_TRUE(got.bound == nullptr || got.bound->empty());
+  } else {
+    ASSERT_NE(got.bound, nullptr);
+    EXPECT_EQ(Keys(*got.bound), Keys(bound));
+  }
+}
+
+// The node table (a slot per node with a state, bound pods by slot): a node removed gives its slot
+// to the next node, a state replaced is read anew, bound pods follow their node and not its slot;
+// a Watched keeps the states it points to alive until it is gone, and no longer.
+TEST(ClusterViewTest, TheNodeTableNeverAnswersWithAStaleEntry) {
+  constexpr int64_t kNow = testing::kNow;
+  ClusterView view("tencent.com/vgpu-");
+  view.SyncNodes({Node("n1", StateAt(kNow - 1)), Node("n2", StateAt(kNow - 2))});
+  view.SyncPods({Pod("a", "n1", 1)});
+  const std::vector<std::string> names = {"n1", "n2", "n3", "n4"};
+  {
+    const ClusterView::Watched watched = view.Watch(Names(names), kNow);
+    ASSERT_EQ(watched.nodes().size(), 4u);
+    for (size_t i = 0; i < names.size(); ++i)
+      ExpectCurrent(view, names[i], watched.nodes()[i], kNow);
+    ASSERT_NE(watched.nodes()[0].bound, nullptr);
+    EXPECT_EQ(Keys(*watched.nodes()[0].bound), std::vector<std::string>{"ml/a"});
+    EXPECT_EQ(watched.nodes()[2].state, nullptr) << "n3 has no state";
+  }
+  // n1 goes, n4 comes and takes its slot; the pod bound to n1 stays bound to n1.
+  view.NodeChanged(kube::WatchEventType::kDeleted, Node("n1", std::nullopt));
+  view.NodeChanged(kube::WatchEventType::kAdded, Node("n4", StateAt(kNow - 4)));
+  {
+    const ClusterView::Watched watched = view.Watch(Names(names), kNow);
+    EXPECT_EQ(watched.nodes()[0].state, nullptr) << "n1 is gone";
+    EXPECT_EQ(watched.nodes()[3].published_unix_ms, kNow - 4);
+    EXPECT_TRUE(watched.nodes()[3].bound == nullptr) << "n1's pod on n1's old slot";
+    for (size_t i = 0; i < names.size(); ++i)
+      ExpectCurrent(view, names[i], watched.nodes()[i], kNow);
+  }
+  // A state replaced while a Watched holds the old one: the old stays alive until it goes.
+  std::weak_ptr<const Result<scheduling::NodeVgpuState>> old = view.StateAndMemo("n2").state;
+  std::optional<ClusterView::Watched> held = view.Watch(Names({"n2"}), kNow);
+  view.NodeChanged(kube::WatchEventType::kModified, Node("n2", StateAt(kNow - 20)));
+  view.PodChanged(kube::WatchEventType::kAdded, Pod("b", "n2", 1));
+  {
+    const ClusterView::Watched watched = view.Watch(Names({"n2"}), kNow);
+    EXPECT_EQ(watched.nodes()[0].published_unix_ms, kNow - 20) << "the new state";
+    ASSERT_NE(watched.nodes()[0].bound, nullptr) << "the pod bound since";
+    EXPECT_EQ(Keys(*watched.nodes()[0].bound), std::vector<std::string>{"ml/b"});
+    ExpectCurrent(view, "n2", watched.nodes()[0], kNow);
+  }
+  ASSERT_FALSE(old.expired()) << "a Watched made before the change still reads it";
+  EXPECT_EQ(held->nodes()[0].state, old.lock().get());
+  EXPECT_EQ(held->nodes()[0].state->value().published_unix_ms, kNow - 2);
+  held.reset();
+  EXPECT_TRUE(old.expired()) << "kept no longer than the Watched that could read it";
+  // A relist drops n2 and keeps n4.
+  view.SyncNodes({Node("n4", StateAt(kNow - 44))});
+  const ClusterView::Watched watched = view.Watch(Names(names), kNow);
+  for (size_t i = 0; i < names.size(); ++i) ExpectCurrent(view, names[i], watched.nodes()[i], kNow);
+  EXPECT_EQ(watched.nodes()[1].state, nullptr);
+  EXPECT_EQ(watched.nodes()[3].published_unix_ms, kNow - 44);
+}
+
+// The same against random churn: nodes coming, changing and going (one by one and by relists),
+// pods bound and deleted, Watched objects held across changes; after every step every name reads
+// as the view holds it now, and what held Watched objects point to is still there.
+TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
+  constexpr int64_t kNow = testing::kNow;
+  ClusterView view("tencent.com/vgpu-");
+  std::mt19937 random(6);
+  std::vector<std::string> names;
+  for (int i = 0; i < 24; ++i) names.push_back("node-" + std::to_string(i));
+  std::vector<std::string> asked = names;
+  asked.push_back("never-seen");
+  std::deque<ClusterView::Watched> held;
+  int64_t stamp = kNow - 100'000;
+  for (int step = 0; step < 3000; ++step) {
+    const std::string& name = names[random() % names.size()];
+    switch (random() % 6) {
+      case 0:
+      case 1:
+        view.NodeChanged(kube::WatchEventType::kModified, Node(name, StateAt(++stamp)));
+        break;
+      case 2:
+        view.NodeChanged(
+            random() % 2 == 0 ? kube::WatchEventType::kDeleted : kube::WatchEventType::kModified,
+            Node(name, std::nullopt));
+        break;
+      case 3: {
+        std::vector<nlohmann::json> nodes;
+        for (const std::string& n : names) {
+          if (random() % 3 == 0) nodes.push_back(Node(n, StateAt(++stamp)));
+        }
+        if (random() % 4 == 0) view.SyncNodes(nodes);
+        break;
+      }
+      case 4:
+        view.PodChanged(kube::WatchEventType::kAdded,
+                        Pod("p" + std::to_string(random() % 40), name, 1));
+        break;
+      default:
+        view.PodChanged(kube::WatchEventType::kDeleted,
+                        Pod("p" + std::to_string(random() % 40), name, 1));
+    }
+    ClusterView::Watched watched = view.Watch(Names(asked), kNow);
+    for (size_t i = 0; i < asked.size(); ++i) {
+      ExpectCurrent(view, asked[i], watched.nodes()[i], kNow);
+    }
+    for (const ClusterView::Watched& old : held) {
+      for (const WatchedNode& node : old.nodes()) {
+        if (node.ok) {
+          EXPECT_EQ(node.state->value().published_unix_ms, node.published_unix_ms);
+        }
+      }
+    }
+    held.push_back(std::move(watched));
+    if (held.size() > 3 || random() % 5 == 0) held.pop_front();
+    if (HasFailure()) break;
+  }
 }
 
 TEST(ClusterViewTest, ReadyOnlyWhileEveryWatchFollows) {

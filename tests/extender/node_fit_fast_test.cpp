@@ -6,6 +6,7 @@
 // attributed, for both placement and both scoring policies.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <random>
 
@@ -216,6 +217,30 @@ TEST(NodeFitFastTest, TheSummaryGivesTheFullPlacementsVerdictOnRandomStatesOfEve
                                           << Show(fast) << " full " << Show(full);
           ASSERT_EQ(fast.reason, full.reason) << "node " << node << " pod " << pod;
           ASSERT_EQ(fast.score, full.score) << "node " << node << " pod " << pod;
+        }
+        // As a request reads the node from the view's table, the pod's resource found by its
+        // number or (beyond the numbered names) by name; on a recent and on a stale state.
+        const WatchedNode watched{&state,
+                                  &parsed,
+                                  bound.empty() ? nullptr : &bound,
+                                  true,
+                                  published.published_unix_ms,
+                                  published.policy,
+                                  parsed.Published()};
+        const std::optional<UsualPod> usual = Usual(demand);
+        ASSERT_TRUE(usual.has_value());
+        UsualPod by_name = *usual;
+        by_name.number = kNoResourceNumber;
+        for (const int64_t now : {kNow, kNow + 600'001}) {
+          const NodeVerdict want =
+              now == kNow ? full : JudgeNode(&state, bound, uid, demand, now, options);
+          for (const UsualPod* pod_key : std::array<const UsualPod*, 2>{&*usual, &by_name}) {
+            const NodeVerdict read = JudgeNode(watched, uid, demand, pod_key, now, options);
+            ASSERT_EQ(read.kind, want.kind) << "node " << node << " pod " << pod << ": read "
+                                            << Show(read) << " full " << Show(want);
+            ASSERT_EQ(read.reason, want.reason) << "node " << node << " pod " << pod;
+            ASSERT_EQ(read.score, want.score) << "node " << node << " pod " << pod;
+          }
         }
         ++kinds[full.kind];
         if (full.kind == Kind::kFits && full.score < 5 && scoring == Policy::kPack) {
