@@ -3,10 +3,11 @@
 // rendering), for N nodes of 8 T4 GPUs each, in both argument shapes; and the process's memory.
 // One thread: pin it to a core with taskset. Results: docs/bench-extender.md.
 //
-//   kvgpu-bench-extender [--names-only] [--pods=N] [NODES...]   (default: 100 1000)
+//   kvgpu-bench-extender [--names-only] [--pods=N] [--per-pod] [NODES...]   (default: 100 1000)
 //
 // --names-only skips the Nodes shape (every Node object in every call: minutes at 5,000 nodes);
-// --pods sets the pods per size (default 1,000 below 1,000 nodes, else 200).
+// --pods sets the pods per size (default 1,000 below 1,000 nodes, else 200); --per-pod writes each
+// pod's type, the nodes filter kept and its CPU time to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -118,7 +119,8 @@ Percentiles Summarize(std::vector<double> micros) {
 
 struct Options {
   bool names_only = false;
-  int pods = 0;  // 0: by node count
+  int pods = 0;          // 0: by node count
+  bool per_pod = false;  // each pod's type, nodes kept and CPU time on stderr
 };
 
 void Run(size_t node_count, const Options& options) {
@@ -154,7 +156,8 @@ void Run(size_t node_count, const Options& options) {
     const int pods = options.pods > 0 ? options.pods : node_count >= 1000 ? 200 : 1000;
     std::uniform_int_distribution<size_t> pick(0, kT4Types.size() - 1);
     for (int i = 0; i < pods; ++i) {
-      json args = {{"Pod", Pod("p" + std::to_string(i), kT4Types[pick(random)].first)}};
+      const int type = kT4Types[pick(random)].first;
+      json args = {{"Pod", Pod("p" + std::to_string(i), type)}};
       if (names_only) {
         args["Nodes"] = nullptr;
         args["NodeNames"] = names;
@@ -189,6 +192,12 @@ void Run(size_t node_count, const Options& options) {
       if (scored.status != 200) std::fprintf(stderr, "prioritize answered %d\n", scored.status);
       micros.push_back(std::chrono::duration<double, std::micro>(took).count());
       cpu_micros.push_back(cpu);
+      if (options.per_pod) {
+        std::fprintf(stderr, "pod %d type %d kept %zu cpu %.0f µs\n", i, type,
+                     static_cast<size_t>(names_only ? result["NodeNames"].size()
+                                                    : result["Nodes"]["items"].size()),
+                     cpu);
+      }
     }
     const Percentiles p = Summarize(micros);
     const Percentiles cpu = Summarize(cpu_micros);
@@ -209,6 +218,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--names-only") {
       options.names_only = true;
+    } else if (arg == "--per-pod") {
+      options.per_pod = true;
     } else if (arg.starts_with("--pods=")) {
       options.pods = std::stoi(arg.substr(7));
     } else {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -244,8 +245,10 @@ TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
   constexpr int64_t kNow = testing::kNow;
   ClusterView view("tencent.com/vgpu-");
   std::mt19937 random(6);
+  // Enough names for the table to grow and for slots freed by removed nodes to be reused.
   std::vector<std::string> names;
-  for (int i = 0; i < 24; ++i) names.push_back("node-" + std::to_string(i));
+  for (int i = 0; i < 120; ++i) names.push_back("node-" + std::to_string(i));
+  std::map<std::string, std::string> model;  // the state text each node has now
   std::vector<std::string> asked = names;
   asked.push_back("never-seen");
   std::deque<ClusterView::Watched> held;
@@ -255,19 +258,25 @@ TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
     switch (random() % 6) {
       case 0:
       case 1:
-        view.NodeChanged(kube::WatchEventType::kModified, Node(name, StateAt(++stamp)));
+        model[name] = StateAt(++stamp);
+        view.NodeChanged(kube::WatchEventType::kModified, Node(name, model[name]));
         break;
       case 2:
+        model.erase(name);
         view.NodeChanged(
             random() % 2 == 0 ? kube::WatchEventType::kDeleted : kube::WatchEventType::kModified,
             Node(name, std::nullopt));
         break;
       case 3: {
+        if (random() % 8 != 0) break;
         std::vector<nlohmann::json> nodes;
+        model.clear();
         for (const std::string& n : names) {
-          if (random() % 3 == 0) nodes.push_back(Node(n, StateAt(++stamp)));
+          if (random() % 3 != 0) continue;
+          model[n] = StateAt(++stamp);
+          nodes.push_back(Node(n, model[n]));
         }
-        if (random() % 4 == 0) view.SyncNodes(nodes);
+        view.SyncNodes(nodes);
         break;
       }
       case 4:
@@ -281,6 +290,15 @@ TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
     ClusterView::Watched watched = view.Watch(Names(asked), kNow);
     for (size_t i = 0; i < asked.size(); ++i) {
       ExpectCurrent(view, asked[i], watched.nodes()[i], kNow);
+      const auto it = model.find(asked[i]);
+      ASSERT_EQ(view.StateAnnotation(asked[i]),
+                it == model.end() ? std::nullopt : std::optional<std::string>(it->second))
+          << asked[i] << " at step " << step;
+      if (it != model.end()) {
+        ASSERT_TRUE(watched.nodes()[i].ok);
+        EXPECT_EQ(watched.nodes()[i].published_unix_ms,
+                  scheduling::ParseNodeState(it->second)->published_unix_ms);
+      }
     }
     for (const ClusterView::Watched& old : held) {
       for (const WatchedNode& node : old.nodes()) {
