@@ -104,6 +104,25 @@ resolve_kernel() {
     die "kernel '$kver' is not the generic -amd64 flavour (needs CONFIG_VFIO_MDEV)"
 }
 
+# "name=version" of a kernel package built from the same source as the kernel but not tied to its
+# ABI (linux-kbuild-6.1, linux-source-6.1): the kernel's own version where the archive still has
+# it, else the newest build of the same upstream release. The security archive keeps one
+# linux-kbuild per series, so right after a new Debian revision (6.1.192-3) it no longer serves the
+# kbuild of the kernel linux-image-amd64 still names (6.1.192-2); the tools and sources of one
+# upstream release build the same modules.
+same_release_spec() {
+  local name=$1 pkgver=$2 versions version
+  versions=$(apt-cache madison "$name" 2>/dev/null | awk -F' *[|] *' '{ print $2 }')
+  if grep -qxF "$pkgver" <<<"$versions"; then
+    echo "$name=$pkgver"
+    return
+  fi
+  version=$(grep -F "${pkgver%-*}-" <<<"$versions" | sort -V | tail -n 1)
+  [[ -n $version ]] || die "apt has no $name of ${pkgver%-*} (wanted $pkgver; run apt-get update)"
+  info "$name $pkgver is gone from the archive; using $version of the same upstream release"
+  echo "$name=$version"
+}
+
 # Path of a cached .deb for "name=version", named as apt-get download names it ('%3a' for ':').
 deb_path() {
   local name=${1%%=*} version=${1#*=}
@@ -147,12 +166,15 @@ build_lab() {
   [[ -n $pkgver ]] || die "apt knows no linux-image-$kver (run apt-get update)"
   info "building the lab for $kver ($pkgver) in $lab"
   series=$(echo "$kver" | cut -d. -f1,2)
+  local kbuild_spec source_spec
+  kbuild_spec=$(same_release_spec "linux-kbuild-$series" "$pkgver") || exit 1
+  source_spec=$(same_release_spec "linux-source-$series" "$pkgver") || exit 1
   local specs=(
     "linux-image-$kver=$pkgver"
     "linux-headers-$kver=$pkgver"
     "linux-headers-$abi-common=$pkgver"
-    "linux-kbuild-$series=$pkgver"
-    "linux-source-$series=$pkgver"
+    "$kbuild_spec"
+    "$source_spec"
     "$(grep '^busybox-static=' <<<"$versions")"
     "$(grep '^mdevctl=' <<<"$versions")"
   )
@@ -181,7 +203,7 @@ build_lab() {
   # Only samples/vfio-mdev and extract-vmlinux are needed out of the 139 MB source package:
   # stream them out instead of unpacking the tree, on the second core while the rest unpacks.
   info "unpacking; extracting samples/vfio-mdev from linux-source-$series"
-  dpkg-deb --fsys-tarfile "$(deb_path "linux-source-$series=$pkgver")" |
+  dpkg-deb --fsys-tarfile "$(deb_path "$source_spec")" |
     tar -xO "./usr/src/linux-source-$series.tar.xz" | xz -dc |
     tar -x -C "$lab/src" --strip-components=1 --wildcards \
       "linux-source-$series/samples/vfio-mdev/*" "linux-source-$series/scripts/extract-vmlinux" &
