@@ -4,7 +4,8 @@
 
 # The linker: mold where installed (scripts/deps/build.txt installs it), about five times faster
 # than GNU ld on the test binaries (a 150 MB test: 9.0 s with ld.bfd, 1.6 s with mold).
-set(KVGPU_LINKER "auto" CACHE STRING "linker: auto (mold when found), or one -fuse-ld= takes")
+set(KVGPU_LINKER "auto" CACHE STRING
+    "linker: auto (mold when found), one -fuse-ld= takes, or empty for the compiler's default")
 if(KVGPU_LINKER STREQUAL "auto")
   find_program(KVGPU_MOLD mold)
   if(KVGPU_MOLD AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")

@@ -12,6 +12,7 @@ die() { echo "run_fuzz: $*" >&2; exit 1; }
 command -v clang++ >/dev/null || die "clang++ not found (scripts/deps/webhook.txt installs it)"
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DKVGPU_COMPONENTS=webhook \
-  -DKVGPU_BUILD_FUZZ=ON -DKVGPU_SANITIZE=address,undefined -DKVGPU_FUZZ_SECONDS="$seconds" >/dev/null
+  -DKVGPU_BUILD_FUZZ=ON -DKVGPU_SANITIZE=address,undefined -DKVGPU_FUZZ_SECONDS="$seconds" \
+  -DKVGPU_DEBUG_INFO=lines -DKVGPU_LINKER= >/dev/null  # two programs to link: the default linker
 nice cmake --build "$build" -j2 --target webhook_fuzz_review webhook_fuzz_http
 ctest --test-dir "$build" -L fuzz --output-on-failure
