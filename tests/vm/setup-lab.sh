@@ -117,7 +117,8 @@ same_release_spec() {
     echo "$name=$pkgver"
     return
   fi
-  version=$(grep -F "${pkgver%-*}-" <<<"$versions" | sort -V | tail -n 1)
+  version=$(awk -v release="${pkgver%-*}-" 'index($0, release) == 1' <<<"$versions" |
+    sort -V | tail -n 1)
   [[ -n $version ]] || die "apt has no $name of ${pkgver%-*} (wanted $pkgver; run apt-get update)"
   info "$name $pkgver is gone from the archive; using $version of the same upstream release"
   echo "$name=$version"
