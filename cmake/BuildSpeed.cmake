@@ -31,6 +31,21 @@ elseif(NOT KVGPU_DEBUG_INFO STREQUAL "full")
   message(FATAL_ERROR "KVGPU_DEBUG_INFO must be full or lines, not '${KVGPU_DEBUG_INFO}'")
 endif()
 
+# Unity build: each target's sources compiled a batch at a time (CMake's UNITY_BUILD), so the
+# headers every file of a target includes (gtest, nlohmann/json, gRPC, spdlog) are parsed and their
+# templates instantiated once per batch instead of once per file. The test command and CI use it;
+# off by default, as a change to one file then recompiles its whole batch. It needs each file's
+# internal names (anonymous namespace) to differ from those of the other files of its target.
+option(KVGPU_UNITY_BUILD "compile each target's sources in batches (CMake's unity build)" OFF)
+set(KVGPU_UNITY_BATCH 16 CACHE STRING "source files per batch of a unity build")
+if(KVGPU_UNITY_BUILD)
+  set(CMAKE_UNITY_BUILD ON)
+  set(CMAKE_UNITY_BUILD_BATCH_SIZE ${KVGPU_UNITY_BATCH})
+  # A file's own classes with members of its anonymous-namespace types are fine alone, but GCC
+  # warns about them once the file is included into a batch.
+  add_compile_options($<$<CXX_COMPILER_ID:GNU>:-Wno-subobject-linkage>)
+endif()
+
 # kvgpu_test_code_begin() / kvgpu_test_code_end(): around the top-level lines that add the tests
 # and fakes. Their own code (test bodies, fakes of kubelet and the API server) is six tenths of the
 # compile time, nearly all of it code generation of gtest's, nlohmann's and gRPC's templates; at

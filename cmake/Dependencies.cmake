@@ -53,6 +53,9 @@ function(kvgpu_protobuf_grpc target proto_dir)
     list(APPEND srcs ${out}/${name}.pb.cc ${out}/${name}.grpc.pb.cc)
   endforeach()
   add_library(${target} STATIC ${srcs})
+  # protoc's files each define the same file-scope tables (`schemas`, `file_default_instances`):
+  # one translation unit each, also in a unity build.
+  set_target_properties(${target} PROPERTIES UNITY_BUILD OFF)
   target_include_directories(${target} SYSTEM PUBLIC ${CMAKE_CURRENT_BINARY_DIR}/gen)
   target_link_libraries(${target} PUBLIC protobuf::libprotobuf gRPC::grpc++)
 endfunction()

@@ -44,6 +44,10 @@ class Status {
   static Status Error(ErrorCode code, std::string message, int sys_errno = 0) {
     return Status(code, std::move(message), sys_errno);
   }
+  // Bad input: a malformed request, config or file (kInvalid).
+  static Status Invalid(std::string message) {
+    return Status(ErrorCode::kInvalid, std::move(message), 0);
+  }
   // Maps an errno from a sysfs write or open to the typed error.
   static Status FromErrno(int sys_errno, std::string message);
   // An answer of a remote HTTP API (`http_status` 0 when it never answered).

@@ -54,7 +54,7 @@ struct Shell {
   }
 };
 
-void Say(const std::string& text) {
+void Heading(const std::string& text) {
   std::cout << "\n# " << text << "\n";
 }
 
@@ -67,12 +67,13 @@ void Expect(bool ok, const std::string& what) {
 // docs/first-node.md on the simulated node: the doctor finds it ready, then finds exactly what a
 // missing VFIO module breaks.
 void ShowDoctor(Shell& shell) {
-  Say("Is this node ready for vGPU pods? The doctor reads every precondition of docs/install.md "
+  Heading(
+      "Is this node ready for vGPU pods? The doctor reads every precondition of docs/install.md "
       "(the simulator also lays out Kata, containerd, the guest image, the licence and the "
       "plugin's "
       "sockets as the installers leave them):");
   shell.Run({"doctor"});
-  Say("The same node if vfio_pci had not loaded: one finding, with why and the fix (exit 4).");
+  Heading("The same node if vfio_pci had not loaded: one finding, with why and the fix (exit 4).");
   std::filesystem::path module = std::filesystem::path(shell.root) / "sys/module/vfio_pci";
   std::filesystem::path aside = module;
   aside += ".demo-aside";
@@ -107,32 +108,33 @@ int RunVgpuctlTour(const std::string& profile_name, std::string root) {
   Shell shell{**model, root};
   const auto& gpus = (*model)->profile().gpus;
 
-  Say("A simulated node (" + profile->summary + ") laid out like sysfs under " + root +
-      ". The same code runs on a real node with --sysfs-root /.");
+  Heading("A simulated node (" + profile->summary + ") laid out like sysfs under " + root +
+          ". The same code runs on a real node with --sysfs-root /.");
   if (Status s = kvgpu::sim::LayOutHostSoftware(root); !s.ok()) {
     std::cerr << "demo: " << s.message() << "\n";
     return 1;
   }
   // The mtty sample profile has no NVIDIA driver: the doctor would rightly find nothing ready.
   if (!profile->host_driver_version.empty()) ShowDoctor(shell);
-  Say("Which vGPU types can each GPU create, and how many of each?");
+  Heading("Which vGPU types can each GPU create, and how many of each?");
   shell.Run({"types"});
 
   if (profile_name != "t4x2") {
     shell.Run({"list"});
-    Say("Done: the t4x2 profile has the guided walk-through.");
+    Heading("Done: the t4x2 profile has the guided walk-through.");
     if (!scratch.empty()) std::filesystem::remove_all(scratch);
     return 0;
   }
 
   const std::string gpu = gpus.at(0).address;
-  Say("kubelet allocates one T4-1Q (nvidia-230): the device plugin creates the mdev like this.");
+  Heading(
+      "kubelet allocates one T4-1Q (nvidia-230): the device plugin creates the mdev like this.");
   std::string uuid = shell.Run({"create", "--parent", gpu, "--type", "nvidia-230"});
   uuid.erase(uuid.find_last_not_of('\n') + 1);
-  Say("The vGPU exists, with the VFIO group Kata hands to the pod's VM:");
+  Heading("The vGPU exists, with the VFIO group Kata hands to the pod's VM:");
   shell.Run({"list"});
 
-  Say("Time-sliced vGPU: " + gpu + " is now locked to T4-1Q. Its other types show 0 left:");
+  Heading("Time-sliced vGPU: " + gpu + " is now locked to T4-1Q. Its other types show 0 left:");
   int same = shell.Available(gpu, "nvidia-230");
   int other = shell.Available(gpu, "nvidia-231");
   int other_gpu = shell.Available(gpus.at(1).address, "nvidia-231");
@@ -141,15 +143,16 @@ int RunVgpuctlTour(const std::string& profile_name, std::string root) {
             << "  " << gpus.at(1).address << " nvidia-231 (T4-2Q): " << other_gpu << " left\n";
   Expect(same == 15 && other == 0 && other_gpu == 8, "15 / 0 / 8 instances left");
 
-  Say("Asking that GPU for another type fails with the kernel's reason:");
+  Heading("Asking that GPU for another type fails with the kernel's reason:");
   shell.Run({"create", "--parent", gpu, "--type", "nvidia-231"}, 1);
 
-  Say("The pod is deleted: the plugin removes the mdev and the GPU is free for any type again.");
+  Heading(
+      "The pod is deleted: the plugin removes the mdev and the GPU is free for any type again.");
   shell.Run({"remove", uuid});
   shell.Run({"list"});
   Expect(shell.Available(gpu, "nvidia-231") == 8, "T4-2Q capacity back on " + gpu);
   std::cout << "  " << gpu << " nvidia-231 (T4-2Q): 8 left again\n";
-  Say("Done. Run ./scripts/test.sh for the whole test suite.");
+  Heading("Done. Run ./scripts/test.sh for the whole test suite.");
   if (!scratch.empty()) std::filesystem::remove_all(scratch);
   return 0;
 }

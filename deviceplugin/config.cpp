@@ -15,25 +15,21 @@
 namespace kvgpu::deviceplugin {
 namespace {
 
-Status Invalid(const std::string& message) {
-  return Status::Error(ErrorCode::kInvalid, message);
-}
-
 Result<std::string> Scalar(const YAML::Node& node, const std::string& key) {
-  if (!node.IsScalar()) return Invalid("config key " + key + ": expected a single value");
+  if (!node.IsScalar()) return Status::Invalid("config key " + key + ": expected a single value");
   return node.as<std::string>();
 }
 
 Result<bool> Bool(const YAML::Node& node, const std::string& key) {
   bool value = false;
   if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
-    return Invalid("config key " + key + ": expected true or false");
+    return Status::Invalid("config key " + key + ": expected true or false");
   }
   return value;
 }
 
 Result<std::vector<std::string>> StringList(const YAML::Node& node, const std::string& key) {
-  if (!node.IsSequence()) return Invalid("config key " + key + ": expected a list");
+  if (!node.IsSequence()) return Status::Invalid("config key " + key + ": expected a list");
   std::vector<std::string> out;
   for (size_t i = 0; i < node.size(); ++i) {
     Result<std::string> item = Scalar(node[i], key + "[" + std::to_string(i) + "]");
@@ -48,12 +44,12 @@ Status CheckKeys(const YAML::Node& map, const std::string& where,
   std::vector<std::string> present;
   for (const auto& entry : map) present.push_back(entry.first.as<std::string>());
   std::string unknown = UnknownKeyMessage(present, known, where);
-  return unknown.empty() ? Status::Ok() : Invalid(unknown);
+  return unknown.empty() ? Status::Ok() : Status::Invalid(unknown);
 }
 
 Result<PinRule> ParsePin(const YAML::Node& node, size_t index) {
   std::string where = "pinning[" + std::to_string(index) + "]";
-  if (!node.IsMap()) return Invalid("config key " + where + ": expected a map");
+  if (!node.IsMap()) return Status::Invalid("config key " + where + ": expected a map");
   Status keys = CheckKeys(node, where, {"pciAddress", "model", "all", "type"});
   if (!keys.ok()) return keys;
   PinRule rule;
@@ -77,12 +73,13 @@ Result<PinRule> ParsePin(const YAML::Node& node, size_t index) {
     if (rule.all) ++selectors;
   }
   if (selectors != 1) {
-    return Invalid("config key " + where + ": give exactly one of pciAddress, model, all: true");
+    return Status::Invalid("config key " + where +
+                           ": give exactly one of pciAddress, model, all: true");
   }
-  if (!node["type"]) return Invalid("config key " + where + ".type is missing");
+  if (!node["type"]) return Status::Invalid("config key " + where + ".type is missing");
   Result<std::string> type = Scalar(node["type"], where + ".type");
   if (!type.ok()) return type.status();
-  if (type->empty()) return Invalid("config key " + where + ".type is empty");
+  if (type->empty()) return Status::Invalid("config key " + where + ".type is empty");
   rule.type_id = *type;
   return rule;
 }
@@ -92,10 +89,10 @@ Result<std::chrono::milliseconds> DurationKey(const YAML::Node& node, const std:
   Result<std::string> v = Scalar(node, key);
   if (!v.ok()) return v.status();
   Result<std::chrono::milliseconds> d = ParseDuration(*v);
-  if (!d.ok()) return Invalid("config key " + key + ": " + d.status().message());
+  if (!d.ok()) return Status::Invalid("config key " + key + ": " + d.status().message());
   if (*d < minimum) {
-    return Invalid("config key " + key + ": must be at least " + std::to_string(minimum.count()) +
-                   "ms");
+    return Status::Invalid("config key " + key + ": must be at least " +
+                           std::to_string(minimum.count()) + "ms");
   }
   return d;
 }
@@ -130,14 +127,14 @@ Reader StringInto(Store store, std::function<Status(const std::string&)> check) 
     Result<std::string> v = Scalar(node, key);
     if (!v.ok()) return v.status();
     if (Status valid = check(*v); !valid.ok()) {
-      return Invalid("config key " + key + ": " + valid.message());
+      return Status::Invalid("config key " + key + ": " + valid.message());
     }
     return store(config, *v);
   };
 }
 
 Status ReadPinning(const YAML::Node& node, const std::string& key, Config& config) {
-  if (!node.IsSequence()) return Invalid("config key " + key + ": expected a list");
+  if (!node.IsSequence()) return Status::Invalid("config key " + key + ": expected a list");
   for (size_t i = 0; i < node.size(); ++i) {
     Result<PinRule> rule = ParsePin(node[i], i);
     if (!rule.ok()) return rule.status();
@@ -147,26 +144,26 @@ Status ReadPinning(const YAML::Node& node, const std::string& key, Config& confi
 }
 
 Status AbsolutePath(const std::string& value) {
-  if (value.empty() || value[0] != '/') return Invalid("must be absolute");
+  if (value.empty() || value[0] != '/') return Status::Invalid("must be absolute");
   return Status::Ok();
 }
 
 Status LibvirtUri(const std::string& value) {
   if (value.find(":/") != std::string::npos) return Status::Ok();
-  return Invalid("\"" + value + "\" is not a libvirt URI (like qemu:///system)");
+  return Status::Invalid("\"" + value + "\" is not a libvirt URI (like qemu:///system)");
 }
 
 // "0000:3b:00.0": domain, bus, device, function in lower-case hex, as sysfs names PCI devices.
 Status PciAddress(const std::string& value) {
   static const std::regex kPci("^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]$");
   if (std::regex_match(value, kPci)) return Status::Ok();
-  return Invalid("\"" + value + "\" is not a PCI address like 0000:3b:00.0");
+  return Status::Invalid("\"" + value + "\" is not a PCI address like 0000:3b:00.0");
 }
 
 // A DRA driver name is a DNS subdomain of at most 63 characters (resource.k8s.io/v1
 // ResourceSlice spec.driver).
 Status DraDriverName(const std::string& value) {
-  if (value.size() > 63) return Invalid("\"" + value + "\" is longer than 63 characters");
+  if (value.size() > 63) return Status::Invalid("\"" + value + "\" is longer than 63 characters");
   return ValidateDomain(value);
 }
 
@@ -174,7 +171,8 @@ Status LogLevel(const std::string& value) {
   static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warn",
                                                 "error", "critical", "off"};
   if (kLevels.contains(value)) return Status::Ok();
-  return Invalid("\"" + value + "\" is not one of trace, debug, info, warn, error, critical, off");
+  return Status::Invalid("\"" + value +
+                         "\" is not one of trace, debug, info, warn, error, critical, off");
 }
 
 // Every key of the config file, once: where it is (dotted path; a row without a reader is a
@@ -257,7 +255,7 @@ const std::vector<KeyRow>& KeyTable() {
            [](const std::string& v) {
              return ParseGpuModeProbeChoice(v)
                         ? Status::Ok()
-                        : Invalid("\"" + v + "\" is not one of none, nvml, sim");
+                        : Status::Invalid("\"" + v + "\" is not one of none, nvml, sim");
            })},
       {"occupancyMode",
        "auto",
@@ -272,9 +270,9 @@ const std::vector<KeyRow>& KeyTable() {
            },
            [](const std::string& v) {
              return ParseOccupancySetting(v) ? Status::Ok()
-                                             : Invalid("\"" + v +
-                                                       "\" is not one of auto, strict, "
-                                                       "equal-size");
+                                             : Status::Invalid("\"" + v +
+                                                               "\" is not one of auto, strict, "
+                                                               "equal-size");
            })},
       {"cdi", "", {}, {}},
       {"cdi.enabled",
@@ -350,8 +348,9 @@ const std::vector<KeyRow>& KeyTable() {
              return Status::Ok();
            },
            [](const std::string& v) {
-             return v == "1" || v == "2" || v == "3" ? Status::Ok()
-                                                     : Invalid("\"" + v + "\" is not 1, 2 or 3");
+             return v == "1" || v == "2" || v == "3"
+                        ? Status::Ok()
+                        : Status::Invalid("\"" + v + "\" is not 1, 2 or 3");
            })},
       // DRA front end (docs/dra-kubelet-plugin.md).
       {"dra", "", {"the DRA kubelet plugin: GPUs served through DRA instead"}, {}},
@@ -364,7 +363,7 @@ const std::vector<KeyRow>& KeyTable() {
          if (!v.ok()) return v.status();
          for (const std::string& gpu : *v) {
            if (Status ok = PciAddress(gpu); !ok.ok()) {
-             return Invalid("config key " + key + ": " + ok.message());
+             return Status::Invalid("config key " + key + ": " + ok.message());
            }
          }
          config.dra.gpus = *v;
@@ -425,7 +424,7 @@ Status ApplySection(const YAML::Node& map, const std::string& section, Config& c
       if (Status read = row->read(value, row->path, config); !read.ok()) return read;
       continue;
     }
-    if (!value.IsMap()) return Invalid("config key " + row->path + ": expected a map");
+    if (!value.IsMap()) return Status::Invalid("config key " + row->path + ": expected a map");
     if (Status inner = ApplySection(value, row->path, config); !inner.ok()) return inner;
   }
   return Status::Ok();
@@ -434,17 +433,17 @@ Status ApplySection(const YAML::Node& map, const std::string& section, Config& c
 // What no single key can check: the keys against each other.
 Status CheckTogether(const Config& config) {
   if (config.scheduler_state.heartbeat < config.scheduler_state.min_interval) {
-    return Invalid("config key schedulerState.heartbeat: must be at least minInterval");
+    return Status::Invalid("config key schedulerState.heartbeat: must be at least minInterval");
   }
   if (config.dra.all_gpus && !config.dra.gpus.empty()) {
-    return Invalid("config: dra.allGPUs and dra.gpus exclude each other");
+    return Status::Invalid("config: dra.allGPUs and dra.gpus exclude each other");
   }
   // A pinned type that the allow-list hides could never be offered: say so now.
   if (!config.allowed_types.empty()) {
     for (const PinRule& rule : config.pinning) {
       if (std::find(config.allowed_types.begin(), config.allowed_types.end(), rule.type_id) ==
           config.allowed_types.end()) {
-        return Invalid("config: pinned type " + rule.type_id + " is not in allowedTypes");
+        return Status::Invalid("config: pinned type " + rule.type_id + " is not in allowedTypes");
       }
     }
   }
@@ -490,16 +489,16 @@ Result<Config> ParseConfig(std::string_view yaml_text) {
   try {
     root = YAML::Load(std::string(yaml_text));
   } catch (const YAML::Exception& e) {
-    return Invalid(std::string("config is not valid YAML: ") + e.what());
+    return Status::Invalid(std::string("config is not valid YAML: ") + e.what());
   }
   Config config;
   if (root.IsNull()) return config;  // an empty file means all defaults
-  if (!root.IsMap()) return Invalid("config must be a YAML map of keys");
+  if (!root.IsMap()) return Status::Invalid("config must be a YAML map of keys");
   try {
     Status status = Apply(root, config);
     if (!status.ok()) return status;
   } catch (const YAML::Exception& e) {
-    return Invalid(std::string("config: ") + e.what());
+    return Status::Invalid(std::string("config: ") + e.what());
   }
   return config;
 }

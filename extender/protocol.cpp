@@ -29,15 +29,11 @@ const json* Field(const json& object, std::string_view name) {
   return it == object.end() ? nullptr : &*it;
 }
 
-Status Invalid(const std::string& message) {
-  return Status::Error(ErrorCode::kInvalid, message);
-}
-
 Result<CandidateNode> NodeFromObject(const json& node) {
   const json* metadata = node.is_object() ? Field(node, "metadata") : nullptr;
   const json* name = metadata != nullptr ? Field(*metadata, "name") : nullptr;
   if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
-    return Invalid("Nodes.items: a node without metadata.name");
+    return Status::Invalid("Nodes.items: a node without metadata.name");
   }
   CandidateNode candidate{name->get<std::string>(), node, std::nullopt};
   if (const json* annotations = Field(*metadata, "annotations");
@@ -54,7 +50,7 @@ Result<uint32_t> WholeCount(const std::string& quantity, const std::string& what
   uint32_t n = 0;
   auto [end, error] = std::from_chars(quantity.data(), quantity.data() + quantity.size(), n);
   if (error != std::errc() || end != quantity.data() + quantity.size()) {
-    return Invalid(what + ": \"" + quantity + "\" is not a whole number");
+    return Status::Invalid(what + ": \"" + quantity + "\" is not a whole number");
   }
   return n;
 }
@@ -86,11 +82,11 @@ namespace {
 using DivertedNames = std::map<std::string, std::vector<std::string>>;
 
 Result<ExtenderArgs> ParseArgs(const json& body, DivertedNames* diverted) {
-  if (!body.is_object()) return Invalid("ExtenderArgs: not a JSON object");
+  if (!body.is_object()) return Status::Invalid("ExtenderArgs: not a JSON object");
   const json* pod = Field(body, "Pod");
-  if (pod == nullptr || !pod->is_object()) return Invalid("ExtenderArgs.Pod: missing");
+  if (pod == nullptr || !pod->is_object()) return Status::Invalid("ExtenderArgs.Pod: missing");
   Result<kube::PodInfo> parsed = kube::ParsePod(*pod);
-  if (!parsed.ok()) return Invalid("ExtenderArgs.Pod: " + parsed.status().message());
+  if (!parsed.ok()) return Status::Invalid("ExtenderArgs.Pod: " + parsed.status().message());
   ExtenderArgs args;
   args.pod = std::move(*parsed);
   const auto names = FindField(body, "NodeNames");
@@ -108,7 +104,7 @@ Result<ExtenderArgs> ParseArgs(const json& body, DivertedNames* diverted) {
     }
     args.nodes.reserve(names->size());
     for (const json& name : *names) {
-      if (!name.is_string()) return Invalid("ExtenderArgs.NodeNames: not all strings");
+      if (!name.is_string()) return Status::Invalid("ExtenderArgs.NodeNames: not all strings");
       args.nodes.push_back({name.get<std::string>(), nullptr, std::nullopt});
     }
     return args;
@@ -117,7 +113,7 @@ Result<ExtenderArgs> ParseArgs(const json& body, DivertedNames* diverted) {
     const json* items = Field(*nodes, "items");
     if (items == nullptr || !items->is_array()) {
       if (items == nullptr || items->is_null()) return args;  // an empty list
-      return Invalid("ExtenderArgs.Nodes.items: not a list");
+      return Status::Invalid("ExtenderArgs.Nodes.items: not a list");
     }
     for (const json& node : *items) {
       Result<CandidateNode> candidate = NodeFromObject(node);
@@ -126,7 +122,7 @@ Result<ExtenderArgs> ParseArgs(const json& body, DivertedNames* diverted) {
     }
     return args;
   }
-  return Invalid("ExtenderArgs: neither Nodes nor NodeNames");
+  return Status::Invalid("ExtenderArgs: neither Nodes nor NodeNames");
 }
 
 // nlohmann's document builder for everything but the strings of a top-level NodeNames array,
@@ -418,7 +414,7 @@ Result<BindingArgs> ParseBindingArgs(const json& body) {
         std::pair{"PodUID", &args.pod_uid}, std::pair{"Node", &args.node}}) {
     const json* field = Field(body, name);
     if (field == nullptr || !field->is_string() || field->get<std::string>().empty()) {
-      return Invalid(std::string("ExtenderBindingArgs.") + name + ": missing");
+      return Status::Invalid(std::string("ExtenderBindingArgs.") + name + ": missing");
     }
     *value = field->get<std::string>();
   }
@@ -435,26 +431,27 @@ Result<Victim> ParseVictim(const json& item, bool meta, const std::string& where
   if (meta) {
     const json* uid = Field(item, "UID");
     if (uid == nullptr || !uid->is_string() || uid->get<std::string>().empty()) {
-      return Invalid(where + ": a MetaPod without UID");
+      return Status::Invalid(where + ": a MetaPod without UID");
     }
     return Victim{uid->get<std::string>(), std::nullopt};
   }
   Result<kube::PodInfo> pod = kube::ParsePod(item);
-  if (!pod.ok()) return Invalid(where + ": " + pod.status().message());
+  if (!pod.ok()) return Status::Invalid(where + ": " + pod.status().message());
   const std::string uid = item["metadata"]["uid"].get<std::string>();
   return Victim{uid, std::move(*pod)};
 }
 
 Result<NodeVictims> ParseNodeVictims(const json& value, bool meta, const std::string& where) {
-  if (!value.is_object()) return Invalid(where + ": not an object");
+  if (!value.is_object()) return Status::Invalid(where + ": not an object");
   NodeVictims victims;
   if (const json* count = Field(value, "NumPDBViolations"); count != nullptr && !count->is_null()) {
-    if (!count->is_number_integer()) return Invalid(where + ".NumPDBViolations: not an integer");
+    if (!count->is_number_integer())
+      return Status::Invalid(where + ".NumPDBViolations: not an integer");
     victims.num_pdb_violations = count->get<int64_t>();
   }
   const json* pods = Field(value, "Pods");
   if (pods == nullptr || pods->is_null()) return victims;
-  if (!pods->is_array()) return Invalid(where + ".Pods: not a list");
+  if (!pods->is_array()) return Status::Invalid(where + ".Pods: not a list");
   for (const json& item : *pods) {
     Result<Victim> victim = ParseVictim(item, meta, where + ".Pods");
     if (!victim.ok()) return victim.status();
@@ -466,11 +463,13 @@ Result<NodeVictims> ParseNodeVictims(const json& value, bool meta, const std::st
 }  // namespace
 
 Result<PreemptionArgs> ParsePreemptionArgs(const json& body) {
-  if (!body.is_object()) return Invalid("ExtenderPreemptionArgs: not a JSON object");
+  if (!body.is_object()) return Status::Invalid("ExtenderPreemptionArgs: not a JSON object");
   const json* pod = Field(body, "Pod");
-  if (pod == nullptr || !pod->is_object()) return Invalid("ExtenderPreemptionArgs.Pod: missing");
+  if (pod == nullptr || !pod->is_object())
+    return Status::Invalid("ExtenderPreemptionArgs.Pod: missing");
   Result<kube::PodInfo> parsed = kube::ParsePod(*pod);
-  if (!parsed.ok()) return Invalid("ExtenderPreemptionArgs.Pod: " + parsed.status().message());
+  if (!parsed.ok())
+    return Status::Invalid("ExtenderPreemptionArgs.Pod: " + parsed.status().message());
   PreemptionArgs args;
   args.pod = std::move(*parsed);
   // Go marshals the map it does not fill as null.
@@ -480,7 +479,8 @@ Result<PreemptionArgs> ParsePreemptionArgs(const json& body) {
   const json* map = args.meta ? metas : wholes;
   const std::string name = args.meta ? "NodeNameToMetaVictims" : "NodeNameToVictims";
   if (map == nullptr || map->is_null()) return args;  // no candidate node
-  if (!map->is_object()) return Invalid("ExtenderPreemptionArgs." + name + ": not an object");
+  if (!map->is_object())
+    return Status::Invalid("ExtenderPreemptionArgs." + name + ": not an object");
   for (const auto& [node, value] : map->items()) {
     Result<NodeVictims> victims =
         ParseNodeVictims(value, args.meta, "ExtenderPreemptionArgs." + name + "[" + node + "]");

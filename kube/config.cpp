@@ -48,7 +48,7 @@ std::optional<YAML::Node> FindNamed(const YAML::Node& list, const std::string& n
   return std::nullopt;
 }
 
-std::string StringField(const YAML::Node& node, const char* key) {
+std::string YamlString(const YAML::Node& node, const char* key) {
   if (!node || !node[key] || node[key].IsNull()) return "";
   return node[key].as<std::string>();
 }
@@ -56,8 +56,8 @@ std::string StringField(const YAML::Node& node, const char* key) {
 // Either the inline base64 `<key>-data` or the file `<key>`; both set is an error, as in kubectl.
 Result<std::string> DataOrFile(const YAML::Node& node, const std::string& key,
                                const std::filesystem::path& base_dir, const std::string& where) {
-  const std::string data = StringField(node, (key + "-data").c_str());
-  const std::string file = StringField(node, key.c_str());
+  const std::string data = YamlString(node, (key + "-data").c_str());
+  const std::string file = YamlString(node, key.c_str());
   if (!data.empty() && !file.empty()) {
     return Status::Error(ErrorCode::kConfig,
                          where + ": both " + key + " and " + key + "-data are set; keep one");
@@ -150,8 +150,8 @@ Status ReadUser(const YAML::Node& root, const std::string& user_name,
   }
   config.client_cert_pem = std::move(cert.value());
   config.client_key_pem = std::move(key.value());
-  config.token = StringField(user, "token");
-  const std::string token_file = StringField(user, "tokenFile");
+  config.token = YamlString(user, "token");
+  const std::string token_file = YamlString(user, "tokenFile");
   if (!token_file.empty()) {
     config.token_file = token_file;
     if (config.token_file.is_relative()) config.token_file = base_dir / config.token_file;
@@ -172,7 +172,7 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
   if (!root.IsMap()) return Status::Error(ErrorCode::kConfig, "kubeconfig is not a YAML mapping");
   try {
     const std::string context_name =
-        context.empty() ? StringField(root, "current-context") : context;
+        context.empty() ? YamlString(root, "current-context") : context;
     if (context_name.empty()) {
       return Status::Error(ErrorCode::kConfig, "no current-context set and no context asked for");
     }
@@ -180,8 +180,8 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
     if (!found_ctx)
       return Status::Error(ErrorCode::kConfig, "context \"" + context_name + "\" not found");
     const YAML::Node& ctx = *found_ctx;
-    const std::string cluster_name = StringField(ctx, "cluster");
-    const std::string user_name = StringField(ctx, "user");
+    const std::string cluster_name = YamlString(ctx, "cluster");
+    const std::string user_name = YamlString(ctx, "user");
     const auto found_cluster = FindNamed(root["clusters"], cluster_name, "cluster");
     if (!found_cluster) {
       return Status::Error(ErrorCode::kConfig, "cluster \"" + cluster_name + "\" of context \"" +
@@ -189,7 +189,7 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
     }
     const YAML::Node& cluster = *found_cluster;
     Config config;
-    config.server = StringField(cluster, "server");
+    config.server = YamlString(cluster, "server");
     if (config.server.empty()) {
       return Status::Error(ErrorCode::kConfig, "cluster \"" + cluster_name + "\" has no server");
     }
@@ -197,7 +197,7 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
       return Status::Error(ErrorCode::kConfig, "cluster \"" + cluster_name + "\": server \"" +
                                                    config.server + "\" is not an http(s) URL");
     }
-    if (!StringField(cluster, "tls-server-name").empty()) {
+    if (!YamlString(cluster, "tls-server-name").empty()) {
       return Status::Error(ErrorCode::kConfig,
                            "cluster \"" + cluster_name + "\": tls-server-name is not supported");
     }
@@ -208,7 +208,7 @@ Result<Config> ParseKubeconfig(const std::string& text, const std::filesystem::p
         DataOrFile(cluster, "certificate-authority", base_dir, "cluster \"" + cluster_name + "\"");
     if (!ca.ok()) return ca.status();
     config.ca_pem = std::move(ca.value());
-    config.namespace_name = StringField(ctx, "namespace");
+    config.namespace_name = YamlString(ctx, "namespace");
 
     if (!user_name.empty()) {
       Status user = ReadUser(root, user_name, base_dir, config);

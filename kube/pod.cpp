@@ -1,17 +1,11 @@
 #include "kube/pod.h"
 
 #include "common/log_safe.h"
+#include "kube/json_fields.h"
 
 namespace kvgpu::kube {
 
 namespace {
-
-std::string StringAt(const nlohmann::json& object, const char* key) {
-  if (!object.is_object()) return "";
-  const auto it = object.find(key);
-  if (it == object.end() || !it->is_string()) return "";
-  return it->get<std::string>();
-}
 
 std::map<std::string, std::string> Quantities(const nlohmann::json& resources, const char* key) {
   std::map<std::string, std::string> out;
@@ -29,7 +23,7 @@ void AddContainers(const nlohmann::json& spec, const char* key, bool init, PodIn
   if (!spec.is_object() || !spec.contains(key) || !spec[key].is_array()) return;
   for (const auto& c : spec[key]) {
     ContainerInfo container;
-    container.name = PeerName(StringAt(c, "name"));
+    container.name = PeerName(StringField(c, "name"));
     container.init = init;
     if (c.is_object() && c.contains("resources")) {
       container.requests = Quantities(c["resources"], "requests");
@@ -55,18 +49,18 @@ Result<PodInfo> ParsePod(const nlohmann::json& pod) {
   const auto& meta = pod["metadata"];
   PodInfo info;
   // The API server's word, escaped where it enters (common/log_safe.h: PeerName).
-  info.uid = PeerName(StringAt(meta, "uid"));
-  info.namespace_name = PeerName(StringAt(meta, "namespace"));
-  info.name = PeerName(StringAt(meta, "name"));
+  info.uid = PeerName(StringField(meta, "uid"));
+  info.namespace_name = PeerName(StringField(meta, "namespace"));
+  info.name = PeerName(StringField(meta, "name"));
   if (info.uid.empty() || info.namespace_name.empty() || info.name.empty()) {
     return Status::Error(ErrorCode::kDecode, "pod lacks metadata.uid, .namespace or .name");
   }
-  info.resource_version = StringAt(meta, "resourceVersion");
+  info.resource_version = StringField(meta, "resourceVersion");
   info.deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
   const nlohmann::json empty = nlohmann::json::object();
   const auto& spec = pod.contains("spec") ? pod["spec"] : empty;
-  info.node_name = PeerName(StringAt(spec, "nodeName"));
-  info.phase = pod.contains("status") ? StringAt(pod["status"], "phase") : "";
+  info.node_name = PeerName(StringField(spec, "nodeName"));
+  info.phase = pod.contains("status") ? StringField(pod["status"], "phase") : "";
   AddContainers(spec, "initContainers", true, &info);
   AddContainers(spec, "containers", false, &info);
   return info;

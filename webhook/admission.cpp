@@ -6,6 +6,7 @@
 
 #include "common/base64.h"
 #include "webhook/json_patch.h"
+#include "webhook/pod_fields.h"
 #include "webhook/review_parse.h"
 
 namespace kvgpu::webhook {
@@ -31,13 +32,6 @@ bool IsJsonMediaType(std::string_view content_type) {
          std::equal(media.begin(), media.end(), kJson.begin(), [](char a, char b) {
            return std::tolower(static_cast<unsigned char>(a)) == b;
          });
-}
-
-const json& Member(const json& object, const char* key) {
-  static const json null_value;
-  if (!object.is_object()) return null_value;
-  auto it = object.find(key);
-  return it == object.end() ? null_value : *it;
 }
 
 // A fragment of the offending input for an error message, never the whole of a 3 MiB body.

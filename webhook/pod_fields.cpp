@@ -1,5 +1,7 @@
 #include "webhook/pod_fields.h"
 
+#include <nlohmann/json.hpp>
+
 namespace kvgpu::webhook {
 namespace {
 
@@ -76,6 +78,13 @@ std::vector<PodField> AllPodFields() {
           kResourceClaimTemplateName,
           kClaims,
           kRequest};
+}
+
+const nlohmann::json& Member(const nlohmann::json& object, std::string_view key) {
+  static const nlohmann::json absent;
+  if (!object.is_object()) return absent;
+  const auto it = object.find(key);
+  return it == object.end() ? absent : *it;
 }
 
 }  // namespace kvgpu::webhook

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <nlohmann/json_fwd.hpp>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -14,6 +15,13 @@ namespace kvgpu::webhook {
 struct PodField {
   std::string_view key;
 };
+
+// object[key], with an absent field, or an object that is not one, read as null: the API server's
+// "omitempty". The decision and the claim checks read every field through these.
+const nlohmann::json& Member(const nlohmann::json& object, std::string_view key);
+inline const nlohmann::json& Member(const nlohmann::json& object, PodField field) {
+  return Member(object, field.key);
+}
 
 namespace pod_fields {
 inline constexpr PodField kMetadata{"metadata"};

@@ -15,19 +15,13 @@ using nlohmann::json;
 
 const json kNull;
 
-// Field access that tolerates absent and null the way the API server does ("omitempty"). Only
-// the fields in pod_fields.h: the review parser keeps exactly those.
+// Fields are read only through pod_fields.h's Member and PodFields (the review parser keeps
+// exactly those), annotations by their configured keys (which the parser keeps too).
 const json& Field(const json& object, PodField field) {
-  if (!object.is_object()) return kNull;
-  auto it = object.find(field.key);
-  return it == object.end() ? kNull : *it;
+  return Member(object, field);
 }
-
-// One annotation (the parser keeps the configured keys).
 const json& Annotation(const json& annotations, const std::string& key) {
-  if (!annotations.is_object()) return kNull;
-  auto it = annotations.find(key);
-  return it == annotations.end() ? kNull : *it;
+  return Member(annotations, key);
 }
 
 bool AbsentOrNull(const json& value) {

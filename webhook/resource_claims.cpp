@@ -7,26 +7,9 @@ namespace {
 
 using nlohmann::json;
 
-const json kNull;
-
-const json& Member(const json& object, std::string_view key) {
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-
-const json& Member(const json& object, PodField field) {
-  return Member(object, field.key);
-}
-
-Status Invalid(const std::string& message) {
-  return Status::Error(ErrorCode::kInvalid, message);
-}
-
 // A list that may be absent or null (omitempty), else must be a list.
 Result<const json*> OptionalList(const json& value, const std::string& where) {
-  if (value.is_null()) return &kNull;
-  if (!value.is_array()) return Invalid(where + " must be a list");
+  if (!value.is_null() && !value.is_array()) return Status::Invalid(where + " must be a list");
   return &value;
 }
 
@@ -47,7 +30,7 @@ Result<std::set<std::string>> ContainerClaimNames(const json& spec) {
         const json& name = Member(claim, pod_fields::kName);
         const json& request = Member(claim, pod_fields::kRequest);
         if (!name.is_string() || (!request.is_null() && !request.is_string()))
-          return Invalid(where + " entries must have a string name (and request)");
+          return Status::Invalid(where + " entries must have a string name (and request)");
         names.insert(name.get<std::string>());
       }
     }
@@ -58,7 +41,7 @@ Result<std::set<std::string>> ContainerClaimNames(const json& spec) {
 // The class of a request or subrequest, when it names a string one.
 Result<std::string> ClassName(const json& request, const std::string& where) {
   const json& name = Member(request, "deviceClassName");
-  if (!name.is_string()) return Invalid(where + ".deviceClassName must be a string");
+  if (!name.is_string()) return Status::Invalid(where + ".deviceClassName must be a string");
   return name.get<std::string>();
 }
 
@@ -76,17 +59,17 @@ Result<std::vector<PodClaimSource>> ReferencedPodClaims(const json& spec) {
     const json& claim = (**claims)[i];
     const std::string where = "spec.resourceClaims[" + std::to_string(i) + "]";
     const json& name = Member(claim, pod_fields::kName);
-    if (!name.is_string()) return Invalid(where + ".name must be a string");
+    if (!name.is_string()) return Status::Invalid(where + ".name must be a string");
     if (!used->contains(name.get<std::string>())) continue;
     const json& by_name = Member(claim, pod_fields::kResourceClaimName);
     const json& by_template = Member(claim, pod_fields::kResourceClaimTemplateName);
     const bool has_name = !by_name.is_null(), has_template = !by_template.is_null();
     if (has_name == has_template || !(has_name ? by_name : by_template).is_string())
-      return Invalid(where +
-                     " must set exactly one of resourceClaimName and "
-                     "resourceClaimTemplateName, as a string");
+      return Status::Invalid(where +
+                             " must set exactly one of resourceClaimName and "
+                             "resourceClaimTemplateName, as a string");
     const std::string& object = (has_name ? by_name : by_template).get_ref<const std::string&>();
-    if (object.empty()) return Invalid(where + " names an empty object");
+    if (object.empty()) return Status::Invalid(where + " names an empty object");
     out.push_back({name.get<std::string>(), has_template, object});
   }
   return out;
@@ -104,10 +87,10 @@ Result<std::set<std::string>> OurRequests(const json& object, bool is_template,
   const char* what = is_template ? "ResourceClaimTemplate" : "ResourceClaim";
   const json& spec = is_template ? Member(Member(object, "spec"), "spec") : Member(object, "spec");
   if (!spec.is_object())
-    return Invalid(std::string(what) + " has no " + (is_template ? "spec.spec" : "spec"));
+    return Status::Invalid(std::string(what) + " has no " + (is_template ? "spec.spec" : "spec"));
   const json& devices = Member(spec, "devices");
   if (!devices.is_object() && !devices.is_null())
-    return Invalid(std::string(what) + " spec.devices must be an object");
+    return Status::Invalid(std::string(what) + " spec.devices must be an object");
   auto requests = OptionalList(Member(devices, "requests"), "spec.devices.requests");
   if (!requests.ok()) return requests.status();
   std::set<std::string> ours;
@@ -116,13 +99,13 @@ Result<std::set<std::string>> OurRequests(const json& object, bool is_template,
     const json& request = (**requests)[i];
     const std::string where = "spec.devices.requests[" + std::to_string(i) + "]";
     const json& name = Member(request, "name");
-    if (!name.is_string()) return Invalid(where + ".name must be a string");
+    if (!name.is_string()) return Status::Invalid(where + ".name must be a string");
     const std::string& request_name = name.get_ref<const std::string&>();
     const json& exactly = Member(request, "exactly");
     auto subrequests = OptionalList(Member(request, "firstAvailable"), where + ".firstAvailable");
     if (!subrequests.ok()) return subrequests.status();
     if (exactly.is_null() == (*subrequests)->is_null())
-      return Invalid(where + " must set exactly one of exactly and firstAvailable");
+      return Status::Invalid(where + " must set exactly one of exactly and firstAvailable");
     if (!exactly.is_null()) {
       auto class_name = ClassName(exactly, where + ".exactly");
       if (!class_name.ok()) return class_name.status();
@@ -133,7 +116,7 @@ Result<std::set<std::string>> OurRequests(const json& object, bool is_template,
       const json& sub = (**subrequests)[j];
       const std::string sub_where = where + ".firstAvailable[" + std::to_string(j) + "]";
       const json& sub_name = Member(sub, "name");
-      if (!sub_name.is_string()) return Invalid(sub_where + ".name must be a string");
+      if (!sub_name.is_string()) return Status::Invalid(sub_where + ".name must be a string");
       auto class_name = ClassName(sub, sub_where);
       if (!class_name.ok()) return class_name.status();
       if (!IsOurDeviceClass(*class_name, domain)) continue;

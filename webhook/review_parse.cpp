@@ -14,26 +14,26 @@ using nlohmann::json;
 
 using Rule = FieldRule;
 
-const Rule& kAll = KeepAll();
+const Rule& kKeepAll = KeepAll();
 const Rule kRequest{Rule::Kind::kObject,
-                    {{"uid", &kAll},
-                     {"kind", &kAll},
-                     {"resource", &kAll},
-                     {"subResource", &kAll},
-                     {"operation", &kAll},
-                     {"namespace", &kAll},
-                     {"name", &kAll},
+                    {{"uid", &kKeepAll},
+                     {"kind", &kKeepAll},
+                     {"resource", &kKeepAll},
+                     {"subResource", &kKeepAll},
+                     {"operation", &kKeepAll},
+                     {"namespace", &kKeepAll},
+                     {"name", &kKeepAll},
                      {"object", &PodRule()}}};
 const Rule kReview{Rule::Kind::kObject,
-                   {{"apiVersion", &kAll}, {"kind", &kAll}, {"request", &kRequest}}};
+                   {{"apiVersion", &kKeepAll}, {"kind", &kKeepAll}, {"request", &kRequest}}};
 
 const Rule* ChildOfObject(const Rule* rule, std::string_view key,
                           const std::vector<std::string_view>& annotation_keys) {
-  if (rule == &kAll) return &kAll;
+  if (rule == &kKeepAll) return &kKeepAll;
   if (rule->kind == FieldRule::Kind::kAnnotations) {
     bool wanted =
         std::find(annotation_keys.begin(), annotation_keys.end(), key) != annotation_keys.end();
-    return wanted ? &kAll : nullptr;
+    return wanted ? &kKeepAll : nullptr;
   }
   if (rule->kind != Rule::Kind::kObject) return nullptr;
   for (const auto& [field, child] : rule->fields)
@@ -42,7 +42,7 @@ const Rule* ChildOfObject(const Rule* rule, std::string_view key,
 }
 
 const Rule* ItemOfArray(const Rule* rule) {
-  if (rule == &kAll) return &kAll;
+  if (rule == &kKeepAll) return &kKeepAll;
   return rule->kind == Rule::Kind::kArray ? rule->items : nullptr;
 }
 

@@ -4,17 +4,14 @@
 
 #include <algorithm>
 
+#include "kube/json_fields.h"
+
 namespace kvgpu::deviceplugin::dra {
 
 namespace {
 
+using kube::StringField;
 using nlohmann::json;
-
-std::string Str(const json& object, const char* field) {
-  if (!object.is_object()) return "";
-  const auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 std::string StatusPath(const std::string& ns, const std::string& name) {
   return "/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + name + "/status";
@@ -43,8 +40,8 @@ json DevicesWith(const json& claim, const ClaimVerdict& verdict, const std::stri
                                     : verdict.reason;
     const json condition = Condition(decided, message);
     auto entry = std::find_if(devices.begin(), devices.end(), [&](const json& e) {
-      return Str(e, "driver") == driver && Str(e, "pool") == pool && Str(e, "device") == device &&
-             !e.contains("shareID");
+      return StringField(e, "driver") == driver && StringField(e, "pool") == pool &&
+             StringField(e, "device") == device && !e.contains("shareID");
     });
     if (entry == devices.end()) {
       devices.push_back({{"driver", driver},
@@ -57,7 +54,7 @@ json DevicesWith(const json& claim, const ClaimVerdict& verdict, const std::stri
                           ? (*entry)["conditions"]
                           : json::array();
     auto same = std::find_if(conditions.begin(), conditions.end(), [&](const json& c) {
-      return Str(c, "type") == condition["type"].get<std::string>();
+      return StringField(c, "type") == condition["type"].get<std::string>();
     });
     if (same != conditions.end()) {
       *same = condition;
@@ -133,7 +130,7 @@ std::string OccupancyConfirmer::AllocationKey(const AllocatedClaim& claim) {
 }
 
 void OccupancyConfirmer::TakeLocked(const json& object) {
-  const std::string uid = Str(object.value("metadata", json::object()), "uid");
+  const std::string uid = StringField(object.value("metadata", json::object()), "uid");
   if (uid.empty()) return;
   std::optional<AllocatedClaim> claim = ReadAllocatedClaim(object, options_.driver, options_.pool);
   // Names go into a request path: only what the API server itself allows.
@@ -167,7 +164,7 @@ void OccupancyConfirmer::OnEvent(kube::WatchEventType type, const json& claim) {
   {
     std::lock_guard lock(mutex_);
     if (type == kube::WatchEventType::kDeleted) {
-      claims_.erase(Str(claim.value("metadata", json::object()), "uid"));
+      claims_.erase(StringField(claim.value("metadata", json::object()), "uid"));
     } else {
       TakeLocked(claim);
     }
@@ -185,10 +182,11 @@ Result<bool> OccupancyConfirmer::Write(const ClaimVerdict& verdict) {
     object = it->second.object;
   }
   const json& meta = object["metadata"];
-  const std::string ns = Str(meta, "namespace");
-  const std::string name = Str(meta, "name");
+  const std::string ns = StringField(meta, "namespace");
+  const std::string name = StringField(meta, "name");
   const json patch = {
-      {"metadata", {{"uid", verdict.uid}, {"resourceVersion", Str(meta, "resourceVersion")}}},
+      {"metadata",
+       {{"uid", verdict.uid}, {"resourceVersion", StringField(meta, "resourceVersion")}}},
       {"status", {{"devices", DevicesWith(object, verdict, options_.driver, options_.pool)}}}};
   auto written = api_.Patch(StatusPath(ns, name), patch, "application/merge-patch+json", &cancel_);
   if (!written.ok()) {

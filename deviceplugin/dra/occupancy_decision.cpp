@@ -4,31 +4,21 @@
 #include <set>
 #include <tuple>
 
+#include "kube/json_fields.h"
 #include "scheduling/gpu_fit.h"
 
 namespace kvgpu::deviceplugin::dra {
 
 namespace {
 
+using kube::Field;
+using kube::StringField;
 using nlohmann::json;
-
-std::string Str(const json& object, const char* field) {
-  if (!object.is_object()) return "";
-  const auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-const json& Field(const json& object, const char* field) {
-  static const json null;
-  if (!object.is_object()) return null;
-  const auto it = object.find(field);
-  return it == object.end() ? null : *it;
-}
 
 bool ConditionTrue(const json& conditions, const char* type) {
   if (!conditions.is_array()) return false;
   return std::any_of(conditions.begin(), conditions.end(), [&](const json& c) {
-    return Str(c, "type") == type && Str(c, "status") == "True";
+    return StringField(c, "type") == type && StringField(c, "status") == "True";
   });
 }
 
@@ -167,18 +157,18 @@ std::optional<AllocatedClaim> ReadAllocatedClaim(const json& claim, const std::s
   const json& results = Field(Field(allocation, "devices"), "results");
   if (!results.is_array()) return std::nullopt;
   AllocatedClaim out;
-  out.uid = Str(meta, "uid");
-  out.namespace_ = Str(meta, "namespace");
-  out.name = Str(meta, "name");
-  out.resource_version = Str(meta, "resourceVersion");
-  out.allocation_timestamp = Str(allocation, "allocationTimestamp");
+  out.uid = StringField(meta, "uid");
+  out.namespace_ = StringField(meta, "namespace");
+  out.name = StringField(meta, "name");
+  out.resource_version = StringField(meta, "resourceVersion");
+  out.allocation_timestamp = StringField(allocation, "allocationTimestamp");
   if (out.uid.empty() || out.namespace_.empty() || out.name.empty()) return std::nullopt;
   const json& statuses = Field(Field(claim, "status"), "devices");
   std::set<std::string> seen;
   for (const json& result : results) {
-    if (Str(result, "driver") != driver || Str(result, "pool") != pool) continue;
+    if (StringField(result, "driver") != driver || StringField(result, "pool") != pool) continue;
     ClaimDevice device;
-    device.device = Str(result, "device");
+    device.device = StringField(result, "device");
     if (device.device.empty() || !seen.insert(device.device).second) continue;
     const json& conditions = Field(result, "bindingConditions");
     device.waited_for = conditions.is_array() &&
@@ -187,8 +177,8 @@ std::optional<AllocatedClaim> ReadAllocatedClaim(const json& claim, const std::s
                         });
     if (statuses.is_array()) {
       for (const json& status : statuses) {
-        if (Str(status, "driver") != driver || Str(status, "pool") != pool ||
-            Str(status, "device") != device.device) {
+        if (StringField(status, "driver") != driver || StringField(status, "pool") != pool ||
+            StringField(status, "device") != device.device) {
           continue;
         }
         const json& given = Field(status, "conditions");

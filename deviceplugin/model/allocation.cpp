@@ -21,10 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-Status Invalid(const std::string& message) {
-  return Status::Error(ErrorCode::kInvalid, message);
-}
-
 // The plan for an ID whose earlier vGPU of ours still exists: hand it back to the pod that holds
 // it, replace it when no pod does, refuse when nobody can tell.
 Status PlanEarlier(const std::string& id, const NodeState& state, const EarlierVgpus& earlier,
@@ -74,11 +70,11 @@ Result<const Device*> Lookup(const DeviceCatalogue& catalogue, const std::string
                                ": no longer free (the GPU filled up or took another type since "
                                "the list kubelet used); pick another device");
     }
-    return Invalid("unknown device " + LogSafe(id) + " for " + resource +
-                   " (not in the list this plugin advertises)");
+    return Status::Invalid("unknown device " + LogSafe(id) + " for " + resource +
+                           " (not in the list this plugin advertises)");
   }
   if (*owner != resource) {
-    return Invalid("device " + LogSafe(id) + " belongs to " + *owner + ", not " + resource);
+    return Status::Invalid("device " + LogSafe(id) + " belongs to " + *owner + ", not " + resource);
   }
   const Device* d = catalogue.Find(resource, id);
   if (!d->healthy) {
@@ -119,17 +115,18 @@ Status CheckRequestShape(const std::string& resource,
   for (size_t i = 0; i < containers.size(); ++i) {
     for (const std::string& id : containers[i]) {
       if (id.size() > kMaxDeviceIdLength) {
-        return Invalid("container request " + std::to_string(i) + " for " + LogSafe(resource) +
-                       ": device ID " + LogSafe(id) + " is longer than " +
-                       std::to_string(kMaxDeviceIdLength) + " characters; no such device exists");
+        return Status::Invalid("container request " + std::to_string(i) + " for " +
+                               LogSafe(resource) + ": device ID " + LogSafe(id) +
+                               " is longer than " + std::to_string(kMaxDeviceIdLength) +
+                               " characters; no such device exists");
       }
       ++total;
     }
   }
   if (total > kMaxDevicesPerRequest) {
-    return Invalid("allocate request for " + LogSafe(resource) + " names " + std::to_string(total) +
-                   " devices, more than the " + std::to_string(kMaxDevicesPerRequest) +
-                   " a node can have");
+    return Status::Invalid("allocate request for " + LogSafe(resource) + " names " +
+                           std::to_string(total) + " devices, more than the " +
+                           std::to_string(kMaxDevicesPerRequest) + " a node can have");
   }
   return Status::Ok();
 }
@@ -138,8 +135,9 @@ Result<ContainerPlans> PlanAllocation(const DeviceCatalogue& catalogue, const No
                                       const std::string& resource,
                                       const std::vector<std::vector<std::string>>& containers,
                                       const EarlierVgpus& earlier) {
-  if (containers.empty()) return Invalid("allocate request for " + resource + " has no containers");
-  if (!catalogue.Knows(resource)) return Invalid("unknown resource " + LogSafe(resource));
+  if (containers.empty())
+    return Status::Invalid("allocate request for " + resource + " has no containers");
+  if (!catalogue.Knows(resource)) return Status::Invalid("unknown resource " + LogSafe(resource));
   ContainerPlans plans;
   std::set<std::string> seen;
   std::set<std::string> requested;
@@ -147,12 +145,13 @@ Result<ContainerPlans> PlanAllocation(const DeviceCatalogue& catalogue, const No
   std::set<std::string> rooms_taken;
   for (size_t i = 0; i < containers.size(); ++i) {
     if (containers[i].empty()) {
-      return Invalid("container request " + std::to_string(i) + " for " + resource +
-                     " names no devices");
+      return Status::Invalid("container request " + std::to_string(i) + " for " + resource +
+                             " names no devices");
     }
     std::vector<AllocationPlan>& container_plans = plans.emplace_back();
     for (const std::string& id : containers[i]) {
-      if (!seen.insert(id).second) return Invalid("device " + LogSafe(id) + " is requested twice");
+      if (!seen.insert(id).second)
+        return Status::Invalid("device " + LogSafe(id) + " is requested twice");
       Result<const Device*> device = Lookup(catalogue, resource, id);
       std::optional<Device> stand_in;
       if (!device.ok() && device.status().code() == ErrorCode::kNoRoom) {

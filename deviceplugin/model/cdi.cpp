@@ -1,20 +1,13 @@
 #include "deviceplugin/model/cdi.h"
 
 #include <algorithm>
-#include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "common/ascii.h"
 #include "deviceplugin/model/state_store.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
-
-bool IsAlnum(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0;
-}
-bool IsAlpha(char c) {
-  return std::isalpha(static_cast<unsigned char>(c)) != 0;
-}
 
 // Spec version 0.5.0 has everything used here (deviceNodes, env) and is read by every CDI
 // implementation containerd and CRI-O ship.
@@ -31,23 +24,23 @@ Status ValidateCdiKind(std::string_view kind) {
   if (slash == std::string_view::npos) return bad("no '/'");
   std::string_view vendor = kind.substr(0, slash);
   std::string_view cls = kind.substr(slash + 1);
-  if (vendor.empty() || !IsAlpha(vendor.front()) || !IsAlnum(vendor.back()) ||
+  if (vendor.empty() || !IsAsciiAlpha(vendor.front()) || !IsAsciiAlnum(vendor.back()) ||
       !std::all_of(vendor.begin(), vendor.end(),
-                   [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; })) {
+                   [](char c) { return IsAsciiAlnum(c) || c == '-' || c == '_' || c == '.'; })) {
     return bad("the vendor part allows letters, digits, '-', '_', '.'");
   }
-  if (cls.empty() || !IsAlpha(cls.front()) || !IsAlnum(cls.back()) ||
+  if (cls.empty() || !IsAsciiAlpha(cls.front()) || !IsAsciiAlnum(cls.back()) ||
       !std::all_of(cls.begin(), cls.end(),
-                   [](char c) { return IsAlnum(c) || c == '-' || c == '_'; })) {
+                   [](char c) { return IsAsciiAlnum(c) || c == '-' || c == '_'; })) {
     return bad("the class part allows letters, digits, '-', '_' (no '.')");
   }
   return Status::Ok();
 }
 
 bool IsValidCdiDeviceName(std::string_view name) {
-  return !name.empty() && IsAlnum(name.front()) &&
+  return !name.empty() && IsAsciiAlnum(name.front()) &&
          std::all_of(name.begin(), name.end(), [](char c) {
-           return IsAlnum(c) || c == '_' || c == '-' || c == '.' || c == ':';
+           return IsAsciiAlnum(c) || c == '_' || c == '-' || c == '.' || c == ':';
          });
 }
 

@@ -12,10 +12,6 @@ namespace kvgpu::deviceplugin {
 
 namespace {
 
-Status Invalid(const std::string& message) {
-  return Status::Error(ErrorCode::kInvalid, message);
-}
-
 // What the GPUs carry, as far as ranking a resource's devices goes.
 struct GpuLoads {
   std::map<std::string, int> same_type;  // vGPUs locking the GPU as the resource would, per GPU
@@ -138,20 +134,21 @@ Result<std::vector<std::vector<std::string>>> PreferDevices(
     const PreferredRequest& req = requests[i];
     std::string where = "container request " + std::to_string(i) + ": ";
     std::set<std::string> available(req.available.begin(), req.available.end());
-    if (req.size <= 0) return Invalid(where + "allocation size must be at least 1");
+    if (req.size <= 0) return Status::Invalid(where + "allocation size must be at least 1");
     if (static_cast<size_t>(req.size) > available.size()) {
-      return Invalid(where + "allocation size " + std::to_string(req.size) + " exceeds the " +
-                     std::to_string(available.size()) + " available devices");
+      return Status::Invalid(where + "allocation size " + std::to_string(req.size) +
+                             " exceeds the " + std::to_string(available.size()) +
+                             " available devices");
     }
     if (req.must_include.size() > static_cast<size_t>(req.size)) {
-      return Invalid(where + "more must-include devices than the allocation size");
+      return Status::Invalid(where + "more must-include devices than the allocation size");
     }
     std::vector<std::string> chosen;
     std::set<std::string> chosen_gpus;
     for (const std::string& id : req.must_include) {
       if (!available.contains(id)) {
-        return Invalid(where + "must-include device " + LogSafe(id) +
-                       " is not among the available ones");
+        return Status::Invalid(where + "must-include device " + LogSafe(id) +
+                               " is not among the available ones");
       }
       if (std::find(chosen.begin(), chosen.end(), id) != chosen.end()) continue;
       chosen.push_back(id);

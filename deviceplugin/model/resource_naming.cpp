@@ -1,7 +1,6 @@
 #include "deviceplugin/model/resource_naming.h"
 
 #include <algorithm>
-#include <cctype>
 
 #include "common/ascii.h"
 #include "mdev/nvidia.h"
@@ -11,9 +10,6 @@ namespace {
 
 bool IsLowerAlnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-bool IsAlnum(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0;
 }
 
 // RFC 1123 subdomain: labels of [a-z0-9-], alphanumeric at both ends, joined by '.', <= 253.
@@ -36,9 +32,9 @@ bool IsDnsSubdomain(std::string_view s) {
 // The name part of a Kubernetes qualified name.
 bool IsQualifiedNamePart(std::string_view s) {
   if (s.empty() || s.size() > 63) return false;
-  if (!IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
+  if (!IsAsciiAlnum(s.front()) || !IsAsciiAlnum(s.back())) return false;
   return std::all_of(s.begin(), s.end(),
-                     [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
+                     [](char c) { return IsAsciiAlnum(c) || c == '-' || c == '_' || c == '.'; });
 }
 
 bool InKubernetesDomain(std::string_view domain) {

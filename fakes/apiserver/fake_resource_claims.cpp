@@ -22,6 +22,7 @@
 
 #include "fakes/apiserver/api_answers.h"
 #include "fakes/apiserver/fake_apiserver.h"
+#include "kube/json_fields.h"
 
 namespace kvgpu::testing {
 
@@ -35,12 +36,14 @@ using api_answers::Answer;
 using api_answers::Failure;
 
 using api_answers::Key;
+using kube::Field;
+using kube::StringField;
 
 std::string Quoted(const std::string& name) {
   return "resourceclaims.resource.k8s.io \"" + name + "\"";
 }
 
-nlohmann::json NotFound(const std::string& name) {
+nlohmann::json ClaimNotFound(const std::string& name) {
   return Failure(404, "NotFound", Quoted(name) + " not found");
 }
 
@@ -56,23 +59,10 @@ nlohmann::json Invalid(const std::string& name, const std::string& detail) {
                  "ResourceClaim.resource.k8s.io \"" + name + "\" is invalid: " + detail);
 }
 
-std::string Str(const nlohmann::json& object, const char* field) {
-  if (!object.is_object()) return "";
-  const auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-const nlohmann::json& Field(const nlohmann::json& object, const char* field) {
-  static const nlohmann::json null;
-  if (!object.is_object()) return null;
-  const auto it = object.find(field);
-  return it == object.end() ? null : *it;
-}
-
 // driver/pool/device/shareID: how upstream names one allocated device (structured.SharedDeviceID).
 std::string DeviceKey(const nlohmann::json& entry) {
-  return Str(entry, "driver") + "/" + Str(entry, "pool") + "/" + Str(entry, "device") + "/" +
-         Str(entry, "shareID");
+  return StringField(entry, "driver") + "/" + StringField(entry, "pool") + "/" +
+         StringField(entry, "device") + "/" + StringField(entry, "shareID");
 }
 
 std::set<std::string> AllocatedDevices(const nlohmann::json& status) {
@@ -85,13 +75,13 @@ std::set<std::string> AllocatedDevices(const nlohmann::json& status) {
 
 // The precondition a write carries: the resourceVersion it read, if any.
 bool VersionMatches(const nlohmann::json& sent, const nlohmann::json& stored) {
-  const std::string version = Str(Field(sent, "metadata"), "resourceVersion");
-  return version.empty() || version == Str(Field(stored, "metadata"), "resourceVersion");
+  const std::string version = StringField(Field(sent, "metadata"), "resourceVersion");
+  return version.empty() || version == StringField(Field(stored, "metadata"), "resourceVersion");
 }
 
 bool UidMatches(const nlohmann::json& sent, const nlohmann::json& stored) {
-  const std::string uid = Str(Field(sent, "metadata"), "uid");
-  return uid.empty() || uid == Str(Field(stored, "metadata"), "uid");
+  const std::string uid = StringField(Field(sent, "metadata"), "uid");
+  return uid.empty() || uid == StringField(Field(stored, "metadata"), "uid");
 }
 
 // An error message when `status` is not one the real server stores after `old_status`.
@@ -134,9 +124,9 @@ std::optional<std::string> ValidateStatus(const nlohmann::json& old_status,
       return at + ".conditions: Too many: must have at most 8 items";
     std::set<std::string> types;
     for (const auto& condition : conditions) {
-      const std::string type = Str(condition, "type");
-      const std::string state = Str(condition, "status");
-      const std::string reason = Str(condition, "reason");
+      const std::string type = StringField(condition, "type");
+      const std::string state = StringField(condition, "status");
+      const std::string reason = StringField(condition, "reason");
       if (type.empty() || !std::regex_match(type, type_re)) {
         return at + ".conditions.type: Invalid value: \"" + type + "\"";
       }
@@ -147,7 +137,7 @@ std::optional<std::string> ValidateStatus(const nlohmann::json& old_status,
       if (reason.empty() || reason.size() > 1024 || !std::regex_match(reason, reason_re)) {
         return at + ".conditions.reason: Invalid value: \"" + reason + "\"";
       }
-      if (Str(condition, "lastTransitionTime").empty()) {
+      if (StringField(condition, "lastTransitionTime").empty()) {
         return at + ".conditions.lastTransitionTime: Required value";
       }
     }
@@ -185,7 +175,7 @@ std::vector<std::string> MergeKeys(const std::string& path) {
 bool SameItem(const nlohmann::json& a, const nlohmann::json& b,
               const std::vector<std::string>& keys) {
   for (const auto& key : keys) {
-    if (Str(a, key.c_str()) != Str(b, key.c_str())) return false;
+    if (StringField(a, key.c_str()) != StringField(b, key.c_str())) return false;
   }
   return true;
 }
@@ -198,7 +188,7 @@ void MergeList(nlohmann::json& target, const nlohmann::json& patch, const std::s
   for (const auto& item : patch) {
     auto same = std::find_if(target.begin(), target.end(),
                              [&](const nlohmann::json& t) { return SameItem(t, item, keys); });
-    if (Str(item, "$patch") == "delete") {
+    if (StringField(item, "$patch") == "delete") {
       if (same != target.end()) target.erase(same);
       continue;
     }
@@ -253,8 +243,8 @@ bool ParseClaimSelector(const std::string& text, std::map<std::string, std::stri
 std::uint64_t FakeApiServer::RecordClaimLocked(const std::string& type, nlohmann::json claim) {
   const std::uint64_t version = ++version_;
   claim["metadata"]["resourceVersion"] = std::to_string(version);
-  const std::string ns = Str(Field(claim, "metadata"), "namespace");
-  const std::string key = Key(ns, Str(Field(claim, "metadata"), "name"));
+  const std::string ns = StringField(Field(claim, "metadata"), "namespace");
+  const std::string key = Key(ns, StringField(Field(claim, "metadata"), "name"));
   if (type == "DELETED") {
     resource_claims_.erase(key);
   } else {
@@ -272,7 +262,7 @@ std::uint64_t FakeApiServer::RecordClaimLocked(const std::string& type, nlohmann
 std::uint64_t FakeApiServer::SetResourceClaim(nlohmann::json claim) {
   std::lock_guard lock(mutex_);
   auto& meta = claim["metadata"];
-  const std::string key = Key(Str(meta, "namespace"), Str(meta, "name"));
+  const std::string key = Key(StringField(meta, "namespace"), StringField(meta, "name"));
   const bool exists = resource_claims_.contains(key);
   if (!meta.contains("uid")) {
     meta["uid"] = exists ? resource_claims_[key]["metadata"]["uid"]
@@ -344,8 +334,8 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
     }
     const std::string name = fields.contains("metadata.name") ? fields["metadata.name"] : "";
     const auto matches = [&](const nlohmann::json& claim) {
-      return (ns.empty() || Str(Field(claim, "metadata"), "namespace") == ns) &&
-             (name.empty() || Str(Field(claim, "metadata"), "name") == name);
+      return (ns.empty() || StringField(Field(claim, "metadata"), "namespace") == ns) &&
+             (name.empty() || StringField(Field(claim, "metadata"), "name") == name);
     };
     const std::string watch = req.get_param_value("watch");
     std::unique_lock lock(mutex_);
@@ -400,15 +390,15 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
     const std::string ns = req.matches[1];
     auto claim = nlohmann::json::parse(req.body, nullptr, false);
     if (!claim.is_object() || !Field(claim, "metadata").is_object() ||
-        (!Str(Field(claim, "metadata"), "namespace").empty() &&
-         Str(Field(claim, "metadata"), "namespace") != ns)) {
+        (!StringField(Field(claim, "metadata"), "namespace").empty() &&
+         StringField(Field(claim, "metadata"), "namespace") != ns)) {
       Answer(res, 400, Failure(400, "BadRequest", "not a ResourceClaim of namespace " + ns));
       return;
     }
     std::lock_guard lock(mutex_);
     auto& meta = claim["metadata"];
-    if (Str(meta, "name").empty()) {
-      const std::string prefix = Str(meta, "generateName");
+    if (StringField(meta, "name").empty()) {
+      const std::string prefix = StringField(meta, "generateName");
       if (prefix.empty()) {
         Answer(res, 422,
                Invalid("", "metadata.name: Required value: name or generateName is required"));
@@ -416,7 +406,7 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
       }
       meta["name"] = prefix + "x" + std::to_string(10000 + ++generated_names_);
     }
-    const std::string name = Str(meta, "name");
+    const std::string name = StringField(meta, "name");
     if (resource_claims_.contains(Key(ns, name))) {
       Answer(res, 409, Failure(409, "AlreadyExists", Quoted(name) + " already exists"));
       return;
@@ -440,7 +430,7 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
     ++resource_claim_gets_;
     const auto it = resource_claims_.find(Key(ns, name));
     if (it == resource_claims_.end()) {
-      Answer(res, 404, NotFound(name));
+      Answer(res, 404, ClaimNotFound(name));
       return;
     }
     Answer(res, 200, it->second);
@@ -451,14 +441,14 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
     const std::string ns = req.matches[1];
     const std::string name = req.matches[2];
     const auto sent = nlohmann::json::parse(req.body, nullptr, false);
-    if (!sent.is_object() || Str(Field(sent, "metadata"), "name") != name) {
+    if (!sent.is_object() || StringField(Field(sent, "metadata"), "name") != name) {
       Answer(res, 400, Failure(400, "BadRequest", "the body is not this ResourceClaim"));
       return;
     }
     std::lock_guard lock(mutex_);
     const auto it = resource_claims_.find(Key(ns, name));
     if (it == resource_claims_.end()) {
-      Answer(res, 404, NotFound(name));
+      Answer(res, 404, ClaimNotFound(name));
       return;
     }
     if (!VersionMatches(sent, it->second) || !UidMatches(sent, it->second)) {
@@ -513,10 +503,10 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
     std::lock_guard lock(mutex_);
     const auto it = resource_claims_.find(Key(ns, name));
     if (it == resource_claims_.end()) {
-      Answer(res, 404, NotFound(name));
+      Answer(res, 404, ClaimNotFound(name));
       return;
     }
-    if (put && Str(Field(sent, "metadata"), "name") != name) {
+    if (put && StringField(Field(sent, "metadata"), "name") != name) {
       Answer(res, 400, Failure(400, "BadRequest", "the body is not this ResourceClaim"));
       return;
     }
@@ -575,7 +565,7 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
     std::lock_guard lock(mutex_);
     const auto it = resource_claims_.find(Key(ns, name));
     if (it == resource_claims_.end()) {
-      Answer(res, 404, NotFound(name));
+      Answer(res, 404, ClaimNotFound(name));
       return;
     }
     nlohmann::json claim = it->second;

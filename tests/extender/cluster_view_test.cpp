@@ -188,61 +188,61 @@ void ExpectCurrent(ClusterView& view, const std::string& name, const WatchedNode
 // to the next node, a state replaced is read anew, bound pods follow their node and not its slot;
 // a Watched keeps the states it points to alive until it is gone, and no longer.
 TEST(ClusterViewTest, TheNodeTableNeverAnswersWithAStaleEntry) {
-  constexpr int64_t kNow = testing::kNow;
+  constexpr int64_t now = testing::kNow;
   ClusterView view("tencent.com/vgpu-");
-  view.SyncNodes({Node("n1", StateAt(kNow - 1)), Node("n2", StateAt(kNow - 2))});
+  view.SyncNodes({Node("n1", StateAt(now - 1)), Node("n2", StateAt(now - 2))});
   view.SyncPods({Pod("a", "n1", 1)});
   const std::vector<std::string> names = {"n1", "n2", "n3", "n4"};
   {
-    const ClusterView::Watched watched = view.Watch(Names(names), kNow);
+    const ClusterView::Watched watched = view.Watch(Names(names), now);
     ASSERT_EQ(watched.nodes().size(), 4u);
     for (size_t i = 0; i < names.size(); ++i)
-      ExpectCurrent(view, names[i], watched.nodes()[i], kNow);
+      ExpectCurrent(view, names[i], watched.nodes()[i], now);
     ASSERT_NE(watched.nodes()[0].bound, nullptr);
     EXPECT_EQ(Keys(*watched.nodes()[0].bound), std::vector<std::string>{"ml/a"});
     EXPECT_EQ(watched.nodes()[2].state, nullptr) << "n3 has no state";
   }
   // n1 goes, n4 comes and takes its slot; the pod bound to n1 stays bound to n1.
   view.NodeChanged(kube::WatchEventType::kDeleted, Node("n1", std::nullopt));
-  view.NodeChanged(kube::WatchEventType::kAdded, Node("n4", StateAt(kNow - 4)));
+  view.NodeChanged(kube::WatchEventType::kAdded, Node("n4", StateAt(now - 4)));
   {
-    const ClusterView::Watched watched = view.Watch(Names(names), kNow);
+    const ClusterView::Watched watched = view.Watch(Names(names), now);
     EXPECT_EQ(watched.nodes()[0].state, nullptr) << "n1 is gone";
-    EXPECT_EQ(watched.nodes()[3].published_unix_ms, kNow - 4);
+    EXPECT_EQ(watched.nodes()[3].published_unix_ms, now - 4);
     EXPECT_TRUE(watched.nodes()[3].bound == nullptr) << "n1's pod on n1's old slot";
     for (size_t i = 0; i < names.size(); ++i)
-      ExpectCurrent(view, names[i], watched.nodes()[i], kNow);
+      ExpectCurrent(view, names[i], watched.nodes()[i], now);
   }
   // A state replaced while a Watched holds the old one: the old stays alive until it goes.
   std::weak_ptr<const Result<scheduling::NodeVgpuState>> old = view.StateAndMemo("n2").state;
-  std::optional<ClusterView::Watched> held = view.Watch(Names({"n2"}), kNow);
-  view.NodeChanged(kube::WatchEventType::kModified, Node("n2", StateAt(kNow - 20)));
+  std::optional<ClusterView::Watched> held = view.Watch(Names({"n2"}), now);
+  view.NodeChanged(kube::WatchEventType::kModified, Node("n2", StateAt(now - 20)));
   view.PodChanged(kube::WatchEventType::kAdded, Pod("b", "n2", 1));
   {
-    const ClusterView::Watched watched = view.Watch(Names({"n2"}), kNow);
-    EXPECT_EQ(watched.nodes()[0].published_unix_ms, kNow - 20) << "the new state";
+    const ClusterView::Watched watched = view.Watch(Names({"n2"}), now);
+    EXPECT_EQ(watched.nodes()[0].published_unix_ms, now - 20) << "the new state";
     ASSERT_NE(watched.nodes()[0].bound, nullptr) << "the pod bound since";
     EXPECT_EQ(Keys(*watched.nodes()[0].bound), std::vector<std::string>{"ml/b"});
-    ExpectCurrent(view, "n2", watched.nodes()[0], kNow);
+    ExpectCurrent(view, "n2", watched.nodes()[0], now);
   }
   ASSERT_FALSE(old.expired()) << "a Watched made before the change still reads it";
   EXPECT_EQ(held->nodes()[0].state, old.lock().get());
-  EXPECT_EQ(held->nodes()[0].state->value().published_unix_ms, kNow - 2);
+  EXPECT_EQ(held->nodes()[0].state->value().published_unix_ms, now - 2);
   held.reset();
   EXPECT_TRUE(old.expired()) << "kept no longer than the Watched that could read it";
   // A relist drops n2 and keeps n4.
-  view.SyncNodes({Node("n4", StateAt(kNow - 44))});
-  const ClusterView::Watched watched = view.Watch(Names(names), kNow);
-  for (size_t i = 0; i < names.size(); ++i) ExpectCurrent(view, names[i], watched.nodes()[i], kNow);
+  view.SyncNodes({Node("n4", StateAt(now - 44))});
+  const ClusterView::Watched watched = view.Watch(Names(names), now);
+  for (size_t i = 0; i < names.size(); ++i) ExpectCurrent(view, names[i], watched.nodes()[i], now);
   EXPECT_EQ(watched.nodes()[1].state, nullptr);
-  EXPECT_EQ(watched.nodes()[3].published_unix_ms, kNow - 44);
+  EXPECT_EQ(watched.nodes()[3].published_unix_ms, now - 44);
 }
 
 // The same against random churn: nodes coming, changing and going (one by one and by relists),
 // pods bound and deleted, Watched objects held across changes; after every step every name reads
 // as the view holds it now, and what held Watched objects point to is still there.
 TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
-  constexpr int64_t kNow = testing::kNow;
+  constexpr int64_t now = testing::kNow;
   ClusterView view("tencent.com/vgpu-");
   std::mt19937 random(6);
   // Enough names for the table to grow and for slots freed by removed nodes to be reused.
@@ -252,7 +252,7 @@ TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
   // Each text's publication time, read once when the text is made: read again for every name at
   // every step, the parse was nearly all of this test's time (beyond CTest's limit under ASan).
   std::map<std::string, int64_t> published;
-  int64_t stamp = kNow - 100'000;
+  int64_t stamp = now - 100'000;
   const auto set_state = [&](const std::string& n) {
     model[n] = StateAt(++stamp);
     published[n] = scheduling::ParseNodeState(model[n])->published_unix_ms;
@@ -294,9 +294,9 @@ TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
         view.PodChanged(kube::WatchEventType::kDeleted,
                         Pod("p" + std::to_string(random() % 40), name, 1));
     }
-    ClusterView::Watched watched = view.Watch(Names(asked), kNow);
+    ClusterView::Watched watched = view.Watch(Names(asked), now);
     for (size_t i = 0; i < asked.size(); ++i) {
-      ExpectCurrent(view, asked[i], watched.nodes()[i], kNow);
+      ExpectCurrent(view, asked[i], watched.nodes()[i], now);
       const auto it = model.find(asked[i]);
       ASSERT_EQ(view.StateAnnotation(asked[i]),
                 it == model.end() ? std::nullopt : std::optional<std::string>(it->second))

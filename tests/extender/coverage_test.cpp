@@ -14,13 +14,13 @@
 namespace kvgpu::extender {
 namespace {
 
-nlohmann::json Node(const std::string& name, const std::vector<std::string>& resources) {
+nlohmann::json NodeOffering(const std::string& name, const std::vector<std::string>& resources) {
   nlohmann::json allocatable = {{"cpu", "8"}};
   for (const std::string& r : resources) allocatable[r] = "16";
   return {{"metadata", {{"name", name}}}, {"status", {{"allocatable", allocatable}}}};
 }
 
-std::string Text(prometheus::Registry& registry) {
+std::string MetricsText(prometheus::Registry& registry) {
   return prometheus::TextSerializer().Serialize(registry.Collect());
 }
 
@@ -37,21 +37,22 @@ TEST(CoverageTest, TheShippedSchedulerConfigurationIsReadAndItsResourcesCount) {
 TEST(CoverageTest, ANodeAdvertisingAResourceOutsideManagedResourcesIsCountedUntilItGoes) {
   prometheus::Registry registry;
   Coverage coverage({"tencent.com/vgpu-222"}, "tencent.com/vgpu-", registry);
-  coverage.SyncNodes({Node("a", {"tencent.com/vgpu-222"}),
-                      Node("b", {"tencent.com/vgpu-222", "tencent.com/vgpu-999"}),
-                      Node("c", {"example.com/gpu"})});
+  coverage.SyncNodes({NodeOffering("a", {"tencent.com/vgpu-222"}),
+                      NodeOffering("b", {"tencent.com/vgpu-222", "tencent.com/vgpu-999"}),
+                      NodeOffering("c", {"example.com/gpu"})});
   auto unmanaged = coverage.Unmanaged();
   ASSERT_EQ(unmanaged.size(), 1u);
   EXPECT_EQ(unmanaged.at("tencent.com/vgpu-999"), std::set<std::string>{"b"});
-  EXPECT_NE(Text(registry).find(
+  EXPECT_NE(MetricsText(registry).find(
                 "kvgpu_scheduler_extender_unmanaged_resource_nodes{resource=\"tencent.com/"
                 "vgpu-999\"} 1"),
             std::string::npos)
-      << Text(registry);
+      << MetricsText(registry);
 
-  coverage.NodeChanged(kube::WatchEventType::kModified, Node("b", {"tencent.com/vgpu-222"}));
+  coverage.NodeChanged(kube::WatchEventType::kModified,
+                       NodeOffering("b", {"tencent.com/vgpu-222"}));
   EXPECT_TRUE(coverage.Unmanaged().empty());
-  EXPECT_NE(Text(registry).find(
+  EXPECT_NE(MetricsText(registry).find(
                 "kvgpu_scheduler_extender_unmanaged_resource_nodes{resource=\"tencent.com/"
                 "vgpu-999\"} 0"),
             std::string::npos)
@@ -75,18 +76,19 @@ TEST(CoverageTest, ANodeIsToldByAnEventOncePerAppearanceOfAnUnmanagedResource) {
   prometheus::Registry registry;
   kvgpu::testing::RecordingEventRecorder events;
   Coverage coverage({"tencent.com/vgpu-222"}, "tencent.com/vgpu-", registry, &events);
-  const auto b = Node("b", {"tencent.com/vgpu-222", "tencent.com/vgpu-999"});
-  coverage.SyncNodes({Node("a", {"tencent.com/vgpu-222"}), b});
+  const auto b = NodeOffering("b", {"tencent.com/vgpu-222", "tencent.com/vgpu-999"});
+  coverage.SyncNodes({NodeOffering("a", {"tencent.com/vgpu-222"}), b});
   EXPECT_EQ(Told(events), std::vector<std::string>{"b tencent.com/vgpu-999"});
-  coverage.SyncNodes({Node("a", {"tencent.com/vgpu-222"}), b});
+  coverage.SyncNodes({NodeOffering("a", {"tencent.com/vgpu-222"}), b});
   coverage.NodeChanged(kube::WatchEventType::kModified, b);
   EXPECT_EQ(events.events().size(), 1u) << "not again while it stays";
 
   coverage.NodeChanged(kube::WatchEventType::kModified,
-                       Node("b", {"tencent.com/vgpu-999", "tencent.com/vgpu-998"}));
+                       NodeOffering("b", {"tencent.com/vgpu-999", "tencent.com/vgpu-998"}));
   EXPECT_EQ(Told(events),
             (std::vector<std::string>{"b tencent.com/vgpu-999", "b tencent.com/vgpu-998"}));
-  coverage.NodeChanged(kube::WatchEventType::kModified, Node("b", {"tencent.com/vgpu-222"}));
+  coverage.NodeChanged(kube::WatchEventType::kModified,
+                       NodeOffering("b", {"tencent.com/vgpu-222"}));
   coverage.NodeChanged(kube::WatchEventType::kModified, b);
   coverage.NodeChanged(kube::WatchEventType::kDeleted, b);
   coverage.NodeChanged(kube::WatchEventType::kAdded, b);
@@ -104,7 +106,7 @@ TEST(CoverageTest, EventsStayWithinTheBudgetAndThoseHeldBackAreToldLater) {
                     EventBudget{2, std::chrono::minutes(1)}, [&] { return now; });
   std::vector<nlohmann::json> nodes;
   for (int i = 0; i < 5; ++i)
-    nodes.push_back(Node("n" + std::to_string(i), {"tencent.com/vgpu-1"}));
+    nodes.push_back(NodeOffering("n" + std::to_string(i), {"tencent.com/vgpu-1"}));
   coverage.SyncNodes(nodes);
   EXPECT_EQ(events.events().size(), 2u) << "a burst of 2";
   now += std::chrono::seconds(59);
@@ -117,7 +119,7 @@ TEST(CoverageTest, EventsStayWithinTheBudgetAndThoseHeldBackAreToldLater) {
   coverage.SyncNodes(nodes);
   coverage.SyncNodes(nodes);
   EXPECT_EQ(Told(events).size(), 5u) << "every node told once, none twice";
-  EXPECT_NE(Text(registry).find(
+  EXPECT_NE(MetricsText(registry).find(
                 "kvgpu_scheduler_extender_unmanaged_resource_nodes{resource=\"tencent.com/"
                 "vgpu-1\"} 5"),
             std::string::npos)

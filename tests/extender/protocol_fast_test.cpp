@@ -12,19 +12,13 @@
 #include <sstream>
 
 #include "extender/protocol.h"
+#include "tests/extender/fixture_file.h"
 #include "tests/extender/pod_text.h"
 
 namespace kvgpu::extender {
 namespace {
 
 using nlohmann::json;
-
-json Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVGPU_EXTENDER_FIXTURES) + "/" + name);
-  std::stringstream text;
-  text << in.rdbuf();
-  return json::parse(text.str());
-}
 
 // A pod as the API server and kube-scheduler write it: most of what it holds is read by nobody
 // here, and all of it must still be JSON.

@@ -10,19 +10,13 @@
 #include <set>
 #include <sstream>
 
+#include "tests/extender/fixture_file.h"
 #include "tests/extender/pod_text.h"
 
 namespace kvgpu::extender {
 namespace {
 
 using nlohmann::json;
-
-json Fixture(const std::string& name) {
-  std::ifstream in(std::string(KVGPU_EXTENDER_FIXTURES) + "/" + name);
-  std::stringstream text;
-  text << in.rdbuf();
-  return json::parse(text.str());
-}
 
 std::set<std::string> Keys(const json& object) {
   std::set<std::string> keys;

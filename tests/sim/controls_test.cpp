@@ -12,9 +12,6 @@ namespace {
 
 using ControlsTest = ModelTest;
 
-constexpr const char* kT4a = "0000:3b:00.0";
-constexpr const char* kT4b = "0000:af:00.0";
-
 struct FaultCase {
   std::string description;
   Op op;

@@ -17,9 +17,6 @@
 namespace kvgpu::sim::testing {
 namespace {
 
-constexpr const char* kT4a = "0000:3b:00.0";
-constexpr const char* kT4b = "0000:af:00.0";
-
 class FuseSimTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -12,8 +12,6 @@ namespace {
 
 using MdevWriteTest = ModelTest;
 
-constexpr const char* kT4a = "0000:3b:00.0";
-constexpr const char* kT4b = "0000:af:00.0";
 constexpr const char* kVf0 = "0000:41:00.4";
 constexpr const char* kVf1 = "0000:41:00.5";
 constexpr const char* kVf2 = "0000:41:00.6";

@@ -10,8 +10,6 @@
 namespace kvgpu::sim::testing {
 namespace {
 
-constexpr const char* kHeader = "ID    : vGPU Name\n";
-
 std::string Vf(const std::string& pf_bus, int i) {
   int rid = 4 + i;
   char text[16];
@@ -38,7 +36,7 @@ TEST_F(ShapesTest, EqualSizeReducesSiblingsToTheLockedSizeAndMixesSeries) {
   Load("l40s-vfio");
   ASSERT_EQ(ErrnoOf(SetVfType(Vf("3b", 0), "1700")), 0);  // L40S-4Q
   EXPECT_EQ(Creatable(Vf("3b", 1)),
-            std::string(kHeader) + "1700  : NVIDIA L40S-4Q\n" + "1701  : NVIDIA L40S-4A\n")
+            std::string(kTypeListHeader) + "1700  : NVIDIA L40S-4Q\n" + "1701  : NVIDIA L40S-4A\n")
       << "siblings offer only the locked size, both series";
   EXPECT_EQ(ErrnoOf(SetVfType(Vf("3b", 1), "1702")), ENOSPC) << "another size is refused";
   EXPECT_EQ(ErrnoOf(SetVfType(Vf("3b", 1), "1701")), 0) << "same size, other series, shares";
@@ -55,12 +53,12 @@ TEST_F(ShapesTest, MixedSizeTakesTheLowestCreatablePlacementAndSilosFreeSlots) {
   EXPECT_EQ(Output(Vf(gpu, 2), "placement_id").value(), "24\n");
   // Slots 4-11 are free (8 GiB) but no 8Q placement (0, 8, ...) lies inside them.
   EXPECT_EQ(Creatable(Vf(gpu, 3)),
-            std::string(kHeader) + "1700  : NVIDIA L40S-4Q\n" + "1701  : NVIDIA L40S-4A\n");
+            std::string(kTypeListHeader) + "1700  : NVIDIA L40S-4Q\n" + "1701  : NVIDIA L40S-4A\n");
   EXPECT_EQ(ErrnoOf(SetVfType(Vf(gpu, 3), "1702")), ENOSPC);
   ASSERT_EQ(ErrnoOf(SetVfType(Vf(gpu, 3), "1701")), 0);
   ASSERT_EQ(ErrnoOf(SetVfType(Vf(gpu, 4), "1700")), 0);
   EXPECT_EQ(Output(Vf(gpu, 4), "placement_id").value(), "8\n");
-  EXPECT_EQ(Creatable(Vf(gpu, 5)), kHeader) << "every slot taken: header only";
+  EXPECT_EQ(Creatable(Vf(gpu, 5)), kTypeListHeader) << "every slot taken: header only";
   ASSERT_EQ(ErrnoOf(SetVfType(Vf(gpu, 1), "0")), 0);
   EXPECT_EQ(ErrnoOf(SetVfType(Vf(gpu, 5), "1702")), 0) << "12-23 free again: an 8Q at 16";
   EXPECT_EQ(Output(Vf(gpu, 5), "placement_id").value(), "16\n");
@@ -116,8 +114,8 @@ TEST_F(ShapesTest, MdevPlacementIsNotApplicableUntilTheVgpuIsInUse) {
 
 TEST_F(ShapesTest, MigBackedTypesGoOnlyWhereAGpuInstanceFitsAndTimeSlicedOnesAreAbsent) {
   Load("h200-mig");
-  EXPECT_EQ(Creatable(Vf("41", 0)),
-            std::string(kHeader) + "1414  : NVIDIA H200X-1-18C\n" + "1415  : NVIDIA H200X-2-35C\n");
+  EXPECT_EQ(Creatable(Vf("41", 0)), std::string(kTypeListHeader) + "1414  : NVIDIA H200X-1-18C\n" +
+                                        "1415  : NVIDIA H200X-2-35C\n");
   EXPECT_EQ(ErrnoOf(SetVfType(Vf("41", 0), "1428")), ENOSPC) << "time-sliced while MIG is on";
   for (int i = 0; i < 4; ++i) ASSERT_EQ(ErrnoOf(SetVfType(Vf("41", i), "1414")), 0) << i;
   EXPECT_EQ(Output(Vf("41", 0), "gpu_instance_id").value(), "1\n");
@@ -125,7 +123,7 @@ TEST_F(ShapesTest, MigBackedTypesGoOnlyWhereAGpuInstanceFitsAndTimeSlicedOnesAre
   EXPECT_EQ(ErrnoOf(SetVfType(Vf("41", 4), "1414")), EIO) << "no 1g.18gb instance left";
   ASSERT_EQ(ErrnoOf(SetVfType(Vf("41", 4), "1415")), 0);
   EXPECT_EQ(Output(Vf("41", 4), "gpu_instance_id").value(), "5\n");
-  EXPECT_EQ(Creatable(Vf("41", 5)), kHeader);
+  EXPECT_EQ(Creatable(Vf("41", 5)), kTypeListHeader);
 
   EXPECT_EQ(ErrnoOf(model_->DestroyGpuInstance("0000:41:00.0", 5)), EBUSY);
   EXPECT_EQ(ErrnoOf(model_->SetMig("0000:41:00.0", false)), EBUSY);

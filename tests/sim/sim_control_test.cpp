@@ -20,8 +20,6 @@ struct ControlCase {
   int want;
 };
 
-constexpr const char* kT4a = "0000:3b:00.0";
-
 TEST_F(SimControlTest, CommandsDriveTheModel) {
   Load("t4x2");
   ASSERT_TRUE(CreateMdev(kT4a, "nvidia-230", Uuid(1)).ok());

@@ -19,6 +19,12 @@ namespace kvgpu::sim::testing {
 
 namespace fs = std::filesystem;
 
+// The two T4s of the t4x2 profiles (sim/profiles.cpp), and the first line of NVIDIA's
+// vgpu-type listings (creatable_vgpu_types, supported_vgpu_types).
+inline constexpr const char* kT4a = "0000:3b:00.0";
+inline constexpr const char* kT4b = "0000:af:00.0";
+inline constexpr const char* kTypeListHeader = "ID    : vGPU Name\n";
+
 // A temp root per test: fakes/common's TempDir (under ctest, TMPDIR is tmpfs when the machine
 // has one: a model lays out ~1500 entries per node, and on a disk mounted with `discard` each
 // unlink costs milliseconds).

@@ -23,7 +23,6 @@ class VendorVfioTest : public ModelTest {
   std::string Current(int vf) { return Read(NvidiaDir(Vf(vf)) / "current_vgpu_type"); }
 };
 
-constexpr const char* kHeader = "ID    : vGPU Name\n";
 constexpr const char* kBoth =
     "ID    : vGPU Name\n1428  : NVIDIA H200X-141C\n1414  : NVIDIA H200X-1-18C\n";
 constexpr const char* kSliceOnly = "ID    : vGPU Name\n1414  : NVIDIA H200X-1-18C\n";
@@ -40,16 +39,16 @@ TEST_F(VendorVfioTest, WritingATypeIdCreatesAndZeroDestroys) {
 TEST_F(VendorVfioTest, CreatableListShrinksAndRegrows) {
   ASSERT_EQ(Creatable(0), kBoth);
   ASSERT_TRUE(SetVfType(Vf(0), "1414").ok());
-  EXPECT_EQ(Creatable(0), kHeader) << "an occupied VF offers nothing";
+  EXPECT_EQ(Creatable(0), kTypeListHeader) << "an occupied VF offers nothing";
   EXPECT_EQ(Creatable(1), kSliceOnly) << "the GPU now serves only 1414";
 
   for (int i = 1; i < 7; ++i) ASSERT_TRUE(SetVfType(Vf(i), "1414").ok()) << i;
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kHeader) << "card full, VF " << i;
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kTypeListHeader) << "card full, VF " << i;
 
   ASSERT_TRUE(SetVfType(Vf(3), "0").ok());
   EXPECT_EQ(Creatable(3), kSliceOnly);
   EXPECT_EQ(Creatable(15), kSliceOnly);
-  EXPECT_EQ(Creatable(4), kHeader);
+  EXPECT_EQ(Creatable(4), kTypeListHeader);
 
   for (int i = 0; i < 7; ++i) ASSERT_TRUE(SetVfType(Vf(i), "0").ok()) << i;
   for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kBoth) << "all free again, VF " << i;
@@ -57,7 +56,7 @@ TEST_F(VendorVfioTest, CreatableListShrinksAndRegrows) {
 
 TEST_F(VendorVfioTest, TheFullGpuTypeFillsTheCardAtOnce) {
   ASSERT_TRUE(SetVfType(Vf(5), "1428").ok());
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kHeader) << i;
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kTypeListHeader) << i;
 }
 
 struct WriteCase {

@@ -21,9 +21,6 @@ void Uses(json& container, const std::string& claim, const std::string& request 
   if (!request.empty()) ref["request"] = request;
   container["resources"]["claims"].push_back(ref);
 }
-json& Web(json& pod) {
-  return pod["spec"]["containers"][0];
-}
 // The fixture pod under Kata with a second container "sidecar" that uses nothing.
 void KataTwoContainers(json& pod) {
   pod["spec"]["runtimeClassName"] = "kata";

@@ -17,9 +17,6 @@ void Kata(json& pod) {
 void VgpuLimit(json& container, const std::string& resource = "tencent.com/vgpu-492") {
   container["resources"]["limits"][resource] = "1";
 }
-json& Web(json& pod) {
-  return pod["spec"]["containers"][0];
-}
 // Under Kata, `count` copies of the first container, each asking for a vGPU.
 void KataWithVgpuContainers(json& pod, size_t count) {
   Kata(pod);

@@ -48,6 +48,10 @@ webhook::ClaimResolver TableResolver(const webhook::PodClaims& table,
 
 // The fixture AdmissionReview (tests/webhook/data/pod-create.json).
 nlohmann::json FixtureReview();
+// The first container of a pod: the fixture's only one, "web".
+inline nlohmann::json& Web(nlohmann::json& pod) {
+  return pod["spec"]["containers"][0];
+}
 std::vector<PodCase> PodCases();
 
 // Applies an RFC 6902 patch with nlohmann's implementation (independent of the builder).

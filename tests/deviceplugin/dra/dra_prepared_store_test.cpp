@@ -11,7 +11,7 @@
 namespace kvgpu::deviceplugin::dra {
 namespace {
 
-PreparedClaim Claim(const std::string& uid, bool prepared) {
+PreparedClaim PreparedFor(const std::string& uid, bool prepared) {
   PreparedDevice d{{"gpu"},
                    "node-a",
                    "0000-3b-00-0-nvidia-222-0",
@@ -27,12 +27,12 @@ TEST(DraPreparedStore, WhatIsPutIsReadBackByANewStore) {
   testing::TempDir dir;
   PreparedStore store(dir.path());
   ASSERT_TRUE(store.Load().ok());
-  ASSERT_TRUE(store.Put(Claim("u1", false)).ok());
-  ASSERT_TRUE(store.Put(Claim("u2", true)).ok());
+  ASSERT_TRUE(store.Put(PreparedFor("u1", false)).ok());
+  ASSERT_TRUE(store.Put(PreparedFor("u2", true)).ok());
   PreparedStore again(dir.path());
   ASSERT_TRUE(again.Load().ok());
-  EXPECT_EQ(again.Find("u1"), Claim("u1", false));
-  EXPECT_EQ(again.Find("u2"), Claim("u2", true));
+  EXPECT_EQ(again.Find("u1"), PreparedFor("u1", false));
+  EXPECT_EQ(again.Find("u2"), PreparedFor("u2", true));
   EXPECT_EQ(again.ClaimOfDevice("0000:3b:00.0-nvidia-222-0")->uid, "u1");
   ASSERT_TRUE(again.Erase("u1").ok());
   PreparedStore third(dir.path());
@@ -60,7 +60,7 @@ TEST(DraPreparedStore, CorruptFileIsAnError) {
 }
 
 TEST(DraPreparedStore, RepeatedUidIsCorrupt) {
-  std::string one = EncodePreparedClaims({{"u", Claim("u", true)}});
+  std::string one = EncodePreparedClaims({{"u", PreparedFor("u", true)}});
   auto decoded = DecodePreparedClaims(one);
   ASSERT_TRUE(decoded.ok());
   nlohmann::json j = nlohmann::json::parse(one);
@@ -72,14 +72,14 @@ TEST(DraPreparedStore, AFailedSaveKeepsTheOldEntry) {
   testing::TempDir dir;
   PreparedStore store(dir.path());
   ASSERT_TRUE(store.Load().ok());
-  ASSERT_TRUE(store.Put(Claim("u1", false)).ok());
+  ASSERT_TRUE(store.Put(PreparedFor("u1", false)).ok());
   // A directory where the file is: the rename of every later save fails (also for root).
   std::filesystem::remove(store.file());
   std::filesystem::create_directories(store.file() / "x");
-  EXPECT_FALSE(store.Put(Claim("u1", true)).ok());
-  EXPECT_FALSE(store.Put(Claim("u2", false)).ok());
+  EXPECT_FALSE(store.Put(PreparedFor("u1", true)).ok());
+  EXPECT_FALSE(store.Put(PreparedFor("u2", false)).ok());
   EXPECT_FALSE(store.Erase("u1").ok());
-  EXPECT_EQ(store.Find("u1"), Claim("u1", false));
+  EXPECT_EQ(store.Find("u1"), PreparedFor("u1", false));
   EXPECT_FALSE(store.Find("u2"));
 }
 

@@ -13,7 +13,6 @@ namespace {
 
 using namespace kvgpu::deviceplugin::testing;  // NOLINT(google-build-using-namespace)
 
-const std::string k222 = "tencent.com/vgpu-222";
 const std::string kGpu = "0000:3b:00.0";
 const std::string kId0 = kGpu + "-nvidia-222-0";
 const std::string kId1 = kGpu + "-nvidia-222-1";

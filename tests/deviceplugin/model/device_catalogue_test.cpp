@@ -11,16 +11,6 @@ namespace {
 
 using namespace kvgpu::deviceplugin::testing;  // NOLINT(google-build-using-namespace)
 
-const std::string k222 = "tencent.com/vgpu-222";
-const std::string k223 = "tencent.com/vgpu-223";
-
-mdev::Parent T4(const std::string& name, uint32_t free_222, uint32_t free_223) {
-  mdev::Parent gpu = GpuParent(name);
-  gpu.types.push_back(TypeWithFree("nvidia-222", free_222));
-  gpu.types.push_back(TypeWithFree("nvidia-223", free_223));
-  return gpu;
-}
-
 std::vector<std::string> Ids(const DeviceCatalogue& catalogue, const std::string& resource) {
   std::vector<std::string> out;
   for (const Device& d : catalogue.Devices(resource)) out.push_back(d.id);

@@ -31,6 +31,20 @@ inline mdev::VgpuType TypeWithFree(const std::string& id, uint32_t free,
   return t;
 }
 
+// The names the model tests use: two T4s (sim's t4x2 profile) and two of their resources.
+inline const std::string k222 = "tencent.com/vgpu-222";
+inline const std::string k223 = "tencent.com/vgpu-223";
+inline const std::string kGpuA = "0000:3b:00.0";
+inline const std::string kGpuB = "0000:af:00.0";
+
+// A T4 with its 1 GiB types (222: 1B, 223: 1Q) and their free counts.
+inline mdev::Parent T4(const std::string& name, uint32_t free_222, uint32_t free_223) {
+  mdev::Parent gpu = GpuParent(name);
+  gpu.types.push_back(TypeWithFree("nvidia-222", free_222));
+  gpu.types.push_back(TypeWithFree("nvidia-223", free_223));
+  return gpu;
+}
+
 // An NVIDIA type whose description gives its framebuffer (the equal-size lock's key).
 inline mdev::VgpuType SizedType(const std::string& id, uint32_t free, uint64_t framebuffer_mib) {
   mdev::VgpuType t = TypeWithFree(id, free);

@@ -16,9 +16,6 @@ namespace {
 
 using namespace kvgpu::deviceplugin::testing;  // NOLINT(google-build-using-namespace)
 
-const std::string kGpuA = "0000:3b:00.0";
-const std::string kGpuB = "0000:af:00.0";
-
 Device Free222(const std::string& gpu, uint32_t slot) {
   DeviceKey key{gpu, "nvidia-222", slot};
   return Device{MakeDeviceId(key), "tencent.com/vgpu-222", key, gpu, true, false, false};

@@ -12,16 +12,9 @@ namespace {
 
 using namespace kvgpu::deviceplugin::testing;  // NOLINT(google-build-using-namespace)
 
-const std::string k222 = "tencent.com/vgpu-222";
-const std::string k223 = "tencent.com/vgpu-223";
-const std::string kGpuA = "0000:3b:00.0";
-const std::string kGpuB = "0000:af:00.0";
-
-mdev::Parent T4(const std::string& name, uint32_t free_222, uint32_t free_223) {
-  mdev::Parent gpu = GpuParent(name);
+mdev::Parent NvidiaT4(const std::string& name, uint32_t free_222, uint32_t free_223) {
+  mdev::Parent gpu = T4(name, free_222, free_223);
   gpu.vendor_id = "0x10de";
-  gpu.types.push_back(TypeWithFree("nvidia-222", free_222));
-  gpu.types.push_back(TypeWithFree("nvidia-223", free_223));
   return gpu;
 }
 
@@ -35,7 +28,7 @@ const scheduling::GpuSlots& Gpu(const scheduling::NodeVgpuState& state, const st
 TEST(SchedulerStateTest, EachGpuShowsItsLockAndTheCountsKubeletAdmitsPodsBy) {
   mdev::Inventory inv;
   // A carries two 222 vGPUs of ours: the kernel shows 14 more 222s and no 223. B is free.
-  inv.parents = {T4(kGpuA, 14, 0), T4(kGpuB, 16, 8)};
+  inv.parents = {NvidiaT4(kGpuA, 14, 0), NvidiaT4(kGpuB, 16, 8)};
   inv.vgpus = {VgpuOn("u0", kGpuA, "nvidia-222"), VgpuOn("u1", kGpuA, "nvidia-222")};
   CreatedVgpu held = Record222(kGpuA + "-nvidia-222-0", "u0", kGpuA);
   held.owner_pod = "ml/train-0";
@@ -66,7 +59,7 @@ TEST(SchedulerStateTest, EachGpuShowsItsLockAndTheCountsKubeletAdmitsPodsBy) {
 
 TEST(SchedulerStateTest, SomeoneElsesVgpuLocksTheGpuAndARemovedOneCountsNowhere) {
   mdev::Inventory inv;
-  inv.parents = {T4(kGpuA, 0, 7)};
+  inv.parents = {NvidiaT4(kGpuA, 0, 7)};
   inv.vgpus = {VgpuOn("foreign", kGpuA, "nvidia-223")};
   CreatedVgpu gone = Record222(kGpuA + "-nvidia-222-0", "u-gone", kGpuA);
   DeviceCatalogue catalogue;
