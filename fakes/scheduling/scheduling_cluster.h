@@ -91,20 +91,25 @@ class GpuNode {
 
   const std::string& name() const { return name_; }
   SimNode& sim() { return sim_; }
-  // kubelet's allocatable count of an extended resource: the healthy devices it was sent.
+  // kubelet's allocatable count of an extended resource: the healthy devices it was sent (none
+  // while the plugin's endpoint is gone).
   uint32_t Allocatable(const std::string& resource) const;
   // kubelet admitting a bound pod: Ok, or the admission error that fails the pod.
   Status Admit(const ClusterPod& pod);
   // kubelet tearing a pod down: its devices are free; the plugin removes the vGPUs.
   void Remove(const ClusterPod& pod);
   // The plugin's DaemonSet rolls: the plugin stops and starts again (its state file kept), now
-  // writing the node state in `state_version`.
+  // writing the node state in `state_version`. Returns once kubelet has seen the old plugin go;
+  // the node is Settled again once kubelet holds the new plugin's lists.
   void RestartPlugin(int state_version);
   // Whether the plugin, the kernel, kubelet's lists and the published state agree.
   bool Settled(const NodeObjects& api);
   size_t AllocatedDevices() const;
 
  private:
+  // kubelet's devices of `resource` and their health, as its device manager holds them.
+  std::map<std::string, std::string> KubeletDevices(const std::string& resource) const;
+
   std::string name_;
   SimNode sim_;
   FakeKubelet kubelet_;
