@@ -13,6 +13,6 @@ command -v clang++ >/dev/null || die "clang++ not found (scripts/deps/webhook.tx
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DKVGPU_COMPONENTS=webhook \
   -DKVGPU_BUILD_FUZZ=ON -DKVGPU_SANITIZE=address,undefined -DKVGPU_FUZZ_SECONDS="$seconds" \
-  -DKVGPU_DEBUG_INFO=lines -DKVGPU_LINKER= >/dev/null  # two programs to link: the default linker
+  -DKVGPU_DEBUG_INFO=lines -DKVGPU_LINKER= -DKVGPU_UNITY_BUILD=ON >/dev/null  # two programs to link: the default linker
 nice cmake --build "$build" -j2 --target webhook_fuzz_review webhook_fuzz_http
 ctest --test-dir "$build" -L fuzz --output-on-failure
