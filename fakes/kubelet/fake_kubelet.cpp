@@ -214,6 +214,17 @@ std::map<std::string, std::string> FakeKubelet::Devices(const std::string& resou
   return it == endpoints_.end() ? std::map<std::string, std::string>{} : it->second->devices;
 }
 
+std::map<std::string, std::string> FakeKubelet::HeldDevices(const std::string& resource) const {
+  std::lock_guard lock(mutex_);
+  auto it = endpoints_.find(resource);
+  if (it == endpoints_.end()) return {};
+  std::map<std::string, std::string> devices = it->second->devices;
+  if (!it->second->connected) {
+    for (auto& [id, health] : devices) health = "Unhealthy";
+  }
+  return devices;
+}
+
 std::map<std::string, std::vector<int64_t>> FakeKubelet::NumaNodes(
     const std::string& resource) const {
   std::lock_guard lock(mutex_);

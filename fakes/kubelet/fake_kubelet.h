@@ -48,6 +48,10 @@ class FakeKubelet {
   std::vector<v1beta1::RegisterRequest> Registrations() const;
   // Resource -> device ID -> health, from the newest ListAndWatch message.
   std::map<std::string, std::string> Devices(const std::string& resource) const;
+  // The same devices with the health kubelet's device manager holds for them: all "Unhealthy"
+  // while the resource's endpoint is gone (ManagerImpl.PluginDisconnected marks them so at once,
+  // and only the list of a new registration makes them healthy again). What admission counts.
+  std::map<std::string, std::string> HeldDevices(const std::string& resource) const;
   // Resource -> device ID -> the NUMA nodes of its topology, for devices sent with one.
   std::map<std::string, std::vector<int64_t>> NumaNodes(const std::string& resource) const;
   // Number of ListAndWatch messages received for the resource since its last registration.

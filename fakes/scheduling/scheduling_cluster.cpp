@@ -155,7 +155,7 @@ GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile)
 void GpuNode::RestartPlugin(int state_version) {
   daemon_->Stop();
   daemon_.reset();
-  // kubelet sees the endpoints go before the new plugin registers (KubeletDevices then reads their
+  // kubelet sees the endpoints go before the new plugin registers (HeldDevices then reads their
   // devices as unhealthy): Settled waits for the new plugin's lists and never takes the stopped
   // plugin's last lists for them.
   if (!kubelet_.WaitUntil([&] { return kubelet_.ConnectedResources().empty(); })) {
@@ -172,23 +172,8 @@ GpuNode::~GpuNode() {
   kubelet_.Stop();
 }
 
-std::map<std::string, std::string> GpuNode::KubeletDevices(const std::string& resource) const {
-  // kubelet's device manager marks a plugin's devices unhealthy the moment its endpoint goes
-  // (ManagerImpl.PluginDisconnected: markResourceUnhealthy) and healthy again only from the list
-  // the plugin sends once registered anew; the fake kubelet keeps the last list as it was. Without
-  // this, a plugin restarting looked settled on its predecessor's lists, and a pod admitted before
-  // the new registration's first list found none (StateRollTest's "Available: 0"). Connected is
-  // read first: an endpoint found connected is the live registration or a later one.
-  const bool connected = kubelet_.Connected(resource);
-  std::map<std::string, std::string> devices = kubelet_.Devices(resource);
-  if (!connected) {
-    for (auto& [id, health] : devices) health = "Unhealthy";
-  }
-  return devices;
-}
-
 uint32_t GpuNode::Allocatable(const std::string& resource) const {
-  return static_cast<uint32_t>(HealthyCount(KubeletDevices(resource)));
+  return static_cast<uint32_t>(HealthyCount(kubelet_.HeldDevices(resource)));
 }
 
 size_t GpuNode::AllocatedDevices() const {
@@ -201,7 +186,7 @@ size_t GpuNode::AllocatedDevices() const {
 Status GpuNode::Admit(const ClusterPod& pod) {
   std::lock_guard lock(mutex_);
   std::vector<std::string> available;
-  for (const auto& [id, health] : KubeletDevices(pod.resource)) {
+  for (const auto& [id, health] : kubelet_.HeldDevices(pod.resource)) {
     if (health == "Healthy" && !allocated_[pod.resource].contains(id)) available.push_back(id);
   }
   if (available.size() < pod.count) {
@@ -292,7 +277,7 @@ bool GpuNode::Settled(const NodeObjects& api) {
     const std::vector<deviceplugin::Device> devices = manager.Devices(resource);
     const auto healthy = static_cast<size_t>(std::count_if(
         devices.begin(), devices.end(), [](const deviceplugin::Device& d) { return d.healthy; }));
-    if (healthy != HealthyCount(KubeletDevices(resource))) return false;
+    if (healthy != HealthyCount(kubelet_.HeldDevices(resource))) return false;
   }
   return true;
 }

@@ -107,9 +107,6 @@ class GpuNode {
   size_t AllocatedDevices() const;
 
  private:
-  // kubelet's devices of `resource` and their health, as its device manager holds them.
-  std::map<std::string, std::string> KubeletDevices(const std::string& resource) const;
-
   std::string name_;
   SimNode sim_;
   FakeKubelet kubelet_;
