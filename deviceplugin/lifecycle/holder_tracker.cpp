@@ -96,8 +96,11 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   }
   if (young) {
     // kubelet records the pod only after Allocate returns. The protection ends once the pod
-    // the checkpoint names is gone from kubelet and the API server alike.
-    if (!AllShownByTheApi(facts, uids)) {
+    // the checkpoint names is gone from kubelet and the API server alike, and only a checkpoint
+    // written since the vGPU was handed out can name its pod: an older one (kubelet has not
+    // written since, or these facts were gathered before the Allocate) names the ID's last pod.
+    const bool names_its_pod = facts.checkpoint_written_unix_ms >= vgpu.created_unix_ms;
+    if (!names_its_pod || !AllShownByTheApi(facts, uids)) {
       return {Holding::kHeld, vgpu.owner_pod.value_or(""),
               "allocated moments ago; kubelet records the pod after Allocate returns"};
     }
@@ -254,6 +257,7 @@ HolderFacts HolderTracker::Collect(bool fresh_checkpoint) {
   facts.api_deleted = api_deleted_;
   facts.kubelet_resynced = kubelet_resynced_;
   facts.checkpoint_known = checkpoint_known_;
+  facts.checkpoint_written_unix_ms = checkpoint_written_unix_ms_;
   return facts;
 }
 
@@ -354,6 +358,7 @@ void HolderTracker::ApplyCheckpoint(const kubelet::CheckpointView& view) {
   checkpoint_problem_ = view.current ? "" : view.problem;
   if (view.checkpoint) {
     checkpoint_uids_ = UidsFromCheckpoint(*view.checkpoint);
+    checkpoint_written_unix_ms_ = view.written_unix_ms;
     checkpoint_known_ = true;
   }
 }

@@ -21,7 +21,9 @@
 //     answering) for less than `settle`, or not yet listing every pod the API shows alive with a
 //     device in the checkpoint: unknown (a restarted kubelet lists nothing for a while);
 //   - the vGPU younger than `settle`: held, unless the checkpoint names its pod and the API server
-//     shows that pod gone or ended and kubelet does not list it;
+//     shows that pod gone or ended and kubelet does not list it. Only a checkpoint written after
+//     the vGPU was handed to kubelet can name its pod: until kubelet's write after that Allocate,
+//     the file still names the ID's earlier pod, long gone;
 //   - the API server, while followed, shows alive a pod the checkpoint gave the ID: held.
 #pragma once
 
@@ -63,6 +65,9 @@ struct HolderFacts {
   // kubelet has shown it knows the node's pods since it last (re)started (see Resynced).
   bool kubelet_resynced = true;
   bool checkpoint_known = false;  // a checkpoint was read; checkpoint_uids says something
+  // When kubelet wrote the checkpoint behind checkpoint_uids (0: unknown). An entry in a file
+  // written before a vGPU was handed to kubelet names an earlier pod of the same device ID.
+  int64_t checkpoint_written_unix_ms = 0;
 };
 
 // Whether kubelet, after a restart, lists the node's pods again: with the API server followed,
@@ -157,6 +162,7 @@ class HolderTracker : public HolderOracle {
   std::map<DeviceRef, std::string> kubelet_holders_;
   std::set<std::string> kubelet_pods_;
   std::map<DeviceRef, std::vector<std::string>> checkpoint_uids_;
+  int64_t checkpoint_written_unix_ms_ = 0;
   std::string checkpoint_problem_;
   bool api_following_ = false;
   std::map<std::string, kube::PodInfo> api_pods_;

@@ -20,11 +20,19 @@ CheckpointWatcher::~CheckpointWatcher() {
 }
 
 CheckpointView CheckpointWatcher::ReadLocked() {
+  // The time first: kubelet replaces the file by rename, so what is read next is this version or
+  // a newer one, never an older one.
+  std::error_code error;
+  const auto written = std::filesystem::last_write_time(path_, error);
   auto checkpoint = ReadCheckpoint(path_);
   ++view_.generation;
   if (checkpoint.ok()) {
     if (!view_.current) spdlog::info("kubelet checkpoint {} is readable", path_.string());
     view_.checkpoint = std::make_shared<const Checkpoint>(std::move(checkpoint.value()));
+    view_.written_unix_ms = error ? 0
+                                  : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::file_clock::to_sys(written).time_since_epoch())
+                                        .count();
     view_.current = true;
     view_.problem.clear();
   } else {

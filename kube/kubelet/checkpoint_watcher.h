@@ -3,7 +3,9 @@
 // replaces the last good view: the view keeps it, says the file is not current, and why.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -20,6 +22,10 @@ struct CheckpointView {
   bool current = false;                          // the file on disk is what `checkpoint` shows
   std::string problem;                           // why not current: missing, unreadable, corrupt
   std::uint64_t generation = 0;                  // bumps on every read, good or bad
+  // When kubelet wrote what `checkpoint` shows (the file's mtime, taken before reading it, so the
+  // content is at least this new); 0 when unknown. The kernel stamps files from a coarse clock,
+  // so this may lag the writer's wall clock by a tick: it errs towards "older".
+  std::int64_t written_unix_ms = 0;
 };
 
 class CheckpointWatcher {

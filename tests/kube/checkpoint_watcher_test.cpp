@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 
 #include "fakes/common/temp_dir.h"
@@ -133,6 +135,28 @@ TEST(CheckpointWatcherTest, ReloadReadsNow) {
   view = watcher.Reload();
   EXPECT_TRUE(HasPod(view, "pod-9"));
   EXPECT_EQ(view.generation, 2u);
+}
+
+// The lifecycle tells a checkpoint that predates a vGPU from one written since by this time.
+TEST(CheckpointWatcherTest, TheViewCarriesWhenKubeletWroteTheGoodFile) {
+  TempDir dir;
+  CheckpointWriter writer(dir.path());
+  writer.Write({{"pod-1", "main", kResource, {"dev-0"}}});
+  CheckpointWatcher watcher(dir.path());
+  const auto set_written = [&](int64_t unix_ms) {
+    std::filesystem::last_write_time(
+        watcher.path(),
+        std::chrono::file_clock::from_sys(
+            std::chrono::sys_time<std::chrono::milliseconds>(std::chrono::milliseconds(unix_ms))));
+  };
+  set_written(1'700'000'000'123);
+  EXPECT_EQ(watcher.Reload().written_unix_ms, 1'700'000'000'123);
+  writer.TruncateInPlace(20);
+  set_written(1'700'000'009'000);
+  const auto damaged = watcher.Reload();
+  EXPECT_FALSE(damaged.current);
+  EXPECT_EQ(damaged.written_unix_ms, 1'700'000'000'123)
+      << "the time of the view kept, not the file's";
 }
 
 }  // namespace

@@ -175,6 +175,7 @@ TEST(JudgeTest, AYoungVgpusProtectionEndsWithItsPodInKubeletAndTheApiServer) {
   EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld)
       << "no pod recorded yet: protected";
   facts.checkpoint_uids[{kResource, "d0"}] = {"uid-a"};
+  facts.checkpoint_written_unix_ms = now - 500;  // kubelet's write after the Allocate
   facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
   EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld);
   facts.api_pods["uid-a"].deleting = true;
@@ -183,6 +184,35 @@ TEST(JudgeTest, AYoungVgpusProtectionEndsWithItsPodInKubeletAndTheApiServer) {
   facts.api_following = false;
   EXPECT_EQ(Judge(Record("d0", now - 1000), facts, now, 5s).holding, Holding::kHeld)
       << "API server not followed: its age still protects it";
+}
+
+// A device ID's last pod is deleted, its vGPU removed, and kubelet hands the ID to a new pod.
+// Until kubelet writes its checkpoint after that Allocate (or when the facts were gathered
+// before it), the file still gives the ID to the deleted pod: that pod's end says nothing of
+// the new vGPU, which stays protected by its age (seen in validator_flow_test: a running pod's
+// vGPU removed 1 ms after it was made).
+TEST(JudgeTest, AYoungVgpuIsNotFreedByTheEndOfTheIdsEarlierPodInAnOlderCheckpoint) {
+  const int64_t now = 10'000'000;
+  const int64_t created = now - 100;
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_up_unix_ms = 1;
+  facts.api_following = true;
+  facts.checkpoint_known = true;
+  facts.checkpoint_uids[{kResource, "d0"}] = {"uid-old"};
+  facts.api_deleted.insert("uid-old");
+  facts.checkpoint_written_unix_ms = created - 1;
+  EXPECT_EQ(Judge(Record("d0", created), facts, now, 5s).holding, Holding::kHeld)
+      << "written before the vGPU was handed out: names the ID's earlier pod";
+  facts.checkpoint_written_unix_ms = 0;
+  EXPECT_EQ(Judge(Record("d0", created), facts, now, 5s).holding, Holding::kHeld)
+      << "when the file was written is unknown: its age still protects it";
+  facts.checkpoint_written_unix_ms = created;
+  EXPECT_EQ(Judge(Record("d0", created), facts, now, 5s).holding, Holding::kFree)
+      << "written since: the pod it names is the vGPU's, and that pod is gone";
+  facts.checkpoint_written_unix_ms = created - 1;
+  EXPECT_EQ(Judge(Record("d0", now - 6000), facts, now, 5s).holding, Holding::kFree)
+      << "past the settle time the vGPU's age protects it no more";
 }
 
 // #14 item 2: a restarted kubelet answers PodResources with nothing for a while.
