@@ -49,6 +49,9 @@ struct DraConfig {
   // Devices carry binding conditions and the daemon confirms each allocation (KEP-5007;
   // dra/occupancy_confirmer.h).
   bool binding_conditions = true;
+  // Devices declare their GPU's lock as a compatibility group where the API server keeps the
+  // field (KEP-5963; dra/slice_publisher.h).
+  bool compatibility_groups = true;
   // DRA device metadata (KEP-5304; dra/device_metadata.h): per prepared request a JSON file with
   // the device's attributes and its vGPU, mounted read-only into the containers through CDI.
   bool device_metadata = true;

@@ -443,12 +443,14 @@ Status Daemon::ServeDra() {
     if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
   });
   dra_.slices = std::make_unique<dra::SlicePublisher>(
-      *api, [this](int64_t generation) { return DraSlices(generation); },
+      *api, [this](int64_t generation, bool groups) { return DraSlices(generation, groups); },
       dra::SlicePublisherOptions{.node_name = options_.args.node_name,
                                  .driver = dra.driver_name,
-                                 .min_interval = options_.dra_slice_interval},
+                                 .min_interval = options_.dra_slice_interval,
+                                 .compatibility_groups = dra.compatibility_groups},
       [this](bool ok, bool wrote) {
-        metrics_.OnDraSlices(ok, wrote, ok && wrote ? dra_.slices->generation() : 0);
+        metrics_.OnDraSlices(ok, wrote, ok && wrote ? dra_.slices->generation() : 0,
+                             dra_.slices->compatibility_groups());
       });
   // Binding conditions (docs/dra.md): each allocation of the pool confirmed or failed here, and
   // what is confirmed narrows the slices at once.
@@ -489,7 +491,8 @@ Status Daemon::ServeDra() {
 // The DRA GPUs' slices (docs/dra.md) from the DRA model's view: types a parent listed before are
 // kept (TypeMemory), and the vGPUs prepared for claims do not take from the counters again (their
 // allocations already did).
-Result<std::vector<nlohmann::json>> Daemon::DraSlices(int64_t generation) {
+Result<std::vector<nlohmann::json>> Daemon::DraSlices(int64_t generation,
+                                                      bool compatibility_groups) {
   const mdev::Inventory inventory = dra_.type_memory.Remember(dra_.manager->Inventory());
   const ModelOptions& model = dra_.manager->options();
   dra::SliceOptions options;
@@ -497,6 +500,7 @@ Result<std::vector<nlohmann::json>> Daemon::DraSlices(int64_t generation) {
   options.driver = options_.config.dra.driver_name;
   options.model = model;
   options.binding_conditions = options_.config.dra.binding_conditions;
+  options.compatibility_groups = compatibility_groups;
   if (dra_.confirmer) options.held_devices = dra_.confirmer->Held();
   for (const CreatedVgpu& record : dra_.manager->Snapshot().records) {
     if (dra_.claims->ClaimOfDevice(record.device_id)) options.claimed_vgpus.insert(record.vgpu_id);

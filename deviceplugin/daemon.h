@@ -123,7 +123,7 @@ class Daemon {
   void StartLoops();
   // The DRA front end (docs/dra-kubelet-plugin.md), when config dra names GPUs.
   Status ServeDra();
-  Result<std::vector<nlohmann::json>> DraSlices(int64_t generation);
+  Result<std::vector<nlohmann::json>> DraSlices(int64_t generation, bool compatibility_groups);
   // What the DRA GPUs carry, for the occupancy confirmer (its own thread).
   Result<dra::OccupancyView> DraOccupancyView();
 

@@ -252,7 +252,7 @@ json StringAttribute(const std::string& value) {
   return {{"string", value}};
 }
 
-json DeviceJson(const DraDevice& device, bool binding_conditions) {
+json DeviceJson(const DraDevice& device, bool binding_conditions, bool compatibility_groups) {
   json attributes = {
       {"type", StringAttribute(device.type_id)},
       {"physicalGpu", StringAttribute(device.physical_gpu)},
@@ -282,9 +282,14 @@ json DeviceJson(const DraDevice& device, bool binding_conditions) {
     out["capacity"] = {{"framebuffer", {{"value", Mi(device.framebuffer_mib)}}}};
   }
   if (!device.counter_set.empty()) {
-    out["consumesCounters"] = json::array(
-        {{{"counterSet", device.counter_set},
-          {"counters", {{kFramebufferCounter, {{"value", Mi(device.framebuffer_mib)}}}}}}});
+    json use = {{"counterSet", device.counter_set},
+                {"counters", {{kFramebufferCounter, {{"value", Mi(device.framebuffer_mib)}}}}}};
+    if (compatibility_groups) {
+      if (std::vector<std::string> groups = CompatibilityGroups(device); !groups.empty()) {
+        use["compatibilityGroups"] = groups;
+      }
+    }
+    out["consumesCounters"] = json::array({use});
   }
   if (binding_conditions) {
     out["bindingConditions"] = json::array({kOccupancyConfirmed});
@@ -348,7 +353,8 @@ Result<std::vector<json>> SlicesFor(const Catalogue& catalogue, const SliceOptio
           options, SliceName(options, DraGpuKey(gpu) + "-" + std::to_string(i / per_slice)));
       json list = json::array();
       for (size_t j = i; j < std::min(i + per_slice, devices.size()); ++j) {
-        list.push_back(DeviceJson(*devices[j], options.binding_conditions));
+        list.push_back(
+            DeviceJson(*devices[j], options.binding_conditions, options.compatibility_groups));
       }
       slice["spec"]["devices"] = list;
       slices.push_back(std::move(slice));
@@ -374,7 +380,19 @@ Result<std::vector<json>> BuildResourceSlices(const mdev::Inventory& inventory,
 }
 
 json DeviceAttributes(const DraDevice& device) {
-  return DeviceJson(device, false)["attributes"];
+  return DeviceJson(device, false, false)["attributes"];
+}
+
+std::vector<std::string> CompatibilityGroups(const DraDevice& device) {
+  // "type:nvidia-222" -> "type-nvidia-222", "framebuffer:1024MiB" -> "framebuffer-1024mib".
+  const auto label = [](const std::string& key) { return DraFit(DraSanitize(key), 63); };
+  const std::string lock =
+      scheduling::LockKey(device.occupancy, device.type_id, device.framebuffer_mib);
+  if (lock.empty()) return {};
+  const std::string type =
+      scheduling::LockKey(scheduling::Occupancy::kStrict, device.type_id, device.framebuffer_mib);
+  if (lock == type) return {label(type)};
+  return {label(lock), label(type)};
 }
 
 }  // namespace kvgpu::deviceplugin::dra

@@ -50,6 +50,11 @@ inline constexpr size_t kDriverNameMaxLength = 63;             // DriverNameMaxL
 inline constexpr size_t kPoolNameMaxLength = 253;              // PoolNameMaxLength
 // BindingConditionsMaxSize and BindingFailureConditionsMaxSize (v0.36.0).
 inline constexpr size_t kMaxBindingConditions = 4;
+// compatibilityGroups on a consumesCounters entry (KEP-5963, DRADeviceCompatibilityGroups, alpha
+// in 1.37): at most 2 names, none twice, per Kubernetes' 1.37 feature documentation. The name
+// rules are not in a released kubernetes/api here; the groups written are DNS labels, which any
+// plausible rule accepts (and the publisher's dry-run probe finds out where one does not).
+inline constexpr size_t kMaxCompatibilityGroups = 2;
 
 // The standard attribute for a PCI address in extended BDF (kubernetes/kubernetes
 // staging/src/k8s.io/dynamic-resource-allocation/deviceattribute/attribute.go,
@@ -72,6 +77,11 @@ struct SliceOptions {
   // Each device says the scheduler must wait for OccupancyConfirmed before binding, and give up
   // on OccupancyConflict (KEP-5007; occupancy_decision.h); config dra.bindingConditions.
   bool binding_conditions = true;
+  // Each device's counter consumption names its GPU's lock as a compatibility group (KEP-5963;
+  // CompatibilityGroup below), so a scheduler that enforces them never puts two types (or sizes)
+  // on a strict (equal-size) GPU. Only where the API server keeps the field: the publisher
+  // probes for it (slice_publisher.h); config dra.compatibilityGroups.
+  bool compatibility_groups = false;
   // Devices allocated to claims and confirmed whose vGPU may not be made yet: for Narrow they
   // lock their GPU as the vGPU will.
   std::vector<std::string> held_devices;
@@ -147,6 +157,17 @@ Result<std::vector<nlohmann::json>> BuildResourceSlices(const mdev::Inventory& i
 // The same from a catalogue already built (BuildCatalogue, then Narrow).
 Result<std::vector<nlohmann::json>> SlicesFor(const Catalogue& catalogue,
                                               const SliceOptions& options, int64_t generation);
+// The compatibility groups `device` declares on its counter set (KEP-5963: devices on one counter
+// set are co-allocated only while the groups of all of them intersect, a snapshot of each
+// allocated device's groups kept in its claim): its type, "type-<type id>", on strict GPUs; on
+// equal-size GPUs its size, "framebuffer-<n>mib", and its type as well, so that an allocation
+// made while the GPU still read as strict (a free GPU's mode is known only once it carries a
+// vGPU, where no probe tells it) keeps the devices of its own type allocatable after the GPU
+// reads as equal-size, and never another type. None where no lock is modelled (mixed-size and
+// MIG GPUs take any mix their counters allow; unknown GPUs are the kernel's to refuse). Devices
+// on one GPU share its occupancy, so a GPU never mixes devices with and without groups.
+std::vector<std::string> CompatibilityGroups(const DraDevice& device);
+
 // The attributes `device` is published with (its entry's "attributes" in the slices), for readers
 // of the same facts outside them (the device metadata, dra/device_metadata.h).
 nlohmann::json DeviceAttributes(const DraDevice& device);

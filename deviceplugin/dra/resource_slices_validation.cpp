@@ -126,6 +126,19 @@ Status CheckDevice(const std::string& where, const json& device) {
     if (!IsDnsLabel(set)) return Bad(here, "counterSet \"" + set + "\" is not a DNS label");
     if (!sets.insert(set).second) return Bad(here, "counter set " + set + " consumed twice");
     if (Status s = CheckCounters(here, use.value("counters", json())); !s.ok()) return s;
+    if (!use.contains("compatibilityGroups")) continue;
+    const json& groups = use["compatibilityGroups"];
+    if (!groups.is_array() || groups.size() > kMaxCompatibilityGroups) {
+      return Bad(here, "compatibilityGroups of " + set + " is not a list of at most 2");
+    }
+    std::set<std::string> names;
+    for (const json& group : groups) {
+      if (!group.is_string() || !IsDnsLabel(group.get<std::string>()) ||
+          !names.insert(group.get<std::string>()).second) {
+        return Bad(here, "compatibilityGroups of " + set + ": " + group.dump() +
+                             " is not a DNS label, or is there twice");
+      }
+    }
   }
   return {};
 }

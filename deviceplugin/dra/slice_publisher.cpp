@@ -31,6 +31,17 @@ bool OwnedBy(const json& slice, const json& owner) {
                      [&](const json& ref) { return ref.value("uid", "") == owner["uid"]; });
 }
 
+// Whether any device of `slice` declares compatibility groups.
+bool DeclaresGroups(const json& slice) {
+  if (!slice.contains("spec") || !slice["spec"].contains("devices")) return false;
+  for (const json& device : slice["spec"]["devices"]) {
+    for (const json& use : device.value("consumesCounters", json::array())) {
+      if (!use.value("compatibilityGroups", json::array()).empty()) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 SlicePublisher::SlicePublisher(kube::ApiTransport& api, Source source,
@@ -47,6 +58,48 @@ SlicePublisher::~SlicePublisher() {
 int64_t SlicePublisher::generation() const {
   std::lock_guard lock(mutex_);
   return generation_;
+}
+
+bool SlicePublisher::compatibility_groups() const {
+  std::lock_guard lock(mutex_);
+  return with_groups_;
+}
+
+Result<bool> SlicePublisher::WithCompatibilityGroups(int64_t generation) {
+  if (!options_.compatibility_groups) return false;
+  const auto now = Clock::now();
+  if (groups_kept_ && now < next_probe_) return *groups_kept_;
+  Result<std::vector<json>> slices = source_(generation, true);
+  if (!slices.ok()) return slices.status();
+  auto probe = std::find_if(slices->begin(), slices->end(), DeclaresGroups);
+  // No device declares one (free mixed-size or MIG GPUs only): nothing to ask, nothing differs.
+  if (probe == slices->end()) return groups_kept_.value_or(false);
+  // One of the pool's own slices under a name the server makes up; with dryRun=All it runs the
+  // create's defaulting, field dropping and validation and stores nothing.
+  json body = *probe;
+  body["metadata"] = {{"generateName", "kata-vgpu-compatibility-probe-"}};
+  Result<json> answer = api_.Post(std::string(kCollection) + "?dryRun=All", body, &cancel_);
+  bool kept = false;
+  std::string why;
+  if (answer.ok()) {
+    kept = DeclaresGroups(*answer);
+    why = kept ? "kept"
+               : "dropped (an API server before 1.37, or DRADeviceCompatibilityGroups off)";
+  } else if (answer.status().http_status() == 400 || answer.status().http_status() == 422) {
+    why = "refused: " + answer.status().message();
+  } else {
+    return answer.status();
+  }
+  if (!groups_kept_ || *groups_kept_ != kept) {
+    spdlog::log(kept ? spdlog::level::info : spdlog::level::warn,
+                "ResourceSlices of node {}: the API server {} devices' compatibilityGroups; "
+                "publishing {} them{}",
+                options_.node_name, why, kept ? "with" : "without",
+                kept ? "" : " (one type or size per GPU rests on binding conditions and narrowing)");
+  }
+  groups_kept_ = kept;
+  next_probe_ = now + options_.probe_interval;
+  return kept;
 }
 
 Result<json> SlicePublisher::OwnerReference() {
@@ -100,8 +153,14 @@ Result<bool> SlicePublisher::Reconcile() {
     known = std::max(known, GenerationOf(slice));
     by_name[NameOf(slice)] = slice;
   }
+  Result<bool> with_groups = WithCompatibilityGroups(known);
+  if (!with_groups.ok()) return with_groups.status();
+  {
+    std::lock_guard lock(mutex_);
+    with_groups_ = *with_groups;
+  }
   // Up to date: the same slices, all at the highest generation, all ours.
-  Result<std::vector<json>> now = source_(known);
+  Result<std::vector<json>> now = source_(known, *with_groups);
   if (!now.ok()) return now.status();
   bool same = now->size() == by_name.size();
   for (const json& slice : *now) {
@@ -117,7 +176,7 @@ Result<bool> SlicePublisher::Reconcile() {
   }
 
   const int64_t next = known + 1;
-  Result<std::vector<json>> wanted = source_(next);
+  Result<std::vector<json>> wanted = source_(next, *with_groups);
   if (!wanted.ok()) return wanted.status();
   {
     std::lock_guard lock(mutex_);

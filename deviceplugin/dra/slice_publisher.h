@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -33,12 +34,23 @@ struct SlicePublisherOptions {
   std::chrono::milliseconds min_interval{1000};
   std::chrono::milliseconds resync{std::chrono::minutes(5)};
   std::chrono::milliseconds retry_max{std::chrono::seconds(30)};
+  // Devices declare compatibility groups (KEP-5963; resource_slices.h CompatibilityGroup) where
+  // the API server keeps them: before the pool is written, and again each `probe_interval` (the
+  // gate changes with an API server restart), a dry-run create of one of its slices, groups
+  // included, shows whether the server keeps them, drops them (before 1.37, or the gate off) or
+  // refuses them; only the first gets them. A scheduler with the gate off while the API server
+  // has it on skips devices that declare groups (the KEP's skew table): the gate goes on in both,
+  // or this is off (config dra.compatibilityGroups).
+  bool compatibility_groups = true;
+  std::chrono::milliseconds probe_interval{std::chrono::minutes(5)};
 };
 
 class SlicePublisher {
  public:
-  // The pool's slices at `generation` (BuildResourceSlices); an error skips the pass.
-  using Source = std::function<Result<std::vector<nlohmann::json>>(int64_t generation)>;
+  // The pool's slices at `generation` (BuildResourceSlices), with or without compatibility
+  // groups; an error skips the pass.
+  using Source = std::function<Result<std::vector<nlohmann::json>>(int64_t generation,
+                                                                   bool compatibility_groups)>;
   // Told of every pass: ok, and whether it wrote.
   using Observer = std::function<void(bool ok, bool wrote)>;
 
@@ -57,6 +69,8 @@ class SlicePublisher {
   Result<bool> Reconcile();
   // The generation of the pool as last written or found.
   int64_t generation() const;
+  // Whether the pool is published with compatibility groups (the last pass's choice).
+  bool compatibility_groups() const;
 
   static constexpr const char* kCollection = "/apis/resource.k8s.io/v1/resourceslices";
 
@@ -64,6 +78,8 @@ class SlicePublisher {
   void Loop();
   Result<nlohmann::json> OwnerReference();
   Result<std::vector<nlohmann::json>> ListOurs();
+  // Whether this pass writes compatibility groups (probes when due).
+  Result<bool> WithCompatibilityGroups(int64_t generation);
 
   kube::ApiTransport& api_;
   Source source_;
@@ -75,6 +91,9 @@ class SlicePublisher {
   bool stopping_ = false;
   bool triggered_ = true;
   int64_t generation_ = 0;
+  bool with_groups_ = false;
+  std::optional<bool> groups_kept_;  // the last probe's answer
+  std::chrono::steady_clock::time_point next_probe_{};
   nlohmann::json owner_;  // null until the Node was read
   Canceller cancel_;
   std::thread thread_;

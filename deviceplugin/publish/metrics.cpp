@@ -47,6 +47,7 @@ struct Metrics::Families {
   prometheus::Gauge& dra_prepared_claims;
   prometheus::Family<prometheus::Counter>& dra_slice_passes;
   prometheus::Gauge& dra_pool_generation;
+  prometheus::Gauge& dra_compatibility_groups;
   prometheus::Family<prometheus::Counter>& dra_verdicts;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
 };
@@ -119,6 +120,12 @@ Metrics::Metrics()
       prometheus::BuildGauge()
           .Name("kvgpu_deviceplugin_dra_pool_generation")
           .Help("Generation of the node's ResourceSlice pool last written")
+          .Register(reg)
+          .Add({}),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_dra_compatibility_groups")
+          .Help("1 while the node's ResourceSlice devices declare compatibility groups (the API "
+                "server keeps them, KEP-5963), 0 otherwise")
           .Register(reg)
           .Add({}),
       prometheus::BuildCounter()
@@ -235,12 +242,13 @@ void Metrics::OnDraClaim(const std::string& call, std::chrono::nanoseconds took,
   families_->dra_prepared_claims.Set(static_cast<double>(prepared_claims));
 }
 
-void Metrics::OnDraSlices(bool ok, bool wrote, int64_t generation) {
+void Metrics::OnDraSlices(bool ok, bool wrote, int64_t generation, bool compatibility_groups) {
   families_->dra_slice_passes.Add({{"result", !ok     ? "error"
                                               : wrote ? "written"
                                                       : "unchanged"}})
       .Increment();
   if (ok && wrote) families_->dra_pool_generation.Set(static_cast<double>(generation));
+  if (ok) families_->dra_compatibility_groups.Set(compatibility_groups ? 1 : 0);
 }
 
 void Metrics::OnDraVerdict(bool confirmed) {

@@ -58,7 +58,7 @@ class Metrics : public ManagerObserver {
   void OnDraClaim(const std::string& call, std::chrono::nanoseconds took, bool ok,
                   size_t prepared_claims);
   // A pass of the ResourceSlice publisher: failed, wrote the pool at `generation`, or unchanged.
-  void OnDraSlices(bool ok, bool wrote, int64_t generation);
+  void OnDraSlices(bool ok, bool wrote, int64_t generation, bool compatibility_groups = false);
   // An occupancy verdict written to a claim's device (binding conditions): confirmed or conflict.
   void OnDraVerdict(bool confirmed);
 

@@ -173,8 +173,9 @@ class FakeApiServer {
   nlohmann::json pod(const std::string& ns, const std::string& name) const;  // null when none
 
   // ResourceSlices (resource.k8s.io/v1, fake_resource_slices.cpp): list with a fieldSelector of
-  // spec.nodeName and/or spec.driver, create, get, JSON patch (RFC 6902; a failed `test` is 409)
-  // and delete by name; stored as sent (no defaulting or validation). After every change the
+  // spec.nodeName and/or spec.driver, create (metadata.name or generateName; dryRun=All answers
+  // without storing), get, JSON patch (RFC 6902; a failed `test` is 409) and delete by name;
+  // stored as sent but for the gated field below (no defaulting or validation). After every change the
   // whole set is recorded, so a test can check each state a reader could have listed.
   std::vector<nlohmann::json> resource_slices() const;  // by name
   std::vector<std::vector<nlohmann::json>> resource_slice_history() const;
@@ -182,6 +183,11 @@ class FakeApiServer {
   void PutResourceSlice(nlohmann::json slice);
   void RemoveResourceSlice(const std::string& name);
   int resource_slice_writes() const;  // creates, patches and deletes served
+  // Whether `compatibilityGroups` on a device's consumesCounters entry is kept (KEP-5963: an API
+  // server of 1.37+ with DRADeviceCompatibilityGroups on) or dropped on every write, as by an
+  // older server or one with the gate off (the default here, as in a 1.37 cluster's defaults).
+  void ServeCompatibilityGroups(bool served);
+  int resource_slice_dry_runs() const;  // creates with dryRun=All answered (nothing stored)
 
   // Forgets history up to now: watches from any older version get 410.
   void Compact();
@@ -303,6 +309,8 @@ class FakeApiServer {
   std::map<std::string, nlohmann::json> slices_;  // ResourceSlices by name
   std::vector<std::vector<nlohmann::json>> slice_history_;
   int slice_writes_ = 0;
+  int slice_dry_runs_ = 0;
+  bool serves_compatibility_groups_ = false;
 };
 
 }  // namespace kvgpu::testing

@@ -30,6 +30,20 @@ bool ParseSelector(const std::string& text, std::map<std::string, std::string>& 
   return true;
 }
 
+// What the API server keeps of a written slice: without the gate (or the field), the devices'
+// compatibilityGroups go, as the real server's dropDisabledFields and unknown-field pruning do.
+void DropCompatibilityGroups(nlohmann::json& slice) {
+  if (!slice.contains("spec") || !slice["spec"].is_object()) return;
+  auto devices = slice["spec"].find("devices");
+  if (devices == slice["spec"].end() || !devices->is_array()) return;
+  for (auto& device : *devices) {
+    if (!device.is_object() || !device.contains("consumesCounters")) continue;
+    for (auto& use : device["consumesCounters"]) {
+      if (use.is_object()) use.erase("compatibilityGroups");
+    }
+  }
+}
+
 std::string NotFound(const std::string& name) {
   return "resourceslices.resource.k8s.io \"" + name + "\" not found";
 }
@@ -58,6 +72,16 @@ std::vector<std::vector<nlohmann::json>> FakeApiServer::resource_slice_history()
 int FakeApiServer::resource_slice_writes() const {
   std::lock_guard lock(mutex_);
   return slice_writes_;
+}
+
+void FakeApiServer::ServeCompatibilityGroups(bool served) {
+  std::lock_guard lock(mutex_);
+  serves_compatibility_groups_ = served;
+}
+
+int FakeApiServer::resource_slice_dry_runs() const {
+  std::lock_guard lock(mutex_);
+  return slice_dry_runs_;
 }
 
 void FakeApiServer::PutResourceSlice(nlohmann::json slice) {
@@ -106,16 +130,36 @@ void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
 
   server.Post(kCollection, [this](const httplib::Request& req, httplib::Response& res) {
     auto slice = nlohmann::json::parse(req.body, nullptr, false);
-    if (!slice.is_object() || !slice.contains("metadata") || !slice["metadata"].contains("name")) {
-      Answer(res, 400, Failure(400, "BadRequest", "a ResourceSlice needs metadata.name"));
+    const bool named = slice.is_object() && slice.contains("metadata") &&
+                       slice["metadata"].is_object() &&
+                       (slice["metadata"].contains("name") ||
+                        slice["metadata"].contains("generateName"));
+    if (!named) {
+      Answer(res, 400,
+             Failure(400, "BadRequest", "a ResourceSlice needs metadata.name or generateName"));
       return;
     }
-    const std::string name = slice["metadata"]["name"].get<std::string>();
+    const std::string dry_run = req.get_param_value("dryRun");
+    if (!dry_run.empty() && dry_run != "All") {
+      Answer(res, 400, Failure(400, "BadRequest", "dryRun: unsupported value \"" + dry_run + "\""));
+      return;
+    }
     std::lock_guard lock(mutex_);
+    if (!slice["metadata"].contains("name")) {
+      slice["metadata"]["name"] = slice["metadata"]["generateName"].get<std::string>() +
+                                  std::to_string(100000 + version_ % 900000);
+    }
+    const std::string name = slice["metadata"]["name"].get<std::string>();
     if (slices_.contains(name)) {
       Answer(res, 409,
              Failure(409, "AlreadyExists",
                      "resourceslices.resource.k8s.io \"" + name + "\" already exists"));
+      return;
+    }
+    if (!serves_compatibility_groups_) DropCompatibilityGroups(slice);
+    if (!dry_run.empty()) {  // everything a create does, nothing stored
+      ++slice_dry_runs_;
+      Answer(res, 201, slice);
       return;
     }
     slice["metadata"]["resourceVersion"] = std::to_string(++version_);
@@ -163,6 +207,7 @@ void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
              Failure(409, "Conflict", std::string("the patch did not apply: ") + e.what()));
       return;
     }
+    if (!serves_compatibility_groups_) DropCompatibilityGroups(patched);
     patched["metadata"]["name"] = it->second["metadata"]["name"];
     patched["metadata"]["uid"] = it->second["metadata"]["uid"];
     patched["metadata"]["resourceVersion"] = std::to_string(++version_);

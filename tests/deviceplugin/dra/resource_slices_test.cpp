@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "fakes/common/sim_node.h"
 #include "tests/deviceplugin/model/inventory_builders.h"
@@ -311,6 +314,71 @@ TEST(NarrowTest, NarrowingKeepsDeviceNamesAndDropsOnlyOtherTypes) {
   EXPECT_EQ(DevicesOf(Build(inventory, options)).size(), all->devices.size());
 }
 
+// KEP-5963: each device's counter consumption names what locks its GPU, so a scheduler that
+// enforces compatibility groups never co-allocates two types on a strict GPU or two sizes on an
+// equal-size one; GPUs without a modelled lock declare nothing (any mix the counters allow).
+TEST(CompatibilityGroupsTest, EachDeviceNamesItsGpusLockAndNothingWithoutOne) {
+  using Groups = std::vector<std::string>;
+  DraDevice device;
+  device.type_id = "nvidia-222";
+  device.framebuffer_mib = 1024;
+  device.occupancy = scheduling::Occupancy::kStrict;
+  EXPECT_EQ(CompatibilityGroups(device), Groups{"type-nvidia-222"});
+  device.occupancy = scheduling::Occupancy::kEqualSize;
+  EXPECT_EQ(CompatibilityGroups(device), (Groups{"framebuffer-1024mib", "type-nvidia-222"}));
+  device.framebuffer_mib = 0;
+  EXPECT_EQ(CompatibilityGroups(device), Groups{"type-nvidia-222"}) << "size unknown: its type";
+  for (auto none : {scheduling::Occupancy::kMixedSize, scheduling::Occupancy::kMig,
+                    scheduling::Occupancy::kUnknown}) {
+    device.occupancy = none;
+    EXPECT_EQ(CompatibilityGroups(device), Groups{}) << scheduling::OccupancyName(none);
+  }
+
+  const auto groups_by_type = [](const std::vector<json>& slices) {
+    std::map<std::string, std::set<std::string>> out;  // type -> groups its devices declare
+    for (const json& d : DevicesOf(slices)) {
+      for (const json& use : d.value("consumesCounters", json::array())) {
+        for (const json& g : use.value("compatibilityGroups", json::array())) {
+          out[d["attributes"]["type"]["string"]].insert(g.get<std::string>());
+        }
+      }
+    }
+    return out;
+  };
+  SliceOptions options = Options();
+  options.compatibility_groups = true;
+  SimNode strict("t4x2");
+  const auto strict_slices = Build(ScanOf(strict), options);
+  const auto strict_groups = groups_by_type(strict_slices);
+  EXPECT_EQ(strict_groups.size(), 12u);
+  EXPECT_EQ(strict_groups.at("nvidia-230"), std::set<std::string>{"type-nvidia-230"});
+  EXPECT_TRUE(ValidatePool(strict_slices).ok());
+  for (const json& slice : strict_slices) EXPECT_TRUE(ValidateSlice(slice).ok());
+
+  // An equal-size GPU reads as such once it carries a vGPU (here one of 1 GiB).
+  SimNode equal("t4x2-equal-size");
+  ASSERT_TRUE(equal.node().Create({equal.gpu(0), "nvidia-230", std::nullopt}).ok());
+  options.narrow = false;
+  const auto equal_slices = Build(ScanOf(equal), options);
+  std::map<std::string, std::set<std::string>> on_first;
+  for (const json& d : DevicesOf(equal_slices)) {
+    if (d["attributes"]["physicalGpu"]["string"] != equal.gpu(0)) continue;
+    for (const json& g : d["consumesCounters"][0].value("compatibilityGroups", json::array())) {
+      on_first[d["attributes"]["type"]["string"]].insert(g.get<std::string>());
+    }
+  }
+  EXPECT_EQ(on_first.at("nvidia-222"),
+            (std::set<std::string>{"framebuffer-1024mib", "type-nvidia-222"}));
+  EXPECT_TRUE(on_first.at("nvidia-230").contains("framebuffer-1024mib")) << "one size, one group";
+  EXPECT_FALSE(on_first.at("nvidia-223").contains("framebuffer-1024mib"));
+  for (const json& slice : equal_slices) EXPECT_TRUE(ValidateSlice(slice).ok());
+
+  SimNode mig("h200-mig");
+  EXPECT_TRUE(groups_by_type(Build(ScanOf(mig), options)).empty());
+
+  EXPECT_TRUE(groups_by_type(Build(ScanOf(strict), Options())).empty()) << "off: none declared";
+}
+
 // --- the API server's checks -------------------------------------------------------------------
 
 json ValidSlice() {
@@ -365,6 +433,17 @@ TEST(ValidateSliceTest, RefusesWhatTheApiServerRefuses) {
   uses.push_back(uses[0]);
   uses[2]["counterSet"] = "c";
   EXPECT_FALSE(ValidateSlice(three_uses).ok());
+
+  json groups = good;
+  json& use = groups["spec"]["devices"][0]["consumesCounters"][0];
+  use["compatibilityGroups"] = json::array({"type-nvidia-222"});
+  EXPECT_TRUE(ValidateSlice(groups).ok());
+  use["compatibilityGroups"] = json::array({"a", "b", "c"});
+  EXPECT_FALSE(ValidateSlice(groups).ok()) << "three compatibility groups";
+  use["compatibilityGroups"] = json::array({"a", "a"});
+  EXPECT_FALSE(ValidateSlice(groups).ok()) << "a group twice";
+  use["compatibilityGroups"] = json::array({"Type:222"});
+  EXPECT_FALSE(ValidateSlice(groups).ok()) << "not a DNS label";
 
   json no_count = good;
   no_count["spec"]["pool"]["resourceSliceCount"] = 0;

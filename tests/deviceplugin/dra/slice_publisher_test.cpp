@@ -74,12 +74,13 @@ class SlicePublisherTest : public ::testing::Test {
 
   // What the node offers now, at `generation`; every pool built is remembered.
   SlicePublisher::Source Source() {
-    return [this](int64_t generation) -> Result<std::vector<json>> {
+    return [this](int64_t generation, bool groups) -> Result<std::vector<json>> {
       Result<mdev::Inventory> scanned = sim_.node().Scan();
       if (!scanned.ok()) return scanned.status();
       Result<mdev::Inventory> inventory = memory_.Remember(*scanned);
       SliceOptions options;
       options.node_name = kNode;
+      options.compatibility_groups = groups;
       const GpuRules rules(*inventory, options.model.occupancy);
       auto slices = BuildResourceSlices(*inventory, rules, options, generation);
       if (slices.ok()) built_.push_back(DeviceNames(*slices));
@@ -87,13 +88,29 @@ class SlicePublisherTest : public ::testing::Test {
     };
   }
 
-  std::unique_ptr<SlicePublisher> Publisher() {
+  std::unique_ptr<SlicePublisher> Publisher(
+      bool groups = true, std::chrono::milliseconds probe_interval = std::chrono::minutes(5)) {
     SlicePublisherOptions options;
     options.node_name = kNode;
     options.driver = kDefaultDriverName;
     options.min_interval = 10ms;
     options.retry_max = 50ms;
+    options.compatibility_groups = groups;
+    options.probe_interval = probe_interval;
     return std::make_unique<SlicePublisher>(*flaky_, Source(), options);
+  }
+
+  // How many devices of the stored slices declare compatibility groups.
+  int DevicesWithGroups() const {
+    int n = 0;
+    for (const json& s : Ours()) {
+      for (const json& d : s["spec"].value("devices", json::array())) {
+        for (const json& use : d.value("consumesCounters", json::array())) {
+          n += use.contains("compatibilityGroups") ? 1 : 0;
+        }
+      }
+    }
+    return n;
   }
 
   static std::set<std::string> DeviceNames(const std::vector<json>& slices) {
@@ -251,6 +268,58 @@ TEST_F(SlicePublisherTest, RecoversFromAFailureAtAnyRequest) {
     }
   }
   ExpectNoMixedPoolEverVisible();
+}
+
+// KEP-5963 driver duty: declare compatibility groups only where the API server keeps them. One
+// that drops them (before 1.37, or the gate off: the fake's default) gets the pool without them
+// and no endless rewrites of a field it never stores; the answer is not asked again before the
+// probe interval.
+TEST_F(SlicePublisherTest, AnApiServerThatDropsCompatibilityGroupsGetsThePoolWithoutThem) {
+  auto publisher = Publisher();
+  Result<bool> wrote = publisher->Reconcile();
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
+  EXPECT_TRUE(*wrote);
+  EXPECT_EQ(server_.resource_slice_dry_runs(), 1);
+  EXPECT_FALSE(publisher->compatibility_groups());
+  EXPECT_EQ(DevicesWithGroups(), 0);
+  EXPECT_TRUE(CompletePool(Ours()).has_value());
+  const int writes = server_.resource_slice_writes();
+  EXPECT_FALSE(*publisher->Reconcile()) << "nothing differs: nothing written";
+  EXPECT_EQ(server_.resource_slice_writes(), writes);
+  EXPECT_EQ(server_.resource_slice_dry_runs(), 1) << "the answer holds until the probe interval";
+  for (const json& s : server_.resource_slices()) {
+    EXPECT_EQ(s["metadata"]["name"].get<std::string>().find("compatibility-probe"),
+              std::string::npos)
+        << "a dry run stores nothing";
+  }
+}
+
+// One that keeps them gets every device's group; when its gate is switched off (an API server
+// restart) the next probe sees the field dropped and the pool is written again without it, once.
+TEST_F(SlicePublisherTest, GroupsArePublishedWhereKeptAndWithdrawnWhenTheGateGoesOff) {
+  server_.ServeCompatibilityGroups(true);
+  auto publisher = Publisher(true, 0ms);
+  ASSERT_TRUE(*publisher->Reconcile());
+  EXPECT_TRUE(publisher->compatibility_groups());
+  EXPECT_EQ(DevicesWithGroups(), static_cast<int>(DeviceNames(Ours()).size()))
+      << "every device of two strict T4s";
+  EXPECT_GT(DevicesWithGroups(), 0);
+  EXPECT_FALSE(*publisher->Reconcile());
+
+  server_.ServeCompatibilityGroups(false);
+  ASSERT_TRUE(*publisher->Reconcile()) << "the stored groups are no longer what the server keeps";
+  EXPECT_FALSE(publisher->compatibility_groups());
+  EXPECT_EQ(DevicesWithGroups(), 0);
+  EXPECT_FALSE(*publisher->Reconcile());
+  ExpectNoMixedPoolEverVisible();
+}
+
+TEST_F(SlicePublisherTest, OffNeverProbesNorDeclaresGroups) {
+  server_.ServeCompatibilityGroups(true);
+  auto publisher = Publisher(false);
+  ASSERT_TRUE(*publisher->Reconcile());
+  EXPECT_EQ(server_.resource_slice_dry_runs(), 0);
+  EXPECT_EQ(DevicesWithGroups(), 0);
 }
 
 TEST_F(SlicePublisherTest, TheApiServerAnsweringErrorsOnlyDelaysThePublish) {
