@@ -83,19 +83,20 @@ Result<bool> SlicePublisher::WithCompatibilityGroups(int64_t generation) {
   std::string why;
   if (answer.ok()) {
     kept = DeclaresGroups(*answer);
-    why = kept ? "kept"
-               : "dropped (an API server before 1.37, or DRADeviceCompatibilityGroups off)";
+    why =
+        kept ? "kept" : "dropped (an API server before 1.37, or DRADeviceCompatibilityGroups off)";
   } else if (answer.status().http_status() == 400 || answer.status().http_status() == 422) {
     why = "refused: " + answer.status().message();
   } else {
     return answer.status();
   }
   if (!groups_kept_ || *groups_kept_ != kept) {
-    spdlog::log(kept ? spdlog::level::info : spdlog::level::warn,
-                "ResourceSlices of node {}: the API server {} devices' compatibilityGroups; "
-                "publishing {} them{}",
-                options_.node_name, why, kept ? "with" : "without",
-                kept ? "" : " (one type or size per GPU rests on binding conditions and narrowing)");
+    spdlog::log(
+        kept ? spdlog::level::info : spdlog::level::warn,
+        "ResourceSlices of node {}: the API server {} devices' compatibilityGroups; "
+        "publishing {} them{}",
+        options_.node_name, why, kept ? "with" : "without",
+        kept ? "" : " (one type or size per GPU rests on binding conditions and narrowing)");
   }
   groups_kept_ = kept;
   next_probe_ = now + options_.probe_interval;

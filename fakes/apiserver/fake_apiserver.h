@@ -175,8 +175,8 @@ class FakeApiServer {
   // ResourceSlices (resource.k8s.io/v1, fake_resource_slices.cpp): list with a fieldSelector of
   // spec.nodeName and/or spec.driver, create (metadata.name or generateName; dryRun=All answers
   // without storing), get, JSON patch (RFC 6902; a failed `test` is 409) and delete by name;
-  // stored as sent but for the gated field below (no defaulting or validation). After every change the
-  // whole set is recorded, so a test can check each state a reader could have listed.
+  // stored as sent but for the gated field below (no defaulting or validation). After every change
+  // the whole set is recorded, so a test can check each state a reader could have listed.
   std::vector<nlohmann::json> resource_slices() const;  // by name
   std::vector<std::vector<nlohmann::json>> resource_slice_history() const;
   // Someone else's writes (a stale slice left by an earlier daemon, an admin's edit).

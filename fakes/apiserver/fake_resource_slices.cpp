@@ -130,10 +130,9 @@ void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
 
   server.Post(kCollection, [this](const httplib::Request& req, httplib::Response& res) {
     auto slice = nlohmann::json::parse(req.body, nullptr, false);
-    const bool named = slice.is_object() && slice.contains("metadata") &&
-                       slice["metadata"].is_object() &&
-                       (slice["metadata"].contains("name") ||
-                        slice["metadata"].contains("generateName"));
+    const bool named =
+        slice.is_object() && slice.contains("metadata") && slice["metadata"].is_object() &&
+        (slice["metadata"].contains("name") || slice["metadata"].contains("generateName"));
     if (!named) {
       Answer(res, 400,
              Failure(400, "BadRequest", "a ResourceSlice needs metadata.name or generateName"));

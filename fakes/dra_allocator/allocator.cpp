@@ -1,5 +1,6 @@
 #include "fakes/dra_allocator/allocator.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace kvgpu::testing::dra {
@@ -44,16 +45,61 @@ struct Candidate {
 
 using CounterUse = std::map<std::string, std::map<std::string, int64_t>>;  // set -> counter -> n
 
+// KEP-5963's rolling intersection on one counter set.
+struct Rolling {
+  bool any = false;        // a device is allocated on the set
+  bool ungrouped = false;  // ... and it declared no group
+  std::set<std::string> groups;
+
+  bool Admits(const std::vector<std::string>& declared) const {
+    if (!any) return true;
+    if (declared.empty() || ungrouped) return declared.empty() && ungrouped;
+    return std::any_of(declared.begin(), declared.end(),
+                       [&](const std::string& g) { return groups.contains(g); });
+  }
+  void Fold(const std::vector<std::string>& declared) {
+    const std::set<std::string> mine(declared.begin(), declared.end());
+    if (!any) {
+      any = true;
+      ungrouped = mine.empty();
+      groups = mine;
+      return;
+    }
+    std::erase_if(groups, [&](const std::string& g) { return !mine.contains(g); });
+  }
+};
+using RollingUse = std::map<std::string, Rolling>;  // counter set -> its intersection
+
 class Search {
  public:
   Search(const std::vector<Pool>& pools, const std::set<DeviceId>& in_use, std::vector<Need> needs,
-         std::vector<std::vector<Candidate>> candidates)
+         std::vector<std::vector<Candidate>> candidates, const GroupSnapshots* groups)
       : pools_(pools),
         in_use_(in_use),
         needs_(std::move(needs)),
         candidates_(std::move(candidates)),
         consumed_(pools.size()),
-        available_(pools.size()) {
+        available_(pools.size()),
+        enforce_groups_(groups != nullptr),
+        rolling_(pools.size()) {
+    // The intersections of what is allocated, from the claims' snapshots (a device without one
+    // declared no group).
+    for (size_t p = 0; enforce_groups_ && p < pools_.size(); ++p) {
+      for (const PoolDevice& device : pools_[p].devices) {
+        const DeviceId id{pools_[p].driver, pools_[p].name, device.name};
+        if (!in_use_.count(id)) continue;
+        const auto snapshot = groups->find(id);
+        for (const CounterConsumption& c : device.consumes) {
+          std::vector<std::string> declared;
+          if (snapshot != groups->end()) {
+            if (auto it = snapshot->second.find(c.counter_set); it != snapshot->second.end()) {
+              declared = it->second;
+            }
+          }
+          rolling_[p][c.counter_set].Fold(declared);
+        }
+      }
+    }
     // What each pool offers less what its allocated devices consume (checkAvailableCounters).
     for (size_t p = 0; p < pools_.size(); ++p) {
       available_[p] = pools_[p].counter_sets;
@@ -87,18 +133,37 @@ class Search {
       const PoolDevice& device = pool.devices[list[i].device];
       DeviceId id{pool.driver, pool.name, device.name};
       if (in_use_.count(id) || picked_.count(id)) continue;
+      if (!GroupsAdmit(list[i].pool, device)) continue;
       if (!device.consumes.empty() && !TakeCounters(list[i].pool, device)) continue;
       picked_.insert(id);
-      results_.push_back(
-          {needs_[slot].request, id, device.binding_conditions, device.binding_failure_conditions});
+      const RollingUse before = enforce_groups_ ? rolling_[list[i].pool] : RollingUse{};
+      std::map<std::string, std::vector<std::string>> snapshot;
+      for (const CounterConsumption& c : device.consumes) {
+        if (!enforce_groups_) break;
+        rolling_[list[i].pool][c.counter_set].Fold(c.compatibility_groups);
+        if (!c.compatibility_groups.empty()) snapshot[c.counter_set] = c.compatibility_groups;
+      }
+      results_.push_back({needs_[slot].request, id, device.binding_conditions,
+                          device.binding_failure_conditions, snapshot});
       auto done = Step(slot + 1, i + 1);
       if (!done.ok()) return done;
       if (*done) return true;
       results_.pop_back();
       picked_.erase(id);
+      if (enforce_groups_) rolling_[list[i].pool] = before;
       if (!device.consumes.empty()) GiveCounters(list[i].pool, device);
     }
     return false;
+  }
+
+  // On every counter set it consumes, admitted by the intersection there (each on its own).
+  bool GroupsAdmit(size_t p, const PoolDevice& device) const {
+    if (!enforce_groups_) return true;
+    for (const CounterConsumption& c : device.consumes) {
+      auto it = rolling_[p].find(c.counter_set);
+      if (it != rolling_[p].end() && !it->second.Admits(c.compatibility_groups)) return false;
+    }
+    return true;
   }
 
   bool TakeCounters(size_t p, const PoolDevice& device) {
@@ -128,6 +193,8 @@ class Search {
   std::vector<std::vector<Candidate>> candidates_;
   std::vector<CounterUse> consumed_;
   std::vector<CounterUse> available_;
+  bool enforce_groups_;
+  std::vector<RollingUse> rolling_;  // per pool
   std::set<DeviceId> picked_;
   std::vector<DeviceResult> results_;
   int steps_ = 0;
@@ -177,10 +244,29 @@ std::set<DeviceId> AllocatedDevices(const std::vector<json>& claims) {
   return out;
 }
 
+GroupSnapshots AllocatedGroups(const std::vector<json>& claims) {
+  GroupSnapshots out;
+  for (const json& claim : claims) {
+    const json results =
+        claim.value("/status/allocation/devices/results"_json_pointer, json::array());
+    for (const json& r : results) {
+      const json groups = r.value("compatibilityGroups", json::object());
+      if (!groups.is_object() || groups.empty()) continue;
+      auto& sets = out[{r.value("driver", std::string()), r.value("pool", std::string()),
+                        r.value("device", std::string())}];
+      for (const auto& [set, names] : groups.items()) {
+        if (names.is_array()) sets[set] = names.get<std::vector<std::string>>();
+      }
+    }
+  }
+  return out;
+}
+
 Result<std::optional<std::vector<DeviceResult>>> Allocate(const json& claim,
                                                           const std::vector<DeviceClass>& classes,
                                                           const std::vector<Pool>& pools,
-                                                          const std::set<DeviceId>& in_use) {
+                                                          const std::set<DeviceId>& in_use,
+                                                          const GroupSnapshots* groups) {
   const std::string who = "claim " +
                           claim.value("/metadata/namespace"_json_pointer, std::string()) + "/" +
                           claim.value("/metadata/name"_json_pointer, std::string());
@@ -245,7 +331,7 @@ Result<std::optional<std::vector<DeviceResult>>> Allocate(const json& claim,
       }
     }
   }
-  Search search(pools, in_use, std::move(needs), std::move(candidates));
+  Search search(pools, in_use, std::move(needs), std::move(candidates), groups);
   auto done = search.Run();
   if (!done.ok()) return done.status();
   if (!*done) return std::optional<std::vector<DeviceResult>>();
@@ -264,6 +350,7 @@ json AllocationJson(const std::vector<DeviceResult>& results, const std::string&
     if (!r.binding_failure_conditions.empty()) {
       entry["bindingFailureConditions"] = r.binding_failure_conditions;
     }
+    if (!r.compatibility_groups.empty()) entry["compatibilityGroups"] = r.compatibility_groups;
     list.push_back(std::move(entry));
   }
   return {{"devices", {{"results", list}}},

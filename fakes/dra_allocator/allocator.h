@@ -11,7 +11,14 @@
 //   consume;
 // - devices are tried in pool, slice and device order, and the first full solution wins
 //   (allocateOne's search, with backtracking; no scoring);
-// - results copy each device's bindingConditions and bindingFailureConditions (KEP-5007).
+// - results copy each device's bindingConditions and bindingFailureConditions (KEP-5007);
+// - with compatibility groups enforced (KEP-5963, DRADeviceCompatibilityGroups on in the
+//   scheduler; keps/sig-scheduling/5963-device-compatibility-groups "Scheduler Changes"): per
+//   counter set a rolling intersection of the groups of the devices allocated on it, from each
+//   allocated device's snapshot in its claim (none: it declared none); a candidate is admitted
+//   on each set it consumes iff nothing is allocated there, or both it and everything there
+//   declare none, or its groups meet the intersection, which then narrows to the common part;
+//   results carry the snapshot. Not enforced, groups are ignored (a scheduler before 1.37).
 // Requests are ExactCount `exactly` requests; firstAvailable, allocationMode All, constraints,
 // admin access, tolerations and capacity requests are refused as not modelled.
 #pragma once
@@ -53,23 +60,32 @@ Result<DeviceClass> ParseDeviceClass(const nlohmann::json& object);
 const DeviceClass* ClassForExtendedResource(const std::vector<DeviceClass>& classes,
                                             const std::string& resource);
 
+// Each allocated device's compatibility groups by counter set, as its claim's result records
+// them (DeviceRequestAllocationResult.compatibilityGroups).
+using GroupSnapshots = std::map<DeviceId, std::map<std::string, std::vector<std::string>>>;
+
 struct DeviceResult {
   std::string request;
   DeviceId id;
   std::vector<std::string> binding_conditions;
   std::vector<std::string> binding_failure_conditions;
+  std::map<std::string, std::vector<std::string>> compatibility_groups;  // set -> groups
 };
 
 // The devices of allocated claims: status.allocation.devices.results of each.
 std::set<DeviceId> AllocatedDevices(const std::vector<nlohmann::json>& claims);
+// ... and the compatibility groups their results record.
+GroupSnapshots AllocatedGroups(const std::vector<nlohmann::json>& claims);
 
 // Allocates `claim` (its spec.devices) from `pools` (one node's), with `in_use` taken.
 // nullopt: it does not fit on this node. An error: the claim or a class cannot be evaluated (as
-// upstream, a selector's runtime error stops the allocation).
+// upstream, a selector's runtime error stops the allocation). `groups`: the snapshots of the
+// devices in use, with compatibility groups enforced; null, not enforced.
 Result<std::optional<std::vector<DeviceResult>>> Allocate(const nlohmann::json& claim,
                                                           const std::vector<DeviceClass>& classes,
                                                           const std::vector<Pool>& pools,
-                                                          const std::set<DeviceId>& in_use);
+                                                          const std::set<DeviceId>& in_use,
+                                                          const GroupSnapshots* groups = nullptr);
 
 // status.allocation for `results` on `node`: devices.results (request, driver, pool, device, and
 // the binding conditions when a device has them), the node selector the allocator writes for

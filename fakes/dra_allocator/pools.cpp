@@ -105,7 +105,8 @@ Result<std::vector<Pool>> GatherPools(const std::vector<json>& slices, const std
           auto counters =
               Counters(c.value("counters", json::object()), where + " device " + d.name);
           if (!counters.ok()) return counters.status();
-          d.consumes.push_back({c.value("counterSet", std::string()), *counters});
+          d.consumes.push_back(
+              {c.value("counterSet", std::string()), *counters, Strings(c, "compatibilityGroups")});
         }
         d.binding_conditions = Strings(device, "bindingConditions");
         d.binding_failure_conditions = Strings(device, "bindingFailureConditions");

@@ -25,6 +25,7 @@ namespace kvgpu::testing::dra {
 struct CounterConsumption {
   std::string counter_set;
   std::map<std::string, int64_t> counters;
+  std::vector<std::string> compatibility_groups;  // KEP-5963; empty: none declared
 };
 
 struct PoolDevice {

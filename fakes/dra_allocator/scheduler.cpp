@@ -250,10 +250,14 @@ void SchedulerModel::Cycle(Waiting waiting) {
   // The in-flight devices first, then the claims: a binding drops its mark only after its write,
   // so every allocation is in one or the other (the assume cache's guarantee).
   std::set<DeviceId> in_use;
+  GroupSnapshots groups;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.cycles;
     for (const auto& [uid, devices] : in_flight_) in_use.insert(devices.begin(), devices.end());
+    for (const auto& [uid, snapshots] : in_flight_groups_) {
+      groups.insert(snapshots.begin(), snapshots.end());
+    }
   }
   auto fail = [&](const std::string& message) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -267,6 +271,7 @@ void SchedulerModel::Cycle(Waiting waiting) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::set<DeviceId> allocated = AllocatedDevices(ClaimsLocked());
     in_use.insert(allocated.begin(), allocated.end());
+    if (options_.compatibility_groups) groups.merge(AllocatedGroups(ClaimsLocked()));
     pools_by_node = pools_;
   }
   json claim = ExtendedResourceClaim(pod, options_.classes);
@@ -280,12 +285,18 @@ void SchedulerModel::Cycle(Waiting waiting) {
   for (const std::string& node : nodes) {
     const Result<std::vector<Pool>>& pools = pools_by_node->at(node);
     if (!pools.ok()) return fail("pools of " + node + ": " + pools.status().ToString());
-    auto results = Allocate(claim, options_.classes, *pools, in_use);
+    auto results = Allocate(claim, options_.classes, *pools, in_use,
+                            options_.compatibility_groups ? &groups : nullptr);
     if (!results.ok()) return fail("allocate on " + node + ": " + results.status().ToString());
     if (!results->has_value()) continue;
     // Reserve: the devices count as allocated from now on.
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const DeviceResult& r : **results) in_flight_[pod.uid].insert(r.id);
+    for (const DeviceResult& r : **results) {
+      in_flight_[pod.uid].insert(r.id);
+      if (!r.compatibility_groups.empty()) {
+        in_flight_groups_[pod.uid][r.id] = r.compatibility_groups;
+      }
+    }
     ++binding_;
     bindings_.emplace_back([this, pod, node, claim, devices = **results]() mutable {
       BindingCycle(std::move(pod), std::move(node), std::move(claim), std::move(devices));
@@ -304,6 +315,7 @@ void SchedulerModel::BindingCycle(PodSpec pod, std::string node, json claim,
     {
       std::lock_guard<std::mutex> lock(mutex_);
       in_flight_.erase(pod.uid);
+      in_flight_groups_.erase(pod.uid);
       --binding_;
       Progress();
       if (!error.empty()) ErrorLocked(pod.name + ": " + error);
@@ -331,6 +343,7 @@ void SchedulerModel::BindingCycle(PodSpec pod, std::string node, json claim,
     std::lock_guard<std::mutex> lock(mutex_);
     AssumeLocked(ns + "/" + name, *written);  // AssumeClaimAfterAPICall
     in_flight_.erase(pod.uid);                // RemoveClaimPendingAllocation
+    in_flight_groups_.erase(pod.uid);
   }
   bool wait = false;
   for (const DeviceResult& r : results) wait = wait || !r.binding_conditions.empty();

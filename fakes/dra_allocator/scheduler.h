@@ -68,6 +68,9 @@ struct SchedulerOptions {
   // The scheduler reads claims and slices from informers: here a list at most this often (0:
   // every cycle), with its own writes seen at once through the assume cache.
   std::chrono::milliseconds informer_period{0};
+  // DRADeviceCompatibilityGroups on: allocations respect the devices' compatibility groups and
+  // record them in the claims (KEP-5963; allocator.h). Off: ignored, as before 1.37.
+  bool compatibility_groups = false;
 };
 
 class SchedulerModel {
@@ -139,8 +142,9 @@ class SchedulerModel {
   mutable std::condition_variable changed_;
   bool stopping_ = false;
   std::deque<Waiting> queue_;
-  std::map<std::string, std::set<DeviceId>> in_flight_;  // pod uid -> devices
-  std::map<std::string, BoundPod> bound_;                // by pod uid
+  std::map<std::string, std::set<DeviceId>> in_flight_;     // pod uid -> devices
+  std::map<std::string, GroupSnapshots> in_flight_groups_;  // pod uid -> their groups
+  std::map<std::string, BoundPod> bound_;                   // by pod uid
   std::chrono::steady_clock::time_point last_change_;
   std::string last_slices_;  // names and generations of the slices last listed
   int binding_ = 0;          // binding cycles running

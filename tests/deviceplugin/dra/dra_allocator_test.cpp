@@ -275,6 +275,62 @@ TEST(DraAllocatorCounters, ACountTwoClaimBacktracksOverDevicesAndCounters) {
   EXPECT_FALSE(three->has_value());
 }
 
+// KEP-5963 ("Scheduler Changes", Example 4): on one counter set, devices are co-allocated only
+// while the groups of all of them intersect; a device declaring none goes only with others that
+// declare none; what is allocated counts through its claim's snapshot, not the slice of now.
+TEST(DraAllocatorCompatibilityGroups, ARollingIntersectionPerCounterSetFromTheClaimsSnapshots) {
+  const auto grouped = [](const std::string& name, const std::string& type, json groups) {
+    json d = Device(name, type, "gpu0", "1Gi");
+    if (!groups.empty()) d["consumesCounters"][0]["compatibilityGroups"] = std::move(groups);
+    return d;
+  };
+  std::vector<json> slices = {
+      Slice("counters", "node-a", 1, 2, nullptr, json::array({CounterSet("gpu0", "8Gi")})),
+      Slice("devices", "node-a", 1, 2,
+            json::array({grouped("foo", "a", {"foo", "foobar"}), grouped("plain", "a", {}),
+                         grouped("baz", "b", {"baz"}), grouped("bar", "b", {"bar", "foobar"})})),
+  };
+  std::vector<json> claims;  // allocated, as the scheduler wrote them
+  std::set<DeviceId> in_use;
+  const auto allocate = [&](const std::string& device_class, bool enforce) -> std::string {
+    auto pools = GatherPools(slices, "node-a");
+    EXPECT_TRUE(pools.ok());
+    const GroupSnapshots groups = AllocatedGroups(claims);
+    auto r = Allocate(Claim("c" + std::to_string(claims.size()), device_class), TypeClasses(),
+                      *pools, in_use, enforce ? &groups : nullptr);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok() || !r->has_value()) return "";
+    claims.push_back({{"status", {{"allocation", AllocationJson(**r, "node-a", "t")}}}});
+    for (const DeviceResult& d : **r) in_use.insert(d.id);
+    return (**r)[0].id.device;
+  };
+  EXPECT_EQ(allocate("class-a", true), "foo");
+  EXPECT_EQ(claims[0]["status"]["allocation"]["devices"]["results"][0]["compatibilityGroups"],
+            json({{"gpu0", {"foo", "foobar"}}}))
+      << "the result records the snapshot";
+  EXPECT_EQ(allocate("class-b", true), "bar") << "baz shares no group with foo; bar does (foobar)";
+  EXPECT_EQ(allocate("class-b", true), "") << "baz: {baz} meets nothing of {foobar}";
+  EXPECT_EQ(allocate("class-a", true), "") << "plain declares none: not beside grouped devices";
+  // The slice re-published with baz in foobar: the snapshots still decide, and now admit it.
+  slices[1]["spec"]["devices"][2]["consumesCounters"][0]["compatibilityGroups"] = {"foobar"};
+  EXPECT_EQ(allocate("class-b", true), "baz");
+  // Before 1.37 (not enforced) the groups are ignored: plain goes too.
+  EXPECT_EQ(allocate("class-a", false), "plain");
+
+  // Only ungrouped devices: any of them together, as before the KEP.
+  std::vector<json> none = {
+      Slice("counters", "node-a", 1, 2, nullptr, json::array({CounterSet("gpu0", "8Gi")})),
+      Slice(
+          "devices", "node-a", 1, 2,
+          json::array({grouped("p0", "a", {}), grouped("p1", "b", {}), grouped("g", "a", {"x"})}))};
+  slices = none;
+  claims.clear();
+  in_use.clear();
+  EXPECT_EQ(allocate("class-a", true), "p0");
+  EXPECT_EQ(allocate("class-b", true), "p1");
+  EXPECT_EQ(allocate("class-a", true), "") << "g declares a group: not beside ungrouped devices";
+}
+
 TEST(DraAllocatorResults, BindingConditionsAreCopiedAndTheAllocationWritten) {
   json device = Device("a0", "a");
   device["bindingConditions"] = json::array({"vgpu.tencent.com/occupancy-confirmed"});

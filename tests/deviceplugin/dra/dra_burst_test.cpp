@@ -47,7 +47,8 @@ constexpr const char* kDriver = "vgpu.tencent.com";
 
 // One simulated node: its kernel, kubelet's sockets, the daemon in DRA mode on every GPU.
 struct Node {
-  Node(const std::string& profile, std::string node_name, FakeApiServer& api_server)
+  Node(const std::string& profile, std::string node_name, FakeApiServer& api_server,
+       bool binding_conditions)
       : name(std::move(node_name)),
         sim(profile),
         kubelet_dir(sim.dir() / "kubelet"),
@@ -65,6 +66,7 @@ struct Node {
     options.args.node_readiness_check = false;
     options.config.scheduler_state.publish = false;
     options.config.dra.all_gpus = true;
+    options.config.dra.binding_conditions = binding_conditions;
     options.config.cdi_dir = sim.dir() / "cdi";  // each node its own, never the host's
     options.config.rescan_interval = 200ms;
     options.pods = &pods;
@@ -155,15 +157,20 @@ uint64_t Seed() {
   return std::random_device{}();
 }
 
-// Each run draws a new pod order (the seed is printed; KVGPU_BURST_SEED replays it), so every CI
-// run tries another: the failures it found (docs/dra.md, "Tests: the allocator model and the
-// 200-pod burst") came one run in two before their causes were fixed.
-TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
+// What keeps one type (or size) per GPU in a run.
+enum class Guard {
+  kBindingConditions,    // the daemon confirms each allocation (KEP-5007; 1.36+)
+  kCompatibilityGroups,  // the scheduler enforces the devices' groups (KEP-5963; 1.37+, alpha)
+};
+
+void RunBurst(Guard guard) {
   const uint64_t seed = Seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (KVGPU_BURST_SEED=" + std::to_string(seed) +
                " reproduces the pod order)");
+  const bool groups = guard == Guard::kCompatibilityGroups;
   FakeApiServer api_server;
   ASSERT_TRUE(api_server.Start());
+  api_server.ServeCompatibilityGroups(groups);
   std::vector<std::unique_ptr<Node>> nodes;
   const std::vector<std::pair<std::string, std::string>> layout = {
       {"t4x2", "node-strict-a"},
@@ -171,7 +178,7 @@ TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
       {"t4x2", "node-strict-b"},
       {"a100-sriov", "node-a100"}};
   for (const auto& [profile, name] : layout) {
-    nodes.push_back(std::make_unique<Node>(profile, name, api_server));
+    nodes.push_back(std::make_unique<Node>(profile, name, api_server, !groups));
   }
   auto node_named = [&](const std::string& name) -> Node& {
     for (auto& n : nodes) {
@@ -219,6 +226,7 @@ TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
   options.binding_timeout = 10s;
   options.retry = 50ms;
   options.informer_period = 200ms;
+  options.compatibility_groups = groups;
   // kubelet on the pod's node: NodePrepareResources of the pod's claim.
   dra::SchedulerModel scheduler(options, claims, [&](const dra::BoundPod& bound) {
     const json& meta = bound.claim["metadata"];
@@ -343,6 +351,22 @@ TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
     }
   }
   EXPECT_EQ(stats.bound - stats.deleted, static_cast<int>(scheduler.Bound().size()));
+  if (groups) {
+    EXPECT_EQ(stats.binding_failures, 0) << "no binding conditions: nothing to fail a bind";
+  }
+}
+
+// Each run draws a new pod order (the seed is printed; KVGPU_BURST_SEED replays it), so every CI
+// run tries another: the failures it found (docs/dra.md, "Tests: the allocator model and the
+// 200-pod burst") came one run in two before their causes were fixed.
+TEST(DraBurstTest, TwoHundredPodsOfSixTypesWithDeletionsPrepareWithoutFailure) {
+  RunBurst(Guard::kBindingConditions);
+}
+
+// The same burst with no binding conditions: the scheduler alone keeps each GPU to one type or
+// size, from the compatibility groups the daemons publish once their probe finds them kept.
+TEST(DraBurstTest, CompatibilityGroupsAloneKeepEachGpuToOneTypeOrSize) {
+  RunBurst(Guard::kCompatibilityGroups);
 }
 
 }  // namespace
