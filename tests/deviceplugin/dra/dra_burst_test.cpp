@@ -48,7 +48,8 @@ constexpr const char* kDriver = "vgpu.tencent.com";
 // One simulated node: its kernel, kubelet's sockets, the daemon in DRA mode on every GPU.
 struct Node {
   Node(const std::string& profile, std::string node_name, FakeApiServer& api_server,
-       bool binding_conditions)
+       bool binding_conditions,
+       deviceplugin::OccupancySetting occupancy_mode = deviceplugin::OccupancySetting::kAuto)
       : name(std::move(node_name)),
         sim(profile),
         kubelet_dir(sim.dir() / "kubelet"),
@@ -67,6 +68,7 @@ struct Node {
     options.config.scheduler_state.publish = false;
     options.config.dra.all_gpus = true;
     options.config.dra.binding_conditions = binding_conditions;
+    options.config.occupancy = occupancy_mode;
     options.config.cdi_dir = sim.dir() / "cdi";  // each node its own, never the host's
     options.config.rescan_interval = 200ms;
     options.pods = &pods;
@@ -178,7 +180,13 @@ void RunBurst(Guard guard) {
       {"t4x2", "node-strict-b"},
       {"a100-sriov", "node-a100"}};
   for (const auto& [profile, name] : layout) {
-    nodes.push_back(std::make_unique<Node>(profile, name, api_server, !groups));
+    // Groups carry the rule a GPU reads as at allocation, and a free GPU whose mode nothing
+    // tells reads as strict: on the equal-size node the operator says its driver's lock
+    // (occupancyMode; docs/dra.md, "Occupancy: compatibility groups").
+    const auto mode = groups && profile == "t4x2-equal-size"
+                          ? deviceplugin::OccupancySetting::kEqualSize
+                          : deviceplugin::OccupancySetting::kAuto;
+    nodes.push_back(std::make_unique<Node>(profile, name, api_server, !groups, mode));
   }
   auto node_named = [&](const std::string& name) -> Node& {
     for (auto& n : nodes) {

@@ -15,6 +15,7 @@
 #include "deviceplugin/daemon.h"
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/common/eventually.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/fake_podresources.h"
@@ -190,6 +191,11 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
   EXPECT_FALSE(again.empty()) << "the GPU's devices did not come back after the unprepare";
 
   // Metrics: one claim prepared and unprepared, none prepared now, the pool's last generation.
+  // The publisher counts a pass once it has returned, after its slices are on the server.
+  const std::string generation_line = "\nkvgpu_deviceplugin_dra_pool_generation " +
+                                      again[0]["spec"]["pool"]["generation"].dump() + "\n";
+  EXPECT_TRUE(kvgpu::testing::Eventually(
+      [&] { return daemon.metrics().Render().find(generation_line) != std::string::npos; }, 5s));
   const std::string metrics = daemon.metrics().Render();
   for (const std::string& line :
        {std::string("kvgpu_deviceplugin_dra_claim_seconds_count{call=\"prepare\",result=\"ok\"} 1"),
