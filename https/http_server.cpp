@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -150,6 +151,8 @@ struct HttpsServer::Impl : std::enable_shared_from_this<HttpsServer::Impl> {
              const char* why = nullptr);
   bool EvictForConnection();
   bool EvictBeforeHandshake();
+  // Whether a dropped connection has not closed yet (its descriptor is still held).
+  bool AnyClosing();
   // Makes room in the budget for `self` by evicting an older, slow body (http_server.h).
   bool EvictForBody(const Session& self);
   size_t HandlerBytes(size_t body) const {
@@ -453,6 +456,13 @@ void HttpsServer::Impl::Accept() {
 // Out of descriptors: the spare one is given up so that the next accept succeeds, and the oldest
 // connection still before its handshake is dropped to pay for it (its descriptor refills the
 // spare). With neither, trying again at once would spin on the same error: wait.
+//
+// The dropped connection closes on its own strand, after this returns, so the accept that
+// follows may take its descriptor before the spare is taken back: then there is no spare and
+// every descriptor is a silent connection's. Waiting for a descriptor would then wait for the
+// silent ones' handshake timeout (a new client stalled 8 s); instead the oldest is dropped
+// without a spare, once no dropped connection is still closing, and the spare is taken back
+// when its descriptor comes free.
 void HttpsServer::Impl::OnNoDescriptors(const beast::error_code& ec) {
   if (spare_descriptor < 0) spare_descriptor = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (spare_descriptor >= 0 && EvictBeforeHandshake()) {
@@ -460,6 +470,7 @@ void HttpsServer::Impl::OnNoDescriptors(const beast::error_code& ec) {
     spare_descriptor = -1;
     return Accept();
   }
+  if (spare_descriptor < 0 && !AnyClosing()) (void)EvictBeforeHandshake();
   auto now = Clock::now();
   if (now - last_accept_warning > std::chrono::seconds(10)) {
     spdlog::warn("accept: {}; pausing {} ms before the next", ec.message(),
@@ -516,6 +527,14 @@ bool HttpsServer::Impl::EvictBeforeHandshake() {
     if (s.phase() != Phase::kSilent && s.phase() != Phase::kHandshake) return false;
     if (!best || s.phase() != best->phase()) return !best || s.phase() < best->phase();
     return s.since() < best->since();
+  });
+}
+
+bool HttpsServer::Impl::AnyClosing() {
+  std::lock_guard lock(sessions_mutex);
+  return std::any_of(sessions.begin(), sessions.end(), [](const auto& weak) {
+    auto s = weak.lock();
+    return s && s->retired();
   });
 }
 
