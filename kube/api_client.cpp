@@ -213,6 +213,7 @@ std::shared_ptr<httplib::ClientImpl> ApiClient::Connect(std::chrono::millisecond
   client->set_read_timeout(read_timeout);
   client->set_write_timeout(options_.request_timeout);
   client->set_keep_alive(keep_alive);
+  client->set_tcp_nodelay(true);
   if (Status headers = SetHeaders(*client); !headers.ok()) {
     *error = headers;
     return nullptr;

@@ -26,6 +26,7 @@
 #include "deviceplugin/daemon.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/kubelet/fake_kubelet.h"
+#include "mdev/sysfs_backend.h"
 #include "sim/kernel_model.h"
 
 extern char** environ;
@@ -47,7 +48,7 @@ sim::NodeProfile BigNode() {
   for (sim::TypeSpec& type : gpu.types) {
     if (type.id == "nvidia-222") type.max_instances = 32;
   }
-  sim::NodeProfile profile{"bench-16x32", "16 GPUs x 32 instances", {}};
+  sim::NodeProfile profile{"bench-16x32", "16 GPUs x 32 instances", {}, t4->host_driver_version};
   for (int i = 0; i < 16; ++i) {
     char address[16];
     std::snprintf(address, sizeof(address), "0000:%02x:00.0", 0x10 + i);

@@ -33,6 +33,7 @@
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/fake_podresources.h"
+#include "mdev/sysfs_backend.h"
 #include "sim/kernel_model.h"
 
 namespace kvgpu::deviceplugin {
@@ -48,11 +49,12 @@ constexpr int kPerGpu = 32;
 
 // 16 T4s whose T4-1B allows 32 instances each: the 512 devices of the pass target.
 sim::NodeProfile Node512() {
-  sim::GpuSpec gpu = sim::ProfileByName("t4x2")->gpus.at(0);
+  const auto t4 = sim::ProfileByName("t4x2");
+  sim::GpuSpec gpu = t4->gpus.at(0);
   for (sim::TypeSpec& type : gpu.types) {
     if (type.id == "nvidia-222") type.max_instances = kPerGpu;
   }
-  sim::NodeProfile profile{"bench-512", "16 T4 x 32 T4-1B", {}};
+  sim::NodeProfile profile{"bench-512", "16 T4 x 32 T4-1B", {}, t4->host_driver_version};
   for (int i = 0; i < kGpus; ++i) {
     char address[16];
     std::snprintf(address, sizeof address, "0000:%02x:00.0", 0x10 + i);

@@ -98,6 +98,7 @@ bool FakeApiServer::Start() {
   BIO_free(key_bio);
   if (!server->is_valid()) return false;
   Route(*server);
+  server->set_tcp_nodelay(true);
   if (keep_alive_) {
     server->set_keep_alive_max_count(100);
     server->set_keep_alive_timeout(1);
