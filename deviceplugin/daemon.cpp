@@ -421,6 +421,7 @@ Status Daemon::ServeDra() {
   dra::DraServerOptions server{options_.args.kubelet_dir, dra.driver_name};
   server.on_claim = [this](dra::DraCall call, std::chrono::nanoseconds took, bool ok) {
     metrics_.OnDraClaim(dra::DraCallName(call), took, ok, dra_.claims->Count());
+    if (dra_.plugin) metrics_.SetDraMetadataFiles(dra_.plugin->MetadataFilesActive());
   };
   const std::filesystem::path dir = dra::DraPluginDir(server);
   std::error_code ec;
@@ -477,6 +478,10 @@ Status Daemon::ServeDra() {
   metadata.dir = dra.device_metadata_dir.empty() ? dir / dra::kMetadataHostSubDir
                                                  : std::filesystem::path(dra.device_metadata_dir);
   metadata.cdi_dir = model.cdi_dir;
+  metadata.on_write = [this](bool ok, std::chrono::nanoseconds took, size_t files) {
+    metrics_.OnDraMetadataWrite(ok, took, files);
+  };
+  metrics_.SetDraMetadataEnabled(dra.device_metadata);
   dra_.plugin = std::make_unique<dra::DraPlugin>(
       *dra_.manager, *dra_.claims, *api,
       dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name), changed},

@@ -356,7 +356,12 @@ Status DraPlugin::WriteMetadata(const MetadataClaim& claim, std::vector<Prepared
       list.push_back({request, d.pool, d.device, attributes});
     }
   }
+  const auto started = std::chrono::steady_clock::now();
   Result<std::map<std::string, std::string>> ids = metadata_files_.Write(claim, list);
+  if (metadata_.on_write) {
+    metadata_.on_write(ids.ok(), std::chrono::steady_clock::now() - started,
+                       ids.ok() ? ids->size() : 0);
+  }
   if (!ids.ok()) return ids.status();
   // Once per request, on its first device, as upstream's helper adds it.
   for (const auto& [base, id] : ids.value()) {
@@ -410,6 +415,19 @@ Status DraPlugin::KeepMetadata(const PreparedClaim& prepared) {
   if (Status written = WriteMetadata(claim, devices); !written.ok()) return written;
   spdlog::info("dra metadata claim={} restored", ClaimName(ref));
   return Status::Ok();
+}
+
+size_t DraPlugin::MetadataFilesActive() const {
+  size_t files = 0;
+  for (const PreparedClaim& claim : store_.All()) {
+    if (!claim.prepared) continue;
+    for (const PreparedDevice& d : claim.devices) {
+      files += static_cast<size_t>(std::count_if(
+          d.cdi_device_ids.begin(), d.cdi_device_ids.end(),
+          [&](const std::string& id) { return metadata_files_.IsMetadataCdiId(id); }));
+    }
+  }
+  return files;
 }
 
 Status DraPlugin::RemoveMetadata(const std::string& namespace_, const std::string& name,

@@ -66,6 +66,8 @@ class DraPlugin {
   std::string Unprepare(const ClaimRef& ref);
 
   const DraPluginOptions& options() const { return options_; }
+  // The device-metadata files the prepared claims hold (one per request that has one).
+  size_t MetadataFilesActive() const;
 
  private:
   Result<std::vector<PreparedDevice>> Resolve(const ClaimRef& ref,

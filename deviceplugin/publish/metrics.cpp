@@ -49,6 +49,11 @@ struct Metrics::Families {
   prometheus::Gauge& dra_pool_generation;
   prometheus::Gauge& dra_compatibility_groups;
   prometheus::Family<prometheus::Counter>& dra_verdicts;
+  prometheus::Gauge& dra_metadata_enabled;
+  prometheus::Counter& dra_metadata_writes;
+  prometheus::Counter& dra_metadata_write_errors;
+  prometheus::Histogram& dra_metadata_write_seconds;
+  prometheus::Gauge& dra_metadata_files;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
 };
 
@@ -133,6 +138,31 @@ Metrics::Metrics()
           .Help("Occupancy verdicts written to allocated claims' devices (binding conditions), by "
                 "verdict (confirmed, conflict)")
           .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_dra_metadata_feature_enabled")
+          .Help("1 when DRA device metadata (KEP-5304) is written for new prepares")
+          .Register(reg)
+          .Add({}),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_dra_metadata_writes_total")
+          .Help("Device-metadata files written (one per claim request, with its CDI spec)")
+          .Register(reg)
+          .Add({}),
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_dra_metadata_write_errors_total")
+          .Help("Claims whose device metadata could not be written (the prepare failed)")
+          .Register(reg)
+          .Add({}),
+      prometheus::BuildHistogram()
+          .Name("kvgpu_deviceplugin_dra_metadata_write_duration_seconds")
+          .Help("Writing one claim's device-metadata files and CDI specs")
+          .Register(reg)
+          .Add({}, kLatencyBuckets),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_dra_metadata_files_active")
+          .Help("Device-metadata files the prepared claims hold")
+          .Register(reg)
+          .Add({}),
       {}});
 }
 
@@ -249,6 +279,23 @@ void Metrics::OnDraSlices(bool ok, bool wrote, int64_t generation, bool compatib
       .Increment();
   if (ok && wrote) families_->dra_pool_generation.Set(static_cast<double>(generation));
   if (ok) families_->dra_compatibility_groups.Set(compatibility_groups ? 1 : 0);
+}
+
+void Metrics::SetDraMetadataEnabled(bool enabled) {
+  families_->dra_metadata_enabled.Set(enabled ? 1 : 0);
+}
+
+void Metrics::OnDraMetadataWrite(bool ok, std::chrono::nanoseconds took, size_t files) {
+  if (ok) {
+    families_->dra_metadata_writes.Increment(static_cast<double>(files));
+  } else {
+    families_->dra_metadata_write_errors.Increment();
+  }
+  families_->dra_metadata_write_seconds.Observe(Seconds(took));
+}
+
+void Metrics::SetDraMetadataFiles(size_t files) {
+  families_->dra_metadata_files.Set(static_cast<double>(files));
 }
 
 void Metrics::OnDraVerdict(bool confirmed) {

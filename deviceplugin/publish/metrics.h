@@ -61,6 +61,11 @@ class Metrics : public ManagerObserver {
   void OnDraSlices(bool ok, bool wrote, int64_t generation, bool compatibility_groups = false);
   // An occupancy verdict written to a claim's device (binding conditions): confirmed or conflict.
   void OnDraVerdict(bool confirmed);
+  // DRA device metadata (KEP-5304's metrics): the feature on, one claim's files written or not,
+  // and how many files the prepared claims hold now.
+  void SetDraMetadataEnabled(bool enabled);
+  void OnDraMetadataWrite(bool ok, std::chrono::nanoseconds took, size_t files);
+  void SetDraMetadataFiles(size_t files);
 
   // Text exposition of everything, for tests.
   std::string Render() const;

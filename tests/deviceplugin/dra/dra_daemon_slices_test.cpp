@@ -202,6 +202,12 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
         std::string(
             "kvgpu_deviceplugin_dra_claim_seconds_count{call=\"unprepare\",result=\"ok\"} 1"),
         std::string("kvgpu_deviceplugin_dra_prepared_claims 0"),
+        // KEP-5304's metrics: metadata on by default, one request's file written, none held now.
+        std::string("kvgpu_deviceplugin_dra_metadata_feature_enabled 1"),
+        std::string("kvgpu_deviceplugin_dra_metadata_writes_total 1"),
+        std::string("kvgpu_deviceplugin_dra_metadata_write_errors_total 0"),
+        std::string("kvgpu_deviceplugin_dra_metadata_write_duration_seconds_count 1"),
+        std::string("kvgpu_deviceplugin_dra_metadata_files_active 0"),
         "kvgpu_deviceplugin_dra_pool_generation " +
             again[0]["spec"]["pool"]["generation"].dump()}) {
     EXPECT_NE(metrics.find("\n" + line + "\n"), std::string::npos) << line << "\n" << metrics;

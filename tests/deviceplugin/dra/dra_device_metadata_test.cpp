@@ -6,14 +6,17 @@
 // claims served by the fake API server.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deviceplugin/config.h"
@@ -72,13 +75,20 @@ struct MetaStack {
     DraStack::Check(server->Start());
   }
 
-  static dra::DeviceMetadataOptions Metadata(const std::filesystem::path& dir, bool metadata_on) {
+  dra::DeviceMetadataOptions Metadata(const std::filesystem::path& dir, bool metadata_on) {
     dra::DeviceMetadataOptions o;
     o.enabled = metadata_on;
     o.dir = dir / "state" / std::string(dra::kMetadataHostSubDir);
     o.cdi_dir = dir / "cdi";
+    o.on_write = [this](bool ok, std::chrono::nanoseconds, size_t files) {
+      std::lock_guard lock(writes_mutex);
+      writes.emplace_back(ok, files);
+    };
     return o;
   }
+
+  std::mutex writes_mutex;
+  std::vector<std::pair<bool, size_t>> writes;  // what on_write was told, in order
 
   dra::GpuFilterBackend filter;
   deviceplugin::JsonFileStateStore model_store;
@@ -410,6 +420,11 @@ TEST_F(DraDeviceMetadataTest, AFileThatCannotBeWrittenFailsTheClaimAndLeavesNoFi
   auto answers = kubelet_.Prepare({c});
   EXPECT_NE(answers["uid-1"].error.find("device metadata not written"), std::string::npos)
       << answers["uid-1"].error;
+  {
+    std::lock_guard lock(stack_->writes_mutex);
+    EXPECT_EQ(stack_->writes, (std::vector<std::pair<bool, size_t>>{{false, 0}}))
+        << "the failed write is told (write_errors_total)";
+  }
   EXPECT_FALSE(std::filesystem::exists(CdiSpec("uid-1", "gpu")));
   // The vGPU stays recorded under the unprepared claim, as after any failure after the create.
   ASSERT_TRUE(stack_->claims.Find("uid-1"));
@@ -423,6 +438,12 @@ TEST_F(DraDeviceMetadataTest, AFileThatCannotBeWrittenFailsTheClaimAndLeavesNoFi
   EXPECT_EQ(sim_->model().VgpuIds(), vgpus);
   EXPECT_EQ(again["uid-1"].devices[0].cdi_device_ids.back(), CdiId("uid-1", "gpu"));
   EXPECT_EQ(MetadataFiles().size(), 2u);
+  EXPECT_EQ(stack_->plugin.MetadataFilesActive(), 1u);
+  {
+    std::lock_guard lock(stack_->writes_mutex);
+    ASSERT_EQ(stack_->writes.size(), 2u);
+    EXPECT_EQ(stack_->writes[1], (std::pair<bool, size_t>{true, 1}));
+  }
   // ... and a CDI spec that cannot be put in place is refused the same way (a directory where
   // it goes: the rename fails).
   EXPECT_EQ(kubelet_.Unprepare({c})["uid-1"], "");
