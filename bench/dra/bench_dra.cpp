@@ -5,8 +5,8 @@
 //              kernel's create time (the model's observer) subtracted
 //   again      the same claim sent again (answered from the checkpoint)
 // The claim is read from an in-memory API (`memory`) or from the fake API server over HTTPS
-// (`https`, through the API client, which keeps idle connections for the next read). Every claim is unprepared
-// after it is measured (not timed), so the node never fills.
+// (`https`, through the API client, which keeps idle connections for the next read). Every claim
+// is unprepared after it is measured (not timed), so the node never fills.
 //
 // Usage: kvgpu-bench-dra [iterations [memory|https]]   (default 500 memory)
 #include <grpcpp/grpcpp.h>
