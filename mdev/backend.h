@@ -70,6 +70,17 @@ class Backend {
                                                   " alone (" + physical_gpu + ")");
   }
 
+  // ScanGpu for a caller whose view `known` already holds the GPU's parents, types and vGPUs and
+  // that just made or removed one of its vGPUs: only what such a change moves is read afresh (the
+  // free room of each type, a vendor-VFIO VF's creatable types and current type); identities and
+  // other vGPUs are taken from `known`, and the rescan that follows every change catches up with
+  // anything else. A GPU that `known` does not hold, or whose reads fail, is read whole. By
+  // default, ScanGpu.
+  virtual Result<Inventory> ScanGpuRoom(const std::string& physical_gpu, const Inventory& known) {
+    (void)known;
+    return ScanGpu(physical_gpu);
+  }
+
   // Calls `changed` (on a thread of the backend's) whenever the node's devices may have changed;
   // `what` names the event for logs. `changed` must return quickly and not call into the backend
   // (it may run inside one of the backend's calls); it should only schedule a rescan. An error

@@ -44,6 +44,12 @@ class SysfsBackend : public Backend {
   // them. An unreadable PF is an error; a VF that cannot be read is skipped with a warning.
   Result<Inventory> ScanGpu(const std::string& physical_gpu) override;
 
+  // The types' available_instances of the GPU's known mdev parents and the creatable and current
+  // types of its known vendor-VFIO VFs: what one create or remove changes. An mdev parent's
+  // types are fixed when its driver registers it (mdev_register_parent), so their directories
+  // are not listed again.
+  Result<Inventory> ScanGpuRoom(const std::string& physical_gpu, const Inventory& known) override;
+
   // Creates one vGPU and waits until the kernel shows it with its IOMMU group.
   Result<Vgpu> Create(const CreateRequest& request) override;
 
@@ -75,6 +81,9 @@ class SysfsBackend : public Backend {
   Status ScanMdevDevices(Inventory& inventory);
   Status ScanVendorVfio(Inventory& inventory);
   void ReadVendorVfioVf(const std::string& name, Inventory& inventory);
+  // A VF's creatable types and current type, after its identity is in `parent`; false (with a
+  // warning in `inventory`) when they cannot be read, and the VF is then left out.
+  bool ReadVendorVfioState(Parent parent, Inventory& inventory);
   void NameVendorVfioVgpus(Inventory& inventory) const;
   Result<Vgpu> CreateMdev(const CreateRequest& request);
   Result<Vgpu> CreateVendorVfio(const CreateRequest& request);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <system_error>
 
 namespace kvgpu::mdev {
@@ -74,6 +76,25 @@ Result<fs::path> PosixSysfsIo::ReadLink(const fs::path& path) {
 }
 
 Result<fs::path> PosixSysfsIo::Canonical(const fs::path& path) {
+  return ResolvePath(path);
+}
+
+Result<fs::path> ResolvePath(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "cannot resolve " + path.string());
+  char proc[32];
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  char target[PATH_MAX];
+  ssize_t n = ::readlink(proc, target, sizeof target);
+  ::close(fd);
+  // The kernel marks a name it cannot give as it stands: a leading character other than '/' (a
+  // path outside this process's root), " (deleted)" at the end (unlinked since the open). Those,
+  // and a name longer than PATH_MAX, go the slow way.
+  constexpr std::string_view kDeleted = " (deleted)";
+  if (n > 0 && static_cast<size_t>(n) < sizeof target && target[0] == '/') {
+    std::string name(target, static_cast<size_t>(n));
+    if (!name.ends_with(kDeleted)) return fs::path(std::move(name));
+  }
   std::error_code ec;
   fs::path resolved = fs::canonical(path, ec);
   if (ec) return Status::FromErrno(ec.value(), "cannot resolve " + path.string());

@@ -45,6 +45,12 @@ class PosixSysfsIo : public SysfsIo {
   bool IsDirectory(const fs::path& path) override;
 };
 
+// `path` with every symlink resolved by the kernel in one walk: open(O_PATH) and the name
+// /proc/self/fd gives it. std::filesystem::canonical (and glibc's realpath) call readlink(2) once
+// per component, about twenty calls for a sysfs attribute. Without /proc (a bare chroot) it
+// falls back to those. Errors carry the errno of open(2), as canonical's would.
+Result<fs::path> ResolvePath(const fs::path& path);
+
 // Last component of a symlink's target: "iommu_group" -> "12", "physfn" -> "0000:41:00.0".
 Result<std::string> LinkName(SysfsIo& io, const fs::path& link);
 

@@ -283,23 +283,60 @@ Result<Inventory> SysfsBackend::ScanGpu(const std::string& physical_gpu) {
   return inventory;
 }
 
+Result<Inventory> SysfsBackend::ScanGpuRoom(const std::string& physical_gpu,
+                                            const Inventory& known) {
+  Inventory inventory;
+  for (const Parent& parent : known.parents) {
+    if (parent.physical_gpu != physical_gpu) continue;
+    if (parent.flavour == Flavour::kVendorVfio) {
+      if (!ReadVendorVfioState(parent, inventory)) return ScanGpu(physical_gpu);
+      continue;
+    }
+    Parent fresh = parent;
+    const fs::path types = MdevBusDir() / parent.name / "mdev_supported_types";
+    for (VgpuType& type : fresh.types) {
+      auto available = ReadAttribute(io_, types / type.id / "available_instances");
+      std::optional<uint32_t> count;
+      if (available.ok()) count = internal::ParseUnsigned(*available);
+      // Gone or odd: the GPU is not what the view says (a VF disabled, a driver reloaded).
+      if (!count) return ScanGpu(physical_gpu);
+      type.available_instances = *count;
+    }
+    inventory.parents.push_back(std::move(fresh));
+  }
+  if (inventory.parents.empty()) return ScanGpu(physical_gpu);
+  for (const Vgpu& vgpu : known.vgpus) {
+    if (vgpu.flavour == Flavour::kMdev && vgpu.physical_gpu == physical_gpu) {
+      inventory.vgpus.push_back(vgpu);
+    }
+  }
+  NameVendorVfioVgpus(inventory);
+  SortInventory(inventory);
+  return inventory;
+}
+
 void SysfsBackend::ReadVendorVfioVf(const std::string& name, Inventory& inventory) {
-  fs::path pci = PciDevicesDir();
-  fs::path nvidia = pci / name / "nvidia";
   Parent parent;
   parent.name = name;
   parent.flavour = Flavour::kVendorVfio;
-  internal::FillDeviceIdentity(io_, pci / name, parent);
+  internal::FillDeviceIdentity(io_, PciDevicesDir() / name, parent);
+  ReadVendorVfioState(std::move(parent), inventory);
+}
 
+bool SysfsBackend::ReadVendorVfioState(Parent parent, Inventory& inventory) {
+  const std::string& name = parent.name;
+  fs::path pci = PciDevicesDir();
+  fs::path nvidia = pci / name / "nvidia";
+  parent.types.clear();
   auto creatable_text = io_.ReadFile(nvidia / "creatable_vgpu_types");
   if (!creatable_text.ok()) {
     inventory.warnings.push_back("VF " + name + " skipped: " + creatable_text.status().message());
-    return;
+    return false;
   }
   auto creatable = ParseCreatableVgpuTypes(*creatable_text);
   if (!creatable.ok()) {
     inventory.warnings.push_back("VF " + name + " skipped: " + creatable.status().message());
-    return;
+    return false;
   }
   std::map<std::string, std::string> learned;
   for (const auto& [id, type_name] : *creatable) {
@@ -331,6 +368,7 @@ void SysfsBackend::ReadVendorVfioVf(const std::string& name, Inventory& inventor
     inventory.vgpus.push_back(std::move(vgpu));
   }
   inventory.parents.push_back(std::move(parent));
+  return true;
 }
 
 void SysfsBackend::NameVendorVfioVgpus(Inventory& inventory) const {

@@ -28,9 +28,12 @@ Status KernelModel::TakeFault(Op op, const fs::path& path) {
 
 Status KernelModel::CheckOpenLocked(const fs::path& path, bool for_write, fs::path* real) const {
   const char* mode = for_write ? " for writing" : "";
+  Result<fs::path> resolved = mdev::ResolvePath(path);
+  if (!resolved.ok()) {
+    return Status::FromErrno(resolved.status().sys_errno(), "cannot open " + path.string() + mode);
+  }
+  *real = std::move(*resolved);
   std::error_code ec;
-  *real = fs::canonical(path, ec);
-  if (ec) return Status::FromErrno(ec.value(), "cannot open " + path.string() + mode);
   auto attr = attributes_.find(*real);
   if (!for_write) {
     // kernfs refuses to open an attribute without show() for reading.
@@ -111,10 +114,7 @@ Result<fs::path> KernelModel::ReadLink(const fs::path& path) {
 Result<fs::path> KernelModel::Canonical(const fs::path& path) {
   std::lock_guard lock(mutex_);
   if (Status s = TakeFault(Op::kReadLink, path); !s.ok()) return s;
-  std::error_code ec;
-  fs::path resolved = fs::canonical(path, ec);
-  if (ec) return Status::FromErrno(ec.value(), "cannot resolve " + path.string());
-  return resolved;
+  return mdev::ResolvePath(path);
 }
 
 bool KernelModel::Exists(const fs::path& path) {

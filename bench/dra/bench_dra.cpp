@@ -1,8 +1,11 @@
 // DRA kubelet plugin benchmark on a simulated t4x2 (both GPUs in DRA mode): NodePrepareResources
 // of a one-device claim through gRPC v1 on the plugin's unix socket, one kept connection as
 // kubelet keeps it, p50/p99/max:
-//   first      a new claim: API read, checkpoint, vGPU made, CDI spec, checkpoint again; the
-//              kernel's create time (the model's observer) subtracted
+//   first      a new claim: API read, checkpoint, vGPU made, GPU's free room read again, CDI
+//              spec, checkpoint again; the kernel's create time (the model's observer) subtracted
+//   first, every sysfs call excluded
+//              the same prepares less the time of every sysfs call made meanwhile (the create
+//              and the reads after it): the plugin's own time
 //   again      the same claim sent again (answered from the checkpoint)
 // The claim is read from an in-memory API (`memory`) or from the fake API server over HTTPS
 // (`https`, through the API client, which keeps idle connections for the next read). Every claim
@@ -23,12 +26,14 @@
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
 #include "kubelet/dra/v1/api.grpc.pb.h"
+#include "mdev/sysfs_backend.h"
 #include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 namespace drav1 = k8s::io::kubelet::pkg::apis::dra::v1;
 
 class KernelClock : public deviceplugin::ManagerObserver {
@@ -37,6 +42,48 @@ class KernelClock : public deviceplugin::ManagerObserver {
     kernel += took;
   }
   std::chrono::nanoseconds kernel{0};
+};
+
+// Every sysfs call's time, summed: the kernel's side of a prepare, whatever the call (the create
+// and the reads of the GPU's free room after it). On this simulated node a read costs the
+// simulator's path checks besides the tmpfs read; on a real node, the driver's show().
+class SysfsClock : public mdev::SysfsIo {
+  template <typename F>
+  auto Timed(F&& call) {
+    auto start = Clock::now();
+    auto result = call();
+    total_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    return result;
+  }
+
+ public:
+  explicit SysfsClock(mdev::SysfsIo& inner) : inner_(inner) {}
+  Result<std::string> ReadFile(const fs::path& p) override {
+    return Timed([&] { return inner_.ReadFile(p); });
+  }
+  Status WriteFile(const fs::path& p, std::string_view d) override {
+    return Timed([&] { return inner_.WriteFile(p, d); });
+  }
+  Result<std::vector<std::string>> ListDir(const fs::path& p) override {
+    return Timed([&] { return inner_.ListDir(p); });
+  }
+  Result<fs::path> ReadLink(const fs::path& p) override {
+    return Timed([&] { return inner_.ReadLink(p); });
+  }
+  Result<fs::path> Canonical(const fs::path& p) override {
+    return Timed([&] { return inner_.Canonical(p); });
+  }
+  bool Exists(const fs::path& p) override {
+    return Timed([&] { return inner_.Exists(p); });
+  }
+  bool IsDirectory(const fs::path& p) override {
+    return Timed([&] { return inner_.IsDirectory(p); });
+  }
+  std::chrono::nanoseconds Total() const { return std::chrono::nanoseconds(total_ns_.load()); }
+
+ private:
+  mdev::SysfsIo& inner_;
+  std::atomic<int64_t> total_ns_{0};
 };
 
 // Claims by path, for the in-memory API.
@@ -100,7 +147,9 @@ int Run(int iterations, bool https) {
     api = client.get();
   }
   KernelClock kernel;
-  DraStack stack(sim.node(), {sim.gpu(0), sim.gpu(1)}, dir.path(), *api, true, &kernel);
+  SysfsClock sysfs(sim.model());
+  mdev::SysfsBackend backend(sim.root(), sysfs);
+  DraStack stack(backend, {sim.gpu(0), sim.gpu(1)}, dir.path(), *api, true, &kernel);
   // As the daemon does (daemon.cpp ServeDra): the rescan after a create runs after the answer;
   // here between iterations, untimed.
   std::atomic<bool> rescan{false};
@@ -111,7 +160,7 @@ int Run(int iterations, bool https) {
                           grpc::InsecureChannelCredentials());
   auto stub = drav1::DRAPlugin::NewStub(channel);
 
-  std::vector<double> first, again;
+  std::vector<double> first, first_own, again;
   for (int i = 0; i < iterations; ++i) {
     const std::string uid = "uid-" + std::to_string(i), name = "c" + std::to_string(i);
     const uint32_t slot = static_cast<uint32_t>(i % 16);
@@ -131,16 +180,20 @@ int Run(int iterations, bool https) {
       drav1::NodePrepareResourcesResponse response;
       grpc::ClientContext context;
       auto kernel_before = kernel.kernel;
+      auto sysfs_before = sysfs.Total();
       auto start = Clock::now();
       grpc::Status status = stub->NodePrepareResources(&context, request, &response);
-      auto took = Clock::now() - start - (kernel.kernel - kernel_before);
+      auto took = Clock::now() - start;
+      auto own = took - (sysfs.Total() - sysfs_before);
+      took -= kernel.kernel - kernel_before;
       if (!status.ok() || !response.claims().at(uid).error().empty()) {
         std::fprintf(stderr, "prepare %s failed: %s %s\n", uid.c_str(),
                      status.error_message().c_str(), response.claims().at(uid).error().c_str());
         return 1;
       }
-      double us = std::chrono::duration<double, std::micro>(took).count();
-      (round == 0 ? first : again).push_back(us);
+      auto micros = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
+      (round == 0 ? first : again).push_back(micros(took));
+      if (round == 0) first_own.push_back(micros(own));
     }
     if (rescan.exchange(false)) (void)stack.manager.Refresh();
     drav1::NodeUnprepareResourcesRequest unprepare;
@@ -154,9 +207,10 @@ int Run(int iterations, bool https) {
     }
   }
   for (auto& [what, samples] : {std::pair{"first prepare (kernel create excluded)", &first},
+                                std::pair{"first prepare (every sysfs call excluded)", &first_own},
                                 std::pair{"prepare again (from the checkpoint)", &again}}) {
     Stats s = Summarize(*samples);
-    std::printf("%-40s %-6s n=%zu  p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", what,
+    std::printf("%-42s %-6s n=%zu  p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", what,
                 https ? "https" : "memory", samples->size(), s.p50, s.p99, s.max);
   }
   return 0;

@@ -111,6 +111,10 @@ Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
   for (const std::string& resource : manager_.Resources()) {
     for (Device& d : manager_.Devices(resource)) devices.push_back(std::move(d));
   }
+  // A device's name depends on its GPU, type and slot only: each pair is named once per request,
+  // not once per model device (a GPU offers up to a few dozen devices of each type).
+  std::set<std::pair<std::string, std::string>> offered;
+  for (const Device& d : devices) offered.emplace(d.physical_gpu, d.key.type_id);
   std::vector<PreparedDevice> out;
   std::set<std::string> names;
   std::set<std::string> taken;
@@ -126,10 +130,8 @@ Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
     }
     std::set<std::pair<std::string, std::string>> pairs;
     if (std::optional<uint32_t> slot = TrailingSlot(a.device)) {
-      for (const Device& d : devices) {
-        if (DraDeviceName(d.physical_gpu, d.key.type_id, *slot) == a.device) {
-          pairs.emplace(d.physical_gpu, d.key.type_id);
-        }
+      for (const auto& [gpu, type] : offered) {
+        if (DraDeviceName(gpu, type, *slot) == a.device) pairs.emplace(gpu, type);
       }
     }
     if (pairs.empty()) {

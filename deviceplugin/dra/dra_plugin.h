@@ -45,6 +45,7 @@ class PreparedClaimHolders : public HolderOracle {
  public:
   explicit PreparedClaimHolders(const PreparedStore& store) : store_(store) {}
   Verdict Check(const CreatedVgpu& vgpu) override;
+  bool UsesHandoutTime() const override { return false; }
 
  private:
   const PreparedStore& store_;

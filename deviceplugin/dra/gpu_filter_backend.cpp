@@ -57,4 +57,13 @@ Result<mdev::Inventory> GpuFilterBackend::ScanGpu(const std::string& physical_gp
   return inner_.ScanGpu(physical_gpu);
 }
 
+Result<mdev::Inventory> GpuFilterBackend::ScanGpuRoom(const std::string& physical_gpu,
+                                                      const mdev::Inventory& known) {
+  if (!Shows(physical_gpu)) {
+    return Status::Error(ErrorCode::kInvalid,
+                         "GPU " + physical_gpu + " is not served by this front end");
+  }
+  return inner_.ScanGpuRoom(physical_gpu, known);
+}
+
 }  // namespace kvgpu::deviceplugin::dra

@@ -38,6 +38,8 @@ class GpuFilterBackend : public mdev::Backend {
   // Without it the model behind the filter never read a GPU again after its own create, and its
   // counts showed the GPU in a mode it was not in until the next rescan.
   Result<mdev::Inventory> ScanGpu(const std::string& physical_gpu) override;
+  Result<mdev::Inventory> ScanGpuRoom(const std::string& physical_gpu,
+                                      const mdev::Inventory& known) override;
 
   bool Shows(const std::string& physical_gpu) const;
 

@@ -37,6 +37,11 @@ class HolderOracle {
   // Never called under the manager's lock: asking kubelet may take up to its deadline.
   // kubelet called Allocate and got vGPUs: it is admitting pods from its sources again.
   virtual void OnAllocated() {}
+  // Whether a verdict may depend on when a vGPU was handed out (CreatedVgpu::created_unix_ms as
+  // stamped when Allocate returns): the model then saves that stamp at once, so a restart keeps
+  // it. An oracle that decides from its own records (the DRA front end's prepared claims, written
+  // before the vGPU is made) spares the request path that write.
+  virtual bool UsesHandoutTime() const { return true; }
   virtual std::vector<Verdict> CheckAll(const std::vector<CreatedVgpu>& vgpus) {
     std::vector<Verdict> out;
     out.reserve(vgpus.size());

@@ -125,7 +125,7 @@ void ReplaceOf(std::vector<T>& list, const std::string& gpu, std::vector<T>& fre
 }  // namespace
 
 void NodeState::RereadGpu(mdev::Backend& backend, const std::string& physical_gpu) {
-  Result<mdev::Inventory> fresh = backend.ScanGpu(physical_gpu);
+  Result<mdev::Inventory> fresh = backend.ScanGpuRoom(physical_gpu, inventory_);
   if (!fresh.ok()) {
     spdlog::debug("siblings of {} not read again ({}); the rescan catches up", physical_gpu,
                   fresh.status().ToString());

@@ -74,8 +74,9 @@ class NodeState {
   // A vGPU made or removed on a GPU changes what the GPU and its VFs offer (a strict GPU lists
   // only the locked type, an equal-size one only the locked size, a vendor-VFIO VF's
   // creatable_vgpu_types shrinks to the header when the GPU is full, and a removal grows them
-  // back): the parents and vGPUs of `physical_gpu` are read again from `backend` now, not at the
-  // next rescan, so the counts never show a GPU in a mode it is not in. When the backend cannot
+  // back): what such a change moves on `physical_gpu` is read again from `backend` now
+  // (Backend::ScanGpuRoom), not at the next rescan, so the counts never show a GPU in a mode it is
+  // not in. When the backend cannot
   // read one GPU alone, or fails, the view stays (the rescan that follows every change catches
   // up).
   void RereadGpu(mdev::Backend& backend, const std::string& physical_gpu);

@@ -174,7 +174,7 @@ void ResourceManager::EndAllocating(const std::vector<std::vector<std::string>>&
       stamped = state_.StampCreated(v.device_id, v.vgpu_id, now) || stamped;
     }
   }
-  if (stamped) {
+  if (stamped && holders_.UsesHandoutTime()) {
     if (Status saved = state_.Save(); !saved.ok()) {
       // The in-memory stamp protects the vGPU in this process; after a restart, kubelet's
       // resync rules do (holder_tracker.h).

@@ -88,5 +88,39 @@ TEST_F(PosixSysfsIoTest, ListsDirectoriesSortedAndReadsLinks) {
   EXPECT_EQ(io_.ListDir(dir_.path() / "missing").status().code(), ErrorCode::kGone);
 }
 
+// sysfs names a device by relative links through several directories (class -> devices ->
+// the PCI path): the kernel's one-walk resolution must give what the component-by-component one
+// gives, from an absolute or a relative start, and fail as open(2) fails.
+TEST_F(PosixSysfsIoTest, ResolvesLinkChainsAsCanonicalDoesAndFailsAsOpenDoes) {
+  const fs::path root = fs::canonical(dir_.path());
+  fs::create_directories(root / "sys/devices/pci0000:00/0000:3b:00.0/mdev_supported_types/t");
+  fs::create_directories(root / "sys/class/mdev_bus");
+  fs::create_directory_symlink("../../devices/pci0000:00/0000:3b:00.0",
+                               root / "sys/class/mdev_bus/0000:3b:00.0");
+  Write(root / "sys/devices/pci0000:00/0000:3b:00.0/mdev_supported_types/t/available_instances",
+        "4\n");
+  const fs::path through = root / "sys/class/mdev_bus/0000:3b:00.0/mdev_supported_types/t" /
+                           "available_instances";
+  auto resolved = ResolvePath(through);
+  ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+  EXPECT_EQ(*resolved, fs::canonical(through));
+  EXPECT_EQ(*io_.Canonical(root / "sys/class/mdev_bus/0000:3b:00.0"),
+            root / "sys/devices/pci0000:00/0000:3b:00.0");
+
+  const fs::path cwd = fs::current_path();
+  fs::current_path(root / "sys/class");
+  auto relative = ResolvePath("mdev_bus/0000:3b:00.0/..");
+  fs::current_path(cwd);
+  ASSERT_TRUE(relative.ok()) << relative.status().ToString();
+  EXPECT_EQ(*relative, root / "sys/devices/pci0000:00") << "'..' after a link leaves its target";
+
+  Status missing = ResolvePath(root / "sys/class/mdev_bus/0000:af:00.0").status();
+  EXPECT_EQ(missing.code(), ErrorCode::kGone);
+  EXPECT_EQ(missing.sys_errno(), ENOENT);
+  fs::create_directory_symlink("../../devices/gone", root / "sys/class/mdev_bus/0000:af:00.0");
+  EXPECT_EQ(ResolvePath(root / "sys/class/mdev_bus/0000:af:00.0").status().sys_errno(), ENOENT)
+      << "a dangling link";
+}
+
 }  // namespace
 }  // namespace kvgpu::mdev

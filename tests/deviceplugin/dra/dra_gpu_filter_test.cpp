@@ -54,6 +54,16 @@ TEST(DraGpuFilter, OneGpuIsReadAgainThroughTheFilterOnlyWhereItShowsIt) {
   auto hidden = dra.ScanGpu(sim.gpu(1));
   ASSERT_FALSE(hidden.ok());
   EXPECT_EQ(hidden.status().code(), ErrorCode::kInvalid);
+
+  // The narrow read the model makes (its view in hand) goes the same way.
+  auto whole_view = sim.node().Scan();
+  ASSERT_TRUE(whole_view.ok());
+  auto room = dra.ScanGpuRoom(sim.gpu(0), whole_view.value());
+  ASSERT_TRUE(room.ok()) << room.status().ToString();
+  EXPECT_EQ(GpusOf(room.value()), std::set<std::string>{sim.gpu(0)});
+  EXPECT_EQ(room.value().vgpus.size(), 1u);
+  EXPECT_EQ(dra.ScanGpuRoom(sim.gpu(1), whole_view.value()).status().code(),
+            ErrorCode::kInvalid);
 }
 
 TEST(DraGpuFilter, CreateOnAHiddenGpuIsRefusedAndMakesNothing) {

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <fstream>
+#include <map>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -564,6 +565,46 @@ TEST(ResourceManagerTest, AFailedCreateRemovesWhatTheRequestCreatedAndNamesDevic
   EXPECT_TRUE(f.sim.model().VgpuIds().empty()) << "the first container's vGPU is rolled back";
   EXPECT_TRUE(f.store.vgpus_.empty());
   EXPECT_EQ(f.Devices("tencent.com/vgpu-223").size(), 16u) << "both GPUs unlocked again";
+}
+
+// The device plugin's lifecycle judges a young vGPU by when Allocate handed it out
+// (holder_tracker.cpp), so that moment is saved before Allocate returns and outlives a restart.
+// The DRA front end's oracle decides from its prepared claims, written before the vGPU is made: its
+// prepares do not pay for that write.
+TEST(ResourceManagerTest, TheHandoutTimeIsSavedOnlyWhereTheHolderOracleJudgesByIt) {
+  class CountingStore : public MemoryStateStore {
+   public:
+    Status Save(const std::vector<CreatedVgpu>& vgpus) override {
+      ++saves;
+      return MemoryStateStore::Save(vgpus);
+    }
+    int saves = 0;
+  };
+  class Holders : public ScriptedHolders {
+   public:
+    explicit Holders(bool uses) : uses_(uses) {}
+    bool UsesHandoutTime() const override { return uses_; }
+
+   private:
+    bool uses_;
+  };
+  std::map<bool, int> saves;
+  std::map<bool, int64_t> saved_stamp;
+  for (bool uses : {true, false}) {
+    SimNode sim("t4x2");
+    CountingStore store;
+    Holders holders(uses);
+    ResourceManager manager(sim.node(), InTempDir({}, sim), store, holders);
+    ASSERT_TRUE(manager.Start().ok());
+    const int before = store.saves;
+    auto made = manager.Allocate("tencent.com/vgpu-222", {{"0000:3b:00.0-nvidia-222-0"}});
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    saves[uses] = store.saves - before;
+    ASSERT_EQ(store.vgpus_.size(), 1u);
+    saved_stamp[uses] = store.vgpus_[0].created_unix_ms;
+  }
+  EXPECT_EQ(saves[true], saves[false] + 1);
+  EXPECT_GT(saved_stamp[false], 0) << "the record itself is saved before the create either way";
 }
 
 TEST(ResourceManagerTest, AStateStoreThatCannotWriteCreatesNothing) {
