@@ -99,8 +99,8 @@ TEST_F(PosixSysfsIoTest, ResolvesLinkChainsAsCanonicalDoesAndFailsAsOpenDoes) {
                                root / "sys/class/mdev_bus/0000:3b:00.0");
   Write(root / "sys/devices/pci0000:00/0000:3b:00.0/mdev_supported_types/t/available_instances",
         "4\n");
-  const fs::path through = root / "sys/class/mdev_bus/0000:3b:00.0/mdev_supported_types/t" /
-                           "available_instances";
+  const fs::path through =
+      root / "sys/class/mdev_bus/0000:3b:00.0/mdev_supported_types/t" / "available_instances";
   auto resolved = ResolvePath(through);
   ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
   EXPECT_EQ(*resolved, fs::canonical(through));

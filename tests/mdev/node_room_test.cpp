@@ -66,7 +66,7 @@ void ExpectRoomIsWholeRead(SysfsBackend& node, ModelView& model, const std::stri
 
 // A free type of one of `gpu`'s parents other than `except`'s, as the view shows it.
 std::optional<CreateRequest> SomethingToMake(const Inventory& view, const std::string& gpu,
-                                            const std::string& except_parent = "") {
+                                             const std::string& except_parent = "") {
   for (const Parent& p : view.parents) {
     if (p.physical_gpu != gpu || p.name == except_parent) continue;
     for (const VgpuType& t : p.types) {

@@ -62,8 +62,7 @@ TEST(DraGpuFilter, OneGpuIsReadAgainThroughTheFilterOnlyWhereItShowsIt) {
   ASSERT_TRUE(room.ok()) << room.status().ToString();
   EXPECT_EQ(GpusOf(room.value()), std::set<std::string>{sim.gpu(0)});
   EXPECT_EQ(room.value().vgpus.size(), 1u);
-  EXPECT_EQ(dra.ScanGpuRoom(sim.gpu(1), whole_view.value()).status().code(),
-            ErrorCode::kInvalid);
+  EXPECT_EQ(dra.ScanGpuRoom(sim.gpu(1), whole_view.value()).status().code(), ErrorCode::kInvalid);
 }
 
 TEST(DraGpuFilter, CreateOnAHiddenGpuIsRefusedAndMakesNothing) {

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <condition_variable>
 #include <fstream>
-#include <map>
 #include <future>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
