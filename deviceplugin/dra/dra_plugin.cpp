@@ -107,14 +107,10 @@ Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
     if (claim.uid == ref.uid) continue;
     for (const PreparedDevice& d : claim.devices) held[{d.pool, d.device}] = &claim;
   }
-  std::vector<Device> devices;
-  for (const std::string& resource : manager_.Resources()) {
-    for (Device& d : manager_.Devices(resource)) devices.push_back(std::move(d));
-  }
   // A device's name depends on its GPU, type and slot only: each pair is named once per request,
-  // not once per model device (a GPU offers up to a few dozen devices of each type).
-  std::set<std::pair<std::string, std::string>> offered;
-  for (const Device& d : devices) offered.emplace(d.physical_gpu, d.key.type_id);
+  // not once per model device (a GPU lists up to a few dozen devices of each type), and only the
+  // named pair's devices are copied out of the model.
+  const std::set<std::pair<std::string, std::string>> offered = manager_.GpuTypes();
   std::vector<PreparedDevice> out;
   std::set<std::string> names;
   std::set<std::string> taken;
@@ -143,10 +139,11 @@ Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
       return Status::Error(ErrorCode::kInvalid, "device " + a.device + " names two vGPU types");
     }
     const auto& [gpu, type] = *pairs.begin();
+    const std::vector<Device> devices = manager_.DevicesOf(gpu, type);
     const Device* pick = nullptr;
     for (const Device& d : devices) {
-      if (d.physical_gpu != gpu || d.key.type_id != type || !d.healthy || d.ours || d.vgpu_exists ||
-          taken.contains(d.id) || store_.ClaimOfDevice(d.id)) {
+      if (!d.healthy || d.ours || d.vgpu_exists || taken.contains(d.id) ||
+          store_.ClaimOfDevice(d.id)) {
         continue;
       }
       pick = &d;

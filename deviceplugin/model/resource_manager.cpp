@@ -113,6 +113,27 @@ std::vector<Device> ResourceManager::Devices(const std::string& resource) const 
   return catalogue_.Devices(resource);
 }
 
+std::set<std::pair<std::string, std::string>> ResourceManager::GpuTypes() const {
+  std::lock_guard lock(mutex_);
+  std::set<std::pair<std::string, std::string>> out;
+  for (const std::string& resource : catalogue_.Resources()) {
+    for (const Device& d : catalogue_.Devices(resource)) out.emplace(d.physical_gpu, d.key.type_id);
+  }
+  return out;
+}
+
+std::vector<Device> ResourceManager::DevicesOf(const std::string& physical_gpu,
+                                               const std::string& type_id) const {
+  std::lock_guard lock(mutex_);
+  std::vector<Device> out;
+  for (const std::string& resource : catalogue_.Resources()) {
+    for (const Device& d : catalogue_.Devices(resource)) {
+      if (d.physical_gpu == physical_gpu && d.key.type_id == type_id) out.push_back(d);
+    }
+  }
+  return out;
+}
+
 std::map<std::string, DeviceCounts> ResourceManager::Counts() const {
   std::lock_guard lock(mutex_);
   return catalogue_.Counts();

@@ -57,6 +57,11 @@ class ResourceManager {
 
   std::vector<std::string> Resources() const;
   std::vector<Device> Devices(const std::string& resource) const;
+  // The (physical GPU, type id) pairs the lists hold devices of, and the devices of one pair (the
+  // GPU's own and its VFs', in list order): what a front end that names devices by GPU and type
+  // looks up without copying every list.
+  std::set<std::pair<std::string, std::string>> GpuTypes() const;
+  std::vector<Device> DevicesOf(const std::string& physical_gpu, const std::string& type_id) const;
   std::map<std::string, DeviceCounts> Counts() const;
   std::vector<std::string> Warnings() const;  // from the last scan, plus naming refusals
 
