@@ -301,9 +301,12 @@ Result<std::string> ApiClient::SendRaw(const std::string& method, const std::str
   };
   httplib::Result res = send(client);
   // A reused connection the server closed while it sat idle fails before any answer. A GET is
-  // safe to send again on a new one; anything else may have reached the server, so its caller's
-  // own retry decides (as client-go retries only what is idempotent).
-  if (!res && !cancelled && reused && method == "GET") {
+  // safe to send again on a new one, and so is any request that could not be written whole: a
+  // server acts on a request only once it has all of it (Go's transport likewise retries any
+  // request on a reused connection that wrote nothing). A write that went out whole and got no
+  // answer may have reached the server: its caller's own retry decides.
+  const bool unsent = !res && res.error() == httplib::Error::Write;
+  if (!res && !cancelled && reused && (method == "GET" || unsent)) {
     client = Connect(options_.request_timeout, /*keep_alive=*/true, &error);
     if (!client) return error;
     res = send(client);

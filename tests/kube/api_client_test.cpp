@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <thread>
 
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/temp_dir.h"
@@ -323,6 +324,24 @@ TEST_F(ApiClientKeepAliveTest, PlainRequestsReuseOneConnectionInsteadOfAHandshak
                                "application/merge-patch+json");
   ASSERT_TRUE(patched.ok()) << patched.status().ToString();
   EXPECT_EQ(server_.connections_seen(), 1);
+}
+
+// The server closes a kept connection it has not heard from for a while (the fake after 1 s;
+// kube-apiserver's idle timeout, or a load balancer's in front of it) while the client still
+// holds it for reuse. A request that could not be written on it cannot have been acted on: it is
+// sent again on a new connection, a write (PATCH, POST, DELETE) as well as a GET, as Go's
+// transport retries a request on a reused connection that wrote nothing.
+TEST_F(ApiClientKeepAliveTest, ARequestOnAConnectionTheServerClosedWhileIdleIsSentAgain) {
+  server_.AddPod(MakePod("ml", "a", "node-a"));
+  auto client = Client(GoodConfig());
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(client->Get("/api/v1/pods").ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    auto patched = client->Patch("/api/v1/namespaces/ml/pods/a",
+                                 nlohmann::json{{"metadata", {{"labels", {{"x", "y"}}}}}},
+                                 "application/merge-patch+json");
+    EXPECT_TRUE(patched.ok()) << "round " << round << ": " << patched.status().ToString();
+  }
 }
 
 TEST_F(ApiClientKeepAliveTest, AConnectionIdleLongerThanAllowedIsNotReused) {
