@@ -4,14 +4,16 @@
 // gRPC service. Reports what the API server was sent (slice creates, patches and deletes, pool
 // generations, bytes of the pool written per generation), the prepares' latency under that load,
 // and the process's memory (VmRSS, VmHWM from /proc/self/status) after the first pool and at the
-// end: the process also holds the fake API server, the simulator and the client, so the change
-// across the churn is what speaks of the daemon, not the level.
+// end: the process also holds the fake API server (its records for tests off, its watch history
+// compacted every 5 s), the simulator and the client, so the change across the churn is what
+// speaks of the daemon, not the level.
 //
 // Usage: kvgpu-bench-dra-churn [seconds [operations-per-second [held]]]   (default 60 20 8)
 // An operation is a prepare of a new claim of a T4-1B vGPU, on the two GPUs in turn; each
 // unprepares the claim prepared `held` before it (with 0, its own claim right away). With claims
 // held, each GPU stays locked to the type and the pool rarely changes; with none, every operation
 // locks a GPU and frees it again, the most a pool can change.
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -80,15 +82,13 @@ int Run(int seconds, int rate, int held) {
   RecordingEventRecorder events;
   FakeApiServer api_server;
   api_server.EnableKeepAlive();
+  api_server.RecordForInspection(false);
   if (!kubelet.Start() || !podresources.Start() || !api_server.Start()) return 1;
   api_server.SetNode({{"metadata", {{"name", "node-1"}, {"uid", "node-uid-1"}}}});
   auto api = kube::ApiClient::Create(api_server.ClientConfig());
   if (!api.ok()) return 1;
 
-  deviceplugin::DaemonOptions options = deviceplugin::testing::SimDaemonOptions(sim);
-  options.args.node_readiness_check = false;
-  options.config.scheduler_state.publish = false;
-  options.config.dra.all_gpus = true;
+  deviceplugin::DaemonOptions options = deviceplugin::testing::SimDraDaemonOptions(sim);
   options.pods = &pods;
   options.events = &events;
   options.api = api.value().get();
@@ -122,6 +122,8 @@ int Run(int seconds, int rate, int held) {
   const int writes_start = api_server.resource_slice_writes();
   const int64_t generation_start = Generation(api_server.resource_slices());
   std::vector<double> prepare_us;
+  std::vector<long> rss_series;   // every 10 s
+  std::vector<long> heap_series;  // malloc's bytes in use, every 10 s
   int failures = 0, operations = 0;
   const auto period = std::chrono::microseconds(1'000'000 / std::max(rate, 1));
   const auto start = Clock::now();
@@ -129,6 +131,13 @@ int Run(int seconds, int rate, int held) {
   for (int i = 0; Clock::now() - start < std::chrono::seconds(seconds); ++i, ++operations) {
     std::this_thread::sleep_until(next);
     next += period;
+    // As etcd compacts (every 5 minutes in kube-apiserver's default): the fake's watch history
+    // stays bounded; the daemon's open watches go on.
+    if (i % (5 * rate) == 0) api_server.Compact();
+    if (i % (10 * rate) == 0) {
+      rss_series.push_back(StatusKb("VmRSS"));
+      heap_series.push_back(static_cast<long>(mallinfo2().uordblks / 1024));
+    }
     const std::string uid = "uid-" + std::to_string(i), name = "c" + std::to_string(i);
     api_server.SetResourceClaim(
         MakeAllocatedClaim("ns", name, uid, {{"gpu", driver, pool, device_of(i)}}));
@@ -166,6 +175,11 @@ int Run(int seconds, int rate, int held) {
   std::printf(
       "memory: VmRSS %ld kB after the first pool, %ld kB at the end (%+ld kB); VmHWM %ld kB\n",
       rss_start, rss_end, rss_end - rss_start, hwm);
+  std::printf("VmRSS every 10 s (kB):");
+  for (long kb : rss_series) std::printf(" %ld", kb);
+  std::printf("\nheap in use every 10 s (kB, mallinfo2):");
+  for (long kb : heap_series) std::printf(" %ld", kb);
+  std::printf("\n");
   return failures == 0 ? 0 : 1;
 }
 

@@ -263,6 +263,15 @@ std::uint64_t FakeApiServer::resource_version() const {
   return version_;
 }
 
+void FakeApiServer::RecordForInspection(bool record) {
+  std::lock_guard lock(mutex_);
+  record_for_inspection_ = record;
+  if (!record) {
+    slice_history_.clear();
+    claim_status_history_.clear();
+  }
+}
+
 void FakeApiServer::Compact() {
   std::lock_guard lock(mutex_);
   compacted_ = version_;

@@ -189,6 +189,11 @@ class FakeApiServer {
   void ServeCompatibilityGroups(bool served);
   int resource_slice_dry_runs() const;  // creates with dryRun=All answered (nothing stored)
 
+  // Whether every state of the slices and every claim status written is kept for a test to read
+  // back (resource_slice_history, resource_claim_status_history; on by default). A benchmark that
+  // runs for minutes turns it off so that the process's memory is the daemon's, not this record's.
+  void RecordForInspection(bool record);
+
   // Forgets history up to now: watches from any older version get 410.
   void Compact();
   void SetGoneAsHttpStatus(bool http_status);
@@ -265,6 +270,7 @@ class FakeApiServer {
   CertAndKey server_cert_;
   bool client_certificates_ = false;
   bool keep_alive_ = false;
+  bool record_for_inspection_ = true;
   std::set<int> client_ports_;  // under mutex_
   int port_ = 0;
   std::unique_ptr<httplib::Server> server_;

@@ -542,13 +542,13 @@ void FakeApiServer::RouteResourceClaims(httplib::Server& server) {
       updated["status"] = status;
     }
     if (updated == it->second) {  // no change: no new version, no event
-      claim_status_history_.push_back(updated);
+      if (record_for_inspection_) claim_status_history_.push_back(updated);
       Answer(res, 200, updated);
       return;
     }
     RecordClaimLocked("MODIFIED", updated);
     const auto& stored = resource_claims_.at(Key(ns, name));
-    claim_status_history_.push_back(stored);
+    if (record_for_inspection_) claim_status_history_.push_back(stored);
     Answer(res, 200, stored);
   };
   server.Put(one + "/status", [write_status](const httplib::Request& req, httplib::Response& res) {

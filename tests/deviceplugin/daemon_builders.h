@@ -18,4 +18,14 @@ inline DaemonOptions SimDaemonOptions(kvgpu::testing::SimNode& sim) {
   return options;
 }
 
+// Every GPU served through DRA, as the DRA flow tests and benchmarks start the daemon: no wait
+// for a Node object's readiness, no scheduler-state publishing (the extender's, not DRA's).
+inline DaemonOptions SimDraDaemonOptions(kvgpu::testing::SimNode& sim) {
+  DaemonOptions options = SimDaemonOptions(sim);
+  options.args.node_readiness_check = false;
+  options.config.scheduler_state.publish = false;
+  options.config.dra.all_gpus = true;
+  return options;
+}
+
 }  // namespace kvgpu::deviceplugin::testing

@@ -62,11 +62,8 @@ struct Node {
     auto client = kube::ApiClient::Create(api_server.ClientConfig());
     if (!client.ok()) throw std::runtime_error(client.status().ToString());
     api = std::move(*client);
-    deviceplugin::DaemonOptions options = deviceplugin::testing::SimDaemonOptions(sim);
+    deviceplugin::DaemonOptions options = deviceplugin::testing::SimDraDaemonOptions(sim);
     options.args.node_name = name;
-    options.args.node_readiness_check = false;
-    options.config.scheduler_state.publish = false;
-    options.config.dra.all_gpus = true;
     options.config.dra.binding_conditions = binding_conditions;
     options.config.occupancy = occupancy_mode;
     options.config.cdi_dir = sim.dir() / "cdi";  // each node its own, never the host's

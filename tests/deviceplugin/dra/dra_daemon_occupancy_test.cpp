@@ -138,11 +138,8 @@ class DraDaemonOccupancyTest : public ::testing::Test {
   }
 
   void StartDaemon(bool binding_conditions = true) {
-    DaemonOptions options = testing::SimDaemonOptions(sim_);
+    DaemonOptions options = testing::SimDraDaemonOptions(sim_);
     options.args.node_name = kNode;
-    options.args.node_readiness_check = false;
-    options.config.scheduler_state.publish = false;
-    options.config.dra.all_gpus = true;
     options.config.dra.binding_conditions = binding_conditions;
     options.pods = &pods_;
     options.events = &events_;

@@ -99,10 +99,7 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
   auto api = kube::ApiClient::Create(api_server.ClientConfig());
   ASSERT_TRUE(api.ok());
 
-  DaemonOptions options = testing::SimDaemonOptions(sim);
-  options.args.node_readiness_check = false;
-  options.config.scheduler_state.publish = false;
-  options.config.dra.all_gpus = true;
+  DaemonOptions options = testing::SimDraDaemonOptions(sim);
   options.pods = &pods;
   options.events = &events;
   options.api = api.value().get();

@@ -82,10 +82,7 @@ TEST(DraDaemonTest, WithoutAnApiServerDraRefusesToStart) {
   std::filesystem::create_directories(sim.dir() / "kubelet" / "pod-resources");
   kvgpu::testing::InMemoryPodWatcher pods;
   kvgpu::testing::RecordingEventRecorder events;
-  DaemonOptions options = testing::SimDaemonOptions(sim);
-  options.args.node_readiness_check = false;
-  options.config.scheduler_state.publish = false;
-  options.config.dra.all_gpus = true;
+  DaemonOptions options = testing::SimDraDaemonOptions(sim);
   options.pods = &pods;
   options.events = &events;
   Daemon daemon(options);
