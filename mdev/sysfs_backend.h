@@ -40,8 +40,9 @@ class SysfsBackend : public Backend {
   // empty inventory, not an error.
   Result<Inventory> Scan() override;
 
-  // The VFs of `physical_gpu` (its virtfn* links) that carry vendor-VFIO files, read as Scan reads
-  // them. An unreadable PF is an error; a VF that cannot be read is skipped with a warning.
+  // `physical_gpu` and its VFs (its virtfn* links), each an mdev parent or a vendor-VFIO VF, with
+  // their vGPUs, read as Scan reads them. An unreadable PF is an error; a VF that cannot be read is
+  // skipped with a warning.
   Result<Inventory> ScanGpu(const std::string& physical_gpu) override;
 
   // The types' available_instances of the GPU's known mdev parents and the creatable and current
