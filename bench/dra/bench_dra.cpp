@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 
+#include "bench/bench_stats.h"
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
@@ -118,18 +119,6 @@ class MemoryClaims : public kube::ApiTransport {
   std::map<std::string, nlohmann::json> claims_;
 };
 
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0;
-};
-
-Stats Summarize(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  auto at = [&](double q) {
-    return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1))];
-  };
-  return {at(0.5), at(0.99), us.back()};
-}
-
 int Run(int iterations, bool https) {
   spdlog::set_level(spdlog::level::warn);
   SimNode sim("t4x2");
@@ -209,7 +198,7 @@ int Run(int iterations, bool https) {
   for (auto& [what, samples] : {std::pair{"first prepare (kernel create excluded)", &first},
                                 std::pair{"first prepare (every sysfs call excluded)", &first_own},
                                 std::pair{"prepare again (from the checkpoint)", &again}}) {
-    Stats s = Summarize(*samples);
+    const bench::Percentiles s = bench::Summarize(*samples);
     std::printf("%-42s %-6s n=%zu  p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", what,
                 https ? "https" : "memory", samples->size(), s.p50, s.p99, s.max);
   }

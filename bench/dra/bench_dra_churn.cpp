@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_stats.h"
 #include "deviceplugin/daemon.h"
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/apiserver/in_memory_kube.h"
@@ -41,16 +42,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// "VmRSS:     12345 kB" -> 12345; 0 when absent.
-long StatusKb(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::atol(line.c_str() + field.size() + 1);
-  }
-  return 0;
-}
-
 int64_t Generation(const std::vector<json>& slices) {
   int64_t generation = -1;
   for (const json& s : slices) {
@@ -63,12 +54,6 @@ size_t PoolBytes(const std::vector<json>& slices) {
   size_t bytes = 0;
   for (const json& s : slices) bytes += s.dump().size();
   return bytes;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
 int Run(int seconds, int rate, int held) {
@@ -118,7 +103,7 @@ int Run(int seconds, int rate, int held) {
     const uint32_t slot = static_cast<uint32_t>((i / 2) % 16);
     return DraName(sim.gpu(static_cast<size_t>(i % 2)), "nvidia-222", slot);
   };
-  const long rss_start = StatusKb("VmRSS");
+  const long rss_start = bench::StatusKib("VmRSS");
   const int writes_start = api_server.resource_slice_writes();
   const int64_t generation_start = Generation(api_server.resource_slices());
   std::vector<double> prepare_us;
@@ -135,7 +120,7 @@ int Run(int seconds, int rate, int held) {
     // stays bounded; the daemon's open watches go on.
     if (i % (5 * rate) == 0) api_server.Compact();
     if (i % (10 * rate) == 0) {
-      rss_series.push_back(StatusKb("VmRSS"));
+      rss_series.push_back(bench::StatusKib("VmRSS"));
       heap_series.push_back(static_cast<long>(mallinfo2().uordblks / 1024));
     }
     const std::string uid = "uid-" + std::to_string(i), name = "c" + std::to_string(i);
@@ -158,14 +143,14 @@ int Run(int seconds, int rate, int held) {
   const std::vector<json> slices = api_server.resource_slices();
   const int writes = api_server.resource_slice_writes() - writes_start;
   const int64_t generations = Generation(slices) - generation_start;
-  const long rss_end = StatusKb("VmRSS"), hwm = StatusKb("VmHWM");
+  const long rss_end = bench::StatusKib("VmRSS"), hwm = bench::StatusKib("VmHWM");
   daemon.Stop();
 
+  const bench::Percentiles prepare = bench::Summarize(prepare_us);
   std::printf("churn: %d operations in %.1f s (%.1f/s), %d failed, %d claims held\n", operations,
               elapsed, operations / elapsed, failures, held);
   std::printf("prepare under churn: p50 %.2f ms  p99 %.2f ms  max %.2f ms (kernel included)\n",
-              Percentile(prepare_us, 0.5) / 1000, Percentile(prepare_us, 0.99) / 1000,
-              Percentile(prepare_us, 1.0) / 1000);
+              prepare.p50 / 1000, prepare.p99 / 1000, prepare.max / 1000);
   std::printf(
       "slices: %zu in the pool, %zu bytes; %lld generations (%.2f/s), %d writes (%.2f/s), about "
       "%.0f bytes/s of pool written\n",

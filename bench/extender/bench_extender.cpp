@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_stats.h"
 #include "common/clock.h"
 #include "extender/extender.h"
 #include "scheduling/node_vgpu_state.h"
@@ -89,32 +90,11 @@ json Pod(const std::string& name, int type) {
                {"resources", {{"limits", {{Resource(type), "1"}}}}}}}}}}};
 }
 
-long StatusKib(const char* field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field, 0) == 0) return std::stol(line.substr(std::string(field).size()));
-  }
-  return -1;
-}
-
 // This thread's CPU time: unlike the wall time, not stretched by other processes on the core.
 double ThreadCpuMicros() {
   timespec now{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) * 1e6 + static_cast<double>(now.tv_nsec) / 1e3;
-}
-
-struct Percentiles {
-  double p50, p99, max;
-};
-
-Percentiles Summarize(std::vector<double> micros) {
-  std::sort(micros.begin(), micros.end());
-  auto at = [&](double q) {
-    return micros[static_cast<size_t>(q * static_cast<double>(micros.size() - 1))];
-  };
-  return {at(0.5), at(0.99), micros.back()};
 }
 
 struct Options {
@@ -146,7 +126,7 @@ void Run(size_t node_count, const Options& options) {
   }
   view.SyncPods(bound);
   Extender extender(view, kvgpu::extender::ExtenderOptions{});
-  const long rss_after_view = StatusKib("VmRSS:");
+  const long rss_after_view = kvgpu::bench::StatusKib("VmRSS");
 
   for (bool names_only : {true, false}) {
     if (!names_only && options.names_only) break;
@@ -199,12 +179,12 @@ void Run(size_t node_count, const Options& options) {
                      cpu);
       }
     }
-    const Percentiles p = Summarize(micros);
-    const Percentiles cpu = Summarize(cpu_micros);
+    const kvgpu::bench::Percentiles p = kvgpu::bench::Summarize(micros);
+    const kvgpu::bench::Percentiles cpu = kvgpu::bench::Summarize(cpu_micros);
     std::printf("| %zu | %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %ld | %ld |\n",
                 node_count, names_only ? "NodeNames" : "Nodes", pods, p.p50, p.p99, p.max, cpu.p50,
                 cpu.p99, static_cast<double>(kept_total) / pods, rss_after_view / 1024,
-                StatusKib("VmHWM:") / 1024);
+                kvgpu::bench::StatusKib("VmHWM") / 1024);
     std::fflush(stdout);
   }
 }

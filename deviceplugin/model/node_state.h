@@ -76,9 +76,8 @@ class NodeState {
   // creatable_vgpu_types shrinks to the header when the GPU is full, and a removal grows them
   // back): what such a change moves on `physical_gpu` is read again from `backend` now
   // (Backend::ScanGpuRoom), not at the next rescan, so the counts never show a GPU in a mode it is
-  // not in. When the backend cannot
-  // read one GPU alone, or fails, the view stays (the rescan that follows every change catches
-  // up).
+  // not in. When the backend cannot read one GPU alone, or fails, the view stays (the rescan that
+  // follows every change catches up).
   void RereadGpu(mdev::Backend& backend, const std::string& physical_gpu);
   // The physical GPU of a vGPU in the view; empty for an unknown one.
   std::string PhysicalGpuOf(const std::string& vgpu_id) const;
