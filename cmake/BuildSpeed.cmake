@@ -64,3 +64,30 @@ endmacro()
 macro(kvgpu_test_code_end)
   set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_kvgpu_product_compile_options}")
 endmacro()
+
+# The compiler cache: ccache where installed (scripts/deps/build.txt installs it). Its store lives
+# outside the clone (ccache's default, ~/.cache/ccache, or CCACHE_DIR), and is keyed by the
+# preprocessed source and the whole command line, so a stale entry can never be used: a changed
+# header, flag or compiler is a different key. base_dir makes the paths under the source tree
+# relative and hash_dir=false leaves the build directory out of the key, so a second clone of the
+# same commit at another path (CI's) compiles nothing that the first already did. A unity build's
+# batch files name their sources by absolute path: ccache's direct mode misses them in another
+# clone, its preprocessor mode (which rewrites the paths under base_dir) still hits.
+set(KVGPU_CCACHE "auto" CACHE STRING "compiler cache: auto (ccache when found), ON (required) or OFF")
+set_property(CACHE KVGPU_CCACHE PROPERTY STRINGS auto ON OFF)
+set(KVGPU_CCACHE_SIZE "12G" CACHE STRING "the compiler cache's size limit (ccache's max_size)")
+if(NOT KVGPU_CCACHE STREQUAL "OFF")
+  find_program(KVGPU_CCACHE_PROGRAM ccache)
+  if(KVGPU_CCACHE_PROGRAM)
+    # ccache 4.7 takes its settings from the environment only; /usr/bin/env sets them per call.
+    # max_size: the three builds of CI (ASan, TSan, the test command) and the fuzz build together
+    # take about 6 GB compressed; ccache's default of 5 GB would evict one while another fills.
+    set(_kvgpu_ccache_launcher
+        env CCACHE_BASEDIR=${PROJECT_SOURCE_DIR} CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=${KVGPU_CCACHE_SIZE}
+        ${KVGPU_CCACHE_PROGRAM})
+    set(CMAKE_C_COMPILER_LAUNCHER ${_kvgpu_ccache_launcher})
+    set(CMAKE_CXX_COMPILER_LAUNCHER ${_kvgpu_ccache_launcher})
+  elseif(KVGPU_CCACHE STREQUAL "ON")
+    message(FATAL_ERROR "KVGPU_CCACHE=ON but no ccache on PATH (scripts/install-deps.sh installs it)")
+  endif()
+endif()
