@@ -12,6 +12,15 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
 build=${KVGPU_BUILD_DIR:-build}
 
+# `scripts/test.sh --build-only` configures and builds exactly as the test command does, and runs no
+# test: CI builds this tree in the background while it runs other stages' tests, then runs the test
+# command itself, whose build is then up to date.
+build_only=0
+if [[ ${1:-} == "--build-only" ]]; then
+  build_only=1
+  shift
+fi
+
 repeat=0
 if [[ ${1:-} == "--repeat" ]]; then
   [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: --repeat needs a run count (1 or more)" >&2; exit 2; }
@@ -25,6 +34,7 @@ bash scripts/install-deps.sh
 cmake -S . -B "$build" -G Ninja -DKVGPU_BUILD_TESTS=ON -DKVGPU_WARNINGS_AS_ERRORS=ON \
   -DKVGPU_DEBUG_INFO=lines -DKVGPU_UNITY_BUILD=ON >/dev/null
 cmake --build "$build" -j"$(nproc)"
+[[ $build_only -eq 1 ]] && exit 0
 if [[ $repeat -eq 0 ]]; then
   ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"
   exit
