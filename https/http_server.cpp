@@ -116,9 +116,15 @@ class Budget {
   size_t large_held_ = 0;
 };
 
-// Where a connection is. The order is the connection cap's order of eviction: a connection that
-// has sent nothing goes first, one being handled never (closing it would free nothing).
+// Where a connection is.
 enum class Phase { kSilent, kIdle, kHandshake, kHead, kBody, kWriting, kHandling };
+
+// How long after its accept a connection is in its "first moments": a client that speaks at once
+// (kubelet's probe, the API server) has sent its ClientHello and its request line by then, even on
+// two loaded cores (the slowest probe measured under attack: 0.17 s); a connection that is silent
+// through them is not such a client. Short, because a burst arriving faster than the cap over this
+// time (512 a second) leaves only connections in their first moments to choose from.
+constexpr auto kFirstMoments = std::chrono::milliseconds(500);
 
 size_t LargeLimit(const HttpsServerOptions& options) {
   return options.max_large_body_bytes != 0 ? options.max_large_body_bytes
@@ -149,6 +155,9 @@ struct HttpsServer::Impl : std::enable_shared_from_this<HttpsServer::Impl> {
   // the budget at once; false when there is none to take.
   bool Evict(const std::function<bool(const Session&, const Session*)>& pick,
              const char* why = nullptr);
+  // Whether `s` is to be shed before `best` (the one rule, below); false: never `s`.
+  // `now` is read once per choice: the choice looks at every open connection, at every accept.
+  static bool ShedFirst(const Session& s, const Session* best, Clock::time_point now);
   bool EvictForConnection();
   bool EvictBeforeHandshake();
   // Whether a dropped connection has not closed yet (its descriptor is still held).
@@ -180,11 +189,18 @@ struct HttpsServer::Impl : std::enable_shared_from_this<HttpsServer::Impl> {
 class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(std::shared_ptr<Impl> server, tcp::socket socket)
-      : server_(std::move(server)),
+      : accepted_(Clock::now()),
+        server_(std::move(server)),
         stream_(std::move(socket), server_->ssl),
         silent_timer_(stream_.get_executor()),
         buffer_(server_->options.max_header_bytes + server_->options.max_body_bytes) {
     ++server_->open;
+    // A client that speaks at once has its ClientHello here by the time it is accepted: it is in
+    // its handshake from the start, never taken for a silent socket while its strand waits to run.
+    beast::error_code ec;
+    if (beast::get_lowest_layer(stream_).socket().available(ec) > 0 && !ec) {
+      phase_ = Phase::kHandshake;
+    }
   }
   ~Session() {
     server_->budget.Close(account_);
@@ -195,6 +211,7 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
   // every request after it must then complete within request_timeout.
   void Start() {
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->phase_ == Phase::kHandshake) return self->Handshake();
       self->silent_timer_.expires_after(self->server_->options.request_timeout);
       self->silent_timer_.async_wait([self](const beast::error_code& ec) {
         if (!ec) beast::get_lowest_layer(self->stream_).close();
@@ -204,13 +221,7 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
           .async_wait(tcp::socket::wait_read, [self](const beast::error_code& ec) {
             self->silent_timer_.cancel();
             if (ec) return;
-            self->Mark(Phase::kHandshake);
-            self->Expire(self->server_->options.request_timeout);
-            self->stream_.async_handshake(asio::ssl::stream_base::server,
-                                          [self](const beast::error_code& e) {
-                                            if (e) return;  // nothing to answer
-                                            self->ReadHead();
-                                          });
+            self->Handshake();
           });
     });
   }
@@ -252,12 +263,46 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
     return Clock::time_point(Clock::duration(progress_.load()));
   }
   bool large() const { return large_.load(); }
+  // The connection cap sheds it only when nothing else is left: its handshake is under way, or it
+  // is a connection's first request whose line came in the connection's first moments (until
+  // its answer is written). A client that speaks at once is this until it has its answer.
+  bool speaking(Clock::time_point now) const {
+    switch (phase_.load()) {
+      case Phase::kHandshake:
+        return true;
+      case Phase::kIdle:  // between its handshake and its first request line, in its first moments
+        return !answered_.load() && fresh(now);
+      default:
+        return prompt_.load();
+    }
+  }
+  bool fresh(Clock::time_point now) const { return now - accepted_ < kFirstMoments; }
 
  private:
+  void Handshake() {
+    Mark(Phase::kHandshake);
+    Expire(server_->options.request_timeout);
+    stream_.async_handshake(asio::ssl::stream_base::server,
+                            [self = shared_from_this()](const beast::error_code& e) {
+                              if (e) return;  // nothing to answer
+                              self->ReadHead();
+                            });
+  }
+
   void Expire(std::chrono::seconds after) { beast::get_lowest_layer(stream_).expires_after(after); }
+  // Every change of phase is news from the connection (or the server's answer to it), so it also
+  // restarts the silence the connection cap sheds by (progress_).
   void Mark(Phase phase) {
+    const auto now = Clock::now().time_since_epoch().count();
     phase_ = phase;
-    since_ = Clock::now().time_since_epoch().count();
+    since_ = now;
+    progress_ = now;
+  }
+  // The current request's first byte came: `prompt_` if it is the connection's first request and
+  // came in its first moments.
+  void BeginRequest() {
+    Mark(Phase::kHead);
+    prompt_ = !answered_.load() && fresh(Clock::now());
   }
 
   // The head is read piecewise: waiting for its first byte is idleness (idle_timeout); once a
@@ -270,7 +315,7 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
     // An idle connection keeps no large read buffer (one that read a body grew to 64 KiB or
     // more); an ordinary review's few KiB stay, not freed and allocated again per request.
     if (!begun_ && buffer_.capacity() > 16 * 1024) buffer_.shrink_to_fit();
-    if (begun_) Mark(Phase::kHead);
+    if (begun_) BeginRequest();
     Expire(begun_ ? server_->options.request_timeout : server_->options.idle_timeout);
     ReadHeadSome();
   }
@@ -278,12 +323,14 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
   void ReadHeadSome() {
     http::async_read_some(stream_, buffer_, *parser_,
                           [self = shared_from_this()](const beast::error_code& ec, size_t) {
-                            if (ec || self->parser_->is_header_done()) return self->OnHead(ec);
-                            if (!self->begun_) {
+                            if (!self->begun_ && !ec) {
                               self->begun_ = true;
-                              self->Mark(Phase::kHead);
+                              self->BeginRequest();
                               self->Expire(self->server_->options.request_timeout);
+                            } else if (!ec) {
+                              self->progress_ = Clock::now().time_since_epoch().count();
                             }
+                            if (ec || self->parser_->is_header_done()) return self->OnHead(ec);
                             self->ReadHeadSome();
                           });
   }
@@ -396,6 +443,8 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
     http::async_write(stream_, *response,
                       [self = shared_from_this(), response](const beast::error_code& ec, size_t) {
                         self->server_->budget.Set(self->account_, 0, 0, true);
+                        self->answered_ = true;
+                        self->prompt_ = false;
                         if (ec) return;
                         if (!response->keep_alive()) return self->Shutdown();
                         self->ReadHead();
@@ -414,19 +463,24 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
     stream_.async_shutdown([self = shared_from_this()](const beast::error_code&) {});
   }
 
+  const Clock::time_point accepted_;
   std::shared_ptr<Impl> server_;
   beast::ssl_stream<beast::tcp_stream> stream_;
   asio::steady_timer silent_timer_;
   beast::flat_buffer buffer_;
   std::optional<Parser> parser_;
   Account account_;
-  bool begun_ = false;  // a byte of the current request has come
+  bool begun_ = false;                 // a byte of the current request has come
+  std::atomic<bool> answered_{false};  // an answer was written: no later request is the first
+  std::atomic<bool> prompt_{false};    // BeginRequest
   std::atomic<bool> retired_{false};
   std::atomic<bool> large_{false};
   std::atomic<size_t> body_bytes_{0};
   std::atomic<Phase> phase_{Phase::kSilent};
   std::atomic<Clock::rep> since_{Clock::now().time_since_epoch().count()};
-  std::atomic<Clock::rep> progress_{Clock::now().time_since_epoch().count()};  // last body byte
+  // The last byte from the peer, or the last change of phase: the connection has been silent
+  // since then. The body's bytes are what EvictForBody judges slowness by.
+  std::atomic<Clock::rep> progress_{Clock::now().time_since_epoch().count()};
 };
 
 void HttpsServer::Impl::Accept() {
@@ -514,19 +568,31 @@ bool HttpsServer::Impl::Evict(const std::function<bool(const Session&, const Ses
   return false;
 }
 
+// The connection cap's one rule of whom to shed (docs/webhook.md, "The HTTPS server"): never a
+// connection being handled (closing it would free nothing); one in its first moments only when
+// every other is too; then a speaking one (its handshake, or a prompt first request) only when
+// every other is too; among those left, the one silent longest. A client that speaks at once is
+// in its first moments, then speaking, until it has its answer: it is shed only when a burst
+// faster than the cap leaves nothing else, and no flood of handshakes can lock the others out
+// (they are shed among themselves).
+bool HttpsServer::Impl::ShedFirst(const Session& s, const Session* best, Clock::time_point now) {
+  if (s.phase() == Phase::kHandling) return false;
+  if (best == nullptr) return true;
+  if (s.fresh(now) != best->fresh(now)) return !s.fresh(now);
+  if (s.speaking(now) != best->speaking(now)) return !s.speaking(now);
+  return s.progress() < best->progress();
+}
+
 bool HttpsServer::Impl::EvictForConnection() {
-  return Evict([](const Session& s, const Session* best) {
-    if (s.phase() == Phase::kHandling) return false;
-    if (!best || s.phase() != best->phase()) return !best || s.phase() < best->phase();
-    return s.since() < best->since();
+  return Evict([now = Clock::now()](const Session& s, const Session* best) {
+    return ShedFirst(s, best, now);
   });
 }
 
 bool HttpsServer::Impl::EvictBeforeHandshake() {
-  return Evict([](const Session& s, const Session* best) {
-    if (s.phase() != Phase::kSilent && s.phase() != Phase::kHandshake) return false;
-    if (!best || s.phase() != best->phase()) return !best || s.phase() < best->phase();
-    return s.since() < best->since();
+  return Evict([now = Clock::now()](const Session& s, const Session* best) {
+    return (s.phase() == Phase::kSilent || s.phase() == Phase::kHandshake) &&
+           ShedFirst(s, best, now);
   });
 }
 

@@ -12,10 +12,11 @@
 //   answer until it is written. Large requests together hold at most a part of it, so small
 //   ones always have a reserve; when a request does not fit, an older slow body is evicted
 //   rather than the newcomer refused (beyond that: 503);
-// - a connection cap: a new connection evicts one (silent ones first, then idle, then the
-//   oldest slow one) and the evicted one leaves the count at once; accept pauses while nothing
-//   can be evicted; out of descriptors (EMFILE), a spare one is given up to accept and the
-//   oldest connection that has not finished its handshake is dropped;
+// - a connection cap: a new connection sheds the one silent longest, one in its first moments
+//   or speaking (its handshake, a prompt first request) only when every other is too, one being
+//   handled never; the shed one leaves the count at once; accept pauses while nothing can be
+//   shed; out of descriptors (EMFILE), a spare one is given up to accept and a connection that
+//   has not finished its handshake is shed by the same rule;
 // - an exception in a handler (bad_alloc included) ends that connection, not the process.
 //
 // HTTP subset: bodies by Content-Length only (Transfer-Encoding is refused with 411, as the API

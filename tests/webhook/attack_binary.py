@@ -9,7 +9,11 @@ gives containers) while a prober sends /healthz and a normal vGPU review every 0
 fresh connection: 90 % of probes within 1 s and of reviews within 2 s, none over 3 s / 5 s, and
 every review answered 200 (none turned away with 503).
 
-  attack_binary.py path/to/kvgpu-webhook path/to/pod-create.json
+Issue #50's burst (`conn-cap`, its own CTest test): 1,000 TLS connections opened in 5 s, each
+silent after its handshake, while the same prober runs; every probe and review must be answered
+200, with generous deadlines (KVGPU_BURST_ROUNDS bursts, default 1, against one process).
+
+  attack_binary.py path/to/kvgpu-webhook path/to/pod-create.json [conn-cap]
 """
 import copy
 import json
@@ -24,6 +28,8 @@ import threading
 import time
 
 WEBHOOK, REVIEW_FIXTURE = sys.argv[1], sys.argv[2]
+# "conn-cap": only issue #50's burst (its own CTest test); otherwise issues #15 and #26.
+ONLY = sys.argv[3] if len(sys.argv) > 3 else None
 RSS_LIMIT_KIB = 100 * 1024
 FRESH_LIMIT_S = 1.0
 failures = []
@@ -223,8 +229,9 @@ class Prober:
     """What kubelet and the API server do while an attack runs: every 0.5 s a fresh connection
     asks /healthz and another posts a normal vGPU review; the latencies and statuses are kept."""
 
-    def __init__(self, port):
+    def __init__(self, port, limits=(3.0, 5.0)):
         self.port, self.health, self.reviews = port, [], []
+        self.health_limit, self.review_limit = limits
         self.stopping = threading.Event()
         self.body = kata_review()
         self.thread = threading.Thread(target=self.run)
@@ -235,15 +242,30 @@ class Prober:
         try:
             with tls(self.port, limit) as conn:
                 status, _ = request(conn, method, path, body)
-        except (OSError, ConnectionError):
-            status = None
+        except (OSError, ConnectionError) as error:
+            status = type(error).__name__  # not 200: how it failed, for the report
         into.append((time.monotonic() - started, status))
 
     def run(self):
         while not self.stopping.wait(0.5):
             threading.Thread(target=self.timed,
-                             args=("GET", "/healthz", b"", self.health, 3.0)).start()
-            self.timed("POST", "/mutate", self.body, self.reviews, 5.0)
+                             args=("GET", "/healthz", b"", self.health, self.health_limit)).start()
+            self.timed("POST", "/mutate", self.body, self.reviews, self.review_limit)
+
+    def finish(self):
+        self.stopping.set()
+        self.thread.join(2 * self.review_limit)
+        time.sleep(self.health_limit + 0.2)  # the last /healthz thread answers or times out
+
+    def stop_every_answered(self, what):
+        """Issue #50: every probe and review answered 200, however slowly within the limits."""
+        self.finish()
+        for name, samples in [("/healthz", self.health), ("reviews", self.reviews)]:
+            times = sorted(t for t, _ in samples)
+            bad = [s for _, s in samples if s != 200]
+            check(len(samples) >= 4 and not bad,
+                  f"{what}: {len(samples)} {name} probes, every one answered 200 (not: {bad}); "
+                  f"slowest {times[-1] if times else 0:.2f} s")
 
     def stop(self, what):
         self.stopping.set()
@@ -513,12 +535,72 @@ def issue_26(workdir):
         webhook.stop()
 
 
+# --- issue #50 ----------------------------------------------------------------------------------
+
+def silent_tls_burst(port, count=1000, seconds=5.0, openers=4):
+    """1,000 TLS connections opened over 5 s, each handshake completed and then silent: four
+    times the 256 cap, so the server sheds all the while. Returns the connections whose
+    handshake completed (the server may have closed them since)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, count + 300)), hard))
+    conns, lock = [], threading.Lock()
+    started = time.monotonic()
+
+    def opener(first):
+        for i in range(first, count, openers):
+            wait = started + seconds * i / count - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                conn = tls(port, 10)
+            except OSError:
+                continue  # shed during its handshake: the attacker's loss, counted below
+            with lock:
+                conns.append(conn)
+    threads = [threading.Thread(target=opener, args=(k,)) for k in range(openers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return conns
+
+
+def issue_50(workdir, rounds):
+    """The conn-cap burst while kubelet's probes and the API server's reviews come every 0.5 s:
+    each must be answered, however the cap is shed (a probe cut off during or right after its
+    handshake is a failed liveness check). Deadlines are generous (10 s): the outcome is what is
+    asserted, on two shared cores."""
+    webhook = Webhook(workdir, nofile=1024)
+    try:
+        for round_ in range(1, rounds + 1):
+            what = f"1,000 silent TLS connections in 5 s, round {round_} of {rounds}"
+            prober = Prober(webhook.port, limits=(10.0, 10.0))
+            time.sleep(0.2)
+            conns = silent_tls_burst(webhook.port)
+            # A burst that never passed the cap would test nothing.
+            check(len(conns) > 2 * 256, f"{what}: {len(conns)} handshakes completed")
+            prober.stop_every_answered(what)
+            for conn in conns:
+                conn.close()
+            fresh(webhook.port, what, 5.0)
+            check(webhook.alive(), f"{what}: the webhook is alive")
+        peak = peak_rss_kib(webhook.process.pid)
+        check(peak < RSS_LIMIT_KIB, f"issue #50: peak RSS {peak // 1024} MiB < 100 MiB")
+        log = open(webhook.log.name).read()
+        check("Too many open files" not in log, "issue #50: accept never ran out of descriptors")
+    finally:
+        webhook.stop()
+
+
 def main():
     with tempfile.TemporaryDirectory() as workdir:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                         "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
                         "-keyout", f"{workdir}/tls.key", "-out", f"{workdir}/tls.crt",
                         "-subj", "/CN=localhost"], check=True, capture_output=True)
+        if ONLY == "conn-cap":
+            issue_50(workdir, int(os.environ.get("KVGPU_BURST_ROUNDS", "1")))
+            return report()
         webhook = Webhook(workdir)
         try:
             for name, attack in [("pipelining flood, answers never read", pipelining_flood),
@@ -572,6 +654,10 @@ def main():
         finally:
             webhook.stop()
         issue_26(workdir)
+    return report()
+
+
+def report():
     if failures:
         print(f"{len(failures)} failed")
         return 1

@@ -1,3 +1,3 @@
 module kvgpu/bench/gopeer
 
-go 1.19
+go 1.26
