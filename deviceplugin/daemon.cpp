@@ -486,6 +486,10 @@ Status Daemon::ServeDra() {
       *dra_.manager, *dra_.claims, *api,
       dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name), changed},
       std::move(metadata));
+  if (Status undone = dra_.plugin->RollBackUnfinished(); !undone.ok()) {
+    spdlog::warn("dra: {}; kubelet's retry or unprepare of that claim finishes the job",
+                 undone.message());
+  }
   dra_.server = std::make_unique<dra::KubeletDraServer>(*dra_.plugin, server);
   if (Status served = dra_.server->Start(); !served.ok()) return served;
   dra_.slices->Start();
