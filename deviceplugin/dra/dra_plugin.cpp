@@ -317,7 +317,8 @@ Status DraPlugin::RemoveVgpusOf(const PreparedClaim& claim) {
 // unprepare, the retry or the next start to remove.
 std::string DraPlugin::Undo(const PreparedClaim& claim, const std::string& why) {
   if (Status removed = RemoveVgpusOf(claim); !removed.ok()) {
-    return why + "; the claim's vGPUs made so far are kept until its unprepare or the next start (" +
+    return why +
+           "; the claim's vGPUs made so far are kept until its unprepare or the next start (" +
            removed.message() + ")";
   }
   if (Status gone = RemoveMetadata(claim.namespace_, claim.name, claim.uid); !gone.ok()) {

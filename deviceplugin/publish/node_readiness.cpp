@@ -11,8 +11,7 @@ namespace kvgpu::deviceplugin {
 
 namespace fs = std::filesystem;
 
-std::vector<std::pair<std::string, std::string>> NodePrerequisiteItems(
-    const FrontEndFacts& facts) {
+std::vector<std::pair<std::string, std::string>> NodePrerequisiteItems(const FrontEndFacts& facts) {
   std::vector<std::pair<std::string, std::string>> items = {
       {kWholeNode, "kvm"}, {kWholeNode, "vhost-vsock"}, {kWholeNode, "iommu"}};
   if (facts.device_plugin_offers) items.emplace_back(kDevicePluginFrontEnd, "vgpu");
@@ -29,22 +28,25 @@ std::vector<MissingPrerequisite> CheckNodeReadiness(const fs::path& root,
   std::vector<MissingPrerequisite> missing;
   std::error_code ec;
   if (!fs::exists(root / "dev" / "kvm", ec)) {
-    missing.push_back({kWholeNode, "kvm", (root / "dev" / "kvm").string() +
-                                  " is missing: load kvm_intel or kvm_amd and turn virtualisation "
-                                  "on in the firmware (Kata runs each pod in a KVM VM)"});
+    missing.push_back({kWholeNode, "kvm",
+                       (root / "dev" / "kvm").string() +
+                           " is missing: load kvm_intel or kvm_amd and turn virtualisation "
+                           "on in the firmware (Kata runs each pod in a KVM VM)"});
   }
   if (!fs::exists(root / "dev" / "vhost-vsock", ec)) {
-    missing.push_back({kWholeNode, "vhost-vsock", (root / "dev" / "vhost-vsock").string() +
-                                          " is missing: load the vhost_vsock module (the Kata "
-                                          "agent in the VM is reached over vsock)"});
+    missing.push_back({kWholeNode, "vhost-vsock",
+                       (root / "dev" / "vhost-vsock").string() +
+                           " is missing: load the vhost_vsock module (the Kata "
+                           "agent in the VM is reached over vsock)"});
   }
   const fs::path groups = root / "sys" / "kernel" / "iommu_groups";
   bool any_group = fs::is_directory(groups, ec) && !fs::is_empty(groups, ec) && !ec;
   if (!any_group) {
-    missing.push_back({kWholeNode, "iommu", groups.string() +
-                                    " is empty: turn the IOMMU on (intel_iommu=on or amd_iommu=on "
-                                    "on the kernel command line, VT-d/AMD-Vi in the firmware); "
-                                    "VFIO cannot hand a vGPU to a VM without it"});
+    missing.push_back({kWholeNode, "iommu",
+                       groups.string() +
+                           " is empty: turn the IOMMU on (intel_iommu=on or amd_iommu=on "
+                           "on the kernel command line, VT-d/AMD-Vi in the firmware); "
+                           "VFIO cannot hand a vGPU to a VM without it"});
   }
   if (facts.device_plugin_offers && !*facts.device_plugin_offers) {
     missing.push_back({kDevicePluginFrontEnd, "vgpu",
@@ -161,8 +163,8 @@ bool NodeReadinessReporter::Update(const std::vector<MissingPrerequisite>& missi
     spdlog::info("node ready for vGPU pods ({})", states);
     if (!first && events_ != nullptr && !node_.empty()) {
       (void)events_->Record(kube::ObjectRef::Node(node_), kube::EventType::kNormal,
-                            "NodeReadyForVgpu", "the node has what vGPU pods need again (" + states +
-                                                    ")");
+                            "NodeReadyForVgpu",
+                            "the node has what vGPU pods need again (" + states + ")");
     }
     return true;
   }

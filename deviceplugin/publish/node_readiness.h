@@ -30,8 +30,8 @@ inline constexpr const char* kDraFrontEnd = "dra";
 
 struct MissingPrerequisite {
   std::string frontend;  // kWholeNode, kDevicePluginFrontEnd or kDraFrontEnd
-  std::string item;      // stable, a metric label: kvm, vhost-vsock, iommu, vgpu, registration, slices
-  std::string reason;    // what is missing and what to do about it
+  std::string item;  // stable, a metric label: kvm, vhost-vsock, iommu, vgpu, registration, slices
+  std::string reason;  // what is missing and what to do about it
 
   bool operator==(const MissingPrerequisite&) const = default;
 };

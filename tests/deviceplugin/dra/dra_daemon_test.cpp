@@ -194,8 +194,8 @@ TEST_F(DraReadinessTest, ADraPluginNotRegisteredIsNotReadyWithTheReason) {
       << Metrics();
   EXPECT_TRUE(Shows("\nkvgpu_node_ready 0"));
   EXPECT_TRUE(Shows("kvgpu_frontend_ready{frontend=\"dra\"} 0"));
-  ASSERT_TRUE(kvgpu::testing::Eventually(
-      [&] { return !NodeEvents("NodeNotReadyForVgpu").empty(); }, std::chrono::seconds(30)));
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] { return !NodeEvents("NodeNotReadyForVgpu").empty(); },
+                                         std::chrono::seconds(30)));
   const std::string warning = NodeEvents("NodeNotReadyForVgpu").front();
   EXPECT_NE(warning.find("dra not ready"), std::string::npos) << warning;
   EXPECT_NE(warning.find("kubelet has not registered the DRA plugin vgpu.tencent.com"),
@@ -209,10 +209,9 @@ TEST_F(DraReadinessTest, ADraPluginNotRegisteredIsNotReadyWithTheReason) {
   ASSERT_TRUE(kvgpu::testing::Eventually([&] { return Shows("\nkvgpu_node_ready 1"); },
                                          std::chrono::seconds(30)))
       << Metrics();
-  EXPECT_TRUE(
-      Shows("kvgpu_node_prerequisite_missing{frontend=\"dra\",item=\"registration\"} 0"));
-  ASSERT_TRUE(kvgpu::testing::Eventually(
-      [&] { return !NodeEvents("NodeReadyForVgpu").empty(); }, std::chrono::seconds(30)));
+  EXPECT_TRUE(Shows("kvgpu_node_prerequisite_missing{frontend=\"dra\",item=\"registration\"} 0"));
+  ASSERT_TRUE(kvgpu::testing::Eventually([&] { return !NodeEvents("NodeReadyForVgpu").empty(); },
+                                         std::chrono::seconds(30)));
 }
 
 }  // namespace

@@ -35,7 +35,9 @@ std::vector<std::string> Items(const std::vector<MissingPrerequisite>& missing) 
   return items;
 }
 
-FrontEndFacts DevicePluginOnly(bool offers) { return {offers, std::nullopt}; }
+FrontEndFacts DevicePluginOnly(bool offers) {
+  return {offers, std::nullopt};
+}
 
 DraFacts ServingDra() {
   DraFacts dra;
@@ -194,14 +196,17 @@ TEST(NodeReadinessReporterTest, TellsOfEachChangeOnceWithAnEventOnTheNode) {
   EXPECT_EQ(recorder.events[0].reason, "NodeNotReadyForVgpu");
   EXPECT_NE(recorder.events[0].message.find("/dev/kvm is missing"), std::string::npos);
   EXPECT_NE(text().find("\nkvgpu_node_ready 0"), std::string::npos);
-  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"kvm\"} 1"), std::string::npos);
-  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"iommu\"} 0"), std::string::npos);
+  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"kvm\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"iommu\"} 0"),
+            std::string::npos);
 
   EXPECT_TRUE(reporter.Update({}));
   ASSERT_EQ(recorder.events.size(), 2u);
   EXPECT_EQ(recorder.events[1].type, kube::EventType::kNormal);
   EXPECT_EQ(recorder.events[1].reason, "NodeReadyForVgpu");
-  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"kvm\"} 0"), std::string::npos);
+  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"kvm\"} 0"),
+            std::string::npos);
 }
 
 TEST(NodeReadinessReporterTest, WithoutAnApiServerOrNodeNameItStillLogsAndCounts) {
@@ -225,14 +230,17 @@ TEST(NodeReadinessReporterTest, SaysWhichFrontEndIsNotReady) {
   EXPECT_NE(text().find("\nkvgpu_node_ready 0"), std::string::npos);
   EXPECT_NE(text().find("kvgpu_frontend_ready{frontend=\"dra\"} 0"), std::string::npos);
   EXPECT_NE(text().find("kvgpu_frontend_ready{frontend=\"device-plugin\"} 1"), std::string::npos);
-  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"dra\",item=\"registration\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text().find("kvgpu_node_prerequisite_missing{frontend=\"dra\",item=\"registration\"} 1"),
+      std::string::npos)
       << text();
-  EXPECT_NE(text().find("kvgpu_node_prerequisite_missing{frontend=\"device-plugin\",item=\"vgpu\"} 0"),
-            std::string::npos);
+  EXPECT_NE(
+      text().find("kvgpu_node_prerequisite_missing{frontend=\"device-plugin\",item=\"vgpu\"} 0"),
+      std::string::npos);
   ASSERT_EQ(recorder.events.size(), 1u);
   EXPECT_EQ(recorder.events[0].reason, "NodeNotReadyForVgpu");
-  EXPECT_NE(recorder.events[0].message.find("device-plugin ready, dra not ready"), std::string::npos)
+  EXPECT_NE(recorder.events[0].message.find("device-plugin ready, dra not ready"),
+            std::string::npos)
       << recorder.events[0].message;
   EXPECT_NE(recorder.events[0].message.find("dra: registration (kubelet has not registered it)"),
             std::string::npos)
