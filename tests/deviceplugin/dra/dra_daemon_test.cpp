@@ -164,7 +164,8 @@ TEST_F(DraReadinessTest, ANodeWithAllGpusOnDraIsReadyAndTheAlertStaysQuiet) {
       << Metrics();
   const std::string metrics = Metrics();
   EXPECT_NE(metrics.find("\nkvgpu_node_ready 1"), std::string::npos) << metrics;
-  EXPECT_EQ(metrics.find("device-plugin"), std::string::npos) << "no device plugin front end here";
+  EXPECT_EQ(metrics.find("frontend=\"device-plugin\""), std::string::npos)
+      << "no device plugin front end here";
   for (const char* item : {"kvm", "vhost-vsock", "iommu"}) {
     EXPECT_NE(metrics.find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"" +
                            std::string(item) + "\"} 0"),

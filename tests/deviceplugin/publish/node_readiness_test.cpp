@@ -259,7 +259,7 @@ TEST(NodeReadinessReporterTest, AnAllDraNodeHasNoDevicePluginSeries) {
   NodeReadinessReporter reporter(registry, nullptr, "gpu-7", {std::nullopt, ServingDra()});
   EXPECT_TRUE(reporter.Update({}));
   const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
-  EXPECT_EQ(text.find("device-plugin"), std::string::npos) << text;
+  EXPECT_EQ(text.find("frontend=\"device-plugin\""), std::string::npos) << text;
   EXPECT_NE(text.find("kvgpu_frontend_ready{frontend=\"dra\"} 1"), std::string::npos);
   EXPECT_EQ(text.find("kvgpu_node_prerequisite_missing{frontend=\"dra\",item=\"vgpu\"} 1"),
             std::string::npos);
