@@ -24,8 +24,8 @@
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/dra_test_kubelet.h"
 #include "kube/api_client.h"
-#include "tests/deviceplugin/dra/dra_test_kubelet.h"
 #include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
