@@ -208,8 +208,9 @@ void NodeDemo::SwitchToDra() {
   Say("One pool, " + std::to_string(pools[0].devices.size()) +
       " devices: per type the same room as in a) (" + std::to_string(published[kType]) +
       " of type " + kType +
-      "). Each device consumes its GPU's counters, so\nthe scheduler cannot promise "
-      "two types on one time-sliced T4.");
+      ").\nEach device consumes its GPU's framebuffer counter, so no allocation promises more\n"
+      "than a GPU holds; that a time-sliced T4 takes one type at a time, the daemon confirms\n"
+      "per allocation (binding condition OccupancyConfirmed, next step).");
 }
 
 void NodeDemo::AllocateClaim() {
@@ -315,10 +316,10 @@ void NodeDemo::PrepareClaim() {
         answer.error);
   const auto& device = answer.devices.front();
   std::string ids;
-  for (const auto& id : device.cdi_device_ids) ids += "\n      " + id;
-  Say("NodePrepareResources(" + std::string(kNamespace) + "/" + kClaim + ") answered: request " +
+  for (const auto& id : device.cdi_device_ids) ids += " " + id;
+  Say("NodePrepareResources(" + std::string(kNamespace) + "/" + kClaim + ") answered:\n  request " +
       (device.request_names.empty() ? "" : device.request_names[0]) + ", pool " + device.pool +
-      ", device " + device.device + ", CDI ids" + ids);
+      ", device " + device.device + "\n  CDI ids" + ids);
   Check(device.device == dra_device_ && device.cdi_device_ids.size() == 2,
         "the allocated device with two CDI ids (the vGPU, its metadata)", device.device);
 
