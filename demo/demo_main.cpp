@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kvgpu-demo: a simulated node with two NVIDIA T4 GPUs (kvgpu-sim) running the real\n"
       "kvgpu-device-plugin and kvgpu-webhook, with a Kata pod asking for a vGPU from admission to\n"
-      "deletion, then kvgpu-validator validating the node. Needs /dev/fuse and root (or "
+      "deletion, then kvgpu-validator validating the node, then the node moved to DRA and a\n"
+      "ResourceClaim from allocation to NodeUnprepareResources. Needs /dev/fuse and root (or "
       "fusermount3)."};
   bool tour = false;
   std::string profile_name = "t4x2";

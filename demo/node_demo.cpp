@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "demo/narration.h"
 #include "demo/pod_view.h"
 #include "demo/validator_step.h"
 #include "kube/node.h"
@@ -22,12 +23,7 @@ using testing::NodeResource;
 
 namespace {
 
-constexpr const char* kNode = "demo-node";
-constexpr const char* kNamespace = "default";
 constexpr const char* kPod = "cuda-vectoradd";
-// T4-1Q: 16 per T4, so 32 on the node; every other type is withdrawn from a GPU it locks.
-constexpr const char* kType = "nvidia-230";
-constexpr int kPerGpu = 16;
 constexpr size_t kResources = 12;  // the T4's types
 
 // The plugin with its pod lifecycle on, removing a pod's vGPU as soon as the pod is gone. The
@@ -40,28 +36,6 @@ constexpr const char* kPluginConfig =
     "lifecycle:\n"
     "  gracePeriod: 0s\n"
     "  pollInterval: 200ms\n";
-
-struct CheckFailed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void Check(bool ok, const std::string& expected, const std::string& actual = "") {
-  if (ok) return;
-  throw CheckFailed("expected " + expected + (actual.empty() ? "" : "\n  but got: " + actual));
-}
-
-void Step(const std::string& title) {
-  std::cout << "\n=== " << title << " ===\n";
-}
-
-void Say(const std::string& text) {
-  std::cout << text << "\n";
-}
-
-void Indented(const std::string& text) {
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) std::cout << "    " << line << "\n";
-}
 
 const NodeResource* Find(const std::vector<NodeResource>& resources, const std::string& name) {
   for (const auto& r : resources) {
@@ -382,6 +356,10 @@ int NodeDemo::Run() {
     AllocatePod();
     DeletePod();
     ValidateNode();
+    SwitchToDra();
+    AllocateClaim();
+    PrepareClaim();
+    UnprepareClaim();
   } catch (const std::exception& failed) {
     if (interrupted_) {
       Teardown();

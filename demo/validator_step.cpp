@@ -24,6 +24,11 @@ using namespace std::chrono_literals;
 void PublishNode(testing::FakeNode& node, const std::string& name) {
   nlohmann::json object = node.api().node(name);
   object["metadata"]["name"] = name;
+  // kube-apiserver gives every Node a uid; the DRA act's ResourceSlices name their Node owner by
+  // it, and the daemon publishes none without it.
+  if (!object["metadata"].contains("uid")) {
+    object["metadata"]["uid"] = "6b0e5c8a-1d2f-4e3a-9b7c-5d4e3f2a1b0c";
+  }
   object["metadata"]["labels"]["kata-vgpu.io/vgpu-mode"] = "mdev";
   nlohmann::json allocatable = {{"cpu", "8"}};
   for (const auto& resource : node.Resources()) {

@@ -226,9 +226,13 @@ Status Daemon::StartManager(StateStore& store) {
     spdlog::info("resource offered name={} devices={}", resource,
                  manager_->Devices(resource).size());
   }
+  // The device plugin front end runs where DRA does not take every GPU it sees; a node whose
+  // GPUs all serve DRA is not judged by the device plugin's (empty) resources.
+  const DraConfig& dra = options_.config.dra;
+  dp_runs_ = !dra.enabled() || (!dra.all_gpus && !manager_->Inventory().parents.empty());
   // Before the first server: a node that is not ready never shows kubelet a device.
   readiness_ = std::make_unique<NodeReadinessReporter>(metrics_.registry(), events_for_lifecycle_,
-                                                       options_.args.node_name);
+                                                       options_.args.node_name, FrontEnds());
   CheckReadiness();
   return Status::Ok();
 }
@@ -449,6 +453,7 @@ Status Daemon::ServeDra() {
                                  .min_interval = options_.dra_slice_interval,
                                  .compatibility_groups = dra.compatibility_groups},
       [this](bool ok, bool wrote) {
+        dra_published_ = ok;
         metrics_.OnDraSlices(ok, wrote, ok && wrote ? dra_.slices->generation() : 0,
                              dra_.slices->compatibility_groups());
       });
@@ -485,6 +490,11 @@ Status Daemon::ServeDra() {
       *dra_.manager, *dra_.claims, *api,
       dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name), changed},
       std::move(metadata));
+  if (Status undone = dra_.plugin->RollBackUnfinished(); !undone.ok()) {
+    spdlog::warn("dra: {}; kubelet's retry or unprepare of that claim finishes the job",
+                 undone.message());
+  }
+  dra_started_ = Clock::now();
   dra_.server = std::make_unique<dra::KubeletDraServer>(*dra_.plugin, server);
   if (Status served = dra_.server->Start(); !served.ok()) return served;
   dra_.slices->Start();
@@ -611,14 +621,37 @@ void Daemon::ReportBackend() {
   }
 }
 
+FrontEndFacts Daemon::FrontEnds() const {
+  FrontEndFacts facts;
+  if (dp_runs_) facts.device_plugin_offers = !manager_->Resources().empty();
+  const DraConfig& dra = options_.config.dra;
+  if (!dra.enabled()) return facts;
+  DraFacts& d = facts.dra.emplace();
+  d.driver = dra.driver_name;
+  if (!dra_.manager || !dra_.server) {  // not started yet: nothing to judge
+    d.offers_vgpus = true;
+    d.settling = true;
+    return facts;
+  }
+  d.offers_vgpus = !dra_.manager->Resources().empty();
+  d.settling = Clock::now() < dra_started_ + options_.dra_settle;
+  if (std::optional<dra::RegistrationReport> report = dra_.server->LastReport()) {
+    d.registered = report->registered;
+    d.registration_error = report->error;
+  }
+  d.registration_socket =
+      dra::DraRegistrationSocket({options_.args.kubelet_dir, dra.driver_name}).string();
+  d.published = dra_published_.load();
+  return facts;
+}
+
 void Daemon::CheckReadiness() {
   next_readiness_ = Clock::now() + options_.readiness_interval;
   bool ready = true;
   if (!options_.args.node_readiness_check) {
     readiness_->Disabled();
   } else {
-    ready = readiness_->Update(
-        CheckNodeReadiness(options_.args.sysfs_root, !manager_->Resources().empty()));
+    ready = readiness_->Update(CheckNodeReadiness(options_.args.sysfs_root, FrontEnds()));
   }
   if (ready_.exchange(ready) == ready) return;
   if (registrar_) registrar_->SetWithheld(!ready);

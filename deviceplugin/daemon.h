@@ -76,6 +76,9 @@ struct DaemonOptions {
   // How often the node's readiness for vGPU pods is checked again (also after every rescan);
   // a fixed node starts advertising within this.
   std::chrono::milliseconds readiness_interval{std::chrono::seconds(30)};
+  // The DRA front end's registration with kubelet and its first ResourceSlices are awaited this
+  // long after it starts before their absence makes it not ready (a start is not a failure).
+  std::chrono::milliseconds dra_settle{std::chrono::seconds(30)};
   // The DRA ResourceSlices are written at most once per this (slice_publisher.h).
   std::chrono::milliseconds dra_slice_interval{std::chrono::seconds(1)};
 };
@@ -108,6 +111,8 @@ class Daemon {
   void WakeRescan();
   // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
   void CheckReadiness();
+  // Which front ends run and what each shows now (node_readiness.h).
+  FrontEndFacts FrontEnds() const;
   void ReportBackend();
   // Start's steps, in order.
   Status Discover();
@@ -151,6 +156,9 @@ class Daemon {
   std::unique_ptr<NodeReadinessReporter> readiness_;
   std::unique_ptr<StatePublisher> publisher_;
   std::atomic<bool> ready_{true};  // written by the loop (and Start)
+  bool dp_runs_ = true;            // the device plugin front end runs (set at start)
+  std::chrono::steady_clock::time_point dra_started_{};
+  std::atomic<bool> dra_published_{false};  // the slice publisher's last pass succeeded
   std::chrono::steady_clock::time_point next_readiness_{};
   DirWatcher watcher_;
 

@@ -255,7 +255,9 @@ Status DeviceMetadataFiles::Remove(const std::string& namespace_, const std::str
   if (!keep_dir && SafeClaimDir(namespace_, name)) {
     const std::filesystem::path claim_dir = ClaimDir(namespace_, name);
     std::filesystem::remove_all(claim_dir, ec);
-    if (ec && ec != std::errc::no_such_file_or_directory) {
+    // ENOTDIR: something that is not a directory stands where the metadata directory goes, so no
+    // file of the claim can exist under it.
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory) {
       return Status::Error(ErrorCode::kIo, "remove " + claim_dir.string() + ": " + ec.message());
     }
   }

@@ -93,8 +93,8 @@ Result<nlohmann::json> ReadClaim(kube::ApiTransport& api, const ClaimRef& ref) {
 
 // A published device is "a vGPU of type T on GPU G" (device_name.h): its name is matched against
 // the (GPU, type) pairs the model offers, and any free model device of that pair (the GPU itself,
-// or any of its VFs) makes it. A claim already recorded keeps the model devices recorded for it,
-// so a retry after a crash finds the vGPUs it made.
+// or any of its VFs) makes it. A claim already recorded (a failed prepare whose vGPUs could not all
+// be removed) keeps the model devices recorded for it, so its retry takes those vGPUs back.
 Result<std::vector<PreparedDevice>> DraPlugin::Resolve(
     const ClaimRef& ref, const std::vector<AllocatedDevice>& allocated) const {
   std::optional<PreparedClaim> earlier = store_.Find(ref.uid);
@@ -212,7 +212,8 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
   }
   Result<std::vector<PreparedDevice>> prepared =
       PrepareLocked(ref, std::move(resolved).value(), metadata);
-  // Even a failed prepare may have made some vGPUs (kept for the retry).
+  // A failed prepare made and removed vGPUs (or kept some it could not remove): the GPUs' room
+  // changed either way.
   if (options_.on_change) options_.on_change();
   if (!prepared.ok()) {
     spdlog::warn("dra prepare claim={} pool={} failed: {}", ClaimName(ref), options_.pool,
@@ -248,15 +249,23 @@ Result<std::vector<PreparedDevice>> DraPlugin::PrepareLocked(
     return Status::Error(saved.code(), "checkpoint not written: " + saved.message());
   }
   Failpoint("dra.prepare.after-checkpoint");
+  Result<std::vector<PreparedDevice>> made = MakeVgpus(claim, metadata);
+  if (!made.ok()) return Status::Error(made.status().code(), Undo(claim, made.status().message()));
+  return made;
+}
+
+Result<std::vector<PreparedDevice>> DraPlugin::MakeVgpus(
+    PreparedClaim claim, const std::optional<MetadataClaim>& metadata) {
+  std::vector<PreparedDevice> devices = claim.devices;
 
   std::map<std::string, std::vector<size_t>> by_resource;
   for (size_t i = 0; i < devices.size(); ++i) by_resource[devices[i].resource].push_back(i);
   for (const auto& [resource, indexes] : by_resource) {
     std::vector<std::string> ids;
     for (size_t i : indexes) ids.push_back(devices[i].device_id);
+    // Each resource's Allocate is all or nothing; what earlier resources made is undone by the
+    // caller.
     Result<std::vector<ContainerAllocation>> made = manager_.Allocate(resource, {ids});
-    // What was made before a failure stays recorded under this claim: a retry hands it back, an
-    // unprepare removes it.
     if (!made.ok()) return made.status();
     const ContainerAllocation& answer = made.value().at(0);
     for (size_t v = 0; v < answer.vgpus.size(); ++v) {
@@ -269,9 +278,9 @@ Result<std::vector<PreparedDevice>> DraPlugin::PrepareLocked(
         }
       }
     }
+    Failpoint("dra.prepare.after-resource");
   }
   Failpoint("dra.prepare.after-create");
-  // The vGPUs stay recorded under the claim when this fails, as after any failure above.
   if (metadata) {
     if (Status written = WriteMetadata(*metadata, devices); !written.ok()) {
       return Status::Error(written.code(), "vGPUs made, " + written.message());
@@ -284,6 +293,67 @@ Result<std::vector<PreparedDevice>> DraPlugin::PrepareLocked(
     return Status::Error(saved.code(), "vGPUs made, checkpoint not updated: " + saved.message());
   }
   return devices;
+}
+
+// The record, not the claim, names the vGPU: a crash between the create and the claim's update
+// leaves the claim without the vGPU's id.
+Status DraPlugin::RemoveVgpusOf(const PreparedClaim& claim) {
+  LifecycleSnapshot snapshot = manager_.Snapshot();
+  for (const PreparedDevice& d : claim.devices) {
+    for (const CreatedVgpu& record : snapshot.records) {
+      if (record.device_id != d.device_id) continue;
+      Status removed = manager_.RemoveVgpu(d.device_id, record.vgpu_id, Remover::kLifecycle);
+      if (!removed.ok() && removed.code() != ErrorCode::kGone) {
+        return Status::Error(removed.code(), "vGPU " + record.vgpu_id + " of device " + d.device +
+                                                 " not removed: " + removed.message());
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// kubelet was never told of these vGPUs, so no container can use them: removing them all keeps a
+// claim whole or absent. What cannot be removed stays recorded under the unprepared claim, for the
+// unprepare, the retry or the next start to remove.
+std::string DraPlugin::Undo(const PreparedClaim& claim, const std::string& why) {
+  if (Status removed = RemoveVgpusOf(claim); !removed.ok()) {
+    return why +
+           "; the claim's vGPUs made so far are kept until its unprepare or the next start (" +
+           removed.message() + ")";
+  }
+  if (Status gone = RemoveMetadata(claim.namespace_, claim.name, claim.uid); !gone.ok()) {
+    return why + "; its vGPUs removed, device metadata not removed: " + gone.message();
+  }
+  if (Status erased = store_.Erase(claim.uid); !erased.ok()) {
+    return why + "; its vGPUs removed, checkpoint not updated: " + erased.message();
+  }
+  return why + "; nothing of the claim was kept";
+}
+
+Status DraPlugin::RollBackUnfinished() {
+  std::lock_guard lock(mutex_);
+  Status first = Status::Ok();
+  bool changed = false;
+  for (const PreparedClaim& claim : store_.All()) {
+    if (claim.prepared) continue;
+    const std::string name = ClaimName({claim.namespace_, claim.uid, claim.name});
+    changed = true;
+    Status undone = RemoveVgpusOf(claim);
+    if (undone.ok()) undone = RemoveMetadata(claim.namespace_, claim.name, claim.uid);
+    if (undone.ok()) undone = store_.Erase(claim.uid);
+    if (!undone.ok()) {
+      if (first.ok()) {
+        first = Status::Error(undone.code(), "claim " + name +
+                                                 " left half prepared by the last run, not "
+                                                 "undone: " +
+                                                 undone.message());
+      }
+      continue;
+    }
+    spdlog::info("dra claim={} left half prepared by the last run: its vGPUs removed", name);
+  }
+  if (changed && options_.on_change) options_.on_change();
+  return first;
 }
 
 std::string DraPlugin::Unprepare(const ClaimRef& ref) {
@@ -300,19 +370,7 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
     }
     return "";
   }
-  // The model's record, not the claim's, says which vGPU a device ID has: a crash between the
-  // create and the claim's update leaves the claim without the vGPU's id.
-  LifecycleSnapshot snapshot = manager_.Snapshot();
-  for (const PreparedDevice& d : claim->devices) {
-    for (const CreatedVgpu& record : snapshot.records) {
-      if (record.device_id != d.device_id) continue;
-      Status removed = manager_.RemoveVgpu(d.device_id, record.vgpu_id, Remover::kLifecycle);
-      if (!removed.ok() && removed.code() != ErrorCode::kGone) {
-        return "vGPU " + record.vgpu_id + " of device " + d.device +
-               " not removed: " + removed.message();
-      }
-    }
-  }
+  if (Status removed = RemoveVgpusOf(*claim); !removed.ok()) return removed.message();
   Failpoint("dra.unprepare.after-remove");
   if (Status gone = RemoveMetadata(claim->namespace_, claim->name, claim->uid); !gone.ok()) {
     return "vGPUs removed, device metadata not removed: " + gone.message();

@@ -6,9 +6,12 @@
 // (claim_reader.h), each DRA name (device_name.h) resolved to a free model device of its GPU and
 // type, the claim recorded (prepared_store.h) and only then each vGPU created through the model's
 // Allocate, which also writes the CDI spec; the claim is then marked prepared with its CDI device
-// IDs. A claim already prepared is answered from the record, without the API server. Unprepare
-// removes the vGPUs recorded for the claim, then forgets it; an unknown claim is already
-// unprepared.
+// IDs. All or nothing per claim: a prepare that fails after its first create removes what it made
+// and forgets the claim before it answers, and a claim a killed daemon left unprepared in the
+// record is undone the same way at the next start (RollBackUnfinished), so kubelet never finds
+// part of a claim on the node. A claim already prepared is answered from the record, without the
+// API server. Unprepare removes the vGPUs recorded for the claim, then forgets it; an unknown
+// claim is already unprepared.
 //
 // Device metadata (device_metadata.h, KEP-5304): with it on, a prepare writes a metadata file and
 // its bind-mount CDI spec per request once the vGPUs exist, and answers the spec's CDI device ID
@@ -63,6 +66,11 @@ class DraPlugin {
             DraPluginOptions options, DeviceMetadataOptions metadata = {});
 
   PrepareAnswer Prepare(const ClaimRef& ref);
+  // Undoes every claim the record holds as not prepared (a daemon killed mid-prepare): its vGPUs
+  // and metadata removed, the claim forgotten. Before serving kubelet. A claim that cannot be
+  // undone (the backend away) stays recorded, so its retry or unprepare finishes the job; the
+  // first such error is returned, the other claims are undone all the same.
+  Status RollBackUnfinished();
   // Empty when the claim's vGPUs are gone and the claim forgotten.
   std::string Unprepare(const ClaimRef& ref);
 
@@ -76,6 +84,13 @@ class DraPlugin {
   Result<std::vector<PreparedDevice>> PrepareLocked(const ClaimRef& ref,
                                                     std::vector<PreparedDevice> devices,
                                                     const std::optional<MetadataClaim>& metadata);
+  // The vGPUs, metadata and the prepared record of a claim already recorded as not prepared.
+  Result<std::vector<PreparedDevice>> MakeVgpus(PreparedClaim claim,
+                                                const std::optional<MetadataClaim>& metadata);
+  // The vGPUs the model's record holds for the claim's device IDs removed.
+  Status RemoveVgpusOf(const PreparedClaim& claim);
+  // A failed prepare undone (vGPUs, metadata, record); returns `why` with what was kept, if any.
+  std::string Undo(const PreparedClaim& claim, const std::string& why);
   // The metadata of `devices` (their published attributes and vGPUs) written; each request's CDI
   // device ID added to its first device.
   Status WriteMetadata(const MetadataClaim& claim, std::vector<PreparedDevice>& devices);

@@ -11,7 +11,9 @@
 namespace kvgpu::deviceplugin {
 
 // Points: allocate.after-record, allocate.after-create, allocate.before-reply,
-// remove.before-write, remove.after-write.
+// remove.before-write, remove.after-write; DRA's dra.prepare.after-checkpoint,
+// dra.prepare.after-resource (after each resource's vGPUs of a claim), dra.prepare.after-create,
+// dra.unprepare.after-remove.
 void Failpoint(std::string_view name);
 
 }  // namespace kvgpu::deviceplugin

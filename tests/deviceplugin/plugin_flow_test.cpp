@@ -80,9 +80,11 @@ TEST_F(PluginFlowTest, ANodeWithoutVsockAdvertisesNothingUntilItIsThereWithinThe
   EXPECT_EQ(Healthy(kubelet_.Devices(k222)), 0u);
   std::string metrics = daemon_->metrics().Render();
   EXPECT_NE(metrics.find("\nkvgpu_node_ready 0"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("kvgpu_node_prerequisite_missing{item=\"vhost-vsock\"} 1"),
+  EXPECT_NE(
+      metrics.find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"vhost-vsock\"} 1"),
+      std::string::npos);
+  EXPECT_NE(metrics.find("kvgpu_node_prerequisite_missing{frontend=\"node\",item=\"kvm\"} 0"),
             std::string::npos);
-  EXPECT_NE(metrics.find("kvgpu_node_prerequisite_missing{item=\"kvm\"} 0"), std::string::npos);
 
   std::ofstream(vsock).put('\n');
   const auto fixed = std::chrono::steady_clock::now();

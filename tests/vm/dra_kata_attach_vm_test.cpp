@@ -13,9 +13,9 @@
 #include <regex>
 
 #include "deviceplugin/dra/device_name.h"
+#include "fakes/kubelet/dra_test_kubelet.h"
 #include "mdev/sysfs_backend.h"
 #include "mdev/sysfs_io.h"
-#include "tests/deviceplugin/dra/dra_test_kubelet.h"
 #include "tests/deviceplugin/dra/dra_test_stack.h"
 #include "tests/vm/lab_support.h"
 #include "tests/vm/qemu_qmp.h"

@@ -31,11 +31,11 @@
 #include "fakes/dra_allocator/allocator.h"
 #include "fakes/dra_allocator/claim_api.h"
 #include "fakes/dra_allocator/scheduler.h"
+#include "fakes/kubelet/dra_test_kubelet.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/fake_podresources.h"
 #include "scheduling/gpu_fit.h"
 #include "tests/deviceplugin/daemon_builders.h"
-#include "tests/deviceplugin/dra/dra_test_kubelet.h"
 
 namespace kvgpu::testing {
 namespace {

@@ -1,6 +1,8 @@
 // kill -9 at every step of prepare and unprepare (failpoint.h), then a daemon restart: the claim
-// checkpoint and the model's record together let the re-sent call finish the job, and nothing is
-// leaked or wrongly removed (a foreign vGPU on the same GPU survives every run).
+// checkpoint and the model's record together let the restart undo a claim killed mid-prepare (all
+// or nothing per claim: nothing of it is left before kubelet calls again) and the re-sent call
+// finish an unprepare, and nothing is leaked or wrongly removed (a foreign vGPU on the same GPU
+// survives every run).
 //
 // The kernel is kvgpu-sim over FUSE, so the vGPUs a killed process made outlive it. The killed
 // process is a gtest death-test child (re-executed, "threadsafe" style) that finds the mount and
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include "fakes/cluster/sim_mount.h"
 #include "fakes/common/temp_dir.h"
@@ -22,7 +25,9 @@ namespace {
 
 constexpr const char* kDirEnv = "KVGPU_DRA_CRASH_DIR";
 constexpr const char* kGpu0 = "0000:3b:00.0";
+constexpr const char* kGpu1 = "0000:af:00.0";
 constexpr const char* kType = "nvidia-222";
+constexpr const char* kOtherType = "nvidia-223";
 
 // The API server's answer for the one claim of these tests; nothing else is asked.
 class OneClaim : public kube::ApiTransport {
@@ -52,7 +57,14 @@ class OneClaim : public kube::ApiTransport {
 
 const deviceplugin::dra::ClaimRef kClaim{"ns", "uid-1", "c1"};
 
-nlohmann::json TheClaim() {
+// Two vGPUs of one type on GPU 0 (one Allocate), or of two types on GPU 0 and GPU 1 (two
+// Allocates, so a kill can fall between the two creates).
+nlohmann::json TheClaim(bool two_types) {
+  if (two_types) {
+    return MakeAllocatedClaim("ns", "c1", "uid-1",
+                              {{"a", kDraDriver, kDraNode, DraName(kGpu0, kType, 0)},
+                               {"b", kDraDriver, kDraNode, DraName(kGpu1, kOtherType, 0)}});
+  }
   return MakeAllocatedClaim("ns", "c1", "uid-1",
                             {{"a", kDraDriver, kDraNode, DraName(kGpu0, kType, 0)},
                              {"b", kDraDriver, kDraNode, DraName(kGpu0, kType, 1)}});
@@ -64,6 +76,7 @@ struct Point {
   // After the restart kubelet sends the prepare again before unpreparing; else the pod went
   // meanwhile and only the unprepare comes (kubelet checkpoints a claim before preparing it).
   bool prepare_again = true;
+  bool two_types = false;  // TheClaim(true)
 };
 
 class DraCrashTest : public ::testing::TestWithParam<Point> {};
@@ -101,7 +114,8 @@ TEST_P(DraCrashTest, KilledThenRestartedLeaksNothing) {
   const std::filesystem::path mount = dir / "sim" / "node";
   mdev::PosixSysfsIo io;
   mdev::SysfsBackend backend(mount, io);
-  OneClaim api(TheClaim());
+  OneClaim api(TheClaim(point.two_types));
+  const std::set<std::string> dra_gpus = {kGpu0, kGpu1};
 
   std::string foreign;
   if (sim) {
@@ -113,7 +127,7 @@ TEST_P(DraCrashTest, KilledThenRestartedLeaksNothing) {
   EXPECT_EXIT(
       {
         ::setenv("KVGPU_FAILPOINTS", point.failpoint.c_str(), 1);
-        DraStack stack(backend, {kGpu0}, dir, api, false);
+        DraStack stack(backend, dra_gpus, dir, api, false);
         if (point.in_unprepare) {
           auto prepared = stack.plugin.Prepare(kClaim);
           if (!prepared.error.empty()) std::exit(3);
@@ -127,7 +141,14 @@ TEST_P(DraCrashTest, KilledThenRestartedLeaksNothing) {
   ::unsetenv(kDirEnv);
 
   // The restarted daemon.
-  DraStack stack(backend, {kGpu0}, dir, api, false);
+  DraStack stack(backend, dra_gpus, dir, api, false);
+  if (!point.in_unprepare) {
+    // All or nothing per claim across a crash: kubelet never got an answer, so no container uses
+    // what the killed prepare made, and the restart has removed it before kubelet calls again.
+    EXPECT_EQ(VgpusOn(backend), std::vector<std::string>{foreign});
+    EXPECT_TRUE(stack.claims.All().empty());
+    EXPECT_TRUE(stack.manager.Snapshot().records.empty());
+  }
   if (!point.in_unprepare && point.prepare_again) {
     // kubelet sends the prepare again: it completes with exactly the claim's two vGPUs.
     auto again = stack.plugin.Prepare(kClaim);
@@ -155,11 +176,16 @@ INSTANTIATE_TEST_SUITE_P(EveryStep, DraCrashTest,
                                            Point{"allocate.after-record", false, false},
                                            Point{"allocate.after-create", false, false},
                                            Point{"dra.prepare.after-create", false, false},
+                                           // Between the two types' creates (the first
+                                           // resource's vGPU made, the second not yet).
+                                           Point{"dra.prepare.after-resource", false, true, true},
+                                           Point{"dra.prepare.after-resource", false, false, true},
                                            Point{"remove.before-write", true},
                                            Point{"remove.after-write", true},
                                            Point{"dra.unprepare.after-remove", true}),
                          [](const ::testing::TestParamInfo<Point>& param) {
                            std::string name = param.param.failpoint;
+                           if (param.param.two_types) name += "-of-two-types";
                            if (!param.param.in_unprepare && !param.param.prepare_again)
                              name += "-then-unprepare";
                            for (char& c : name) {

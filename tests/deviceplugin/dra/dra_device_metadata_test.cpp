@@ -24,8 +24,8 @@
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/dra_test_kubelet.h"
 #include "kube/api_client.h"
-#include "tests/deviceplugin/dra/dra_test_kubelet.h"
 #include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
@@ -70,6 +70,7 @@ struct MetaStack {
                Metadata(dir, metadata_on)) {
     DraStack::Check(claims.Load());
     DraStack::Check(manager.Start());
+    DraStack::Check(plugin.RollBackUnfinished());
     server = std::make_unique<dra::KubeletDraServer>(
         plugin, dra::DraServerOptions{dir / "kubelet", kDraDriver, std::chrono::milliseconds(50)});
     DraStack::Check(server->Start());
@@ -426,16 +427,15 @@ TEST_F(DraDeviceMetadataTest, AFileThatCannotBeWrittenFailsTheClaimAndLeavesNoFi
         << "the failed write is told (write_errors_total)";
   }
   EXPECT_FALSE(std::filesystem::exists(CdiSpec("uid-1", "gpu")));
-  // The vGPU stays recorded under the unprepared claim, as after any failure after the create.
-  ASSERT_TRUE(stack_->claims.Find("uid-1"));
-  EXPECT_FALSE(stack_->claims.Find("uid-1")->prepared);
+  // All or nothing per claim: the vGPU made before the failure is gone, the claim forgotten.
+  EXPECT_EQ(Vgpus(), 0u);
+  EXPECT_FALSE(stack_->claims.Find("uid-1"));
 
-  // Fixed, kubelet's retry finishes the job with the same vGPU ...
+  // Fixed, kubelet's retry does the whole job ...
   std::filesystem::remove(MetaDir());
-  const auto vgpus = sim_->model().VgpuIds();
   auto again = kubelet_.Prepare({c});
   ASSERT_EQ(again["uid-1"].error, "");
-  EXPECT_EQ(sim_->model().VgpuIds(), vgpus);
+  EXPECT_EQ(Vgpus(), 1u);
   EXPECT_EQ(again["uid-1"].devices[0].cdi_device_ids.back(), CdiId("uid-1", "gpu"));
   EXPECT_EQ(MetadataFiles().size(), 2u);
   EXPECT_EQ(stack_->plugin.MetadataFilesActive(), 1u);
@@ -451,6 +451,7 @@ TEST_F(DraDeviceMetadataTest, AFileThatCannotBeWrittenFailsTheClaimAndLeavesNoFi
   auto third = kubelet_.Prepare({Claim("c2", "uid-2", {Ours(Gpu0Device(0))})});
   EXPECT_NE(third["uid-2"].error.find("not written"), std::string::npos) << third["uid-2"].error;
   EXPECT_FALSE(std::filesystem::exists(HostFile("c2", "gpu"))) << "the half written is undone";
+  EXPECT_EQ(Vgpus(), 0u) << "and so is the vGPU made for it";
 }
 
 TEST_F(DraDeviceMetadataTest, AVendorVfioVgpuIsNamedByItsVf) {

@@ -8,8 +8,8 @@
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
+#include "fakes/kubelet/dra_test_kubelet.h"
 #include "kube/api_client.h"
-#include "tests/deviceplugin/dra/dra_test_kubelet.h"
 #include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
@@ -208,6 +208,36 @@ TEST_F(DraFlowTest, ADevicePreparedForOneClaimIsNotHandedToAnother) {
   auto answers = kubelet_.Prepare({b});
   EXPECT_NE(answers["uid-b"].error.find("prepared for claim ns/a"), std::string::npos)
       << answers["uid-b"].error;
+  EXPECT_EQ(Vgpus(), 1u);
+}
+
+// All or nothing per claim: on an empty T4 sixteen nvidia-222 fit, and then no nvidia-223 (one
+// type per time-sliced GPU). The 222s made before the refusal are removed before the answer, so
+// the GPU's room is not held by a claim kubelet was told failed, and each retry fails the same
+// way without leaving anything.
+TEST_F(DraFlowTest, AClaimTheGpuCannotFinishLeavesNoVgpuOnTheNode) {
+  std::vector<DraResult> results;
+  for (uint32_t slot = 0; slot < 16; ++slot) {
+    results.push_back(Ours(Gpu0Device(slot), "small-" + std::to_string(slot)));
+  }
+  results.push_back(Ours(DraName(sim_.gpu(0), "nvidia-223", 0), "other"));
+  DraClaim c = Claim("c1", "uid-1", results);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    SCOPED_TRACE("attempt " + std::to_string(attempt));
+    auto answers = kubelet_.Prepare({c});
+    EXPECT_NE(answers["uid-1"].error, "");
+    EXPECT_NE(answers["uid-1"].error.find("nothing of the claim was kept"), std::string::npos)
+        << answers["uid-1"].error;
+    EXPECT_EQ(Vgpus(), 0u);
+    EXPECT_FALSE(stack_->claims.Find("uid-1")) << "no half-prepared claim is remembered";
+    EXPECT_TRUE(stack_->manager.Snapshot().records.empty());
+  }
+  // The GPU is free for the type the claim could not have: nothing of the failed claim holds it.
+  DraClaim other = Claim("c2", "uid-2", {Ours(DraName(sim_.gpu(0), "nvidia-223", 0))});
+  EXPECT_EQ(kubelet_.Prepare({other})["uid-2"].error, "");
+  EXPECT_EQ(Vgpus(), 1u);
+  // The failed claim's unprepare (kubelet sends it when the pod goes) finds nothing to do.
+  EXPECT_EQ(kubelet_.Unprepare({c})["uid-1"], "");
   EXPECT_EQ(Vgpus(), 1u);
 }
 

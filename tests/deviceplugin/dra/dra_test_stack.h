@@ -36,6 +36,7 @@ struct DraStack {
         plugin(manager, claims, api, {kDraDriver, deviceplugin::dra::DraPoolName(kDraNode), {}}) {
     Check(claims.Load());
     Check(manager.Start());
+    Check(plugin.RollBackUnfinished());
     if (serve) {
       server = std::make_unique<deviceplugin::dra::KubeletDraServer>(
           plugin, deviceplugin::dra::DraServerOptions{dir / "kubelet", kDraDriver,

@@ -1,4 +1,4 @@
-#include "tests/deviceplugin/dra/dra_test_kubelet.h"
+#include "fakes/kubelet/dra_test_kubelet.h"
 
 #include <grpcpp/grpcpp.h>
 
