@@ -192,7 +192,7 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
   const std::string generation_line = "\nkvgpu_deviceplugin_dra_pool_generation " +
                                       again[0]["spec"]["pool"]["generation"].dump() + "\n";
   EXPECT_TRUE(kvgpu::testing::Eventually(
-      [&] { return daemon.metrics().Render().find(generation_line) != std::string::npos; }, 5s));
+      [&] { return daemon.metrics().Render().find(generation_line) != std::string::npos; }));
   const std::string metrics = daemon.metrics().Render();
   for (const std::string& line :
        {std::string("kvgpu_deviceplugin_dra_claim_seconds_count{call=\"prepare\",result=\"ok\"} 1"),
