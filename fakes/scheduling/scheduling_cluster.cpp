@@ -214,9 +214,32 @@ Status GpuNode::Admit(const ClusterPod& pod) {
         " (GetPreferredAllocation: " + (asked.ok() ? "wrong size" : asked.error_message()) + ")";
     ids.assign(available.begin(), available.begin() + pod.count);
   }
+  // kubelet lists the pod's devices right after Allocate returns, and the plugin keeps a vGPU
+  // that no pod lists for its settle time only. Here kubelet and the plugin share one process,
+  // which a loaded machine can stall for longer than that between the two steps: the plugin then
+  // removed a running pod's new vGPU and the node never settled again (issue #41, reproduced by
+  // stopping the process for a second or two now and then). Devices with no vGPU yet are listed
+  // before the call: the plugin reads no holder for them, so listing them early changes nothing
+  // it decides. A device whose earlier vGPU still exists is listed after, as kubelet does: who
+  // holds it decides whether that vGPU is handed on.
+  bool listed_early = true;
+  for (const deviceplugin::Device& device : daemon_->manager().Devices(pod.resource)) {
+    if (device.vgpu_exists && std::find(ids.begin(), ids.end(), device.id) != ids.end()) {
+      listed_early = false;
+    }
+  }
+  const kubelet::PodResources listing{"default", pod.name, {{"main", {{pod.resource, ids}}}}};
+  if (listed_early) {
+    running_.push_back(listing);
+    podresources_.SetPods(running_);
+  }
   v1beta1::AllocateResponse response;
   grpc::Status allocated = kubelet_.Allocate(pod.resource, {ids}, &response);
   if (!allocated.ok()) {
+    if (listed_early) {
+      running_.pop_back();
+      podresources_.SetPods(running_);
+    }
     if (std::getenv("KVGPU_DEBUG_ADMIT") != nullptr) {
       std::string dump = "\n  asked:";
       for (const std::string& id : ids) dump += " " + id;
@@ -233,8 +256,10 @@ Status GpuNode::Admit(const ClusterPod& pod) {
   }
   allocated_[pod.resource].insert(ids.begin(), ids.end());
   pod_devices_[pod.key()] = ids;
-  running_.push_back({"default", pod.name, {{"main", {{pod.resource, ids}}}}});
-  podresources_.SetPods(running_);
+  if (!listed_early) {
+    running_.push_back(listing);
+    podresources_.SetPods(running_);
+  }
   return Status::Ok();
 }
 
