@@ -111,12 +111,14 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
 
   // Waits for a complete pool that `accept` takes.
   auto wait_pool = [&](const std::function<bool(const std::vector<json>&)>& accept) {
-    for (int i = 0; i < 500; ++i) {
-      std::vector<json> pool = CompletePool(api_server.resource_slices());
-      if (!pool.empty() && accept(pool)) return pool;
-      std::this_thread::sleep_for(20ms);
-    }
-    return std::vector<json>{};
+    std::vector<json> pool;
+    const bool found = kvgpu::testing::Eventually(
+        [&] {
+          pool = CompletePool(api_server.resource_slices());
+          return !pool.empty() && accept(pool);
+        },
+        kvgpu::testing::kEventDeadline, 20ms);
+    return found ? pool : std::vector<json>{};
   };
   const std::vector<json> before = wait_pool([](const std::vector<json>&) { return true; });
   ASSERT_FALSE(before.empty()) << "the daemon published no ResourceSlices";
