@@ -143,8 +143,9 @@ GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile)
   options.retry_max = 200ms;
   options.podresources = &podresources_;
   // How long a vGPU no pod lists yet is taken as its pod's (product default 5 s: kubelet lists a
-  // pod once its containers exist). Here a pod is listed as soon as Allocate returns, but on two
-  // busy cores that took over 200 ms once, and the lifecycle removed a running pod's new vGPU.
+  // pod once its containers exist). Admit lists a fresh device's pod before Allocate, so this
+  // clock matters only for a device whose earlier vGPU is still there; it is kept short because
+  // it also holds back the removal of a deleted pod's young vGPU, which the churn tests wait for.
   options.settle = 1000ms;
   options.api = &api;
   options_ = options;
