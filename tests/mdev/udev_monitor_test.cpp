@@ -49,7 +49,9 @@ TEST(UdevMonitor, StopsPromptlyWithNoEvents) {
   ASSERT_TRUE(monitor.Start().ok());
   auto begin = std::chrono::steady_clock::now();
   monitor.Stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::seconds(1));
+  // Not woken by Stop, the monitor's poll waits for an event for good: the bound only has to lie
+  // far above the milliseconds a prompt Stop takes.
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::seconds(10));
 }
 
 }  // namespace
