@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "fakes/common/eventually.h"
 #include "fakes/common/test_pki.h"
 #include "kube/config.h"
 
@@ -217,7 +218,7 @@ class FakeApiServer {
   std::vector<nlohmann::json> events() const;
   // Waits until `done` holds, checked on each change and every 10 ms.
   bool WaitFor(const std::function<bool()>& done,
-               std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+               std::chrono::milliseconds timeout = kEventDeadline) const;
 
  private:
   // One open watch stream: its filter (a node for pods, a namespace for claims; empty: all), the

@@ -24,7 +24,7 @@ class PluginProcess {
   // Spawns it and waits until `resources` resources are registered with the node's kubelet and
   // streaming; the log when they are not.
   std::optional<std::string> Start(FakeNode& node, size_t resources,
-                                   std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                                   std::chrono::milliseconds timeout = kEventDeadline);
   ChildProcess& process() { return process_; }
   std::filesystem::path state_file() const { return dir_ / "state" / "device-plugin-state.json"; }
 
@@ -41,7 +41,7 @@ class WebhookProcess {
   WebhookProcess(const std::filesystem::path& binary, const std::filesystem::path& dir);
 
   // Spawns it and waits until /healthz answers over verified TLS; the log when it does not.
-  std::optional<std::string> Start(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  std::optional<std::string> Start(std::chrono::milliseconds timeout = kEventDeadline);
   ChildProcess& process() { return process_; }
   int port() const { return port_; }
   AdmissionClient client() const { return AdmissionClient("127.0.0.1", port_, dir_ / "ca.crt"); }

@@ -25,7 +25,7 @@ class SimMount {
   SimMount& operator=(const SimMount&) = delete;
 
   // Starts kvgpu-sim and waits until the mount serves sim/state; the reason when it does not.
-  std::optional<std::string> Mount(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  std::optional<std::string> Mount(std::chrono::milliseconds timeout = kEventDeadline);
   void Unmount();
 
   const std::filesystem::path& mount() const { return mount_; }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "fakes/common/eventually.h"
+
 namespace kvgpu::testing {
 
 class ChildProcess {
@@ -61,7 +63,7 @@ class ChildProcess {
 };
 
 // Polls `done` every 10 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout = kEventDeadline);
 
 // A free TCP port on 127.0.0.1 at the time of the call (bound, read back, closed).
 int FreeTcpPort();

@@ -298,6 +298,7 @@ void SchedulerModel::Cycle(Waiting waiting) {
       }
     }
     ++binding_;
+    stats_.most_bindings_running = std::max(stats_.most_bindings_running, binding_);
     bindings_.emplace_back([this, pod, node, claim, devices = **results]() mutable {
       BindingCycle(std::move(pod), std::move(node), std::move(claim), std::move(devices));
     });

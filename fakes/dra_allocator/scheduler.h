@@ -107,6 +107,7 @@ class SchedulerModel {
     int deleted = 0;
     int slice_changes = 0;  // lists that showed different slices
     int bindings_running = 0;
+    int most_bindings_running = 0;    // the most binding cycles that ever ran at once
     int waiting_untried = 0;          // waiting pods not tried since the last change
     std::vector<std::string> errors;  // anything else that went wrong (API, allocator)
   };

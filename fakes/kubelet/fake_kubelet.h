@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "fakes/common/eventually.h"
 #include "kubelet/deviceplugin/v1beta1/api.grpc.pb.h"
 
 namespace grpc {
@@ -64,7 +65,7 @@ class FakeKubelet {
 
   // Waits until `done` holds (checked on every change and every 10 ms) or `timeout` passes.
   bool WaitUntil(const std::function<bool()>& done,
-                 std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+                 std::chrono::milliseconds timeout = kEventDeadline) const;
 
   grpc::Status Allocate(const std::string& resource,
                         const std::vector<std::vector<std::string>>& containers,

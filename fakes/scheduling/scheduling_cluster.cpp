@@ -1,6 +1,7 @@
 #include "fakes/scheduling/scheduling_cluster.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -142,8 +143,9 @@ GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile)
   options.retry_max = 200ms;
   options.podresources = &podresources_;
   // How long a vGPU no pod lists yet is taken as its pod's (product default 5 s: kubelet lists a
-  // pod once its containers exist). Here a pod is listed as soon as Allocate returns, but on two
-  // busy cores that took over 200 ms once, and the lifecycle removed a running pod's new vGPU.
+  // pod once its containers exist). Admit lists a fresh device's pod before Allocate, so this
+  // clock matters only for a device whose earlier vGPU is still there; it is kept short because
+  // it also holds back the removal of a deleted pod's young vGPU, which the churn tests wait for.
   options.settle = 1000ms;
   options.api = &api;
   options_ = options;
@@ -213,9 +215,32 @@ Status GpuNode::Admit(const ClusterPod& pod) {
         " (GetPreferredAllocation: " + (asked.ok() ? "wrong size" : asked.error_message()) + ")";
     ids.assign(available.begin(), available.begin() + pod.count);
   }
+  // kubelet lists the pod's devices right after Allocate returns, and the plugin keeps a vGPU
+  // that no pod lists for its settle time only. Here kubelet and the plugin share one process,
+  // which a loaded machine can stall for longer than that between the two steps: the plugin then
+  // removed a running pod's new vGPU and the node never settled again (issue #41, reproduced by
+  // stopping the process for a second or two now and then). Devices with no vGPU yet are listed
+  // before the call: the plugin reads no holder for them, so listing them early changes nothing
+  // it decides. A device whose earlier vGPU still exists is listed after, as kubelet does: who
+  // holds it decides whether that vGPU is handed on.
+  bool listed_early = true;
+  for (const deviceplugin::Device& device : daemon_->manager().Devices(pod.resource)) {
+    if (device.vgpu_exists && std::find(ids.begin(), ids.end(), device.id) != ids.end()) {
+      listed_early = false;
+    }
+  }
+  const kubelet::PodResources listing{"default", pod.name, {{"main", {{pod.resource, ids}}}}};
+  if (listed_early) {
+    running_.push_back(listing);
+    podresources_.SetPods(running_);
+  }
   v1beta1::AllocateResponse response;
   grpc::Status allocated = kubelet_.Allocate(pod.resource, {ids}, &response);
   if (!allocated.ok()) {
+    if (listed_early) {
+      running_.pop_back();
+      podresources_.SetPods(running_);
+    }
     if (std::getenv("KVGPU_DEBUG_ADMIT") != nullptr) {
       std::string dump = "\n  asked:";
       for (const std::string& id : ids) dump += " " + id;
@@ -232,8 +257,10 @@ Status GpuNode::Admit(const ClusterPod& pod) {
   }
   allocated_[pod.resource].insert(ids.begin(), ids.end());
   pod_devices_[pod.key()] = ids;
-  running_.push_back({"default", pod.name, {{"main", {{pod.resource, ids}}}}});
-  podresources_.SetPods(running_);
+  if (!listed_early) {
+    running_.push_back(listing);
+    podresources_.SetPods(running_);
+  }
   return Status::Ok();
 }
 
@@ -246,12 +273,21 @@ void GpuNode::Remove(const ClusterPod& pod) {
 }
 
 bool GpuNode::Settled(const NodeObjects& api) {
+  return Unsettled(api).empty();
+}
+
+std::string GpuNode::Unsettled(const NodeObjects& api) {
   const size_t allocated = AllocatedDevices();
-  if (sim_.model().VgpuIds().size() != allocated) return false;
+  const size_t vgpus = sim_.model().VgpuIds().size();
+  if (vgpus != allocated) {
+    return std::to_string(vgpus) + " vGPUs in the kernel, " + std::to_string(allocated) +
+           " devices allocated";
+  }
   std::optional<std::string> text = api.Annotation(name_);
-  if (!text) return false;
+  if (!text) return "no state published";
   Result<scheduling::NodeVgpuState> state = scheduling::ParseNodeState(*text);
-  if (!state.ok() || !state->unattributed.empty()) return false;
+  if (!state.ok()) return "published state unreadable: " + state.status().ToString();
+  if (!state->unattributed.empty()) return "published state has unattributed vGPUs: " + *text;
   size_t used = 0;
   std::map<std::pair<std::string, std::string>, uint32_t> published_free;  // (GPU, type)
   for (const scheduling::GpuSlots& gpu : state->gpus) {
@@ -260,16 +296,23 @@ bool GpuNode::Settled(const NodeObjects& api) {
       published_free[{gpu.id, slots.type_id}] += slots.free;
     }
   }
-  if (used != allocated) return false;
+  if (used != allocated) {
+    return "published state has " + std::to_string(used) + " used, " + std::to_string(allocated) +
+           " devices allocated (generation " + std::to_string(state->generation) + ")";
+  }
   // The published counts are the kernel's now (a rescan after a removal brings back the other
   // types of a GPU that became free).
   Result<mdev::Inventory> inventory = sim_.node().Scan();
-  if (!inventory.ok()) return false;
+  if (!inventory.ok()) return "kernel scan: " + inventory.status().ToString();
   for (const mdev::Parent& parent : inventory->parents) {
     for (const mdev::VgpuType& type : parent.types) {
       auto it = published_free.find({parent.physical_gpu, type.id});
       const uint32_t published = it == published_free.end() ? 0 : it->second;
-      if (published != type.available_instances) return false;
+      if (published != type.available_instances) {
+        return "published state has " + std::to_string(published) + " free of " + type.id + " on " +
+               parent.physical_gpu + ", the kernel " + std::to_string(type.available_instances) +
+               " (generation " + std::to_string(state->generation) + ")";
+      }
     }
   }
   deviceplugin::ResourceManager& manager = daemon_->manager();
@@ -277,9 +320,13 @@ bool GpuNode::Settled(const NodeObjects& api) {
     const std::vector<deviceplugin::Device> devices = manager.Devices(resource);
     const auto healthy = static_cast<size_t>(std::count_if(
         devices.begin(), devices.end(), [](const deviceplugin::Device& d) { return d.healthy; }));
-    if (healthy != HealthyCount(kubelet_.HeldDevices(resource))) return false;
+    const size_t held = HealthyCount(kubelet_.HeldDevices(resource));
+    if (healthy != held) {
+      return "kubelet holds " + std::to_string(held) + " healthy " + resource +
+             ", the plugin lists " + std::to_string(healthy);
+    }
   }
-  return true;
+  return "";
 }
 
 // An extender replica: its own view, fed by its own (late) watches.
@@ -551,6 +598,15 @@ bool SchedulingCluster::Settle(std::chrono::milliseconds timeout) {
                            [&](const auto& node) { return node->Settled(api_); });
       },
       timeout, 20ms);
+  // A node that never settles is a liveness bug or a deadline too short: which check it failed
+  // tells them apart.
+  if (!settled) {
+    for (const auto& node : nodes_) {
+      const std::string why = node->Unsettled(api_);
+      if (!why.empty())
+        std::fprintf(stderr, "%s not settled: %s\n", node->name().c_str(), why.c_str());
+    }
+  }
   // Given time, every replica's node watch catches up.
   for (auto& replica : replicas_) replica->view.SyncNodes(api_.Nodes());
   return settled;

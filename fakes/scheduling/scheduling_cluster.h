@@ -29,6 +29,7 @@
 
 #include "deviceplugin/daemon.h"
 #include "extender/extender.h"
+#include "fakes/common/eventually.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/static_podresources.h"
@@ -104,6 +105,8 @@ class GpuNode {
   void RestartPlugin(int state_version);
   // Whether the plugin, the kernel, kubelet's lists and the published state agree.
   bool Settled(const NodeObjects& api);
+  // Why not: the first check that fails, or empty when Settled.
+  std::string Unsettled(const NodeObjects& api);
   size_t AllocatedDevices() const;
 
  private:
@@ -154,7 +157,7 @@ class SchedulingCluster {
   void RestartExtender(size_t replica);
   // Waits until every node has settled (kernel, plugin, kubelet and published state agree);
   // then every replica's node watch shows the Nodes as they are.
-  bool Settle(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  bool Settle(std::chrono::milliseconds timeout = kEventDeadline);
 
   std::vector<ClusterPod> Pods() const { return pods_; }
   size_t Count(ClusterPod::State state) const;

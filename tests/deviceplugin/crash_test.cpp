@@ -82,7 +82,7 @@ class CrashTest : public ::testing::Test {
   void ExpectSameIds(const std::map<std::string, std::set<std::string>>& before) {
     // The lists converge once the removal's rescan has run; under TSan on a loaded machine that
     // took longer than 5 s once. The wait ends as soon as they match.
-    if (WaitFor([&] { return node_.Advertised() == before; }, 15s)) return;
+    if (WaitFor([&] { return node_.Advertised() == before; })) return;
     const auto after = node_.Advertised();
     for (const auto& [resource, ids] : before) {
       std::vector<std::string> lost, gained;
@@ -210,9 +210,9 @@ TEST_F(CrashTest, KubeletRestartingMidScenarioRemovesOnlyWhatItsPodLeft) {
   // Listing nothing for a second after it comes back, as kubelet does while it reloads.
   ASSERT_TRUE(node_.RestartKubelet(1s));
   node_.DeletePod(victim.name);
-  EXPECT_TRUE(node_.kubelet().WaitUntil(
-      [&] { return node_.kubelet().Registrations().size() > registrations; }, 5s))
-      << "the plugin did not register again";
+  EXPECT_TRUE(node_.kubelet().WaitUntil([&] {
+    return node_.kubelet().Registrations().size() > registrations;
+  })) << "the plugin did not register again";
   EXPECT_TRUE(Settles({live.vgpu}, {live.vgpu}));
   ExpectSameIds(ids);
   EXPECT_TRUE(node_.plugin().Running());

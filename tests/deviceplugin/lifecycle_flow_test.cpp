@@ -64,7 +64,7 @@ class LifecycleFlowTest : public ::testing::Test {
     DaemonOptions options = testing::SimDaemonOptions(sim_);
     options.config.rescan_interval = 100ms;
     options.config.lifecycle.grace_period = 0ms;
-    options.config.lifecycle.poll_interval = 10s;  // only triggers may act fast
+    options.config.lifecycle.poll_interval = poll_interval_;
     options.retry_initial = 20ms;
     options.retry_max = 200ms;
     options.pods = &pods_;
@@ -119,6 +119,7 @@ class LifecycleFlowTest : public ::testing::Test {
   std::vector<kvgpu::testing::CheckpointRecord> checkpoint_entries_;
   std::unique_ptr<Daemon> daemon_;
   std::chrono::milliseconds settle_ = 300ms;
+  std::chrono::milliseconds poll_interval_ = 10s;  // only triggers may act fast
 
   void RestartDaemonWithSettle(std::chrono::milliseconds settle) {
     daemon_->Stop();
@@ -129,7 +130,14 @@ class LifecycleFlowTest : public ::testing::Test {
   }
 };
 
-TEST_F(LifecycleFlowTest, APodsVgpuIsRemovedWithinASecondOfItsDeletionAndCapacityComesBack) {
+// No poll at all: only the pod's deletion can set the removal off, so it is proven by the outcome,
+// not by a time bound between a trigger and a poll that a loaded machine blurs.
+class LifecycleTriggerTest : public LifecycleFlowTest {
+ protected:
+  LifecycleTriggerTest() { poll_interval_ = std::chrono::hours(1); }
+};
+
+TEST_F(LifecycleTriggerTest, APodsVgpuIsRemovedOnItsDeletionAndCapacityComesBack) {
   const std::string id = sim_.gpu(0) + "-nvidia-222-0";
   std::string vgpu = RunPod("uid-1", "train", id);
   ASSERT_TRUE(Exists(vgpu));
@@ -137,10 +145,8 @@ TEST_F(LifecycleFlowTest, APodsVgpuIsRemovedWithinASecondOfItsDeletionAndCapacit
       << "the owner is learned soon after Allocate";
   ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 8; }));
 
-  auto deleted = std::chrono::steady_clock::now();
   DeletePod("uid-1", "train");
   ASSERT_TRUE(Eventually([&] { return !Exists(vgpu); }));
-  EXPECT_LT(std::chrono::steady_clock::now() - deleted, 1s);
   EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 16; }))
       << "GPU 0 takes other types again";
   EXPECT_TRUE(Eventually([&] { return HasEvent("VgpuRemoved"); }));

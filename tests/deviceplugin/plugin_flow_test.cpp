@@ -89,8 +89,10 @@ TEST_F(PluginFlowTest, ANodeWithoutVsockAdvertisesNothingUntilItIsThereWithinThe
   std::ofstream(vsock).put('\n');
   const auto fixed = std::chrono::steady_clock::now();
   ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
-  // One interval plus the push; generous for sanitizer builds, far below the 1 h rescan.
-  EXPECT_LT(std::chrono::steady_clock::now() - fixed, 300ms + 1500ms);
+  // The 300 ms recheck noticed it (a quiet run takes under half a second), not the 1 h rescan nor
+  // the 30 s default interval an ignored option would leave: the bound sits between them, with
+  // room for a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - fixed, 10s);
   EXPECT_NE(daemon_->metrics().Render().find("\nkvgpu_node_ready 1"), std::string::npos);
 
   // And back: the devices are withdrawn again when the prerequisite goes.
@@ -194,12 +196,11 @@ TEST_F(PluginFlowTest, KubeletRestartIsFollowedByServingAndRegisteringAgain) {
   v1beta1::AllocateResponse response;
   ASSERT_TRUE(kubelet_.Allocate(k222, {{sim_.gpu(1) + "-nvidia-222-5"}}, &response).ok());
 
-  auto restarted = std::chrono::steady_clock::now();
   ASSERT_TRUE(kubelet_.Restart());
-  ASSERT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= 24; }, 5s))
-      << "every resource registers again within 5 s";
-  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }, 5s));
-  EXPECT_LT(std::chrono::steady_clock::now() - restarted, 5s);
+  // A plugin that missed the restart never registers again, however long it is given.
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= 24; }))
+      << "every resource registers again";
+  ASSERT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
   auto devices = kubelet_.Devices(k222);
   EXPECT_EQ(devices.count(sim_.gpu(1) + "-nvidia-222-5"), 1u) << "nothing lost";
   EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 8; }))
@@ -214,7 +215,7 @@ TEST_F(PluginFlowTest, KubeletDyingWithoutRestartThenComingBackIsFound) {
   kubelet_.Stop();  // kubelet.sock gone, our sockets left in place
   std::this_thread::sleep_for(300ms);
   ASSERT_TRUE(kubelet_.Start());
-  EXPECT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= 24; }, 5s));
+  EXPECT_TRUE(kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= 24; }));
   EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k222)) == 32; }));
 }
 
@@ -368,8 +369,10 @@ TEST(MetricsHealthTest, HealthzAnswersWhileIdleConnectionsAreHeldOpen) {
   }
   const auto start = std::chrono::steady_clock::now();
   EXPECT_TRUE(HttpRequest(port, "GET", "/healthz").starts_with("HTTP/1.1 200 OK\r\n"));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
-      << "kubelet's probe times out after 1 s by default";
+  // Held by the idle connections, the probe would wait as long as they stay open; answered, it
+  // takes milliseconds. The bound lies far from both, on any machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+      << "held up by idle connections (kubelet's probe times out after 1 s by default)";
   for (int fd : idle) ::close(fd);
 }
 

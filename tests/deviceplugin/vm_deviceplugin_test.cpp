@@ -92,7 +92,7 @@ TEST_F(DevicePluginVmTest, MttyAndMdpyAllocationsMakeRealMdevsWithTheGroupsHande
                Healthy(kubelet_.Devices("tencent.com/vgpu-mtty-2")) == 12 &&
                Healthy(kubelet_.Devices("tencent.com/vgpu-mdpy-vga")) == 4;
       },
-      10s));
+      kvgpu::testing::kLabEventDeadline));
   std::string mtty = AllocateAndCheck("tencent.com/vgpu-mtty-2");
   std::string mdpy = AllocateAndCheck("tencent.com/vgpu-mdpy-vga");
   EXPECT_EQ(MdevUuids().size(), 2u);
@@ -100,8 +100,9 @@ TEST_F(DevicePluginVmTest, MttyAndMdpyAllocationsMakeRealMdevsWithTheGroupsHande
   EXPECT_EQ(fs::read_symlink(kMdevDevices / mdpy / "mdev_type").filename(), "mdpy-vga");
   // mtty-2 took 2 of the 24 shared ports: the kernel says 22 mtty-1 left, and kubelet hears it.
   EXPECT_EQ(AvailableInstances("mtty", "mtty-1"), 22);
-  EXPECT_TRUE(kubelet_.WaitUntil(
-      [&] { return Healthy(kubelet_.Devices("tencent.com/vgpu-mtty-1")) == 22; }, 5s));
+  EXPECT_TRUE(
+      kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices("tencent.com/vgpu-mtty-1")) == 22; },
+                         kvgpu::testing::kLabEventDeadline));
 }
 
 TEST_F(DevicePluginVmTest, KernelRefusalIsReportedAndRolledBack) {
@@ -110,8 +111,9 @@ TEST_F(DevicePluginVmTest, KernelRefusalIsReportedAndRolledBack) {
   config.udev_events = false;
   config.rescan_interval = std::chrono::minutes(5);
   StartDaemon(config);
-  ASSERT_TRUE(kubelet_.WaitUntil(
-      [&] { return Healthy(kubelet_.Devices("tencent.com/vgpu-mdpy-hd")) == 4; }, 10s));
+  ASSERT_TRUE(
+      kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices("tencent.com/vgpu-mdpy-hd")) == 4; },
+                         kvgpu::testing::kLabEventDeadline));
   // Fill mdpy-hd behind the plugin's back (foreign mdevs), then ask for two of its devices.
   auto ids = kubelet_.Devices("tencent.com/vgpu-mdpy-hd");
   std::vector<std::string> two = {ids.begin()->first, std::next(ids.begin())->first};

@@ -24,6 +24,7 @@ namespace kvgpu::vmtest {
 namespace {
 
 using namespace std::chrono_literals;
+using kvgpu::testing::kLabEventDeadline;
 using kvgpu::testing::WaitFor;
 
 constexpr const char* kResource = "tencent.com/vgpu-mtty-1";
@@ -68,7 +69,7 @@ class LifecycleVmTest : public LabTest {
                  (registrations.size() > before && kubelet_.Connected(kResource) &&
                   kubelet_.Updates(kResource) > 0);
         },
-        30s);
+        kLabEventDeadline);
     ASSERT_TRUE(ready && plugin_.Running()) << "the plugin did not register " << kResource;
   }
 
@@ -88,7 +89,7 @@ class LifecycleVmTest : public LabTest {
           }
           return false;
         },
-        10s))
+        kLabEventDeadline))
         << "no free healthy device for " << name;
     v1beta1::AllocateResponse response;
     grpc::Status status = kubelet_.Allocate(kResource, {{id}}, &response);
@@ -179,7 +180,7 @@ TEST_F(LifecycleVmTest, TwentyPodsAndAKill9EndWithExactlyTheLivePodsMdevs) {
 
   // Fresh allocations are sheltered for the plugin's 5 s settle time; removals follow passes.
   const std::set<std::string> expected = Expected();
-  EXPECT_TRUE(WaitFor([&] { return Actual() == expected; }, 40s))
+  EXPECT_TRUE(WaitFor([&] { return Actual() == expected; }, 5s + kLabEventDeadline))
       << Actual().size() << " mdevs in sysfs, " << expected.size() << " expected";
   std::this_thread::sleep_for(2s);  // and it stays so
   EXPECT_EQ(Actual(), expected);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "fakes/apiserver/fake_apiserver.h"
+#include "fakes/common/eventually.h"
 #include "fakes/common/temp_dir.h"
 #include "kube/events.h"
 
@@ -274,12 +275,15 @@ TEST_F(ApiClientTest, CancelBreaksAnOpenStream) {
         "/api/v1/pods?watch=1", std::chrono::seconds(30), [&] { opened.set_value(); },
         [](std::string_view) { return true; }, &cancel);
   });
-  ASSERT_EQ(opened.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  ASSERT_EQ(opened.get_future().wait_for(kvgpu::testing::kEventDeadline),
+            std::future_status::ready);
   const auto start = std::chrono::steady_clock::now();
   cancel.Cancel();
-  ASSERT_EQ(done.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  // Not cancelled, the stream would end at its 30 s idle timeout: the bound is far from it and
+  // from the milliseconds a cancel takes.
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_EQ(done.get().code(), ErrorCode::kCancelled);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST_F(ApiClientTest, StreamDeliversLinesAndReportsACut) {
@@ -297,9 +301,11 @@ TEST_F(ApiClientTest, StreamDeliversLinesAndReportsACut) {
         },
         nullptr);
   });
-  ASSERT_EQ(got_one.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  ASSERT_EQ(got_one.get_future().wait_for(kvgpu::testing::kEventDeadline),
+            std::future_status::ready);
   server_.DropWatches();
-  ASSERT_EQ(done.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  // Far below the stream's 30 s idle timeout, which would end it too.
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   const Status error = done.get();
   EXPECT_EQ(error.code(), ErrorCode::kTransport) << error.ToString();
   ASSERT_EQ(lines.size(), 1u);

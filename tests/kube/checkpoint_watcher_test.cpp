@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "fakes/common/eventually.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/podresources/checkpoint_writer.h"
 
@@ -34,7 +35,7 @@ class Views {
   }
   bool WaitFor(const std::function<bool(const CheckpointView&)>& done) {
     std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return done(last_); });
+    return changed_.wait_for(lock, ::kvgpu::testing::kEventDeadline, [&] { return done(last_); });
   }
   int count() {
     std::lock_guard lock(mutex_);

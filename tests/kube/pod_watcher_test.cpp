@@ -221,7 +221,9 @@ TEST(PodWatcherTest, StopEndsABlockedWatchPromptly) {
   ASSERT_TRUE(recorder.WaitFor([&] { return transport.paths().size() >= 2; }));
   const auto start = std::chrono::steady_clock::now();
   watcher.Stop();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  // Not broken by Stop, the scripted watch blocks for good: the bound only has to lie far above
+  // the milliseconds a prompt Stop takes.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 }  // namespace

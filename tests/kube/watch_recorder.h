@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fakes/common/eventually.h"
 #include "kube/pod_watcher.h"
 
 namespace kvgpu::kube::testing {
@@ -45,7 +46,7 @@ class WatchRecorder {
   }
 
   bool WaitFor(const std::function<bool()>& done,
-               std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+               std::chrono::milliseconds timeout = ::kvgpu::testing::kEventDeadline) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!done()) {
       if (std::chrono::steady_clock::now() >= deadline) return false;

@@ -139,11 +139,13 @@ TEST(Metrics, ShowEachStepsResultAndNotRunStepsAsMinusOne) {
   EXPECT_NE(text.find("kvgpu_validator_runs_total{result=\"false\"} 1"), std::string::npos);
 }
 
+// The program would run a minute: the bound tells its kill at 100 ms from waiting it out, with
+// room for a loaded machine.
 TEST(Command, AHungProgramIsKilledAtItsBound) {
   const auto start = std::chrono::steady_clock::now();
-  auto run = RunCommand({"sleep", "5"}, 100ms);
+  auto run = RunCommand({"sleep", "60"}, 100ms);
   EXPECT_EQ(run.status().code(), ErrorCode::kTimeout);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
 }
 
 TEST(Command, OutputAndExitCodeComeBackAndAMissingProgramIsAnError) {

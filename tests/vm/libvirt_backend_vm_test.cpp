@@ -23,6 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using kvgpu::testing::Eventually;
+using kvgpu::testing::kLabEventDeadline;
 using mdev::Backend;
 
 const char* const kLabScript = "KVGPU_LIBVIRT_LAB";       // tests/vm/libvirt-lab.sh
@@ -183,7 +184,8 @@ TEST_P(BothBackendsVmTest, CreateConsumesCapacityShowsInLibvirtsToolsAndRemoveGi
   // backend.
   std::set<std::string> want = {uuid, persistent_};
   EXPECT_EQ(Sorted(MdevUuids()), want);
-  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env(kUri)) == want; }, 5s, 20ms))  // udev lag
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env(kUri)) == want; }, kLabEventDeadline,
+                         20ms))  // udev lag
       << "virsh lists another set";
   EXPECT_EQ(MdevctlMdevs(), want);
   EXPECT_EQ(VgpuctlMdevs("libvirt"), want);
@@ -194,7 +196,7 @@ TEST_P(BothBackendsVmTest, CreateConsumesCapacityShowsInLibvirtsToolsAndRemoveGi
   EXPECT_EQ(RawAvailable(kDual), dual_before);
   EXPECT_EQ(RawAvailable(kSingle), single_before);
   want = {persistent_};
-  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env(kUri)) == want; }, 5s, 20ms));
+  EXPECT_TRUE(Eventually([&] { return VirshMdevs(Env(kUri)) == want; }, kLabEventDeadline, 20ms));
   EXPECT_EQ(MdevctlMdevs(), want);
   EXPECT_EQ(VgpuctlMdevs("libvirt"), want);
 }
@@ -273,7 +275,7 @@ TEST_P(LibvirtVmTest, LibvirtdRestartedMidwayIsReconnectedAndNothingIsDecidedMea
           return e.find("created mdev_") != std::string::npos;
         });
       },
-      5s, 20ms))
+      kLabEventDeadline, 20ms))
       << "no libvirt lifecycle event for the created mdev";
 
   Lab("stop-libvirtd");
@@ -288,7 +290,7 @@ TEST_P(LibvirtVmTest, LibvirtdRestartedMidwayIsReconnectedAndNothingIsDecidedMea
   EXPECT_EQ(Sorted(MdevUuids()), kernel) << "something changed while libvirtd was away";
 
   Lab("start-libvirtd");
-  bool back = Eventually([&] { return backend_->Scan().ok(); }, 20s, 20ms);
+  bool back = Eventually([&] { return backend_->Scan().ok(); }, kLabEventDeadline, 20ms);
   ASSERT_TRUE(back) << backend_->Health().last_error;
   mdev::BackendHealth health = backend_->Health();
   EXPECT_TRUE(health.connected);

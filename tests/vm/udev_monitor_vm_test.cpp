@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "fakes/common/eventually.h"
 #include "mdev/sysfs_backend.h"
 #include "mdev/udev_monitor.h"
 #include "mdev/uuid.h"
@@ -60,7 +61,7 @@ class UdevMonitorVmTest : public LabTest {
   mdev::SysfsBackend node_{"/", io_};
 };
 
-constexpr std::chrono::seconds kEventTimeout{5};
+constexpr std::chrono::milliseconds kEventTimeout = kvgpu::testing::kLabEventDeadline;
 
 TEST_F(UdevMonitorVmTest, SeesAddAndRemoveOfAnMdevMadeByTheLibrary) {
   auto created = node_.Create({"mtty", "mtty-2", std::nullopt});

@@ -628,19 +628,18 @@ TEST_F(HostileClientTest, AStalledLargeBodyIsEvictedForANewLargeReview) {
 }
 
 // Issue #26: with prometheus-cpp's exposer two idle connections held both of its threads and
-// every scrape timed out.
+// every scrape timed out: held, a scrape never ends, so the bound only has to be far above the
+// milliseconds one takes.
 TEST_F(HostileClientTest, IdleMetricsConnectionsDoNotHoldUpAScrape) {
   options_.metrics_addr = "127.0.0.1:0";
   Start();
   std::vector<int> idle;
   for (int i = 0; i < 8; ++i) idle.push_back(RawConnect(server_->metrics_port()));
   httplib::Client client("127.0.0.1", server_->metrics_port());
-  client.set_read_timeout(1, 0);
-  auto started = std::chrono::steady_clock::now();
+  client.set_read_timeout(10, 0);
   auto res = client.Get("/metrics");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
   for (int fd : idle) ::close(fd);
 }
 

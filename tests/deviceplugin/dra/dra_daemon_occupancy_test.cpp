@@ -162,7 +162,7 @@ class DraDaemonOccupancyTest : public ::testing::Test {
 
   bool WaitVerdict(const std::string& name, const std::string& device, const std::string& want) {
     return api_server_.WaitFor(
-        [&] { return Verdict(api_server_.resource_claim("ns", name), device) == want; }, 10s);
+        [&] { return Verdict(api_server_.resource_claim("ns", name), device) == want; });
   }
 
   kvgpu::testing::SimNode sim_{"t4x2"};

@@ -111,12 +111,14 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
 
   // Waits for a complete pool that `accept` takes.
   auto wait_pool = [&](const std::function<bool(const std::vector<json>&)>& accept) {
-    for (int i = 0; i < 500; ++i) {
-      std::vector<json> pool = CompletePool(api_server.resource_slices());
-      if (!pool.empty() && accept(pool)) return pool;
-      std::this_thread::sleep_for(20ms);
-    }
-    return std::vector<json>{};
+    std::vector<json> pool;
+    const bool found = kvgpu::testing::Eventually(
+        [&] {
+          pool = CompletePool(api_server.resource_slices());
+          return !pool.empty() && accept(pool);
+        },
+        kvgpu::testing::kEventDeadline, 20ms);
+    return found ? pool : std::vector<json>{};
   };
   const std::vector<json> before = wait_pool([](const std::vector<json>&) { return true; });
   ASSERT_FALSE(before.empty()) << "the daemon published no ResourceSlices";
@@ -192,7 +194,7 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
   const std::string generation_line = "\nkvgpu_deviceplugin_dra_pool_generation " +
                                       again[0]["spec"]["pool"]["generation"].dump() + "\n";
   EXPECT_TRUE(kvgpu::testing::Eventually(
-      [&] { return daemon.metrics().Render().find(generation_line) != std::string::npos; }, 5s));
+      [&] { return daemon.metrics().Render().find(generation_line) != std::string::npos; }));
   const std::string metrics = daemon.metrics().Render();
   for (const std::string& line :
        {std::string("kvgpu_deviceplugin_dra_claim_seconds_count{call=\"prepare\",result=\"ok\"} 1"),
