@@ -298,7 +298,15 @@ Status Daemon::ServeDevicePlugins() {
                      .attempted = [this](const std::string& resource,
                                          bool ok) { metrics_.OnRegistration(resource, ok); }});
   registrar_->SetWithheld(!ready_);
-  manager_->SetChangeListener([this] { registrar_->Notify(); });
+  // Each change is on every stream before the change's maker goes on: an Allocate answers kubelet
+  // only after its lock was written to every other resource's list (issue 49). Bounded, so that
+  // a kubelet that stopped reading one stream holds nothing up for long.
+  manager_->SetChangeListener([this] {
+    constexpr auto kPushWait = std::chrono::milliseconds(500);
+    if (!registrar_->Push(kPushWait)) {
+      spdlog::warn("a ListAndWatch stream took more than {} ms to take a list", kPushWait.count());
+    }
+  });
   manager_->SetRefreshRequester([this] {
     lifecycle_->OnAllocated();
     int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();

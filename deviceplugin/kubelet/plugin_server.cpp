@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -118,15 +119,28 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
   void Offer(WireList devices, Clock::time_point noticed) {
     {
       std::lock_guard lock(mutex_);
+      const uint64_t offer = ++offered_;
       if (ending_) return;
       if (writing_) {
         if (!next_) next_noticed_ = noticed;  // the oldest change not yet written
         next_ = std::move(devices);
+        next_offer_ = offer;
         return;
       }
-      if (!PrepareLocked(std::move(devices), noticed)) return;
+      if (!PrepareLocked(std::move(devices), noticed, offer)) {
+        written_ = offer;  // nothing in flight: kubelet has this list
+        return;
+      }
     }
     StartWrite(&message_);
+  }
+
+  // Waits until every list offered before the call is written (gRPC took it for the transport),
+  // the stream ended, or `deadline` passed; false on the deadline.
+  bool WaitWritten(Clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    const uint64_t wanted = offered_;
+    return written_cv_.wait_until(lock, deadline, [&] { return written_ >= wanted || ending_; });
   }
 
   // Ends the stream with OK: the plugin stops serving (ours), or kubelet cancelled it.
@@ -135,6 +149,10 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
       std::lock_guard lock(mutex_);
       ended_by_us_ = ended_by_us_ || ours;
       ending_ = true;
+    }
+    written_cv_.notify_all();  // nothing more is written: no one waits for it
+    {
+      std::lock_guard lock(mutex_);
       if (writing_ || finished_) return;  // a write in flight finishes it when done
       finished_ = true;
     }
@@ -143,12 +161,13 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
 
  private:
   // Makes `devices` the message of the next write; false when kubelet already has them.
-  bool PrepareLocked(WireList devices, Clock::time_point noticed) {
+  bool PrepareLocked(WireList devices, Clock::time_point noticed, uint64_t offer) {
     if (sent_ && *sent_ == devices) return false;
     message_ = ToList(devices);
     sent_ = std::move(devices);
     writing_ = true;
     writing_noticed_ = noticed;
+    writing_offer_ = offer;
     return true;
   }
 
@@ -157,6 +176,7 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
     size_t count = 0;
     bool write = false;
     bool finish = false;
+    uint64_t written = 0;  // the newest offer kubelet now has
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
@@ -164,6 +184,7 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
         count = sent_->size();
         if (written_once_) push = Clock::now() - writing_noticed_;
         written_once_ = true;
+        written = writing_offer_;
       } else {
         ending_ = true;  // kubelet went away; the stream cannot carry anything more
       }
@@ -173,12 +194,20 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
       } else if (next_) {
         WireList devices = std::move(*next_);
         next_.reset();
-        write = PrepareLocked(std::move(devices), next_noticed_);
+        write = PrepareLocked(std::move(devices), next_noticed_, next_offer_);
+        if (!write) written = next_offer_;  // the list just written is the one offered since
       }
     }
     // The first list is the stream's opening, not a push of a change.
     if (push && observers_->on_push) observers_->on_push(resource_, *push);
     if (ok) spdlog::debug("listandwatch pushed resource={} devices={}", resource_, count);
+    {
+      // Only now, after the observers: a waiter (an Allocate about to answer) returns after
+      // everything this write set off.
+      std::lock_guard lock(mutex_);
+      written_ = std::max(written_, written);
+    }
+    written_cv_.notify_all();
     if (write) StartWrite(&message_);
     if (finish) Finish(grpc::Status::OK);
   }
@@ -207,6 +236,12 @@ class ListAndWatchStream final : public grpc::ServerWriteReactor<api::ListAndWat
   std::optional<WireList> next_;
   Clock::time_point writing_noticed_;
   Clock::time_point next_noticed_;
+  // Offers are numbered; written_ is the newest one kubelet has (written, or equal to what was).
+  uint64_t offered_ = 0;
+  uint64_t writing_offer_ = 0;
+  uint64_t next_offer_ = 0;
+  uint64_t written_ = 0;
+  std::condition_variable written_cv_;
   bool writing_ = false;
   bool written_once_ = false;
   bool ending_ = false;
@@ -254,6 +289,21 @@ class PluginServer::Streams {
     for (const auto& weak : open_) {
       if (auto stream = weak.lock()) stream->Offer(devices, noticed);
     }
+  }
+
+  // Waits until each open stream has written every list offered to it so far; false when one
+  // had not by `deadline`.
+  bool WaitWritten(Clock::time_point deadline) {
+    std::vector<std::shared_ptr<ListAndWatchStream>> streams;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& weak : open_) {
+        if (auto stream = weak.lock()) streams.push_back(std::move(stream));
+      }
+    }
+    bool all = true;
+    for (const auto& stream : streams) all = stream->WaitWritten(deadline) && all;
+    return all;
   }
 
   void EndAll() {
@@ -471,6 +521,15 @@ void PluginServer::Notify() {
     streams = streams_;
   }
   if (streams) streams->Notify();
+}
+
+bool PluginServer::WaitPushed(std::chrono::steady_clock::time_point deadline) {
+  std::shared_ptr<Streams> streams;
+  {
+    std::lock_guard lock(mutex_);
+    streams = streams_;
+  }
+  return !streams || streams->WaitWritten(deadline);
 }
 
 Status PluginServer::Register(const std::filesystem::path& kubelet_socket,

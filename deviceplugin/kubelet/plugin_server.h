@@ -59,6 +59,10 @@ class PluginServer {
   // starts the write on every open ListAndWatch stream whose kubelet does not have it yet. Must
   // not be called with the manager's lock held (the change listener is called outside it).
   void Notify();
+  // Waits until every open ListAndWatch stream has written each list offered to it before the
+  // call (a stream that ends counts as done); false when one had not by `deadline`, as with a
+  // kubelet that stopped reading.
+  bool WaitPushed(std::chrono::steady_clock::time_point deadline);
   // Withheld: every ListAndWatch stream is sent an empty list (the node is not ready for vGPU
   // pods, node_readiness.h) until this is set back; a change is pushed at once.
   void SetWithheld(bool withheld);

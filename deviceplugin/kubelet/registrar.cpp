@@ -218,6 +218,16 @@ void Registrar::Notify() {
   for (PluginServer* server : notify_) server->Notify();
 }
 
+bool Registrar::Push(std::chrono::milliseconds wait) {
+  const Clock::time_point deadline = Clock::now() + wait;
+  // Every server starts its writes before any is waited for: the streams are written together.
+  std::lock_guard lock(notify_mutex_);
+  for (PluginServer* server : notify_) server->Notify();
+  bool all = true;
+  for (PluginServer* server : notify_) all = server->WaitPushed(deadline) && all;
+  return all;
+}
+
 std::set<std::string> Registrar::Registered() const {
   std::lock_guard lock(mutex_);
   std::set<std::string> out;

@@ -73,6 +73,10 @@ class Registrar {
   void Start();
   // Some device list may have changed: every server pushes. Never waits for a server to stop.
   void Notify();
+  // Notify, then wait until every server's open streams have written what it read, for at most
+  // `wait`: what the caller does next (answering an Allocate) comes after kubelet has been sent
+  // every list. False when a stream did not finish in time.
+  bool Push(std::chrono::milliseconds wait);
   // Resources registered with kubelet and not lost since.
   std::set<std::string> Registered() const;
   // Stops every server and removes its socket.

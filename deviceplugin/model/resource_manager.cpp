@@ -230,7 +230,9 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateInFlight(
     spdlog::warn("allocate failed resource={} reason={}", LogSafe(resource), result.ToString());
   }
   if (changed) {
-    if (!result.ok()) AfterChange(true);
+    // Before the answer: kubelet admits the next pod from the lists it holds, so a lock (or the
+    // room this create took) must be on every resource's stream before kubelet can act on it.
+    AfterChange(true);
     if (requester) {
       requester();
     } else {
@@ -281,21 +283,10 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateLocked(
     return result;
   }
   if (changed) {
-    // The wire lists do not change: the devices stay listed and healthy, now ours. Marked in
-    // place (no rebuild on the request path); the rescan the caller asks for reads the kernel's
-    // counts, including the lock of other types, and pushes what changed.
-    bool stand_in = false;
-    for (const ContainerAllocation& container : answers) {
-      for (const AllocatedVgpu& v : container.vgpus) {
-        stand_in = stand_in || catalogue_.Find(resource, v.device_id) == nullptr;
-        catalogue_.MarkAllocated(resource, v.device_id);
-      }
-    }
-    if (stand_in) {
-      Rebuild();  // an ID kubelet held took a listed device's room: the lists change
-    } else if (observer_ != nullptr) {
-      observer_->OnDevices(catalogue_.Counts());
-    }
+    // The view already holds what the creates did to their GPUs (NodeState::RereadGpu: a strict
+    // GPU's lock, the room taken): the lists are computed from it now, not at the next rescan,
+    // which may come late or be skipped while the node keeps changing (Refresh).
+    Rebuild();
   }
   return answers;
 }

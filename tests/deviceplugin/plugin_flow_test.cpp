@@ -9,6 +9,10 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <set>
 #include <thread>
 
 #include "deviceplugin/daemon.h"
@@ -26,6 +30,9 @@ using kvgpu::testing::SimNode;
 
 constexpr const char* k222 = "tencent.com/vgpu-222";
 constexpr const char* k223 = "tencent.com/vgpu-223";
+constexpr const char* k230 = "tencent.com/vgpu-230";
+constexpr size_t kT4Resources =
+    12;  // the t4x2 profile's types; its GPUs are strict (one at a time)
 
 size_t Healthy(const std::map<std::string, std::string>& devices, const std::string& prefix = "") {
   size_t n = 0;
@@ -44,12 +51,17 @@ class PluginFlowTest : public ::testing::Test {
 
   void StartDaemon(Config config = {}, std::chrono::milliseconds readiness_interval = 30s) {
     DaemonOptions options;
+    options.on_push = [this](const std::string& resource, std::chrono::nanoseconds) {
+      std::lock_guard lock(pushes_mutex_);
+      pushed_.insert(resource);
+    };
     options.readiness_interval = readiness_interval;
     options.args.sysfs_root = sim_.model().root();
     options.args.kubelet_dir = sim_.dir() / "kubelet";
     options.args.state_dir = sim_.dir() / "state";
     config.udev_events = false;  // the host's events are not the model's
-    config.rescan_interval = 100ms;
+    config.rescan_interval = rescans_out_of_reach_ ? 1h : 100ms;
+    if (rescans_out_of_reach_) options.allocate_rescan_delay = 1h;
     options.config = config;
     options.io = &sim_.model();
     options.retry_initial = 20ms;
@@ -63,10 +75,59 @@ class PluginFlowTest : public ::testing::Test {
     return kubelet_.WaitUntil([&] { return kubelet_.Registrations().size() >= count; });
   }
 
+  // The resources with a ListAndWatch push (not a stream's opening list) since the last call.
+  std::set<std::string> TakePushed() {
+    std::lock_guard lock(pushes_mutex_);
+    return std::exchange(pushed_, {});
+  }
+
+  // No rescan runs after the start: what kubelet learns of a lock can only come from the Allocate
+  // that made it (a busy rescan loop, or one skipped because the node kept changing, is no help).
+  bool rescans_out_of_reach_ = false;
   SimNode sim_;
   FakeKubelet kubelet_;
+  std::mutex pushes_mutex_;
+  std::set<std::string> pushed_;
   std::unique_ptr<Daemon> daemon_;
 };
+
+// Each healthy device kubelet holds that the kernel could not create now: its type has no free
+// instance on its GPU and it is not a vGPU of ours that exists. Empty when the lists follow the
+// kernel.
+std::vector<std::string> NotCreatable(const FakeKubelet& kubelet, SimNode& sim) {
+  const std::vector<std::string> resources = kubelet.ConnectedResources();
+  std::vector<std::string> out;
+  auto inventory = sim.node().Scan();
+  if (!inventory.ok()) return {"scan failed: " + inventory.status().ToString()};
+  std::set<std::string> with_vgpu;  // "<gpu>-<type>": a device of ours may name its vGPU
+  for (const auto& v : inventory->vgpus) with_vgpu.insert(v.physical_gpu + "-" + v.type_id);
+  for (const std::string& resource : resources) {
+    for (const auto& [id, health] : kubelet.Devices(resource)) {
+      if (health != "Healthy") continue;
+      bool creatable = false;
+      for (const auto& parent : inventory->parents) {
+        for (const auto& type : parent.types) {
+          const std::string key = parent.physical_gpu + "-" + type.id + "-";
+          if (!id.starts_with(key)) continue;
+          creatable = type.available_instances > 0 ||
+                      with_vgpu.contains(parent.physical_gpu + "-" + type.id);
+        }
+      }
+      if (!creatable) out.push_back(resource + " " + id);
+    }
+  }
+  return out;
+}
+
+// The first healthy device kubelet holds for `resource` on `gpu` and has not handed out (as
+// kubelet's device manager picks); empty when none.
+std::string FreeDeviceOn(const FakeKubelet& kubelet, const std::string& resource,
+                         const std::string& gpu, const std::set<std::string>& in_use = {}) {
+  for (const auto& [id, health] : kubelet.Devices(resource)) {
+    if (health == "Healthy" && id.starts_with(gpu + "-") && !in_use.contains(id)) return id;
+  }
+  return "";
+}
 
 TEST_F(PluginFlowTest, ANodeWithoutVsockAdvertisesNothingUntilItIsThereWithinTheRecheckInterval) {
   const std::filesystem::path vsock = sim_.model().root() / "dev" / "vhost-vsock";
@@ -186,6 +247,119 @@ TEST_F(PluginFlowTest, AllocateCreatesTheVgpuAndPushesTheLockToOtherTypes) {
   // Unlock: the vGPU is removed (as the lifecycle will do); the 223 devices come back.
   ASSERT_TRUE(sim_.node().Remove(vgpus[0]).ok());
   EXPECT_TRUE(kubelet_.WaitUntil([&] { return Healthy(kubelet_.Devices(k223)) == 16; }));
+}
+
+// Issue 49: kubelet admits the next pod from the lists it holds, so a lock that reaches them
+// after the Allocate's answer is a window for an admission the kernel refuses. Back-to-back
+// admissions of two types, each on the GPU the other left free: every other resource's list has
+// been written with the lock before the answer leaves, and no list kubelet then holds offers a
+// device the kernel could not create.
+TEST_F(PluginFlowTest, ALockIsWrittenToEveryOtherResourcesListBeforeTheAllocateIsAnswered) {
+  rescans_out_of_reach_ = true;
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(kubelet_.WaitUntil([&] {
+    if (kubelet_.ConnectedResources().size() != kT4Resources) return false;
+    for (const std::string& r : kubelet_.ConnectedResources()) {
+      if (Healthy(kubelet_.Devices(r)) == 0) return false;
+    }
+    return true;
+  }));
+  const std::vector<std::string> resources = kubelet_.ConnectedResources();
+  const std::vector<std::pair<std::string, std::string>> admissions = {
+      {k222, sim_.gpu(0)}, {k230, sim_.gpu(1)}, {k222, sim_.gpu(0)}, {k230, sim_.gpu(1)}};
+  std::chrono::nanoseconds slowest{0};
+  std::set<std::string> in_use;
+  for (const auto& [resource, gpu] : admissions) {
+    SCOPED_TRACE(resource + " on " + gpu);
+    const std::string id = FreeDeviceOn(kubelet_, resource, gpu, in_use);
+    ASSERT_FALSE(id.empty()) << "kubelet holds no free " << resource << " on " << gpu;
+    in_use.insert(id);
+    // The first admission on a GPU locks it: every other type's list loses that GPU.
+    std::vector<std::string> locked_out;
+    for (const std::string& other : resources) {
+      if (other != resource && Healthy(kubelet_.Devices(other), gpu) > 0) {
+        locked_out.push_back(other);
+      }
+    }
+    TakePushed();
+    v1beta1::AllocateResponse response;
+    grpc::Status status = kubelet_.Allocate(resource, {{id}}, &response);
+    const auto answered = std::chrono::steady_clock::now();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::set<std::string> pushed = TakePushed();
+    for (const std::string& other : locked_out) {
+      EXPECT_TRUE(pushed.contains(other))
+          << other << ": the lock was not written before the answer";
+    }
+    // kubelet reads its streams on threads of its own: how long until it holds what was written.
+    std::vector<std::string> stale;
+    EXPECT_TRUE(kubelet_.WaitUntil([&] {
+      stale = NotCreatable(kubelet_, sim_);
+      return stale.empty();
+    })) << "kubelet offers devices the kernel cannot create: "
+        << stale.front();
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - answered);
+  }
+  std::cout << "lock seen by kubelet at most "
+            << std::chrono::duration_cast<std::chrono::microseconds>(slowest).count()
+            << " us after the answer\n";
+}
+
+// Issue 49: after a storm of kubelet restarts (half of them wiping the plugin sockets) the
+// streams the last kubelet holds are the ones a new lock is pushed to.
+TEST_F(PluginFlowTest, AfterThirtyKubeletRestartsANewLockReachesTheListsTheNewKubeletHolds) {
+  rescans_out_of_reach_ = true;
+  StartKubelet();
+  StartDaemon();
+  ASSERT_TRUE(WaitForRegistrations(kT4Resources));
+  std::mt19937 rng(49);
+  std::uniform_int_distribution<int> gap_ms(20, 300);
+  for (int i = 0; i < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms(rng)));
+    if (i % 2 == 0) {
+      ASSERT_TRUE(kubelet_.Restart());  // the directory wiped, our sockets with it
+    } else {
+      kubelet_.Stop();  // our sockets left in place
+      ASSERT_TRUE(kubelet_.Start());
+    }
+  }
+  ASSERT_TRUE(kubelet_.WaitUntil(
+      [&] {
+        if (kubelet_.ConnectedResources().size() != kT4Resources) return false;
+        for (const std::string& r : kubelet_.ConnectedResources()) {
+          if (Healthy(kubelet_.Devices(r), sim_.gpu(0)) == 0) return false;
+        }
+        return true;
+      },
+      10s))
+      << "every resource registers and lists again after the storm";
+
+  const std::string id = FreeDeviceOn(kubelet_, k222, sim_.gpu(0));
+  TakePushed();
+  v1beta1::AllocateResponse response;
+  grpc::Status status = kubelet_.Allocate(k222, {{id}}, &response);
+  const auto answered = std::chrono::steady_clock::now();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::set<std::string> pushed = TakePushed();
+  const std::vector<std::string> resources = kubelet_.ConnectedResources();
+  for (const std::string& other : resources) {
+    if (other != k222) {
+      EXPECT_TRUE(pushed.contains(other))
+          << other << ": the lock was not written before the answer";
+    }
+  }
+  EXPECT_TRUE(kubelet_.WaitUntil([&] {
+    for (const std::string& other : resources) {
+      if (other != k222 && Healthy(kubelet_.Devices(other), sim_.gpu(0)) > 0) return false;
+    }
+    return true;
+  })) << "the streams kubelet holds did not get the lock";
+  std::cout << "lock seen by the new kubelet "
+            << std::chrono::duration_cast<std::chrono::microseconds>(
+                   std::chrono::steady_clock::now() - answered)
+                   .count()
+            << " us after the answer\n";
 }
 
 TEST_F(PluginFlowTest, KubeletRestartIsFollowedByServingAndRegisteringAgain) {
