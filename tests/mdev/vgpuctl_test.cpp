@@ -157,8 +157,7 @@ TEST_F(Vgpuctl, HelpListsEverySubcommandAndExitsZero) {
 }
 
 TEST(VgpuctlVendorVfio, ListShowsTheVirtualFunctionAsTheDevice) {
-  // MIG on: the MIG-backed 1414 leaves the card room, so the other VFs still name it.
-  SimulatedNode sim("h200-mig");
+  SimulatedNode sim("h200-vfio");
   std::string vf = sim.Scan().parents.at(0).name;
   std::ostringstream out, err;
   std::vector<std::string> create = {
