@@ -457,7 +457,7 @@ TEST_F(DraDeviceMetadataTest, AFileThatCannotBeWrittenFailsTheClaimAndLeavesNoFi
 TEST_F(DraDeviceMetadataTest, AVendorVfioVgpuIsNamedByItsVf) {
   UseNode("h200-vfio");
   StartDaemon();
-  DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0, "1414"))});
+  DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0, "1428"))});
   auto answers = kubelet_.Prepare({c});
   ASSERT_EQ(answers["uid-1"].error, "");
   const auto records = stack_->manager.Snapshot().records;
