@@ -193,20 +193,19 @@ namespace {
 // GPUs that would take other types of one size (an extender reading version 1 would otherwise
 // count room the plugin has given away).
 ModelOptions PlacementAsPublished(const Config& config, const std::filesystem::path& sysfs_root) {
-  ModelOptions model = config;
-  // The mode probe's placements and GPU instances reach the extender only in version 3: below
-  // it, the plugin places as the extender assumes, by the kernel's counts.
-  if (!config.scheduler_state.publish || config.scheduler_state.version >= 3) {
-    model.mode_probe = MakeGpuModeProbe(config.gpu_mode_probe, sysfs_root);
-  } else if (config.gpu_mode_probe != GpuModeProbeChoice::kNone) {
-    spdlog::info("gpuModeProbe is not used while the published state is below version 3");
+  const bool publish = config.scheduler_state.publish;
+  const int version = config.scheduler_state.version;
+  ModelOptions model = ForStateVersion(config, publish, version,
+                                       MakeGpuModeProbe(config.gpu_mode_probe, sysfs_root));
+  if (publish && version < 3 && config.gpu_mode_probe != GpuModeProbeChoice::kNone) {
+    spdlog::info(
+        "gpuModeProbe gives only each type's max instances while the published state is below "
+        "version 3");
   }
-  if (config.scheduler_state.publish && config.scheduler_state.version < 2 &&
-      config.occupancy != OccupancySetting::kStrict) {
+  if (publish && version < 2 && config.occupancy != OccupancySetting::kStrict) {
     spdlog::info(
         "vGPUs are placed by the per-type lock while the published state is version 1 "
         "(schedulerState.version: 2 lets types of one size share a GPU)");
-    model.occupancy = OccupancySetting::kStrict;
   }
   return model;
 }
@@ -528,7 +527,7 @@ Result<std::vector<nlohmann::json>> Daemon::DraSlices(int64_t generation,
   for (const CreatedVgpu& record : dra_.manager->Snapshot().records) {
     if (dra_.claims->ClaimOfDevice(record.device_id)) options.claimed_vgpus.insert(record.vgpu_id);
   }
-  const GpuRules rules(inventory, model.occupancy, model.mode_probe.get());
+  const GpuRules rules = RulesFor(inventory, model);
   return dra::BuildResourceSlices(inventory, rules, options, generation);
 }
 
@@ -538,7 +537,7 @@ Result<dra::OccupancyView> Daemon::DraOccupancyView() {
   dra::OccupancyView view;
   view.inventory = dra_.confirmer_types.Remember(dra_.manager->Inventory());
   const ModelOptions& model = dra_.manager->options();
-  view.rules = GpuRules(view.inventory, model.occupancy, model.mode_probe.get());
+  view.rules = RulesFor(view.inventory, model);
   dra::SliceOptions options;
   options.node_name = options_.args.node_name;
   options.driver = options_.config.dra.driver_name;

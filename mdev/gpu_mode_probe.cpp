@@ -126,8 +126,13 @@ std::optional<GpuShapeFacts> SimGpuModeProbe::Probe(const std::string& pci_addre
         if (!t.gi_profile || !max) return std::nullopt;
         t.max_per_gi = *max;
       }
-      // A type with neither says nothing (as NVML's probe leaves it out).
-      if (!t.placement_ids.empty() || t.gi_profile) {
+      if (type.contains("maxInstances")) {
+        auto max = U32(type, "maxInstances");
+        if (!max) return std::nullopt;
+        t.max_instances = *max;
+      }
+      // A type with none of these says nothing (as NVML's probe leaves it out).
+      if (!t.placement_ids.empty() || t.gi_profile || t.max_instances > 0) {
         facts.types[type["id"].get<std::string>()] = std::move(t);
       }
     }

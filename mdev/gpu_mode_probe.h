@@ -42,6 +42,9 @@ struct GpuShapeFacts {
     std::vector<uint32_t> placement_ids;
     std::optional<uint32_t> gi_profile;  // MIG-backed types
     uint32_t max_per_gi = 0;
+    // The most vGPUs of the type the GPU makes in its mode (nvmlVgpuTypeGetMaxInstances); 0: not
+    // known. Vendor-VFIO types have no description's max_instance: this is their cap.
+    uint32_t max_instances = 0;
     bool operator==(const TypeFacts&) const = default;
   };
   std::map<std::string, TypeFacts> types;  // by sysfs type id

@@ -145,6 +145,7 @@ struct NvmlGpuModeProbe::Api {
   NvmlReturn (*supported_placements)(NvmlDevice, unsigned int, NvmlVgpuPlacementList*) = nullptr;
   NvmlReturn (*type_gi_profile)(unsigned int, unsigned int*) = nullptr;
   NvmlReturn (*type_max_per_gi)(NvmlVgpuTypeMaxInstance*) = nullptr;
+  NvmlReturn (*type_max_instances)(NvmlDevice, unsigned int, unsigned int*) = nullptr;
   NvmlReturn (*gi_profile_info)(NvmlDevice, unsigned int, NvmlGpuInstanceProfileInfo*) = nullptr;
   NvmlReturn (*gpu_instances)(NvmlDevice, unsigned int, NvmlGpuInstance*, unsigned int*) = nullptr;
   NvmlReturn (*gpu_instance_info)(NvmlGpuInstance, NvmlGpuInstanceInfo*) = nullptr;
@@ -193,6 +194,8 @@ bool NvmlGpuModeProbe::LoadLocked() const {
       Symbol<decltype(a.type_gi_profile)>(handle, "nvmlVgpuTypeGetGpuInstanceProfileId");
   a.type_max_per_gi =
       Symbol<decltype(a.type_max_per_gi)>(handle, "nvmlVgpuTypeGetMaxInstancesPerGpuInstance");
+  a.type_max_instances =
+      Symbol<decltype(a.type_max_instances)>(handle, "nvmlVgpuTypeGetMaxInstances");
   a.gi_profile_info =
       Symbol<decltype(a.gi_profile_info)>(handle, "nvmlDeviceGetGpuInstanceProfileInfo");
   a.gpu_instances = Symbol<decltype(a.gpu_instances)>(handle, "nvmlDeviceGetGpuInstances");
@@ -264,6 +267,12 @@ void NvmlGpuModeProbe::Api::ReadType(NvmlDevice device, unsigned int nvml_id,
       t.placement_size = list.placementSize;
       t.placement_ids.assign(ids.begin(), ids.begin() + list.count);
     }
+  }
+  // nvml.h: "the maximum number of vGPU instances creatable on a device for given vGPU type".
+  unsigned int max_instances = 0;
+  if (type_max_instances != nullptr &&
+      type_max_instances(device, nvml_id, &max_instances) == kNvmlSuccess) {
+    t.max_instances = max_instances;
   }
   if (type_gi_profile != nullptr && type_max_per_gi != nullptr) {
     unsigned int profile = kInvalidGiProfile;
@@ -367,7 +376,8 @@ std::optional<GpuShapeFacts> NvmlGpuModeProbe::Probe(
   for (const auto& [nvml_id, sysfs_id] : types) {
     GpuShapeFacts::TypeFacts t;
     api_->ReadType(device, nvml_id, t);
-    if (!t.placement_ids.empty() || t.gi_profile) facts.types[sysfs_id] = std::move(t);
+    if (!t.placement_ids.empty() || t.gi_profile || t.max_instances > 0)
+      facts.types[sysfs_id] = std::move(t);
   }
   if (facts.mig == true) api_->ReadGpuInstances(device, facts);
   if (facts.mig == false) facts.gpu_instances_known = true;  // MIG off: no GPU instances

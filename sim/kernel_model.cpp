@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "common/ascii.h"
+#include "mdev/nvidia.h"
 #include "sim/model_internal.h"
 #include "sim/tree.h"
 
@@ -115,11 +116,21 @@ Status CheckProfile(const NodeProfile& profile) {
     if ((gpu.mig || !gpu.initial_gpu_instances.empty()) && gpu.gi_profiles.empty()) {
       return Invalid("GPU " + gpu.address + ": MIG on a GPU without GPU-instance profiles");
     }
+    if (!gpu.gi_profiles.empty() && gpu.gpu_slices == 0) {
+      return Invalid("GPU " + gpu.address + ": GPU-instance profiles need the GPU's slice count");
+    }
+    uint32_t slices = 0;
+    std::map<uint32_t, uint32_t> made;
     for (uint32_t gi : gpu.initial_gpu_instances) {
-      if (!gpu.mig || std::none_of(gpu.gi_profiles.begin(), gpu.gi_profiles.end(),
-                                   [&](const GpuSpec::GiProfile& p) { return p.id == gi; })) {
+      auto gi_profile = std::find_if(gpu.gi_profiles.begin(), gpu.gi_profiles.end(),
+                                     [&](const GpuSpec::GiProfile& p) { return p.id == gi; });
+      if (!gpu.mig || gi_profile == gpu.gi_profiles.end()) {
         return Invalid("GPU " + gpu.address + ": GPU instance of profile " + std::to_string(gi) +
                        " needs MIG on and that profile");
+      }
+      slices += gi_profile->slices;
+      if (++made[gi] > gi_profile->max_count || slices > gpu.gpu_slices) {
+        return Invalid("GPU " + gpu.address + ": more GPU instances than the GPU holds");
       }
     }
     std::set<std::string> ids;
@@ -133,6 +144,12 @@ Status CheckProfile(const NodeProfile& profile) {
       }
       if (!type.placement_ids.empty() && (type.placement_size == 0 || !gpu.heterogeneous_capable)) {
         return Invalid("type " + type.id + ": placements need a size and a mixed-size capable GPU");
+      }
+      // A MIG-backed name (<GPU>-<slices>-<GB><series>) runs only in a GPU instance: the driver
+      // never offers it as a time-sliced type.
+      const auto parsed = type.name ? mdev::ParseNvidiaProfile(*type.name) : std::nullopt;
+      if (parsed && parsed->mig_slices > 0 && !type.gi_profile) {
+        return Invalid("type " + type.id + " is MIG-backed by its name but has no GI profile");
       }
       if (type.gi_profile &&
           (type.max_per_gi == 0 ||
@@ -575,7 +592,16 @@ Result<uint32_t> KernelModel::CreateGpuInstance(const std::string& address, uint
   if (!state.mig) return Status::FromErrno(EOPNOTSUPP, address + ": MIG mode is off");
   const auto made = std::count_if(state.gpu_instances.begin(), state.gpu_instances.end(),
                                   [&](const GpuInstance& gi) { return gi.profile == profile_id; });
-  if (static_cast<uint32_t>(made) >= profile->max_count) {
+  // Both the profile's own count and the GPU's compute slices bound it (MIG user guide,
+  // "Supported MIG Profiles": each profile's fraction of the SMs; an H200 has 7 slices).
+  uint32_t slices_used = 0;
+  for (const GpuInstance& gi : state.gpu_instances) {
+    for (const auto& p : profiles) {
+      if (p.id == gi.profile) slices_used += p.slices;
+    }
+  }
+  if (static_cast<uint32_t>(made) >= profile->max_count ||
+      slices_used + profile->slices > profile_.gpus[*gpu].gpu_slices) {
     return Status::FromErrno(ENOSPC, address + ": no room for another " + profile->name);
   }
   uint32_t id = 1;
@@ -627,7 +653,12 @@ Status KernelModel::WriteModes() {
     gpu["gpuInstances"] = instances;
     nlohmann::json types = nlohmann::json::array();
     for (const TypeSpec& type : spec.types) {
-      nlohmann::json t = {{"id", type.id}, {"framebufferMib", type.framebuffer_mib}};
+      // NVML's nvmlVgpuTypeGetMaxInstances: the most the GPU makes of the type in its mode now.
+      const uint32_t max = state.heterogeneous && type.max_instances_mixed > 0
+                               ? type.max_instances_mixed
+                               : type.max_instances;
+      nlohmann::json t = {
+          {"id", type.id}, {"framebufferMib", type.framebuffer_mib}, {"maxInstances", max}};
       if (!type.placement_ids.empty()) {
         t["placementSize"] = type.placement_size;
         t["placementIds"] = type.placement_ids;

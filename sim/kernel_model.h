@@ -85,8 +85,14 @@ struct GpuSpec {
     std::string name;  // "1g.18gb"
     uint64_t framebuffer_mib = 0;
     uint32_t max_count = 0;  // GPU instances of this profile one GPU holds at most
+    // Compute slices one instance takes (the N of "Ng"; MIG user guide, "Supported MIG Profiles":
+    // a 1g profile has 1/7 of an A100's or H100's SMs, a 2g 2/7).
+    uint32_t slices = 1;
   };
   std::vector<GiProfile> gi_profiles;
+  // The GPU's compute slices: its GPU instances' slices add up to at most this many, whatever
+  // each profile's own count allows (7 on A100/H100/H200, 4 on RTX PRO 6000 Blackwell).
+  uint32_t gpu_slices = 0;
   bool mig = false;
   std::vector<uint32_t> initial_gpu_instances;  // GI profile ids, made in order at layout
 };

@@ -101,21 +101,6 @@ GpuSpec A100Sriov(std::string address) {
   return gpu;
 }
 
-// H200 SXM 141 GB (0x2335) under vGPU 17+ on kernel >= 6.8: vendor-specific VFIO, no mdev bus.
-// The full-GPU time-sliced type and the 1-slice MIG-backed type (7 slices per GPU). 16 VFs and
-// the device id are ours; the type ids and names are from the published sysfs listing.
-GpuSpec H200VendorVfio(std::string address) {
-  GpuSpec gpu;
-  gpu.address = std::move(address);
-  gpu.kind = GpuKind::kVendorVfio;
-  gpu.device_id = "0x2335";
-  gpu.num_vfs = 16;
-  gpu.types = {Plain("1428", "NVIDIA H200X-141C", 1), Plain("1414", "NVIDIA H200X-1-18C", 7)};
-  // No mdev type directory, so no device_api file either.
-  for (TypeSpec& type : gpu.types) type.device_api.clear();
-  return gpu;
-}
-
 // A vendor-VFIO type with the fields the driver's listing lacks (framebuffer, counts) filled in.
 TypeSpec Vfio(std::string id, std::string name, uint64_t framebuffer_mib, uint32_t max_instances) {
   TypeSpec type = Plain(std::move(id), std::move(name), max_instances);
@@ -132,13 +117,39 @@ TypeSpec MigBacked(std::string id, std::string name, uint64_t framebuffer_mib,
   return type;
 }
 
+// The H200's MIG facts, shared by both H200 profiles (tags as in docs/gpu-shapes.md): GPU-instance
+// profiles 1g.18gb (7 per GPU, 1 compute slice) and 2g.35gb (3 per GPU, 2 slices) of 7 slices:
+// NVIDIA's MIG user guide, "Supported MIG Profiles", H200 table [doc]; their ids 19 and 14 are
+// those `nvidia-smi mig -lgip` gives the 1g/2g profiles on A100/H100 [unverified].
+void H200MigFacts(GpuSpec& gpu) {
+  gpu.gi_profiles = {{19, "1g.18gb", 18432, 7, 1}, {14, "2g.35gb", 35840, 3, 2}};
+  gpu.gpu_slices = 7;
+}
+
+// H200 SXM 141 GB (0x2335) under vGPU 17+ on kernel >= 6.8: vendor-specific VFIO, no mdev bus,
+// MIG off. The full-GPU time-sliced type (1 per GPU) and the 1-slice MIG-backed type, which a GPU
+// offers only with MIG on: a GPU runs time-sliced or MIG-backed vGPUs, never both (vSphere's
+// per-GPU vGPU mode is one of sameSize, mixedSize, multiInstanceGpu; NVIDIA AI Enterprise,
+// "MIG-Backed vGPU": each such vGPU runs in a GPU instance) [doc], and with MIG off no GPU
+// instance exists. 16 VFs and the device id are ours; the type ids and names are from the
+// published sysfs listing (NVIDIA/kubevirt-gpu-device-plugin PR #192).
+GpuSpec H200VendorVfio(std::string address) {
+  GpuSpec gpu;
+  gpu.address = std::move(address);
+  gpu.kind = GpuKind::kVendorVfio;
+  gpu.device_id = "0x2335";
+  gpu.num_vfs = 16;
+  H200MigFacts(gpu);
+  gpu.types = {Vfio("1428", "NVIDIA H200X-141C", 144384, 1),
+               MigBacked("1414", "NVIDIA H200X-1-18C", 18432, 7, 19, 1)};
+  return gpu;
+}
+
 // H200 141 GB in MIG mode, vendor VFIO, with GPU instances made before the node's daemons run.
 // Sources (tags as in docs/gpu-shapes.md):
 //  - 1414 "NVIDIA H200X-1-18C", 1428 "NVIDIA H200X-141C": the published VF listing
 //    (NVIDIA/kubevirt-gpu-device-plugin PR #192) [claim];
-//  - GPU-instance profiles 1g.18gb (7 per GPU) and 2g.35gb (3 per GPU): NVIDIA's MIG user guide,
-//    "Supported MIG Profiles", H200 table [doc]; their ids 19 and 14 are those `nvidia-smi mig
-//    -lgip` gives the 1g/2g profiles on A100/H100, taken for the H200 [unverified];
+//  - GPU-instance profiles and slices: H200MigFacts;
 //  - one MIG-backed vGPU per GPU instance for C-series types (vgpu-device-manager maps
 //    "A100-1-5C: 7" to seven 1g.5gb GIs) [code]; H200X-2-35C and its id 1415 are ours
 //    [unverified];
@@ -150,7 +161,7 @@ GpuSpec H200Mig(std::string address) {
   gpu.kind = GpuKind::kVendorVfio;
   gpu.device_id = "0x2335";
   gpu.num_vfs = 16;
-  gpu.gi_profiles = {{19, "1g.18gb", 18432, 7}, {14, "2g.35gb", 35840, 3}};
+  H200MigFacts(gpu);
   gpu.mig = true;
   gpu.initial_gpu_instances = {19, 19, 19, 19, 14};
   gpu.types = {
@@ -211,7 +222,8 @@ GpuSpec RtxPro6000Mig(std::string address) {
   gpu.device_id = "0x2bb5";
   gpu.num_vfs = 48;
   gpu.lock = GpuSpec::Lock::kFramebuffer;
-  gpu.gi_profiles = {{47, "1g.24gb", 24576, 4}};
+  gpu.gi_profiles = {{47, "1g.24gb", 24576, 4, 1}};
+  gpu.gpu_slices = 4;
   gpu.mig = true;
   gpu.initial_gpu_instances = {47, 47, 47, 47};
   const char* prefix = "NVIDIA RTX Pro 6000 Blackwell ";

@@ -389,7 +389,7 @@ std::string DraPlugin::Unprepare(const ClaimRef& ref) {
 Status DraPlugin::WriteMetadata(const MetadataClaim& claim, std::vector<PreparedDevice>& devices) {
   const mdev::Inventory inventory = metadata_types_.Remember(manager_.Inventory());
   const ModelOptions& model = manager_.options();
-  const GpuRules rules(inventory, model.occupancy, model.mode_probe.get());
+  const GpuRules rules = RulesFor(inventory, model);
   SliceOptions slice_options;
   slice_options.driver = options_.driver;
   slice_options.model = model;

@@ -12,10 +12,23 @@ namespace {
 
 // SR-IOV: every VF shows each type it could host, but the GPU behind them hosts at most
 // max_instance of a type (1 for an A100D-80C). Free devices per (GPU, type) stop there.
-std::map<std::pair<std::string, std::string>, uint32_t> VfBudgets(
-    const mdev::Inventory& inventory) {
+// Vendor VFIO: a VF lists a type while the GPU can make one more, so 16 free VFs list a type 16
+// times on a GPU that takes 2. Its types have no description; the cap is what the GPU's rule
+// admits (GpuRules::Cap: the probe's max instances, the instances or placements free), and
+// where nothing says how many, one: the kernel's word is for one more, and the rescan after each
+// create (Backend::ScanGpuRoom) lists the next.
+std::map<std::pair<std::string, std::string>, uint32_t> VfBudgets(const mdev::Inventory& inventory,
+                                                                  const GpuRules& rules) {
   std::map<std::pair<std::string, std::string>, uint32_t> budget;
   for (const mdev::Parent& parent : inventory.parents) {
+    if (parent.flavour == mdev::Flavour::kVendorVfio) {
+      for (const mdev::VgpuType& type : parent.types) {
+        const auto key = std::make_pair(parent.physical_gpu, type.id);
+        if (budget.contains(key)) continue;
+        budget[key] = rules.Cap(parent.physical_gpu, type.id, inventory.vgpus).value_or(1);
+      }
+      continue;
+    }
     if (!parent.is_virtual_function) continue;
     for (const mdev::VgpuType& type : parent.types) {
       if (!type.nvidia || !type.nvidia->max_instance) continue;
@@ -231,7 +244,11 @@ bool DeviceCatalogue::Publish(Pass& pass) {
 bool DeviceCatalogue::Rebuild(const mdev::Inventory& inventory,
                               const std::vector<CreatedVgpu>& records,
                               const ModelOptions& options) {
-  Pass pass{inventory, records, options, ListedFreeSlots(), {}, VfBudgets(inventory), {}, {}, {}};
+  Pass pass{inventory, records,
+            options,   ListedFreeSlots(),
+            {},        VfBudgets(inventory, RulesFor(inventory, options)),
+            {},        {},
+            {}};
   for (const mdev::Vgpu& v : inventory.vgpus) pass.existing.insert(v.id);
   for (const mdev::Parent& parent : inventory.parents) {
     pass.by_parent.try_emplace(parent.name);

@@ -21,4 +21,17 @@ const PinRule* FindPin(const ModelOptions& options, const std::string& physical_
   return nullptr;
 }
 
+GpuRules RulesFor(const mdev::Inventory& inventory, const ModelOptions& options) {
+  return GpuRules(inventory, options.occupancy, options.mode_probe.get(),
+                  options.limit_probe.get());
+}
+
+ModelOptions ForStateVersion(ModelOptions options, bool publish, int version,
+                             std::shared_ptr<const GpuModeProbe> probe) {
+  options.limit_probe = probe;
+  options.mode_probe = !publish || version >= 3 ? std::move(probe) : nullptr;
+  if (publish && version < 2) options.occupancy = OccupancySetting::kStrict;
+  return options;
+}
+
 }  // namespace kvgpu::deviceplugin

@@ -35,9 +35,25 @@ struct ModelOptions {
   // Where the GPUs' MIG and mixed-size modes are read (mdev/gpu_mode_probe.h); null: the counts
   // alone.
   std::shared_ptr<const GpuModeProbe> mode_probe;
+  // Where each type's max instances are read when mode_probe is not used (the same probe): the
+  // cap on vendor-VFIO lists, whose types have no description. Null: the kernel's word for one.
+  std::shared_ptr<const GpuModeProbe> limit_probe;
   bool cdi_enabled = false;
   std::filesystem::path cdi_dir = "/var/run/cdi";
 };
+
+// The node's GPU rules as these options read them (occupancy.h): every part of the model that
+// places, lists or publishes builds them here.
+GpuRules RulesFor(const mdev::Inventory& inventory, const ModelOptions& options);
+
+// The options the model places by while the published state is `version` (publish false: none is
+// published): the extender reads the mode probe's placements and GPU instances only from version
+// 3 on, so below it the plugin places as the extender assumes, by the kernel's counts, and with
+// version 1 (the per-type lock alone) by the per-type lock. The probe's max instances are used at
+// every version: they only lower what is promised. docs/scheduler-extender.md, "What each
+// version promises".
+ModelOptions ForStateVersion(ModelOptions options, bool publish, int version,
+                             std::shared_ptr<const GpuModeProbe> probe);
 
 // The rule that applies to a GPU, if any.
 const PinRule* FindPin(const ModelOptions& options, const std::string& physical_gpu,

@@ -1,7 +1,10 @@
 #include "deviceplugin/model/occupancy.h"
 
+#include <list>
 #include <set>
 #include <vector>
+
+#include "mdev/nvidia.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -16,7 +19,18 @@ struct GpuView {
   bool nvidia = false;
   std::vector<const mdev::VgpuType*> types;
   std::vector<const mdev::Vgpu*> vgpus;
+  // Types only a vGPU names: a vendor-VFIO VF lists what is creatable now, so a held type may be
+  // listed by none (the card full of it). Its name (remembered by the backend from an earlier
+  // listing) still gives its size; without it the size lock and the mode evidence are lost.
+  std::list<mdev::VgpuType> held_only;
 };
+
+const mdev::VgpuType* TypeOn(const GpuView& view, const std::string& type_id) {
+  for (const mdev::VgpuType* type : view.types) {
+    if (type->id == type_id) return type;
+  }
+  return nullptr;
+}
 
 std::map<std::string, GpuView> ViewsOf(const mdev::Inventory& inventory) {
   std::map<std::string, GpuView> views;
@@ -25,15 +39,17 @@ std::map<std::string, GpuView> ViewsOf(const mdev::Inventory& inventory) {
     view.nvidia = view.nvidia || parent.vendor_id == kNvidiaVendor;
     for (const mdev::VgpuType& type : parent.types) view.types.push_back(&type);
   }
-  for (const mdev::Vgpu& vgpu : inventory.vgpus) views[vgpu.physical_gpu].vgpus.push_back(&vgpu);
-  return views;
-}
-
-const mdev::VgpuType* TypeOn(const GpuView& view, const std::string& type_id) {
-  for (const mdev::VgpuType* type : view.types) {
-    if (type->id == type_id) return type;
+  for (const mdev::Vgpu& vgpu : inventory.vgpus) {
+    GpuView& view = views[vgpu.physical_gpu];
+    view.vgpus.push_back(&vgpu);
+    if (TypeOn(view, vgpu.type_id) != nullptr || !vgpu.type_name) continue;
+    mdev::VgpuType held;
+    held.id = vgpu.type_id;
+    held.name = vgpu.type_name;
+    held.profile = mdev::ParseNvidiaProfile(*vgpu.type_name);
+    view.types.push_back(&view.held_only.emplace_back(std::move(held)));
   }
-  return nullptr;
+  return views;
 }
 
 // What the counts beside the vGPUs on a GPU show; nullopt when they show nothing (no vGPU, or
@@ -54,6 +70,7 @@ std::optional<Occupancy> Evidence(const GpuView& view) {
   const uint64_t size = *sizes.begin();
   bool own_creatable = false;
   bool same_size_other = false;
+  bool same_size_creatable = false;
   for (const mdev::VgpuType* type : view.types) {
     const uint64_t other = FramebufferMib(*type);
     if (held.contains(type->id)) {
@@ -61,12 +78,14 @@ std::optional<Occupancy> Evidence(const GpuView& view) {
       continue;
     }
     if (other != size) {
+      // Another size beside them outranks any same-size sibling: a mixed-size GPU lists both.
       if (other > 0 && type->available_instances > 0) return Occupancy::kMixedSize;
       continue;
     }
-    if (type->available_instances > 0) return Occupancy::kEqualSize;
+    same_size_creatable = same_size_creatable || type->available_instances > 0;
     same_size_other = true;
   }
+  if (same_size_creatable) return Occupancy::kEqualSize;
   if (own_creatable && same_size_other) return Occupancy::kStrict;
   return std::nullopt;
 }
@@ -107,7 +126,7 @@ uint64_t FramebufferMib(const mdev::VgpuType& type) {
 }
 
 GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
-                   const GpuModeProbe* probe) {
+                   const GpuModeProbe* probe, const GpuModeProbe* limits) {
   const std::map<std::string, GpuView> views = ViewsOf(inventory);
   std::map<std::string, std::optional<Occupancy>> seen;
   std::set<Occupancy> node_evidence;
@@ -120,6 +139,12 @@ GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
       }
     }
     if (!view.nvidia) continue;
+    if (probe == nullptr && limits != nullptr) {
+      if (std::optional<GpuShapeFacts> facts =
+              limits->Probe(gpu, mdev::SysfsTypesOf(inventory, gpu))) {
+        TakeMaxInstances(gpu, *facts);
+      }
+    }
     std::optional<Occupancy> evidence = MigBacked(view) ? Occupancy::kMig : Evidence(view);
     if (probe != nullptr) {
       if (std::optional<GpuShapeFacts> facts =
@@ -134,6 +159,7 @@ GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
                    (evidence == Occupancy::kMixedSize && facts->heterogeneous == false)) {
           evidence = std::nullopt;
         }
+        TakeMaxInstances(gpu, *facts);
         shapes_[gpu] = std::move(*facts);
       }
     }
@@ -161,6 +187,15 @@ GpuRules::GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
       occupancy_[gpu] = Occupancy::kEqualSize;
     } else {
       occupancy_[gpu] = evidence.value_or(node_default);
+    }
+  }
+}
+
+void GpuRules::TakeMaxInstances(const std::string& physical_gpu, const GpuShapeFacts& facts) {
+  for (const auto& [id, type] : facts.types) {
+    auto known = types_.find({physical_gpu, id});
+    if (known != types_.end() && known->second.max_instances == 0) {
+      known->second.max_instances = type.max_instances;
     }
   }
 }
@@ -238,6 +273,34 @@ scheduling::GpuSlots GpuRules::ShapeOf(const std::string& physical_gpu,
     (void)scheduling::TakeModeRoom(gpu, slots_of(vgpu.type_id));
   }
   return gpu;
+}
+
+std::optional<uint32_t> GpuRules::Cap(const std::string& physical_gpu, const std::string& type_id,
+                                      const std::vector<mdev::Vgpu>& vgpus) const {
+  const uint32_t max = MaxInstancesOf(physical_gpu, type_id);
+  const uint64_t size = FramebufferOf(physical_gpu, type_id);
+  uint32_t own = 0;
+  uint32_t sharing = 0;  // vGPUs of its size, or of its type where its size is not known
+  for (const mdev::Vgpu& vgpu : vgpus) {
+    if (vgpu.physical_gpu != physical_gpu) continue;
+    own += vgpu.type_id == type_id ? 1u : 0u;
+    const bool same =
+        size > 0 ? FramebufferOf(physical_gpu, vgpu.type_id) == size : vgpu.type_id == type_id;
+    sharing += same ? 1u : 0u;
+  }
+  const Occupancy occupancy = OccupancyOf(physical_gpu);
+  if (occupancy == Occupancy::kMig || occupancy == Occupancy::kMixedSize) {
+    scheduling::GpuSlots shape = ShapeOf(physical_gpu, vgpus);
+    scheduling::ResourceSlots slots;
+    slots.type_id = type_id;
+    slots.framebuffer_mib = size;
+    FillType(physical_gpu, type_id, slots);
+    std::optional<uint32_t> room = scheduling::ModeRoom(shape, slots);
+    if (room && max > 0) room = std::min(*room, max > own ? max - own : 0);
+    return room;
+  }
+  if (max == 0) return std::nullopt;
+  return max > sharing ? max - sharing : 0;
 }
 
 std::string GpuRules::LockKey(const std::string& physical_gpu, const std::string& type_id) const {

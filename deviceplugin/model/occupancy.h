@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "mdev/gpu_mode_probe.h"
 #include "mdev/model.h"
@@ -53,15 +54,25 @@ uint64_t FramebufferMib(const mdev::VgpuType& type);
 class GpuRules {
  public:
   GpuRules() = default;
-  // `probe` (may be null) is asked once per NVIDIA GPU here, not kept.
+  // `probe` (may be null) is asked once per NVIDIA GPU here, not kept. `limits` (may be null) is
+  // asked only for each type's max instances where `probe` is not given: a cap only lowers what is
+  // promised, so it holds whatever the published state says of modes.
   GpuRules(const mdev::Inventory& inventory, OccupancySetting setting,
-           const GpuModeProbe* probe = nullptr);
+           const GpuModeProbe* probe = nullptr, const GpuModeProbe* limits = nullptr);
 
   // kUnknown for GPUs the inventory does not show.
   scheduling::Occupancy OccupancyOf(const std::string& physical_gpu) const;
   uint64_t FramebufferOf(const std::string& physical_gpu, const std::string& type_id) const;
-  // The type's max_instance on the GPU (its NVIDIA description); 0 when not known.
+  // The type's max instances on the GPU (its NVIDIA description's max_instance, else the probe's
+  // nvmlVgpuTypeGetMaxInstances); 0 when not known.
   uint32_t MaxInstancesOf(const std::string& physical_gpu, const std::string& type_id) const;
+  // How many more vGPUs of `type_id` the GPU can make now, beside `vgpus` (the node's; other
+  // GPUs' are skipped): on a MIG or mixed-size GPU what its instances or placements admit
+  // (scheduling::ModeRoom, within the max); on a time-sliced one the max less the vGPUs of its
+  // size (of its type where the size is not known), which bounds both the type and the size lock.
+  // nullopt where neither is known: then only the kernel's word for one more is there.
+  std::optional<uint32_t> Cap(const std::string& physical_gpu, const std::string& type_id,
+                              const std::vector<mdev::Vgpu>& vgpus) const;
   // scheduling::LockKey of a vGPU of `type_id` on the GPU.
   std::string LockKey(const std::string& physical_gpu, const std::string& type_id) const;
 
@@ -81,6 +92,8 @@ class GpuRules {
     uint32_t max_instances = 0;
   };
   const TypeFacts* Facts(const std::string& physical_gpu, const std::string& type_id) const;
+  // The probe's max instances for the types whose description gave none.
+  void TakeMaxInstances(const std::string& physical_gpu, const GpuShapeFacts& facts);
 
   std::map<std::string, scheduling::Occupancy> occupancy_;          // by GPU
   std::map<std::string, GpuShapeFacts> shapes_;                     // by GPU, where probed

@@ -154,8 +154,8 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
     return Status::Error(ErrorCode::kInvalid, "unknown resource " + LogSafe(resource));
   }
   return PreferDevices(catalogue_.Devices(resource), state_.inventory().vgpus,
-                       GpuRules(state_.inventory(), options_.occupancy, options_.mode_probe.get()),
-                       options_.spread_across_gpus, requests);
+                       RulesFor(state_.inventory(), options_), options_.spread_across_gpus,
+                       requests);
 }
 
 Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
@@ -388,10 +388,8 @@ Status ResourceManager::WaitForRemovals(std::unique_lock<std::mutex>& lock,
 
 scheduling::NodeVgpuState ResourceManager::SchedulerState() const {
   std::lock_guard lock(mutex_);
-  return BuildSchedulerState(
-      state_.inventory(), state_.records(), catalogue_,
-      GpuRules(state_.inventory(), options_.occupancy, options_.mode_probe.get()),
-      options_.spread_across_gpus);
+  return BuildSchedulerState(state_.inventory(), state_.records(), catalogue_,
+                             RulesFor(state_.inventory(), options_), options_.spread_across_gpus);
 }
 
 mdev::Inventory ResourceManager::Inventory() const {

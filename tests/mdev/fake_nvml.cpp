@@ -272,6 +272,18 @@ nvmlReturn_t nvmlVgpuTypeGetGpuInstanceProfileId(nvmlVgpuTypeId_t vgpuTypeId,
   return NVML_SUCCESS;
 }
 
+nvmlReturn_t nvmlVgpuTypeGetMaxInstances(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId,
+                                         unsigned int* vgpuInstanceCount) {
+  const nlohmann::json* t = Type(vgpuTypeId);
+  if (Device(device) == nullptr || t == nullptr || vgpuInstanceCount == nullptr) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  if (nvmlReturn_t r = Fail("nvmlVgpuTypeGetMaxInstances")) return r;
+  if (!t->contains("maxInstances")) return NVML_ERROR_NOT_SUPPORTED;
+  *vgpuInstanceCount = (*t)["maxInstances"].get<unsigned int>();
+  return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerGpuInstance(nvmlVgpuTypeMaxInstance_v1_t* max) {
   if (max == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (max->version != Version<nvmlVgpuTypeMaxInstance_v1_t>(1)) {

@@ -82,6 +82,9 @@ nlohmann::json FixtureFor(SimNode& sim, const FixtureOptions& options = {}) {
         type["gpuInstanceProfileId"] = *t.gi_profile;
         type["maxInstancesPerGi"] = t.max_per_gi;
       }
+      for (const nlohmann::json& listed : gpu["types"]) {
+        if (listed["id"] == t.id) type["maxInstances"] = listed["maxInstances"];
+      }
       types.push_back(type);
     }
     d["vgpuTypes"] = types;
@@ -165,6 +168,7 @@ TEST(NvmlGpuModeProbeTest, ReadsWhatTheSimulatorShowsOnMixedAndEqualSizeGpus) {
   EXPECT_EQ(mixed.mig, false) << "no MIG on an L40S: NVML_ERROR_NOT_SUPPORTED";
   EXPECT_EQ(mixed.types.at("1702").placement_size, 8u);
   EXPECT_EQ(mixed.types.at("1702").placement_ids.size(), 6u);
+  EXPECT_EQ(mixed.types.at("1704").max_instances, 2u) << "nvmlVgpuTypeGetMaxInstances: 2 x 24 GiB";
   EXPECT_EQ(probe.Probe("0000:3b:00.0", TypesOf(sim, "0000:3b:00.0"))->heterogeneous, false);
   EXPECT_EQ(probe.Probe("0000:99:00.0", {}), std::nullopt) << "a GPU NVML does not know";
 }
@@ -251,7 +255,9 @@ TEST(NvmlGpuModeProbeTest, AnNvmlErrorLeavesThatFactUnknown) {
                FixtureFor(sim, {.fail = {{"nvmlVgpuTypeGetMaxInstancesPerGpuInstance", 999}}}));
     NvmlGpuModeProbe probe(KVGPU_FAKE_NVML);
     GpuShapeFacts facts = *probe.Probe(gpu, TypesOf(sim, gpu));
-    EXPECT_TRUE(facts.types.empty()) << "a GI profile without its max per instance says nothing";
+    for (const auto& [id, type] : facts.types) {
+      EXPECT_EQ(type.gi_profile, std::nullopt) << id << ": a GI profile needs its max per GI";
+    }
     EXPECT_TRUE(facts.gpu_instances_known);
   }
   {
@@ -269,7 +275,7 @@ TEST(NvmlGpuModeProbeTest, AnNvmlErrorLeavesThatFactUnknown) {
     NvmlGpuModeProbe probe(KVGPU_FAKE_NVML);
     GpuShapeFacts facts = *probe.Probe(mixed, TypesOf(l40s, mixed));
     EXPECT_EQ(facts.heterogeneous, std::nullopt);
-    EXPECT_TRUE(facts.types.empty());
+    for (const auto& [id, type] : facts.types) EXPECT_TRUE(type.placement_ids.empty()) << id;
     EXPECT_EQ(facts.mig, false);
   }
 }
@@ -310,6 +316,8 @@ TEST(SimGpuModeProbeTest, TheSimulatorsFileGivesModesInstancesTypesAndVgpus) {
   EXPECT_EQ(facts->gpu_instances.size(), 5u);
   EXPECT_EQ(facts->types.at("1414").gi_profile, 19u);
   EXPECT_EQ(facts->types.at("1414").max_per_gi, 1u);
+  EXPECT_EQ(facts->types.at("1414").max_instances, 7u);
+  EXPECT_EQ(facts->types.at("1428").max_instances, 1u) << "a time-sliced type: its max alone";
   EXPECT_EQ(facts->vgpus.at("0000:41:00.4").gpu_instance, 1u);
   EXPECT_EQ(probe->Probe("0000:99:00.0", {}), std::nullopt) << "a GPU the file does not list";
   EXPECT_EQ(SimGpuModeProbe(sim.dir() / "absent.json").Probe("0000:41:00.0", {}), std::nullopt);

@@ -217,7 +217,8 @@ class H200Node : public ::testing::Test {
     for (const auto& parent : inventory.parents) vfs_.push_back(parent.name);
     ASSERT_GE(vfs_.size(), 2u);
   }
-  SimulatedNode sim_{"h200-vfio"};
+  // MIG on with GPU instances made: the MIG-backed 1414 goes on any free VF while one is free.
+  SimulatedNode sim_{"h200-mig"};
   std::vector<std::string> vfs_;
 };
 
@@ -251,9 +252,9 @@ TEST_F(H200Node, FailuresAreTyped) {
             ErrorCode::kUnknownType);
   EXPECT_EQ(sim_.node().Create({vfs_[1], "1414", std::string(kUuidA)}).status().code(),
             ErrorCode::kInvalid);
-  // The GPU is locked to 1414 now: the whole-GPU type has no room.
+  // The time-sliced whole-GPU type with MIG on: no VF lists it.
   EXPECT_EQ(sim_.node().Create({vfs_[1], "1428", std::nullopt}).status().code(),
-            ErrorCode::kNoRoom);
+            ErrorCode::kUnknownType);
 }
 
 // The VF path outlives its vGPU and the next owner reuses it, so a release must not clear what
@@ -282,23 +283,25 @@ TEST_F(H200Node, AReleaseNeverClearsAVfHeldOpenOrTypedByAnotherOwner) {
   EXPECT_EQ(sim_.Scan().FindVgpu(vfs_[0]), nullptr);
 }
 
-TEST_F(H200Node, TypeNamesStayKnownWhenTheCardIsFull) {
-  // One whole-GPU vGPU fills the card: every creatable list shrinks to its header.
-  ASSERT_TRUE(sim_.node().Create({vfs_[0], "1428", std::nullopt}).ok());
-  Inventory inventory = sim_.Scan();
+TEST(H200WholeGpu, TypeNamesStayKnownWhenTheCardIsFull) {
+  // MIG off: one whole-GPU vGPU fills the card, every creatable list shrinks to its header.
+  SimulatedNode sim("h200-vfio");
+  const std::string vf = sim.Scan().parents.at(0).name;
+  ASSERT_TRUE(sim.node().Create({vf, "1428", std::nullopt}).ok());
+  Inventory inventory = sim.Scan();
   for (const auto& parent : inventory.parents) EXPECT_TRUE(parent.types.empty()) << parent.name;
-  const Vgpu* vgpu = inventory.FindVgpu(vfs_[0]);
+  const Vgpu* vgpu = inventory.FindVgpu(vf);
   ASSERT_NE(vgpu, nullptr);
   EXPECT_EQ(vgpu->type_name, "NVIDIA H200X-141C");
-  EXPECT_EQ(sim_.node().KnownTypeNames().at("1414"), "NVIDIA H200X-1-18C");
+  EXPECT_EQ(sim.node().KnownTypeNames().at("1428"), "NVIDIA H200X-141C");
 
   // A fresh SysfsBackend (a restarted daemon) learns names only from what it is told or sees.
-  SysfsBackend restarted(sim_.root(), sim_.model());
+  SysfsBackend restarted(sim.root(), sim.model());
   auto blind = restarted.Scan();
   ASSERT_TRUE(blind.ok());
-  EXPECT_FALSE(blind->FindVgpu(vfs_[0])->type_name.has_value());
-  restarted.RememberTypeNames(sim_.node().KnownTypeNames());
-  EXPECT_EQ(restarted.Scan()->FindVgpu(vfs_[0])->type_name, "NVIDIA H200X-141C");
+  EXPECT_FALSE(blind->FindVgpu(vf)->type_name.has_value());
+  restarted.RememberTypeNames(sim.node().KnownTypeNames());
+  EXPECT_EQ(restarted.Scan()->FindVgpu(vf)->type_name, "NVIDIA H200X-141C");
 }
 
 }  // namespace

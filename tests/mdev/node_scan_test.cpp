@@ -84,13 +84,13 @@ TEST(NodeScan, VendorVfioVirtualFunctionsOfferTheirCreatableTypes) {
     // A VF sits on its GPU's node and root complex.
     EXPECT_EQ(parent.numa_node, 0);
     EXPECT_EQ(parent.pcie_root, "pci0000:00");
-    const VgpuType* mig = FindType(parent, "1414");
-    ASSERT_NE(mig, nullptr);
-    EXPECT_EQ(mig->name, "NVIDIA H200X-1-18C");
-    EXPECT_EQ(mig->available_instances, 1u);
-    ASSERT_TRUE(mig->profile.has_value());
-    EXPECT_EQ(mig->profile->profile, "H200X-1-18C");
-    EXPECT_NE(FindType(parent, "1428"), nullptr);
+    const VgpuType* full = FindType(parent, "1428");
+    ASSERT_NE(full, nullptr);
+    EXPECT_EQ(full->name, "NVIDIA H200X-141C");
+    EXPECT_EQ(full->available_instances, 1u);
+    ASSERT_TRUE(full->profile.has_value());
+    EXPECT_EQ(full->profile->profile, "H200X-141C");
+    EXPECT_EQ(FindType(parent, "1414"), nullptr) << "MIG-backed: not offered while MIG is off";
   }
 }
 

@@ -159,8 +159,7 @@ TEST_F(FuseSimTest, SymlinksAreRelativeAndResolveInsideTheMount) {
 TEST_F(FuseSimTest, AttributesReadWholeWithEveryReader) {
   ASSERT_NO_FATAL_FAILURE(Start("h200-vfio"));
   fs::path creatable = NvidiaDir("0000:41:00.4") / "creatable_vgpu_types";
-  const std::string want =
-      "ID    : vGPU Name\n1428  : NVIDIA H200X-141C\n1414  : NVIDIA H200X-1-18C\n";
+  const std::string want = "ID    : vGPU Name\n1428  : NVIDIA H200X-141C\n";
   struct stat st;
   ASSERT_EQ(::stat(creatable.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 4096);
@@ -194,7 +193,7 @@ TEST_F(FuseSimTest, VgpuctlCreatesListsAndRemovesOnEveryProfile) {
   const LifecycleCase cases[] = {
       {"t4x2", kT4b, "nvidia-231"},
       {"a100-sriov", "0000:41:00.5", "nvidia-692"},
-      {"h200-vfio", "0000:41:00.4", "1414"},
+      {"h200-vfio", "0000:41:00.4", "1428"},
       {"mtty", "mtty", "mtty-2"},
       {"mixed", "0000:41:02.7", "nvidia-698"},
   };
@@ -387,9 +386,10 @@ TEST_F(FuseSimTest, VendorVfioWritesAnswerWithTheModelsErrno) {
   const std::vector<SyscallCase> cases = {
       {"not a number", vf4, O_WRONLY, "abc", {0, EINVAL}},
       {"a type this GPU lacks", vf4, O_WRONLY, "9999", {0, EINVAL}},
-      {"1-slice type", vf4, O_WRONLY, "1414\n", {0, 0}},
-      {"again on the occupied VF", vf4, O_WRONLY, "1414", {0, EEXIST}},
-      {"the full-GPU type while 1414 holds the GPU", vf5, O_WRONLY, "1428", {0, ENOSPC}},
+      {"the MIG-backed type with MIG off", vf4, O_WRONLY, "1414\n", {0, ENOSPC}},
+      {"the full-GPU type", vf4, O_WRONLY, "1428\n", {0, 0}},
+      {"again on the occupied VF", vf4, O_WRONLY, "1428", {0, EEXIST}},
+      {"the full-GPU type again, on another VF", vf5, O_WRONLY, "1428", {0, ENOSPC}},
       {"read-write open of current_vgpu_type", vf4, O_RDWR, "", {0, 0}},
       {"creatable_vgpu_types is read-only",
        NvidiaDir("0000:41:00.4") / "creatable_vgpu_types",
@@ -398,7 +398,7 @@ TEST_F(FuseSimTest, VendorVfioWritesAnswerWithTheModelsErrno) {
        {EACCES, 0}},
   };
   ExpectAnswers(cases);
-  EXPECT_EQ(Slurp(vf4), "1414\n");
+  EXPECT_EQ(Slurp(vf4), "1428\n");
   ASSERT_NO_FATAL_FAILURE(sim_->Control("busy 0000:41:00.4"));
   ExpectAnswers({{"destroy while held", vf4, O_WRONLY, "0", {0, EBUSY}}});
   ASSERT_NO_FATAL_FAILURE(sim_->Control("release 0000:41:00.4"));

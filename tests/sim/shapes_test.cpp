@@ -157,6 +157,32 @@ TEST_F(ShapesTest, AGpuInstanceHostsOneSizeUpToItsMaxPerInstance) {
   EXPECT_EQ(modes["gpus"][0]["types"][2]["maxPerGpuInstance"], 12);
 }
 
+// NVIDIA: a GPU runs time-sliced or MIG-backed vGPUs, never both, and a MIG-backed vGPU runs in a
+// GPU instance, which exists only with MIG on (sources: sim/profiles.cpp, H200VendorVfio).
+TEST_F(ShapesTest, AMigBackedTypeIsNeitherListedNorMadeWithMigOff) {
+  Load("h200-vfio");
+  EXPECT_EQ(Creatable(Vf("41", 0)), std::string(kTypeListHeader) + "1428  : NVIDIA H200X-141C\n");
+  EXPECT_EQ(ErrnoOf(SetVfType(Vf("41", 0), "1414")), ENOSPC) << "MIG-backed with MIG off";
+  ASSERT_EQ(ErrnoOf(SetVfType(Vf("41", 0), "1428")), 0);
+  EXPECT_EQ(ErrnoOf(SetVfType(Vf("41", 1), "1414")), ENOSPC) << "beside a time-sliced vGPU";
+  EXPECT_EQ(ErrnoOf(SetVfType(Vf("41", 1), "1428")), ENOSPC) << "one H200X-141C per GPU";
+  EXPECT_EQ(Creatable(Vf("41", 1)), kTypeListHeader);
+}
+
+// An H200 has 7 compute slices (MIG user guide, "Supported MIG Profiles"): h200-mig's four 1g and
+// one 2g instance leave room for one more 1g, and for no 2g however many the profile allows.
+TEST_F(ShapesTest, GpuInstancesStopAtTheGpusSlices) {
+  Load("h200-mig");
+  const std::string gpu = "0000:41:00.0";
+  EXPECT_EQ(ErrnoOf(model_->CreateGpuInstance(gpu, 14).status()), ENOSPC) << "2 slices, 1 left";
+  auto seventh = model_->CreateGpuInstance(gpu, 19);
+  ASSERT_TRUE(seventh.ok()) << seventh.status().message();
+  EXPECT_EQ(ErrnoOf(model_->CreateGpuInstance(gpu, 19).status()), ENOSPC) << "an 8th slice";
+  EXPECT_EQ(Modes()["gpus"][0]["gpuInstances"].size(), 6u) << "a refusal makes nothing";
+  ASSERT_TRUE(model_->DestroyGpuInstance(gpu, *seventh).ok());
+  EXPECT_TRUE(model_->CreateGpuInstance(gpu, 19).ok()) << "a destroyed instance frees its slice";
+}
+
 TEST(ShapesProfileTest, BadShapesAreRefusedBeforeLayout) {
   auto profile = ProfileByName("l40s-vfio").value();
   profile.gpus[0].heterogeneous_capable = false;  // placements on a GPU that cannot mix sizes
@@ -165,6 +191,14 @@ TEST(ShapesProfileTest, BadShapesAreRefusedBeforeLayout) {
   auto mig = ProfileByName("h200-mig").value();
   mig.gpus[0].types[1].gi_profile = 77;  // a GI profile the GPU has not
   EXPECT_FALSE(KernelModel::Create(dir.path() / "b", mig).ok());
+  auto slices = ProfileByName("h200-mig").value();
+  slices.gpus[0].initial_gpu_instances = {14, 14, 14};  // 6 slices of 7, but then a 1g too many
+  slices.gpus[0].initial_gpu_instances.push_back(19);
+  slices.gpus[0].initial_gpu_instances.push_back(19);
+  EXPECT_FALSE(KernelModel::Create(dir.path() / "c", slices).ok()) << "8 slices on a 7-slice GPU";
+  auto time_sliced = ProfileByName("h200-vfio").value();
+  time_sliced.gpus[0].types[1].gi_profile.reset();  // H200X-1-18C offered as time-sliced
+  EXPECT_FALSE(KernelModel::Create(dir.path() / "d", time_sliced).ok());
 }
 
 }  // namespace

@@ -23,13 +23,18 @@ class VendorVfioTest : public ModelTest {
   std::string Current(int vf) { return Read(NvidiaDir(Vf(vf)) / "current_vgpu_type"); }
 };
 
-constexpr const char* kBoth =
-    "ID    : vGPU Name\n1428  : NVIDIA H200X-141C\n1414  : NVIDIA H200X-1-18C\n";
-constexpr const char* kSliceOnly = "ID    : vGPU Name\n1414  : NVIDIA H200X-1-18C\n";
+// MIG off: only the time-sliced type. h200-mig (MIG on, four 1g.18gb and one 2g.35gb GPU
+// instance): only the MIG-backed ones.
+constexpr const char* kTimeSliced = "ID    : vGPU Name\n1428  : NVIDIA H200X-141C\n";
+constexpr const char* kMigBoth =
+    "ID    : vGPU Name\n1414  : NVIDIA H200X-1-18C\n1415  : NVIDIA H200X-2-35C\n";
+constexpr const char* kMig2g = "ID    : vGPU Name\n1415  : NVIDIA H200X-2-35C\n";
+constexpr const char* kMig1g = "ID    : vGPU Name\n1414  : NVIDIA H200X-1-18C\n";
 
 TEST_F(VendorVfioTest, WritingATypeIdCreatesAndZeroDestroys) {
-  ASSERT_TRUE(SetVfType(Vf(0), "1414\n").ok());
-  EXPECT_EQ(Current(0), "1414\n");
+  ASSERT_EQ(Creatable(0), kTimeSliced);
+  ASSERT_TRUE(SetVfType(Vf(0), "1428\n").ok());
+  EXPECT_EQ(Current(0), "1428\n");
   EXPECT_EQ(model_->VgpuIds(), std::vector<std::string>{Vf(0)});
   ASSERT_TRUE(SetVfType(Vf(0), "0").ok());
   EXPECT_EQ(Current(0), "0\n");
@@ -37,21 +42,24 @@ TEST_F(VendorVfioTest, WritingATypeIdCreatesAndZeroDestroys) {
 }
 
 TEST_F(VendorVfioTest, CreatableListShrinksAndRegrows) {
-  ASSERT_EQ(Creatable(0), kBoth);
+  Load("h200-mig");
+  ASSERT_EQ(Creatable(0), kMigBoth);
   ASSERT_TRUE(SetVfType(Vf(0), "1414").ok());
   EXPECT_EQ(Creatable(0), kTypeListHeader) << "an occupied VF offers nothing";
-  EXPECT_EQ(Creatable(1), kSliceOnly) << "the GPU now serves only 1414";
+  EXPECT_EQ(Creatable(1), kMigBoth) << "three 1g.18gb instances are still free";
 
-  for (int i = 1; i < 7; ++i) ASSERT_TRUE(SetVfType(Vf(i), "1414").ok()) << i;
+  for (int i = 1; i < 4; ++i) ASSERT_TRUE(SetVfType(Vf(i), "1414").ok()) << i;
+  EXPECT_EQ(Creatable(4), kMig2g) << "every 1g.18gb instance holds one";
+  ASSERT_TRUE(SetVfType(Vf(4), "1415").ok());
   for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kTypeListHeader) << "card full, VF " << i;
 
   ASSERT_TRUE(SetVfType(Vf(3), "0").ok());
-  EXPECT_EQ(Creatable(3), kSliceOnly);
-  EXPECT_EQ(Creatable(15), kSliceOnly);
+  EXPECT_EQ(Creatable(3), kMig1g);
+  EXPECT_EQ(Creatable(15), kMig1g);
   EXPECT_EQ(Creatable(4), kTypeListHeader);
 
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(SetVfType(Vf(i), "0").ok()) << i;
-  for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kBoth) << "all free again, VF " << i;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(SetVfType(Vf(i), "0").ok()) << i;
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(Creatable(i), kMigBoth) << "all free again, VF " << i;
 }
 
 TEST_F(VendorVfioTest, TheFullGpuTypeFillsTheCardAtOnce) {
@@ -73,13 +81,18 @@ TEST_F(VendorVfioTest, CurrentVgpuTypeAnswersWithAnErrnoPerFailure) {
       {"not a number", {}, false, 0, "H200X-141C", EINVAL},
       {"empty", {}, false, 0, "", EINVAL},
       {"a type id this GPU does not have", {}, false, 0, "1415", EINVAL},
-      {"the VF already hosts a vGPU", {{0, "1414"}}, false, 0, "1414", EEXIST},
-      {"the VF already hosts another type", {{0, "1414"}}, false, 0, "1428", EEXIST},
-      {"the GPU is locked to another type", {{0, "1414"}}, false, 1, "1428", ENOSPC},
+      {"the VF already hosts a vGPU", {{0, "1428"}}, false, 0, "1428", EEXIST},
+      {"the VF already hosts another type", {{0, "1428"}}, false, 0, "1414", EEXIST},
+      {"a MIG-backed type with MIG off", {}, false, 0, "1414", ENOSPC},
       {"the full-GPU type is taken", {{0, "1428"}}, false, 1, "1428", ENOSPC},
       {"0 on a free VF does nothing", {}, false, 0, "0", 0},
-      {"0 while a VM holds it", {{0, "1414"}}, true, 0, "0", EBUSY},
-      {"another VF of a locked GPU, same type", {{0, "1414"}}, false, 1, "1414\n", 0},
+      {"0 while a VM holds it", {{0, "1428"}}, true, 0, "0", EBUSY},
+      {"the VF's type written again after a destroy",
+       {{0, "1428"}, {0, "0"}},
+       false,
+       0,
+       "1428\n",
+       0},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.description);
@@ -115,7 +128,7 @@ TEST_F(VendorVfioTest, CurrentVgpuTypeOpensForReadingAndWriting) {
 TEST_F(VendorVfioTest, TheVfIsTheDeviceAndKeepsItsOwnGroup) {
   std::string group_before =
       model_->ReadLink(Sys() / "bus/pci/devices" / Vf(2) / "iommu_group")->filename().string();
-  ASSERT_TRUE(SetVfType(Vf(2), "1414").ok());
+  ASSERT_TRUE(SetVfType(Vf(2), "1428").ok());
   EXPECT_EQ(
       model_->ReadLink(Sys() / "bus/pci/devices" / Vf(2) / "iommu_group")->filename().string(),
       group_before);

@@ -107,7 +107,8 @@ TEST(ResourceManagerTest, EachNodeShapeAdvertisesItsTypesUnderTheirResourceNames
        "tencent.com/vgpu-692",
        20,
        ""},
-      {"H200 vendor VFIO: the bare type id", "h200-vfio", {}, 2, "tencent.com/vgpu-1414", 16, ""},
+      // MIG off: the MIG-backed 1414 is not offered; with no max known, one H200X-141C is listed.
+      {"H200 vendor VFIO: the bare type id", "h200-vfio", {}, 1, "tencent.com/vgpu-1428", 1, ""},
       {"mixed node: T4, A100 and mtty side by side",
        "mixed",
        {},
@@ -548,9 +549,9 @@ TEST(ResourceManagerTest, AllocateAnswersVfioDevicesEnvAndCdiNames) {
 
 TEST(ResourceManagerTest, VendorVfioAllocationTurnsTheVfIntoTheVgpu) {
   Fixture f("h200-vfio");
-  std::vector<Device> devices = f.Devices("tencent.com/vgpu-1414");
+  std::vector<Device> devices = f.Devices("tencent.com/vgpu-1428");
   ASSERT_FALSE(devices.empty());
-  auto result = f.manager.Allocate("tencent.com/vgpu-1414", {{devices[0].id}});
+  auto result = f.manager.Allocate("tencent.com/vgpu-1428", {{devices[0].id}});
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_EQ(result->at(0).vgpus.at(0).vgpu_id, devices[0].key.parent);
   EXPECT_EQ(f.sim.model().VgpuIds(), std::vector<std::string>{devices[0].key.parent});

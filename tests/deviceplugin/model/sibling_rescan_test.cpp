@@ -48,6 +48,9 @@ class GpuRescanTest : public ::testing::Test {
   ModelOptions Options() {
     ModelOptions options;
     options.cdi_dir = sim_.dir() / "cdi";
+    // Each type's max instances, as gpuModeProbe gives them: without them a vendor-VFIO GPU lists
+    // one device per type until the rescan after a create.
+    options.limit_probe = MakeGpuModeProbe(GpuModeProbeChoice::kSim, sim_.root());
     return options;
   }
   // The model's view of `gpu` against the kernel's, read now.
