@@ -210,6 +210,10 @@ PrepareAnswer DraPlugin::Prepare(const ClaimRef& ref) {
                  LogSafe(resolved.status().message()));
     return {{}, resolved.status().message()};
   }
+  // The metadata's attributes are the slices' for the device; once the create fills its GPU (a
+  // vendor-VFIO GPU with one large vGPU) no VF lists the type any more, so it is remembered now,
+  // while the device is still offered.
+  if (metadata) metadata_types_.Remember(manager_.Inventory());
   Result<std::vector<PreparedDevice>> prepared =
       PrepareLocked(ref, std::move(resolved).value(), metadata);
   // A failed prepare made and removed vGPUs (or kept some it could not remove): the GPUs' room
