@@ -120,7 +120,8 @@ json ClusterPod::Object() const {
   return pod;
 }
 
-GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile)
+GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile,
+                 deviceplugin::GpuModeProbeChoice probe)
     : name_(std::move(name)), sim_(profile), kubelet_(sim_.dir() / "kubelet" / "device-plugins") {
   if (!kubelet_.Start()) throw std::runtime_error("fake kubelet did not start");
   deviceplugin::DaemonOptions options;
@@ -137,6 +138,7 @@ GpuNode::GpuNode(std::string name, NodeObjects& api, const std::string& profile)
   config.lifecycle.watch_pods = false;
   config.lifecycle.events = false;
   config.scheduler_state.min_interval = 20ms;
+  config.gpu_mode_probe = probe;
   options.config = config;
   options.io = &sim_.model();
   options.retry_initial = 20ms;
@@ -289,33 +291,52 @@ std::string GpuNode::Unsettled(const NodeObjects& api) {
   if (!state.ok()) return "published state unreadable: " + state.status().ToString();
   if (!state->unattributed.empty()) return "published state has unattributed vGPUs: " + *text;
   size_t used = 0;
-  std::map<std::pair<std::string, std::string>, uint32_t> published_free;  // (GPU, type)
+  std::map<std::string, uint32_t> published;  // resource -> used + free, over its GPUs
   for (const scheduling::GpuSlots& gpu : state->gpus) {
     for (const auto& [resource, slots] : gpu.resources) {
       used += slots.used;
-      published_free[{gpu.id, slots.type_id}] += slots.free;
+      published[resource] += slots.used + slots.free;
     }
   }
   if (used != allocated) {
     return "published state has " + std::to_string(used) + " used, " + std::to_string(allocated) +
            " devices allocated (generation " + std::to_string(state->generation) + ")";
   }
-  // The published counts are the kernel's now (a rescan after a removal brings back the other
-  // types of a GPU that became free).
+  deviceplugin::ResourceManager& manager = daemon_->manager();
+  // The plugin's view is the kernel's now (a rescan after a removal brings back the other types
+  // of a GPU that became free). Its lists and the published state are computed from that view,
+  // capped where the kernel's counts promise more than fits (vendor VFIO: every free VF lists a
+  // type the GPU takes once), so they are compared with each other, not with the raw counts.
   Result<mdev::Inventory> inventory = sim_.node().Scan();
   if (!inventory.ok()) return "kernel scan: " + inventory.status().ToString();
+  const mdev::Inventory seen = manager.Inventory();
+  std::map<std::pair<std::string, std::string>, uint32_t> seen_available;  // (parent, type)
+  for (const mdev::Parent& parent : seen.parents) {
+    for (const mdev::VgpuType& type : parent.types) {
+      seen_available[{parent.name, type.id}] = type.available_instances;
+    }
+  }
   for (const mdev::Parent& parent : inventory->parents) {
     for (const mdev::VgpuType& type : parent.types) {
-      auto it = published_free.find({parent.physical_gpu, type.id});
-      const uint32_t published = it == published_free.end() ? 0 : it->second;
-      if (published != type.available_instances) {
-        return "published state has " + std::to_string(published) + " free of " + type.id + " on " +
-               parent.physical_gpu + ", the kernel " + std::to_string(type.available_instances) +
-               " (generation " + std::to_string(state->generation) + ")";
+      auto it = seen_available.find({parent.name, type.id});
+      const uint32_t plugin = it == seen_available.end() ? 0 : it->second;
+      if (plugin != type.available_instances) {
+        return "the plugin sees " + std::to_string(plugin) + " available of " + type.id + " on " +
+               parent.name + ", the kernel " + std::to_string(type.available_instances);
       }
     }
   }
-  deviceplugin::ResourceManager& manager = daemon_->manager();
+  for (const std::string& resource : manager.Resources()) {
+    const std::vector<deviceplugin::Device> devices = manager.Devices(resource);
+    const auto healthy = static_cast<uint32_t>(std::count_if(
+        devices.begin(), devices.end(), [](const deviceplugin::Device& d) { return d.healthy; }));
+    const uint32_t in_state = published.contains(resource) ? published.at(resource) : 0;
+    if (in_state != healthy) {
+      return "published state has " + std::to_string(in_state) + " of " + resource +
+             ", the plugin lists " + std::to_string(healthy) + " (generation " +
+             std::to_string(state->generation) + ")";
+    }
+  }
   for (const std::string& resource : manager.Resources()) {
     const std::vector<deviceplugin::Device> devices = manager.Devices(resource);
     const auto healthy = static_cast<size_t>(std::count_if(
@@ -342,13 +363,13 @@ struct SchedulingCluster::Replica {
 };
 
 SchedulingCluster::SchedulingCluster(size_t nodes, bool use_extender, const std::string& profile,
-                                     LoopTiming timing)
+                                     LoopTiming timing, deviceplugin::GpuModeProbeChoice probe)
     : use_extender_(use_extender), timing_(timing), random_(timing.seed) {
   api_.ServePods(
       {[this](const std::string& path) { return ApiGetPod(path); },
        [this](const std::string& path, const json& binding) { return ApiBind(path, binding); }});
   for (size_t i = 0; i < nodes; ++i) {
-    nodes_.push_back(std::make_unique<GpuNode>("node-" + std::to_string(i), api_, profile));
+    nodes_.push_back(std::make_unique<GpuNode>("node-" + std::to_string(i), api_, profile, probe));
   }
   for (size_t i = 0; i < std::max<size_t>(timing_.replicas, 1); ++i) {
     replicas_.push_back(std::make_unique<Replica>(&api_, timing_.assume_for));

@@ -87,7 +87,10 @@ struct ClusterPod {
 
 class GpuNode {
  public:
-  GpuNode(std::string name, NodeObjects& api, const std::string& profile = "t4x2");
+  // `probe`: the plugin's gpuModeProbe (kSim reads the simulator's modes file, as nvml reads the
+  // driver on a real node).
+  GpuNode(std::string name, NodeObjects& api, const std::string& profile = "t4x2",
+          deviceplugin::GpuModeProbeChoice probe = deviceplugin::GpuModeProbeChoice::kNone);
   ~GpuNode();
 
   const std::string& name() const { return name_; }
@@ -138,8 +141,9 @@ class SchedulingCluster {
  public:
   // `nodes` simulated nodes named node-0...; with `use_extender`, the extender in the loop (and
   // its bind verb binding); without, kube-scheduler's default binder.
-  SchedulingCluster(size_t nodes, bool use_extender, const std::string& profile = "t4x2",
-                    LoopTiming timing = {});
+  SchedulingCluster(
+      size_t nodes, bool use_extender, const std::string& profile = "t4x2", LoopTiming timing = {},
+      deviceplugin::GpuModeProbeChoice probe = deviceplugin::GpuModeProbeChoice::kNone);
   ~SchedulingCluster();
 
   // Adds pods to the queue (Pending).
