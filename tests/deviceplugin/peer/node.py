@@ -20,9 +20,9 @@ SIM = BUILD / "sim" / "fuse" / "kvgpu-sim"
 PLUGIN = BUILD / "deviceplugin" / "kvgpu-device-plugin"
 PROTOS = SOURCE / "proto" / "kubelet"
 
-def plugin_config(watch_pods: bool) -> str:
+def plugin_config(watch_pods: bool, rescan: str = "1s") -> str:
     return f"""\
-rescanInterval: 1s
+rescanInterval: {rescan}
 lifecycle:
   gracePeriod: 1s
   pollInterval: 200ms
@@ -58,15 +58,17 @@ def wait_for(predicate, timeout: float, step: float = 0.02) -> bool:
 
 
 class Node:
-    def __init__(self, workdir: pathlib.Path, profile: str, api: bool = True):
+    def __init__(
+        self, workdir: pathlib.Path, profile: str, api: bool = True, rescan: str = "1s"
+    ):
         """`api`: the plugin follows this node's pods at an API server (the deployed default);
-        False: kubelet's word alone."""
+        False: kubelet's word alone. `rescan`: the plugin's rescanInterval."""
         self.dir = workdir
         self.mount = workdir / "node"
         self.kubelet_dir = workdir / "kubelet"
         self.state_dir = workdir / "state"
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        (workdir / "plugin.yaml").write_text(plugin_config(api))
+        (workdir / "plugin.yaml").write_text(plugin_config(api, rescan))
         self.api = ApiServer("peer-node") if api else None
         self.profile = profile
         self.sim: subprocess.Popen | None = None
@@ -142,6 +144,28 @@ class Node:
             if parts and parts[0] == "vgpu":
                 out[parts[1]] = (parts[2], parts[3])
         return out
+
+    def creatable(self) -> dict[tuple[str, str], bool]:
+        """(GPU, type) -> whether the kernel could give a device of that type on that GPU now,
+        read from the simulator's sysfs: the type has a free instance there
+        (available_instances > 0), or a vGPU of that type exists there (the plugin may hand its
+        device back to the pod that holds it). One read per file, not atomic across files."""
+        out = {}
+        bus = self.mount / "sys" / "class" / "mdev_bus"
+        for gpu in os.listdir(bus):
+            types = bus / gpu / "mdev_supported_types"
+            for type_ in os.listdir(types):
+                try:
+                    free = int((types / type_ / "available_instances").read_text())
+                    held = bool(os.listdir(types / type_ / "devices"))
+                except (FileNotFoundError, ValueError):
+                    free, held = 0, False  # the GPU went away under the read
+                out[(gpu, type_)] = free > 0 or held
+        return out
+
+    def descriptors(self) -> int:
+        """The plugin's open file descriptors."""
+        return len(os.listdir(f"/proc/{self.plugin.pid}/fd"))
 
     def control(self, command: str):
         (self.mount / "sim" / "control").write_text(command + "\n")
