@@ -202,6 +202,9 @@ class Kubelet:
         # Every ListAndWatch update as kubelet read it, (monotonic time, resource, {ID: health}),
         # while a test keeps a list here.
         self.watch_log: list | None = None
+        # Called with the resource as soon as an Allocate of an admission is answered, before
+        # kubelet records it: a test looks at the plugin then.
+        self.on_answer: Callable[[str], None] | None = None
 
     # --- serving ---------------------------------------------------------------------------
 
@@ -409,6 +412,8 @@ class Kubelet:
                 try:
                     response = endpoint.allocate(ids)
                     answered = time.monotonic()
+                    if self.on_answer is not None:
+                        self.on_answer(resource)
                 except grpc.RpcError as e:
                     raise AdmissionError(
                         f"Allocate of {resource} {ids} failed: {e.code().name}: {e.details()}"

@@ -145,22 +145,36 @@ class Node:
                 out[parts[1]] = (parts[2], parts[3])
         return out
 
-    def creatable(self) -> dict[tuple[str, str], bool]:
-        """(GPU, type) -> whether the kernel could give a device of that type on that GPU now,
-        read from the simulator's sysfs: the type has a free instance there
-        (available_instances > 0), or a vGPU of that type exists there (the plugin may hand its
-        device back to the pod that holds it). One read per file, not atomic across files."""
+    def sysfs_vgpus(self) -> dict[str, tuple[str, str]]:
+        """vGPU id -> (GPU, type), as sysfs shows them: the devices/ directory of each type of
+        each mdev parent. One listing per directory, not atomic across them."""
         out = {}
         bus = self.mount / "sys" / "class" / "mdev_bus"
         for gpu in os.listdir(bus):
             types = bus / gpu / "mdev_supported_types"
             for type_ in os.listdir(types):
                 try:
-                    free = int((types / type_ / "available_instances").read_text())
-                    held = bool(os.listdir(types / type_ / "devices"))
-                except (FileNotFoundError, ValueError):
-                    free, held = 0, False  # the GPU went away under the read
-                out[(gpu, type_)] = free > 0 or held
+                    for vgpu in os.listdir(types / type_ / "devices"):
+                        out[vgpu] = (gpu, type_)
+                except FileNotFoundError:
+                    pass  # the GPU went away under the read
+        return out
+
+    def pushes(self) -> dict[str, int]:
+        """resource -> ListAndWatch lists the plugin has written to kubelet on a change (not a
+        stream's opening list), from its metrics: kvgpu_deviceplugin_listandwatch_push_seconds,
+        observed when gRPC took the list."""
+        prefix = "kvgpu_deviceplugin_listandwatch_push_seconds_count{"
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+        ) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                labels, value = line[len(prefix):].rsplit("} ", 1)
+                resource = labels.split('resource="', 1)[1].split('"', 1)[0]
+                out[resource] = int(float(value))
         return out
 
     def descriptors(self) -> int:
