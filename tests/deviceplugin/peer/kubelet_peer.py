@@ -96,6 +96,7 @@ class Pod:
 class Allocation:
     device_ids: list[str]
     response: object  # ContainerAllocateResponse
+    answered: float = 0.0  # time.monotonic() when the Allocate's answer came back
 
 
 class Endpoint:
@@ -133,9 +134,12 @@ class Endpoint:
             self._stream = fn(dp.Empty())
             self.connected = True
             for response in self._stream:
+                read = time.monotonic()  # when kubelet holds it: what admissions act on
                 with self.kubelet.lock:
                     self.devices = {d.ID: d.health for d in response.devices}
                     self.updates += 1
+                    if self.kubelet.watch_log is not None:
+                        self.kubelet.watch_log.append((read, self.resource, dict(self.devices)))
                     self.kubelet.changed.notify_all()
         except grpc.RpcError:
             pass
@@ -195,16 +199,26 @@ class Kubelet:
         self._servers: list[grpc.Server] = []
         # The API server the pods come from (apiserver_peer.ApiServer), when there is one.
         self.api = None
+        # Every ListAndWatch update as kubelet read it, (monotonic time, resource, {ID: health}),
+        # while a test keeps a list here.
+        self.watch_log: list | None = None
+        # Called with the resource as soon as an Allocate of an admission is answered, before
+        # kubelet records it: a test looks at the plugin then.
+        self.on_answer: Callable[[str], None] | None = None
 
     # --- serving ---------------------------------------------------------------------------
 
-    def start(self):
+    def start(self, wipe: bool = True):
         """Starts as kubelet does: device-plugins/ emptied but for the checkpoint, checkpoint
-        re-read, kubelet.sock and PodResources served."""
+        re-read, kubelet.sock and PodResources served. `wipe=False`: the plugins' sockets are
+        left in place (a kubelet replaced by one that did not clean up; only kubelet.sock is
+        new)."""
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.pod_resources_dir.mkdir(parents=True, exist_ok=True)
         for entry in self.plugin_dir.iterdir():
-            if entry.name != CHECKPOINT_NAME:
+            if entry.name == CHECKPOINT_NAME:
+                continue
+            if wipe or entry.name == "kubelet.sock":
                 entry.unlink()
         self._read_checkpoint()
         registration = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
@@ -257,16 +271,16 @@ class Kubelet:
         for endpoint in endpoints:
             endpoint.close()
 
-    def restart(self, sync_after: float):
+    def restart(self, sync_after: float, wipe: bool = True):
         """kubelet restarted: the pod manager knows no pod for `sync_after` seconds, then every
-        pod the API server has bound to the node and not deleted."""
+        pod the API server has bound to the node and not deleted. `wipe`: as start()."""
         self.stop()
         with self.lock:
             self.active = {}
             self.synced = False
             self._generation += 1
             generation = self._generation
-        self.start()
+        self.start(wipe=wipe)
 
         def sync():
             time.sleep(sync_after)
@@ -397,6 +411,9 @@ class Kubelet:
                     raise AdmissionError(f"{resource}: no device plugin registered")
                 try:
                     response = endpoint.allocate(ids)
+                    answered = time.monotonic()
+                    if self.on_answer is not None:
+                        self.on_answer(resource)
                 except grpc.RpcError as e:
                     raise AdmissionError(
                         f"Allocate of {resource} {ids} failed: {e.code().name}: {e.details()}"
@@ -406,7 +423,7 @@ class Kubelet:
                 with self.lock:
                     self.pod_devices.setdefault(pod.uid, {}).setdefault(container.name, {})[
                         resource
-                    ] = Allocation(ids, response.container_responses[0])
+                    ] = Allocation(ids, response.container_responses[0], answered)
                     self._write_checkpoint()
                 if container.init:
                     reuse.setdefault(resource, set()).update(ids)

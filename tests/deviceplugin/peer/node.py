@@ -20,9 +20,9 @@ SIM = BUILD / "sim" / "fuse" / "kvgpu-sim"
 PLUGIN = BUILD / "deviceplugin" / "kvgpu-device-plugin"
 PROTOS = SOURCE / "proto" / "kubelet"
 
-def plugin_config(watch_pods: bool) -> str:
+def plugin_config(watch_pods: bool, rescan: str = "1s") -> str:
     return f"""\
-rescanInterval: 1s
+rescanInterval: {rescan}
 lifecycle:
   gracePeriod: 1s
   pollInterval: 200ms
@@ -58,15 +58,17 @@ def wait_for(predicate, timeout: float, step: float = 0.02) -> bool:
 
 
 class Node:
-    def __init__(self, workdir: pathlib.Path, profile: str, api: bool = True):
+    def __init__(
+        self, workdir: pathlib.Path, profile: str, api: bool = True, rescan: str = "1s"
+    ):
         """`api`: the plugin follows this node's pods at an API server (the deployed default);
-        False: kubelet's word alone."""
+        False: kubelet's word alone. `rescan`: the plugin's rescanInterval."""
         self.dir = workdir
         self.mount = workdir / "node"
         self.kubelet_dir = workdir / "kubelet"
         self.state_dir = workdir / "state"
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        (workdir / "plugin.yaml").write_text(plugin_config(api))
+        (workdir / "plugin.yaml").write_text(plugin_config(api, rescan))
         self.api = ApiServer("peer-node") if api else None
         self.profile = profile
         self.sim: subprocess.Popen | None = None
@@ -142,6 +144,42 @@ class Node:
             if parts and parts[0] == "vgpu":
                 out[parts[1]] = (parts[2], parts[3])
         return out
+
+    def sysfs_vgpus(self) -> dict[str, tuple[str, str]]:
+        """vGPU id -> (GPU, type), as sysfs shows them: the devices/ directory of each type of
+        each mdev parent. One listing per directory, not atomic across them."""
+        out = {}
+        bus = self.mount / "sys" / "class" / "mdev_bus"
+        for gpu in os.listdir(bus):
+            types = bus / gpu / "mdev_supported_types"
+            for type_ in os.listdir(types):
+                try:
+                    for vgpu in os.listdir(types / type_ / "devices"):
+                        out[vgpu] = (gpu, type_)
+                except FileNotFoundError:
+                    pass  # the GPU went away under the read
+        return out
+
+    def pushes(self) -> dict[str, int]:
+        """resource -> ListAndWatch lists the plugin has written to kubelet on a change (not a
+        stream's opening list), from its metrics: kvgpu_deviceplugin_listandwatch_push_seconds,
+        observed when gRPC took the list."""
+        prefix = "kvgpu_deviceplugin_listandwatch_push_seconds_count{"
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+        ) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                labels, value = line[len(prefix):].rsplit("} ", 1)
+                resource = labels.split('resource="', 1)[1].split('"', 1)[0]
+                out[resource] = int(float(value))
+        return out
+
+    def descriptors(self) -> int:
+        """The plugin's open file descriptors."""
+        return len(os.listdir(f"/proc/{self.plugin.pid}/fd"))
 
     def control(self, command: str):
         (self.mount / "sim" / "control").write_text(command + "\n")

@@ -4,6 +4,7 @@ behaviour it defends; the first eight are the defects an independent kubelet fou
 
 from __future__ import annotations
 
+import bisect
 import os
 import pathlib
 import random
@@ -32,8 +33,8 @@ def make_node():
     # Unix socket paths are limited to 107 bytes: the node lives in a short temp dir.
     top = pathlib.Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))
 
-    def make(profile: str, resources: int, api: bool = True) -> Node:
-        node = Node(top / f"n{len(nodes)}", profile, api=api)
+    def make(profile: str, resources: int, api: bool = True, rescan: str = "1s") -> Node:
+        node = Node(top / f"n{len(nodes)}", profile, api=api, rescan=rescan)
         nodes.append(node)
         node.start(resources)
         return node
@@ -359,3 +360,289 @@ def test_random_kubelet_actions_keep_the_invariants(make_node):
     assert wait_for(lambda: node.vgpus() == {}, 75), (
         f"seed {seed} {log}: vGPUs left without a pod: {node.vgpus()}\n" + node.log()
     )
+
+
+# --- issue 49: kubelet's lists follow the kernel ---------------------------------------------
+
+# What an update may lag the kernel by, at the moment kubelet reads it. Every list the plugin
+# writes is computed from a view holding each create and removal finished before it, and the lock
+# an Allocate makes is written to every stream before the Allocate answers; so a listing the kernel
+# no longer allows can only be in an update computed before the create that ended it and still on
+# its way (gRPC, kubelet's reading thread) when the create finished: it is read before the lock
+# that follows it on the same stream. The bound is that delivery; the check allows the issue's
+# window, 150 ms, far above what it takes (measured: see docs/device-plugin.md).
+STALE_AFTER = 0.150
+
+
+def device_key(device_id: str) -> tuple[str, str]:
+    """(GPU, type) of a device ID `<PCI address>-<type>-<n>`."""
+    gpu, rest = device_id.split("-", 1)
+    return gpu, rest.rsplit("-", 1)[0]
+
+
+class KernelSamples:
+    """The vGPUs in the simulator's sysfs, read over and over on a thread while the block runs:
+    each sample is (start, end, {vGPU: (GPU, type)}) of one pass over the type directories."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.samples: list[tuple[float, float, dict[str, tuple[str, str]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            start = time.monotonic()
+            vgpus = self.node.sysfs_vgpus()
+            self.samples.append((start, time.monotonic(), vgpus))
+            time.sleep(0.001)
+
+    def __enter__(self):
+        self._thread.start()
+        while not self.samples:
+            time.sleep(0.001)
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def refused_for(self):
+        """A function ((GPU, type), t) -> how long before t the kernel had certainly refused that
+        type on that GPU (0: not certainly refused at t).
+
+        The GPUs are strict (one type at a time): a vGPU of another type on the GPU refuses the
+        type. A vGPU seen in two passes existed throughout between them (its id is a fresh UUID),
+        so it certainly held the GPU from the end of the first pass that saw it to the start of
+        the last; nothing is assumed about the moments no pass covers. A vGPU of the type itself on
+        the GPU (seen in a pass around t) makes the listing right: its device may be handed back
+        to its pod."""
+        # vGPU -> [GPU, type, first pass's start, its end, last pass's start, its end]
+        seen: dict[str, list] = {}
+        for start, end, vgpus in self.samples:
+            for vgpu, (gpu, type_) in vgpus.items():
+                if vgpu not in seen:
+                    seen[vgpu] = [gpu, type_, start, end, start, end]
+                seen[vgpu][4:] = [start, end]
+
+        def age(key, t):
+            gpu, type_ = key
+            held = 0.0
+            for g, ty, first_start, first_end, last_start, last_end in seen.values():
+                if g != gpu:
+                    continue
+                if ty == type_ and first_start <= t <= last_end:
+                    return 0.0
+                if ty != type_ and first_end <= t <= last_start:
+                    held = max(held, t - first_end)
+            return held
+
+        return age
+
+
+def stale_report(node: Node, log, kernel: KernelSamples):
+    """Each update kubelet read, judged against the kernel as sysfs showed it then: the stale ones
+    (a healthy device of a type its GPU had certainly refused for more than STALE_AFTER before
+    kubelet read it) and the largest lag of any update that was behind the kernel at all."""
+    age = kernel.refused_for()
+    stale, behind, worst = [], 0, 0.0
+    for read, resource, devices in log:
+        keys = {device_key(i) for i, h in devices.items() if h == "Healthy"}
+        lag = max((age(k, read) for k in keys), default=0.0)
+        if lag > 0:
+            behind += 1
+            worst = max(worst, lag)
+        if lag > STALE_AFTER:
+            gone = sorted(k for k in keys if age(k, read) > STALE_AFTER)
+            stale.append(f"{resource} at {read:.3f}: {gone} refused for {lag * 1000:.0f} ms")
+    return stale, behind, worst
+
+
+def offers_every_gpu(node: Node, gpus: list[str]) -> bool:
+    """Every resource's list offers a healthy device on each GPU: no lock left."""
+    resources = node.kubelet.resources()
+    if len(resources) != 12:  # t4x2's types
+        return False
+    for resource in resources:
+        listed = {device_key(i)[0] for i, h in node.kubelet.listed(resource).items()
+                  if h == "Healthy"}
+        if not set(gpus) <= listed:
+            return False
+    return True
+
+
+def parent_of(node: Node, vgpu: str) -> str:
+    return node.vgpus()[vgpu][0]
+
+
+def answered_at(node: Node, pod: Pod, resource: str) -> float:
+    """When kubelet got the answer of the pod's Allocate."""
+    return node.kubelet.pod_devices[pod.uid]["app"][resource].answered
+
+
+def test_no_list_kubelet_reads_offers_a_type_the_kernel_refuses_with_fast_rescans(make_node):
+    """Issue 49: rescans every 10 ms, back-to-back admissions of two types (the second must take
+    the GPU the first left free), their removals (the lock lifted on every list), and raw
+    concurrent Allocates of two types on one GPU (one winner). Every ListAndWatch update kubelet
+    read is checked against sysfs sampled throughout: none offers a type on a GPU that could not
+    create it for longer than STALE_AFTER."""
+    node = make_node("t4x2", 12, rescan="10ms")
+    gpus = sorted(os.listdir(node.mount / "sys" / "class" / "mdev_bus"))
+    assert node.kubelet.wait_until(lambda: offers_every_gpu(node, gpus), 30), node.log()
+    resources = node.kubelet.resources()
+    log: list = []
+    node.kubelet.watch_log = log
+    steps = []  # (time, what): for the report of a stale update
+    with KernelSamples(node) as kernel:
+        for first, second in [(230, 222), (222, 231), (231, 223), (223, 230), (232, 222),
+                              (222, 232)]:
+            a_res, b_res = f"tencent.com/vgpu-{first}", f"tencent.com/vgpu-{second}"
+            a, b = one(f"a{first}-{second}", a_res), one(f"b{first}-{second}", b_res)
+            answers = [(None, node.pushes())]
+            node.kubelet.on_answer = lambda r: answers.append((r, node.pushes()))
+            node.kubelet.admit(a)
+            node.kubelet.admit(b)  # back to back: kubelet admits from the lists it holds
+            node.kubelet.on_answer = None
+            # Each of the two locked a free GPU: every other resource's list lost that GPU, and
+            # the plugin had written it (its push counter) before kubelet got the answer.
+            assert [r for r, _ in answers[1:]] == [a_res, b_res], answers
+            for (_, before), (resource, after) in zip(answers, answers[1:]):
+                late = [r for r in resources
+                        if r != resource and after.get(r, 0) <= before.get(r, 0)]
+                assert not late, f"{resource}: the lock was not written to {late} before the answer"
+            placed = []
+            for pod, resource in ((a, a_res), (b, b_res)):
+                placed.append(parent_of(node, vgpus_of(node, pod, resource)[0]))
+                steps.append((answered_at(node, pod, resource), f"{resource} on {placed[-1]}"))
+            ga, gb = placed
+            assert ga != gb, f"{b_res} was put on {ga}, locked to {a_res}:\n" + node.log()
+            for pod in (a, b):
+                node.kubelet.delete(pod)
+            steps.append((time.monotonic(), "both deleted"))
+            assert wait_for(lambda: node.vgpus() == {}, 60), node.vgpus()
+            steps.append((time.monotonic(), "both removed"))
+            # The unlock reaches every list: each type is offered on both GPUs again.
+            assert node.kubelet.wait_until(lambda: offers_every_gpu(node, gpus), 30), (
+                {r: node.kubelet.listed(r) for r in node.kubelet.resources()}
+            )
+        # Raw Allocates, as two kubelets racing would send them: two types on one GPU at once,
+        # on both GPUs together. Each GPU takes one type, and holds one vGPU.
+        for races in ([(222, 230), (231, 223)], [(223, 222), (230, 231)]):
+            gate = threading.Barrier(4)
+            results: dict[str, object] = {}
+
+            def race(resource, device_id):
+                endpoint = node.kubelet.endpoints[resource]
+                gate.wait()
+                try:
+                    results[device_id] = endpoint.allocate([device_id])
+                except grpc.RpcError as e:
+                    results[device_id] = e
+
+            threads = []
+            for gpu, (x, y) in zip(gpus, races):
+                for n in (x, y):
+                    resource = f"tencent.com/vgpu-{n}"
+                    device_id = sorted(i for i, h in node.kubelet.listed(resource).items()
+                                       if h == "Healthy" and i.startswith(gpu + "-"))[0]
+                    threads.append(threading.Thread(target=race, args=(resource, device_id)))
+            steps.append((time.monotonic(), f"race {races}"))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            steps.append((time.monotonic(), f"raced: {sorted(results)}"))
+            for gpu in gpus:
+                won = [i for i, r in results.items()
+                       if i.startswith(gpu + "-") and not isinstance(r, grpc.RpcError)]
+                assert len(won) == 1, f"{gpu}: {results}"
+                on_gpu = [t for p, t in node.vgpus().values() if p == gpu]
+                assert on_gpu == [device_key(won[0])[1]], (gpu, node.vgpus())
+            # No pod holds them: the plugin removes them after its grace.
+            assert wait_for(lambda: node.vgpus() == {}, 90), node.vgpus()
+            assert node.kubelet.wait_until(lambda: offers_every_gpu(node, gpus), 30)
+    node.kubelet.watch_log = None
+    stale, behind, worst = stale_report(node, log, kernel)
+    print(
+        f"{len(log)} updates read, {len(kernel.samples)} sysfs samples; {behind} behind the "
+        f"kernel when read, by at most {worst * 1000:.1f} ms; {len(stale)} stale"
+    )
+    assert not stale, (
+        f"{len(stale)} of {len(log)} updates stale:\n" + "\n".join(stale[:20])
+        + "\nsteps:\n" + "\n".join(f"{t:.3f} {what}" for t, what in steps)
+    )
+
+
+def test_after_thirty_kubelet_restarts_a_new_lock_reaches_the_other_lists_within_200_ms(
+    make_node,
+):
+    """Issue 49: 30 kubelet replacements 20-300 ms apart, half of them wiping the plugin sockets.
+    Every resource registers again with the lists it had, health stays 200, no descriptor leaks;
+    then a new pod's lock is read on every other resource's stream within 200 ms of the
+    Allocate's answer."""
+    node = make_node("t4x2", 12, rescan="10ms")
+    gpus = sorted(os.listdir(node.mount / "sys" / "class" / "mdev_bus"))
+    assert node.kubelet.wait_until(lambda: offers_every_gpu(node, gpus), 30), node.log()
+    resources = node.kubelet.resources()
+    before = {r: node.kubelet.listed(r) for r in resources}
+    descriptors = node.descriptors()
+    rng = random.Random(int(os.environ.get("KVGPU_PEER_SEED", "49")))
+    health = []
+    for i in range(30):
+        time.sleep(rng.uniform(0.020, 0.300))
+        node.kubelet.restart(sync_after=0, wipe=i % 2 == 0)
+        health.append(node.healthy(timeout=5))
+    last = time.monotonic()
+    assert node.kubelet.wait_until(
+        lambda: node.kubelet.resources() == resources
+        and {r: node.kubelet.endpoints[r].devices for r in resources} == before,
+        30,
+    ), (node.kubelet.resources(), node.log())
+    settled = time.monotonic() - last
+    assert all(health), health
+    assert node.plugin.poll() is None
+    # Give gRPC a moment to close what the storm's old streams held, then count.
+    assert wait_for(lambda: node.descriptors() <= descriptors + 16, 30), (
+        f"descriptors {descriptors} before the storm, {node.descriptors()} after"
+    )
+
+    log: list = []
+    node.kubelet.watch_log = log
+    pod = one("after-storm", T4_TYPES[0])  # vgpu-222
+    before = node.pushes()
+    answered = []
+    node.kubelet.on_answer = lambda r: answered.append(node.pushes())
+    node.kubelet.admit(pod)
+    node.kubelet.on_answer = None
+    allocation = node.kubelet.pod_devices[pod.uid]["app"][T4_TYPES[0]]
+    gpu = parent_of(node, uuids_of(allocation)[0])
+    others = [r for r in resources if r != T4_TYPES[0]]
+
+    def locked(resource):
+        return not any(h == "Healthy" and i.startswith(gpu + "-")
+                       for i, h in node.kubelet.listed(resource).items())
+
+    assert node.kubelet.wait_until(lambda: all(locked(r) for r in others), 30), (
+        {r: node.kubelet.listed(r) for r in others}
+    )
+    node.kubelet.watch_log = None
+    # When kubelet read, on each other stream, the first list without the GPU; measured from the
+    # answer kubelet got (a read before it counts as 0: the lock was there first).
+    reads = {}
+    for read, resource, devices in log:
+        if resource in others and resource not in reads and not any(
+            h == "Healthy" and i.startswith(gpu + "-") for i, h in devices.items()
+        ):
+            reads[resource] = read
+    assert set(reads) == set(others), sorted(set(others) - set(reads))
+    # Written to each of them (the plugin's push counter) before kubelet got the answer.
+    late = [r for r in others if answered[0].get(r, 0) <= before.get(r, 0)]
+    assert not late, f"the lock was not written to {late} before the answer"
+    signed = max(reads.values()) - allocation.answered
+    latency = max(0.0, signed)
+    print(
+        f"all 12 listed again {settled * 1000:.0f} ms after the last restart; descriptors "
+        f"{descriptors} -> {node.descriptors()}; lock read on every other list "
+        f"{signed * 1000:+.1f} ms from the answer"
+    )
+    assert latency <= 0.200, f"the lock took {latency * 1000:.0f} ms:\n" + node.log()
