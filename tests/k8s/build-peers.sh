@@ -5,10 +5,12 @@
 #
 #   ${KVGPU_CACHE:-$HOME/.cache/kata-vgpu}/k8s/<k8s version>/bin/
 #
-# usage: tests/k8s/build-peers.sh [--print-bin-dir] RELEASE...
+# usage: tests/k8s/build-peers.sh [--print-bin-dir | --skip-without-go] RELEASE...
 #   RELEASE is a minor release with a pin in tests/k8s/peers/ (1.36, v1.36, or its exact pinned
 #   version v1.36.3), or `all` for every pinned release.
 #   --print-bin-dir prints each release's bin directory and builds nothing.
+#   --skip-without-go: where Go is not installed, say so and exit 0 without building (CTest's
+#   fixture: the k8s tests then skip themselves, naming what is missing).
 #
 # The pin of a release is the Go module tests/k8s/peers/v1.<minor>/: its go.mod requires
 # k8s.io/kubernetes and go.etcd.io/etcd/server/v3 (the etcd version that Kubernetes release
@@ -140,6 +142,12 @@ print_only=0
 if [[ ${1:-} == "--print-bin-dir" ]]; then
   print_only=1
   shift
+elif [[ ${1:-} == "--skip-without-go" ]]; then
+  shift
+  if ! command -v go >/dev/null; then
+    info "Go is not installed: not building Kubernetes $*; the k8s tests will skip"
+    exit 0
+  fi
 fi
 [[ $# -ge 1 ]] || die "usage: ${0##*/} [--print-bin-dir] RELEASE... (pinned: $(pinned_list)) or all"
 dirs=()

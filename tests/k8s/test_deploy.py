@@ -1,0 +1,279 @@
+#!/usr/bin/python3
+"""Scenario 1 (Deploy), against the real control plane of one pinned release:
+
+  - every overlay of deploy/overlays (and deploy/monitoring) applied with
+    `kubectl apply --server-side -k` is accepted by the real kube-apiserver: its validation, its
+    admission, its CEL for the ValidatingAdmissionPolicy, the DeviceClasses of resource.k8s.io/v1,
+    with no warning printed. The overlays are applied one after the other to one API server; before
+    the next, every object of the previous one but its Namespace is deleted, so each overlay is
+    judged on its own objects. cert-manager's and prometheus-operator's kinds are served by CRDs
+    made from the schemas tests/deploy already checks against (tests/deploy/data/SOURCES.md).
+  - each of our programs that the overlay deploys gets a token of the ServiceAccount its workload
+    names (`kubectl create token`), and the API server's SelfSubjectAccessReview, asked with that
+    token, allows every API call the program makes with the flags and config the overlay gives it
+    (NEEDS below, read from the C++ clients). A missing RBAC rule, binding or ServiceAccount fails.
+
+usage: test_deploy.py --release 1.36 [--deploy DIR]
+Exit status 0 when every check passed, 1 otherwise, 77 (skipped) only when the release's programs
+are not built and Go, which builds them (tests/k8s/build-peers.sh), is not installed.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "deploy"))
+
+import check_deploy  # noqa: E402  (tests/deploy: rendering with certificates, Report)
+import controlplane  # noqa: E402
+import yaml  # noqa: E402
+
+SKIP = 77
+TENANT = "tenant-a"  # a namespace of users' pods: the programs' rules must cover any namespace
+FIELD_MANAGER = "kata-vgpu-deploy-test"
+
+
+class Need:
+    """One API call a program makes: a SelfSubjectAccessReview's resourceAttributes."""
+
+    def __init__(self, verb, group, resource, subresource="", namespace="", name="", where=""):
+        self.attributes = {"verb": verb, "group": group, "resource": resource}
+        if subresource:
+            self.attributes["subresource"] = subresource
+        if namespace:
+            self.attributes["namespace"] = namespace
+        if name:
+            self.attributes["name"] = name
+        self.where = where
+
+    def __str__(self):
+        a = self.attributes
+        text = "%s %s%s%s" % (a["verb"], a["resource"], "/" + a["subresource"] if "subresource" in a else "",
+                              "." + a["group"] if a["group"] else "")
+        if "name" in a:
+            text += " " + a["name"]
+        return text + (" in %s" % a["namespace"] if "namespace" in a else " in every namespace"
+                       if a["resource"] not in ("nodes", "resourceslices") else "")
+
+
+def device_plugin_needs(config):
+    """kvgpu-device-plugin with the given config (the ConfigMap's config.yaml)."""
+    needs = [
+        Need("list", "", "pods", where="kube/pod_watcher.cpp: the pods of its node, by field selector"),
+        Need("watch", "", "pods", where="kube/pod_watcher.cpp"),
+        Need("create", "", "events", namespace=TENANT, where="kube/events.cpp: Events on a vGPU's pod"),
+        Need("patch", "", "nodes", where="deviceplugin/publish/state_publisher.cpp: the vGPU state annotation"),
+    ]
+    dra = (config or {}).get("dra")
+    if dra:
+        r = "resource.k8s.io"
+        needs += [
+            Need("list", r, "resourceslices", where="deviceplugin/dra/slice_publisher.cpp: its node's slices"),
+            Need("create", r, "resourceslices", where="slice_publisher.cpp (also the dry-run create)"),
+            Need("patch", r, "resourceslices", where="slice_publisher.cpp"),
+            Need("delete", r, "resourceslices", where="slice_publisher.cpp"),
+            Need("get", "", "nodes", where="slice_publisher.cpp: the Node for the owner reference"),
+            Need("get", r, "resourceclaims", namespace=TENANT,
+                 where="deviceplugin/dra/claim_reader.cpp, dra_plugin.cpp: the claims it prepares"),
+        ]
+        if dra.get("bindingConditions"):
+            needs += [
+                Need("list", r, "resourceclaims", where="deviceplugin/dra/occupancy_confirmer.cpp"),
+                Need("watch", r, "resourceclaims", where="occupancy_confirmer.cpp"),
+                Need("patch", r, "resourceclaims", "status", namespace=TENANT,
+                     where="occupancy_confirmer.cpp: binding conditions in status.devices"),
+                # Since 1.36 a write of status.devices is also authorized against this synthetic
+                # subresource, per driver name (DRAResourceClaimGranularStatusAuthorization).
+                Need("associated-node:patch", r, "resourceclaims", "driver", namespace=TENANT,
+                     name=dra.get("driverName", "vgpu.tencent.com"), where="the API server's check of that write"),
+            ]
+    return needs
+
+
+def extender_needs(args):
+    needs = [
+        Need("list", "", "nodes", where="extender/service.cpp: the Nodes' vGPU state"),
+        Need("watch", "", "nodes", where="extender/service.cpp"),
+        Need("list", "", "pods", where="extender/service.cpp: the bound pods (spec.nodeName!=)"),
+        Need("watch", "", "pods", where="extender/service.cpp"),
+        Need("get", "", "pods", namespace=TENANT, where="extender/extender.cpp: the pod to bind"),
+        Need("get", "", "nodes", where="extender/extender.cpp: the Node's bind ledger"),
+    ]
+    if "--bind" in args:
+        needs += [
+            Need("patch", "", "nodes", where="extender/extender.cpp: the bind ledger annotation"),
+            Need("create", "", "pods", "binding", namespace=TENANT, where="extender/extender.cpp: the bind"),
+        ]
+    if any(a.startswith("--scheduler-config") for a in args):
+        needs.append(Need("create", "", "events", namespace="default",
+                          where="extender: VgpuResourceBypassesExtender on a Node"))
+    return needs
+
+
+def webhook_needs(args):
+    if "--in-cluster" not in args:
+        return []  # without API access it reads nothing
+    r = "resource.k8s.io"
+    return [Need("get", r, "resourceclaims", namespace=TENANT, where="webhook/claim_lookup.cpp"),
+            Need("get", r, "resourceclaimtemplates", namespace=TENANT, where="webhook/claim_lookup.cpp")]
+
+
+def validator_needs(args):
+    ns = next((a.split("=", 1)[1] for a in args if a.startswith("--namespace=")), "default")
+    return [
+        Need("get", "", "nodes", where="kube/node.cpp: its Node"),
+        Need("patch", "", "nodes", where="kube/node.cpp: the kata-vgpu.io/validated label"),
+        Need("patch", "", "nodes", "status", where="kube/node.cpp: the KataVgpuValidated condition"),
+        Need("create", "", "events", namespace="default", where="kube/events.cpp: the Event on its Node"),
+        Need("create", "", "pods", namespace=ns, where="validator/validator.cpp: the probe pod"),
+        Need("get", "", "pods", namespace=ns, where="validator/validator.cpp"),
+        Need("delete", "", "pods", namespace=ns, where="validator/validator.cpp"),
+        Need("get", "", "pods", "log", namespace=ns, where="validator/validator.cpp: the probe's log"),
+    ]
+
+
+def container_args(workload):
+    c = check_deploy.pod_spec(workload)["containers"][0]
+    return (c.get("command") or []) + (c.get("args") or [])
+
+
+def programs(objects):
+    """(program, workload, needs) of each of our programs the overlay deploys."""
+    out = []
+    for workload in objects:
+        if workload["kind"] not in ("DaemonSet", "Deployment"):
+            continue
+        name, args = workload["metadata"]["name"], container_args(workload)
+        if name == "kvgpu-device-plugin":
+            config = None
+            for cm in check_deploy.find(objects, "ConfigMap"):
+                if cm["metadata"]["name"].startswith("kvgpu-device-plugin-config"):
+                    config = yaml.safe_load(cm["data"]["config.yaml"])
+            out.append((name, workload, device_plugin_needs(config)))
+        elif name == "kvgpu-scheduler-extender":
+            out.append((name, workload, extender_needs(args)))
+        elif name == "kvgpu-webhook":
+            out.append((name, workload, webhook_needs(args)))
+        elif name == "kvgpu-validator":
+            out.append((name, workload, validator_needs(args)))
+    return out
+
+
+def third_party_crds(testdata):
+    """CRDs serving the kinds of cert-manager and prometheus-operator the overlays use."""
+    crds = []
+    for path in ("cert-manager-v1-schemas.json", "prometheus-operator-v1-schemas.json"):
+        with open(os.path.join(testdata, path)) as f:
+            schemas = json.load(f)
+        for gvk, schema in schemas.items():
+            group, version, kind = gvk.split("/")
+            plural = kind.lower() + "s"
+            crds.append({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "%s.%s" % (plural, group)},
+                "spec": {"group": group, "scope": "Namespaced",
+                         "names": {"kind": kind, "listKind": kind + "List", "plural": plural,
+                                   "singular": kind.lower()},
+                         "versions": [{"name": version, "served": True, "storage": True,
+                                       "schema": {"openAPIV3Schema": schema},
+                                       "subresources": {"status": {}}}]}})
+    return crds
+
+
+def check_overlay(cp, report, name, directory, kubectl):
+    objects, error = check_deploy.render(kubectl, directory)
+    if not report.check(objects is not None, "%s renders with this release's kubectl kustomize" % name, error):
+        return
+    applied = cp.kubectl("apply", "--server-side", "--field-manager", FIELD_MANAGER, "-k", directory, check=False)
+    ok = report.check(applied.returncode == 0, "%s: kubectl apply --server-side -k is accepted" % name,
+                      applied.stderr.strip())
+    warnings = [line for line in applied.stderr.splitlines() if line.startswith("Warning")]
+    report.check(not warnings, "%s: the API server answers its objects without a warning" % name, "\n".join(warnings))
+    if ok:
+        lines = [line for line in applied.stdout.splitlines() if line.strip()]
+        report.check(len(lines) == len(objects), "%s: every one of its %d objects is applied" % (name, len(objects)),
+                     applied.stdout)
+
+    for program, workload, needs in programs(objects):
+        spec = check_deploy.pod_spec(workload)
+        account = spec.get("serviceAccountName", "default")
+        namespace = workload["metadata"].get("namespace", "default")
+        if not needs:
+            continue
+        token = cp.kubectl("create", "token", account, "-n", namespace, "--duration", "10m", check=False)
+        if not report.check(token.returncode == 0, "%s: %s's ServiceAccount %s/%s gets a token"
+                            % (name, program, namespace, account), token.stderr.strip()):
+            continue
+        denied = []
+        for need in needs:
+            status, answer = cp.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                        {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                                         "spec": {"resourceAttributes": need.attributes}},
+                                        token=token.stdout.strip())
+            allowed = status == 201 and answer.get("status", {}).get("allowed") is True
+            report.check(allowed, "%s: %s may %s (%s)" % (name, program, need, need.where),
+                         "HTTP %d %s" % (status, json.dumps(answer.get("status", answer)
+                                                            if isinstance(answer, dict) else answer)))
+            if not allowed:
+                denied.append(need)
+        if denied:
+            listed = cp.kubectl("auth", "can-i", "--list", "-n", TENANT, token=token.stdout.strip(), check=False)
+            print("  what %s's token may do in %s (kubectl auth can-i --list):\n%s"
+                  % (program, TENANT, listed.stdout + listed.stderr))
+
+    # The next overlay starts from no object of this one but its Namespace (deleting a Namespace
+    # needs the namespace controller and takes time; applying it again changes nothing).
+    leftovers = [o for o in objects if o["kind"] != "Namespace"] if ok else []
+    if leftovers:
+        deleted = cp.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-",
+                             input=yaml.safe_dump_all(leftovers), check=False)
+        if deleted.returncode != 0:
+            raise controlplane.ControlPlaneError("deleting %s's objects failed: %s" % (name, deleted.stderr))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--release", required=True, help="a release pinned in tests/k8s/peers, e.g. 1.36")
+    parser.add_argument("--deploy", default=os.path.join(REPO, "deploy"))
+    parser.add_argument("--testdata", default=os.path.join(REPO, "tests", "deploy", "data"))
+    args = parser.parse_args()
+
+    bin_dir = controlplane.bin_dir_for(args.release)
+    if not all(os.access(os.path.join(bin_dir, p), os.X_OK) for p in ("etcd", "kube-apiserver", "kubectl")):
+        if shutil.which("go") is None:
+            print("SKIP: Kubernetes %s's programs are not built in %s and Go is not installed to build "
+                  "them (tests/k8s/build-peers.sh needs Go 1.26 and the module proxy)" % (args.release, bin_dir))
+            return SKIP
+        print("FAIL: Kubernetes %s's programs are not built in %s: run tests/k8s/build-peers.sh %s "
+              "(scripts/test.sh does)" % (args.release, bin_dir, args.release))
+        return 1
+    kubectl = os.path.join(bin_dir, "kubectl")
+
+    report = check_deploy.Report()
+    started = time.monotonic()
+    with controlplane.ControlPlane(bin_dir) as cp:
+        print("control plane of %s up in %.1f s (%s)" % (args.release, time.monotonic() - started, cp.dir))
+        version = cp.request("GET", "/version")[1]
+        print("kube-apiserver says it is %s" % (version.get("gitVersion") if isinstance(version, dict) else version))
+        crds = third_party_crds(args.testdata)
+        cp.kubectl("apply", "--server-side", "--field-manager", FIELD_MANAGER, "-f", "-",
+                   input=yaml.safe_dump_all(crds))
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=120s",
+                   *["crd/" + c["metadata"]["name"] for c in crds])
+        with check_deploy.scratch_deploy(args.deploy) as deploy:
+            dirs = {n: d for n, d in check_deploy.kustomize_dirs(deploy).items() if n != "base"}
+            dirs["monitoring"] = os.path.join(deploy, "monitoring")
+            for name, directory in dirs.items():
+                check_overlay(cp, report, name, directory, kubectl)
+    print("(%.1f s in all)" % (time.monotonic() - started))
+    return report.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
