@@ -6,7 +6,8 @@
     admission, its CEL for the ValidatingAdmissionPolicy, the DeviceClasses of resource.k8s.io/v1,
     with no warning printed. The overlays are applied one after the other to one API server; before
     the next, every object of the previous one but its Namespace is deleted, so each overlay is
-    judged on its own objects. cert-manager's and prometheus-operator's kinds are served by CRDs
+    judged on its own objects. Read back, every object holds every field the manifest sets (a
+    field this release drops, e.g. behind a feature gate that is off, fails). cert-manager's and prometheus-operator's kinds are served by CRDs
     made from the schemas tests/deploy already checks against (tests/deploy/data/SOURCES.md).
   - each of our programs that the overlay deploys gets a token of the ServiceAccount its workload
     names (`kubectl create token`), and the API server's SelfSubjectAccessReview, asked with that
@@ -18,8 +19,10 @@ Exit status 0 when every check passed, 1 otherwise, 77 (skipped) only when the r
 are not built and Go, which builds them (tests/k8s/build-peers.sh), is not installed.
 """
 import argparse
+import base64
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -186,6 +189,59 @@ def third_party_crds(testdata):
     return crds
 
 
+QUANTITY = re.compile(r"^([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+SCALE = {None: 1, "m": 0.001, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+         "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+
+
+def same_scalar(want, got):
+    if want == got or str(want) == str(got):
+        return True
+    a, b = QUANTITY.match(str(want)), QUANTITY.match(str(got))  # "1000m" is stored as "1"
+    return bool(a and b) and abs(float(a.group(1)) * SCALE[a.group(2)] - float(b.group(1)) * SCALE[b.group(2)]) < 1e-9
+
+
+def dropped(want, got, path=""):
+    """Paths of what the manifest sets that the stored object lacks or holds otherwise: a field
+    the API server drops (a feature gate off, a field unknown to this release) is accepted by the
+    apply and lost all the same."""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [path or "/"]
+        out = []
+        for k, v in want.items():
+            if k not in got:
+                if v not in (None, {}, [], False, ""):
+                    out.append("%s/%s" % (path, k))
+            else:
+                out += dropped(v, got[k], "%s/%s" % (path, k))
+        return out
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(want) != len(got):
+            return [path]
+        return [p for i, (w, g) in enumerate(zip(want, got)) for p in dropped(w, g, "%s/%d" % (path, i))]
+    return [] if same_scalar(want, got) else ["%s (%r stored as %r)" % (path, want, got)]
+
+
+def stored_as_applied(cp, report, name, objects):
+    got = cp.kubectl("get", "-o", "json", "-f", "-", input=yaml.safe_dump_all(objects), check=False)
+    if not report.check(got.returncode == 0, "%s: its objects can be read back" % name, got.stderr.strip()):
+        return
+    items = json.loads(got.stdout)
+    items = items.get("items", [items])
+    stored = {check_deploy.key(o): o for o in items}
+    lost = []
+    for obj in objects:
+        want = dict(obj)
+        if obj["kind"] == "Secret" and "stringData" in want:
+            # Stored as base64 in data.
+            want = dict(want, data=dict(want.get("data") or {}, **{
+                k: base64.b64encode(v.encode()).decode() for k, v in want["stringData"].items()}))
+            del want["stringData"]
+        lost += ["%s %s" % (check_deploy.key(obj), p) for p in dropped(want, stored.get(check_deploy.key(obj), {}))]
+    report.check(not lost, "%s: the API server stores every field its objects set" % name, "\n".join(lost))
+
+
 def check_overlay(cp, report, name, directory, kubectl):
     objects, error = check_deploy.render(kubectl, directory)
     if not report.check(objects is not None, "%s renders with this release's kubectl kustomize" % name, error):
@@ -199,6 +255,7 @@ def check_overlay(cp, report, name, directory, kubectl):
         lines = [line for line in applied.stdout.splitlines() if line.strip()]
         report.check(len(lines) == len(objects), "%s: every one of its %d objects is applied" % (name, len(objects)),
                      applied.stdout)
+        stored_as_applied(cp, report, name, objects)
 
     for program, workload, needs in programs(objects):
         spec = check_deploy.pod_spec(workload)
