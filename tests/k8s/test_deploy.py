@@ -220,7 +220,7 @@ def dropped(want, got, path=""):
         if not isinstance(got, list) or len(want) != len(got):
             return [path]
         return [p for i, (w, g) in enumerate(zip(want, got)) for p in dropped(w, g, "%s/%d" % (path, i))]
-    return [] if same_scalar(want, got) else ["%s (%r stored as %r)" % (path, want, got)]
+    return [] if same_scalar(want, got) else ["%s (%.60r stored as %.60r)" % (path, want, got)]
 
 
 def stored_as_applied(cp, report, name, objects):
@@ -232,13 +232,15 @@ def stored_as_applied(cp, report, name, objects):
     stored = {check_deploy.key(o): o for o in items}
     lost = []
     for obj in objects:
-        want = dict(obj)
-        if obj["kind"] == "Secret" and "stringData" in want:
-            # Stored as base64 in data.
-            want = dict(want, data=dict(want.get("data") or {}, **{
-                k: base64.b64encode(v.encode()).decode() for k, v in want["stringData"].items()}))
-            del want["stringData"]
-        lost += ["%s %s" % (check_deploy.key(obj), p) for p in dropped(want, stored.get(check_deploy.key(obj), {}))]
+        want, got = dict(obj), dict(stored.get(check_deploy.key(obj), {}))
+        if obj["kind"] == "Secret":
+            # Compared decoded: a manifest may wrap its base64, and stringData is stored in data.
+            def decoded(data):
+                return {k: base64.b64decode("".join(v.split())) for k, v in (data or {}).items()}
+            want["data"] = dict(decoded(want.get("data")),
+                                **{k: v.encode() for k, v in (want.pop("stringData", None) or {}).items()})
+            got["data"] = decoded(got.get("data"))
+        lost += ["%s %s" % (check_deploy.key(obj), p) for p in dropped(want, got)]
     report.check(not lost, "%s: the API server stores every field its objects set" % name, "\n".join(lost))
 
 
