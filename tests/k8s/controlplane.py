@@ -171,6 +171,18 @@ class ControlPlane:
              "IP:127.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
              "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" % SERVICE_IP)
         leaf("admin", "/O=system:masters/CN=kata-vgpu-test-admin", "clientAuth")
+        # The aggregation layer's front proxy, as kubeadm sets it up: its own CA and the client
+        # certificate the API server presents to extension API servers. Without it the
+        # controller-manager and scheduler log, many times a second, that the requestheader CA
+        # bundle is missing.
+        _openssl("req", "-x509", *ec, "-keyout", "front-proxy-ca.key", "-out", "front-proxy-ca.crt",
+                 "-days", "2", "-subj", "/CN=kata-vgpu-test-front-proxy-ca",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign",
+                 cwd=pki)
+        _openssl("req", "-x509", "-CA", "front-proxy-ca.crt", "-CAkey", "front-proxy-ca.key", *ec,
+                 "-keyout", "front-proxy-client.key", "-out", "front-proxy-client.crt", "-days", "2",
+                 "-subj", "/CN=front-proxy-client", "-addext", "basicConstraints=critical,CA:FALSE",
+                 "-addext", "extendedKeyUsage=clientAuth", cwd=pki)
         leaf("controller-manager", "/CN=system:kube-controller-manager", "clientAuth")
         leaf("scheduler", "/CN=system:kube-scheduler", "clientAuth")
         # Both the serving certificates of kube-controller-manager and kube-scheduler are
@@ -311,6 +323,13 @@ current-context: kata-vgpu-test
             "--service-account-signing-key-file", os.path.join(pki, "sa.key"),
             "--service-cluster-ip-range", SERVICE_CIDR,
             "--enable-admission-plugins", "NodeRestriction",
+            "--requestheader-client-ca-file", os.path.join(pki, "front-proxy-ca.crt"),
+            "--requestheader-allowed-names", "front-proxy-client",
+            "--requestheader-username-headers", "X-Remote-User",
+            "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+            "--proxy-client-cert-file", os.path.join(pki, "front-proxy-client.crt"),
+            "--proxy-client-key-file", os.path.join(pki, "front-proxy-client.key"),
             "--allow-privileged=true",
             # No Endpoints for the `kubernetes` Service: its address would be loopback, which
             # EndpointSlice validation refuses, and nothing here connects through it.
@@ -362,6 +381,14 @@ current-context: kata-vgpu-test
             waits.append(("kube-scheduler is healthy", scheduler_port, self._spawn("kube-scheduler", argv)))
         for what, port, process in waits:
             self._wait(what, lambda port=port: self._healthz(port), [etcd, apiserver, process])
+        if self.with_controller_manager:
+            # Healthy is not yet working: its controllers start once its informers have synced.
+            # The ServiceAccount controller's first act, the `default` account of `default`, says
+            # they run.
+            self._wait("kube-controller-manager's controllers run (ServiceAccount default/default)",
+                       lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default",
+                                            timeout=10)[0] == 200,
+                       [etcd, apiserver] + [process for _, _, process in waits])
 
     @staticmethod
     def _healthz(port):
@@ -437,6 +464,14 @@ def main():
 
     gates = dict(kv.split("=", 1) for kv in args.feature_gates.split(",") if kv)
     bin_dir = args.bin_dir or bin_dir_for(args.release)
+    try:
+        return run(args, bin_dir, gates)
+    except ControlPlaneError as e:
+        print("controlplane: %s" % e, file=sys.stderr)
+        return 1
+
+
+def run(args, bin_dir, gates):
     plane = ControlPlane(bin_dir, controller_manager=args.controller_manager, scheduler=args.scheduler,
                          scheduler_config=args.scheduler_config, feature_gates=gates, workdir=args.dir,
                          deadline=args.deadline)
