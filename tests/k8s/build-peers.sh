@@ -84,6 +84,23 @@ ldflags_for() {
   echo "${flags[*]}"
 }
 
+# The Go that builds: the first `go` on PATH, else /usr/local/go/bin/go (where Go's own tarball
+# installs), whichever is 1.26 or newer (the pins' go.mod says `go 1.26.0` and uses `tool`). Debian
+# 12's golang (1.19, /usr/bin/go) cannot read them.
+find_go() {
+  local candidate version
+  for candidate in "$(command -v go || true)" /usr/local/go/bin/go; do
+    [[ -n $candidate && -x $candidate ]] || continue
+    version=$(GOTOOLCHAIN=local "$candidate" env GOVERSION 2>/dev/null) || continue
+    if [[ $version =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] >= 26)); then
+      echo "$candidate"
+      return 0
+    fi
+    info "$candidate is $version; the pins need Go 1.26 or newer"
+  done
+  return 1
+}
+
 have_all() {
   local bin=$1 program
   for program in "${programs[@]}"; do
@@ -91,14 +108,19 @@ have_all() {
   done
 }
 
+building=""
+cleanup() { [[ -z $building ]] || rm -rf "$building" "$building.old"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
 build_one() {
-  local dir=$1 version cache bin ldflags pins tmp started program
+  local dir=$1 version cache bin ldflags pins go started
   version=$(pinned_version "$dir")
   cache=$cache_root/$version
   bin=$cache/bin
   ldflags=$(ldflags_for "$version")
-  command -v go >/dev/null || die "Go is not installed: the k8s tests need Go 1.26 and the module proxy to build $version"
-  pins=$(cat "$dir/go.mod" "$dir/go.sum" <(GOTOOLCHAIN=local go version) <(echo "CGO_ENABLED=0 -trimpath $ldflags") |
+  go=$(find_go) || die "no Go 1.26 or newer: the k8s tests need it and the module proxy to build $version"
+  pins=$(cat "$dir/go.mod" "$dir/go.sum" <(GOTOOLCHAIN=local "$go" version) <(echo "CGO_ENABLED=0 -trimpath $ldflags") |
     sha256sum | cut -d' ' -f1)
   mkdir -p "$cache"
   exec 9>"$cache/.lock"
@@ -113,27 +135,26 @@ build_one() {
   fi
   [[ -d $bin ]] && info "$bin was built from another pin; rebuilding"
   info "building Kubernetes $version (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd) from $dir into $bin, $jobs compiles at a time at nice 19"
-  tmp=$(mktemp -d "$cache/bin.building.XXXXXX")
-  # A failed or interrupted build leaves no partial directory behind.
-  trap 'rm -rf "$tmp"' EXIT
+  # A failed or interrupted build leaves no partial directory behind (cleanup, on exit).
+  building=$(mktemp -d "$cache/bin.building.XXXXXX")
   started=$SECONDS
   (
     cd "$dir"
     GOTOOLCHAIN=local GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 \
-      nice -n 19 go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$tmp/" "${packages[@]}"
+      nice -n 19 "$go" build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$building/" "${packages[@]}"
   )
   # `go build -o DIR` names a major-version module's main package after the path element before
   # /vN: go.etcd.io/etcd/server/v3 becomes "server".
-  mv "$tmp/server" "$tmp/etcd"
-  have_all "$tmp" || die "the build of $version did not produce all of: ${programs[*]}"
-  echo "$pins" >"$tmp/PINS"
-  chmod 0755 "$tmp"
+  mv "$building/server" "$building/etcd"
+  have_all "$building" || die "the build of $version did not produce all of: ${programs[*]}"
+  echo "$pins" >"$building/PINS"
+  chmod 0755 "$building"
   if [[ -d $bin ]]; then
-    mv "$bin" "$tmp.old"
+    mv "$bin" "$building.old"
   fi
-  mv "$tmp" "$bin"
-  rm -rf "$tmp.old"
-  trap - EXIT
+  mv "$building" "$bin"
+  rm -rf "$building.old"
+  building=""
   info "built Kubernetes $version in $((SECONDS - started)) s: $bin"
   exec 9>&-
 }
@@ -144,7 +165,7 @@ if [[ ${1:-} == "--print-bin-dir" ]]; then
   shift
 elif [[ ${1:-} == "--skip-without-go" ]]; then
   shift
-  if ! command -v go >/dev/null; then
+  if ! command -v go >/dev/null && [[ ! -x /usr/local/go/bin/go ]]; then
     info "Go is not installed: not building Kubernetes $*; the k8s tests will skip"
     exit 0
   fi
