@@ -14,7 +14,9 @@
     token, allows every API call the program makes with the flags and config the overlay gives it
     (NEEDS below, read from the C++ clients). A missing RBAC rule, binding or ServiceAccount fails.
 
-usage: test_deploy.py --release 1.36 [--deploy DIR]
+usage: test_deploy.py --release 1.36 [--deploy DIR] [--bite]
+  --bite: instead, a deploy/ with one RBAC verb removed, on an API server that drops a field the
+  overlay sets, must fail exactly those two checks (the checks are shown able to fail).
 Exit status 0 when every check passed, 1 otherwise, 77 (skipped) only when the release's programs
 are not built and Go, which builds them (tests/k8s/build-peers.sh), is not installed.
 """
@@ -296,11 +298,54 @@ def check_overlay(cp, report, name, directory, kubectl):
             raise controlplane.ControlPlaneError("deleting %s's objects failed: %s" % (name, deleted.stderr))
 
 
+class RecordingReport(check_deploy.Report):
+    def __init__(self):
+        super().__init__()
+        self.failures = []
+
+    def check(self, ok, what, detail=""):
+        if not ok:
+            self.failures.append("%s: %s" % (what, detail))
+        return super().check(ok, what, detail)
+
+
+def bite(args, bin_dir):
+    """The checks above can fail: overlays/dra from a copy of deploy/ whose device-plugin role lacks
+    `watch` on pods, applied to an API server with DRAExtendedResource off (it then drops the
+    DeviceClasses' extendedResourceName), must fail exactly those two checks."""
+    report = check_deploy.Report()
+    with tempfile.TemporaryDirectory(prefix="kvgpu-bite-") as tmp:
+        copy = os.path.join(tmp, "deploy")
+        shutil.copytree(args.deploy, copy, symlinks=True)
+        rbac = os.path.join(copy, "base", "device-plugin", "rbac.yaml")
+        with open(rbac) as f:
+            text = f.read()
+        broken = text.replace("resources: [pods]\n  verbs: [get, list, watch]", "resources: [pods]\n  verbs: [get, list]")
+        if not report.check(broken != text, "the device plugin's role grants watch on pods, to be removed"):
+            return report.finish()
+        with open(rbac, "w") as f:
+            f.write(broken)
+        inner = RecordingReport()
+        with controlplane.ControlPlane(bin_dir, feature_gates={"DRAExtendedResource": "false"}) as cp:
+            with check_deploy.scratch_deploy(copy) as deploy:
+                print("--- the broken deploy/, where FAIL is expected:")
+                check_overlay(cp, inner, "overlays/dra", os.path.join(deploy, "overlays", "dra"),
+                              os.path.join(bin_dir, "kubectl"))
+                print("---")
+    watch = [f for f in inner.failures if "kvgpu-device-plugin may watch pods" in f]
+    dropped_field = [f for f in inner.failures if "stores every field" in f and "/spec/extendedResourceName" in f]
+    report.check(watch, "a role without a verb its program uses fails the RBAC check")
+    report.check(dropped_field, "a field the API server drops (its gate off) fails the read-back check")
+    report.check(len(inner.failures) == 2, "nothing else fails", "\n".join(inner.failures))
+    return report.finish()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", required=True, help="a release pinned in tests/k8s/peers, e.g. 1.36")
     parser.add_argument("--deploy", default=os.path.join(REPO, "deploy"))
     parser.add_argument("--testdata", default=os.path.join(REPO, "tests", "deploy", "data"))
+    parser.add_argument("--bite", action="store_true", help="show that the checks fail on a broken deploy/ instead")
     args = parser.parse_args()
 
     bin_dir = controlplane.bin_dir_for(args.release)
@@ -313,6 +358,8 @@ def main():
               "(scripts/test.sh does)" % (args.release, bin_dir, args.release))
         return 1
     kubectl = os.path.join(bin_dir, "kubectl")
+    if args.bite:
+        return bite(args, bin_dir)
 
     report = check_deploy.Report()
     started = time.monotonic()
