@@ -14,7 +14,7 @@
     token, allows every API call the program makes with the flags and config the overlay gives it
     (NEEDS below, read from the C++ clients). A missing RBAC rule, binding or ServiceAccount fails.
 
-usage: test_deploy.py --release 1.36 [--deploy DIR] [--bite]
+usage: scenario_deploy.py --release 1.36 [--deploy DIR] [--bite]
   --bite: instead, a deploy/ with one RBAC verb removed, on an API server that drops a field the
   overlay sets, must fail exactly those two checks (the checks are shown able to fail).
 Exit status 0 when every check passed, 1 otherwise, 77 (skipped) only when the release's programs
