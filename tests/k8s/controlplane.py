@@ -430,6 +430,29 @@ current-context: kata-vgpu-test
         except ValueError:
             return response.status, raw
 
+    def register_node(self, name, allocatable=None, labels=None, annotations=None):
+        """A Node without a kubelet, for scheduler-only scenarios: created, then its status patched
+        Ready with the given allocatable (also its capacity) besides cpu, memory and pods, as a
+        kubelet's first status update would."""
+        resources = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+        resources.update(allocatable or {})
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": dict({"kubernetes.io/hostname": name}, **(labels or {})),
+                             "annotations": dict(annotations or {})}}
+        status, answer = self.request("POST", "/api/v1/nodes", node)
+        if status != 201:
+            raise ControlPlaneError("creating Node %s: HTTP %d %s" % (name, status, answer))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch = {"status": {"capacity": resources, "allocatable": resources,
+                            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                            "message": "registered by the test harness, no kubelet",
+                                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+        status, answer = self.request("PATCH", "/api/v1/nodes/%s/status" % name, patch,
+                                      content_type="application/merge-patch+json")
+        if status != 200:
+            raise ControlPlaneError("patching Node %s's status: HTTP %d %s" % (name, status, answer))
+        return answer
+
     def kubectl(self, *args, token=None, input=None, check=True, timeout=120):
         """Runs this release's kubectl against the plane; CompletedProcess with text output."""
         argv = [os.path.join(self.bin_dir, "kubectl"), "--kubeconfig", self.kubeconfig]
