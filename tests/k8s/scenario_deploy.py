@@ -7,12 +7,14 @@
     with no warning printed. The overlays are applied one after the other to one API server; before
     the next, every object of the previous one but its Namespace is deleted, so each overlay is
     judged on its own objects. Read back, every object holds every field the manifest sets (a
-    field this release drops, e.g. behind a feature gate that is off, fails). cert-manager's and prometheus-operator's kinds are served by CRDs
-    made from the schemas tests/deploy already checks against (tests/deploy/data/SOURCES.md).
+    field this release drops, e.g. behind a feature gate that is off, fails). cert-manager's and
+    prometheus-operator's kinds are served by CRDs made from the schemas tests/deploy already
+    checks against (tests/deploy/data/SOURCES.md).
   - each of our programs that the overlay deploys gets a token of the ServiceAccount its workload
     names (`kubectl create token`), and the API server's SelfSubjectAccessReview, asked with that
     token, allows every API call the program makes with the flags and config the overlay gives it
-    (NEEDS below, read from the C++ clients). A missing RBAC rule, binding or ServiceAccount fails.
+    (the *_needs functions below, read from the C++ clients). A missing RBAC rule, binding or
+    ServiceAccount fails.
 
 usage: scenario_deploy.py --release 1.36 [--deploy DIR] [--bite]
   --bite: instead, a deploy/ with one RBAC verb removed, on an API server that drops a field the
@@ -327,7 +329,8 @@ def bite(args, bin_dir):
         rbac = os.path.join(copy, "base", "device-plugin", "rbac.yaml")
         with open(rbac) as f:
             text = f.read()
-        broken = text.replace("resources: [pods]\n  verbs: [get, list, watch]", "resources: [pods]\n  verbs: [get, list]")
+        broken = text.replace("resources: [pods]\n  verbs: [get, list, watch]",
+                              "resources: [pods]\n  verbs: [get, list]")
         if not report.check(broken != text, "the device plugin's role grants watch on pods, to be removed"):
             return report.finish()
         with open(rbac, "w") as f:
