@@ -1,0 +1,522 @@
+#!/usr/bin/python3
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver and, when asked,
+kube-controller-manager and kube-scheduler, built by tests/k8s/build-peers.sh, on loopback ports
+chosen free, in a temporary directory that holds everything they write.
+
+    with ControlPlane(bin_dir, controller_manager=True, scheduler=True) as cp:
+        cp.kubectl("get", "nodes")              # as the admin (system:masters)
+        cp.request("GET", "/api/v1/nodes", token=t)  # as whoever the bearer token names
+
+The API server authenticates client certificates signed by the plane's own CA and ServiceAccount
+tokens it signs itself, authorizes with Node,RBAC, and serves resource.k8s.io/v1. Each component
+runs in its own process group, dies with the process that started it (PR_SET_PDEATHSIG: a test
+killed by CTest's timeout leaves nothing behind), and is stopped with SIGTERM, then SIGKILL.
+
+Started by hand for debugging (docs/development.md):
+
+    /usr/bin/python3 tests/k8s/controlplane.py up --release 1.36 [--controller-manager]
+        [--scheduler [--scheduler-config FILE]] [--feature-gates G=true,...] [--dir DIR]
+
+prints the kubeconfig to use and runs until interrupted.
+
+Only the Python standard library and openssl: Debian's /usr/bin/python3 runs it.
+"""
+import argparse
+import contextlib
+import ctypes
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PR_SET_PDEATHSIG = 1
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service
+
+
+class ControlPlaneError(Exception):
+    pass
+
+
+class _PortTaken(ControlPlaneError):
+    """A port picked as free was taken by someone else before the component bound it."""
+
+
+def bin_dir_for(release):
+    """The cache directory build-peers.sh builds `release` (e.g. "1.36") into."""
+    out = subprocess.run(["bash", os.path.join(HERE, "build-peers.sh"), "--print-bin-dir", release],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _die_with_parent():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _free_ports(count):
+    """`count` distinct loopback ports that nothing listens on now (bound, then released)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _openssl(*args, cwd):
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ControlPlaneError("openssl %s failed: %s" % (" ".join(args), result.stderr.strip()))
+
+
+class _Process:
+    def __init__(self, name, argv, log_path):
+        self.name = name
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True, preexec_fn=_die_with_parent)
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def log_tail(self, lines=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace=15.0):
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # The group too: anything the component started must not outlive it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
+
+class ControlPlane:
+    """etcd + kube-apiserver (+ kube-controller-manager, kube-scheduler) on loopback."""
+
+    def __init__(self, bin_dir, *, controller_manager=False, scheduler=False, scheduler_config=None,
+                 feature_gates=None, runtime_config=None, apiserver_args=(), workdir=None,
+                 keep=False, deadline=120.0):
+        self.bin_dir = bin_dir
+        self.with_controller_manager = controller_manager
+        self.with_scheduler = scheduler
+        self.scheduler_config = scheduler_config
+        self.feature_gates = dict(feature_gates or {})
+        self.runtime_config = {"resource.k8s.io/v1": "true"}
+        self.runtime_config.update(runtime_config or {})
+        self.apiserver_args = list(apiserver_args)
+        self.deadline = deadline
+        self.keep = keep
+        self._own_dir = workdir is None
+        self.dir = workdir
+        self.processes = []
+        self.server = None
+        for program in ("etcd", "kube-apiserver", "kubectl"):
+            if not os.access(os.path.join(bin_dir, program), os.X_OK):
+                raise ControlPlaneError("%s/%s is missing: build it with tests/k8s/build-peers.sh" % (bin_dir, program))
+
+    # --- files -------------------------------------------------------------------------------
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    @property
+    def kubeconfig(self):
+        return self.path("admin.kubeconfig")
+
+    @property
+    def ca(self):
+        return self.path("pki", "ca.crt")
+
+    def _make_pki(self):
+        pki = self.path("pki")
+        os.makedirs(pki, exist_ok=True)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+                 "-subj", "/CN=kata-vgpu-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki)
+
+        def leaf(name, subject, usage, san=None):
+            exts = ["-addext", "basicConstraints=critical,CA:FALSE",
+                    "-addext", "keyUsage=critical,digitalSignature", "-addext", "extendedKeyUsage=" + usage]
+            if san:
+                exts += ["-addext", "subjectAltName=" + san]
+            _openssl("req", "-x509", "-CA", "ca.crt", "-CAkey", "ca.key", *ec, "-keyout", name + ".key",
+                     "-out", name + ".crt", "-days", "2", "-subj", subject, *exts, cwd=pki)
+
+        leaf("apiserver", "/CN=kube-apiserver", "serverAuth",
+             "IP:127.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+             "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" % SERVICE_IP)
+        leaf("admin", "/O=system:masters/CN=kata-vgpu-test-admin", "clientAuth")
+        # The aggregation layer's front proxy, as kubeadm sets it up: its own CA and the client
+        # certificate the API server presents to extension API servers. Without it the
+        # controller-manager and scheduler log, many times a second, that the requestheader CA
+        # bundle is missing.
+        _openssl("req", "-x509", *ec, "-keyout", "front-proxy-ca.key", "-out", "front-proxy-ca.crt",
+                 "-days", "2", "-subj", "/CN=kata-vgpu-test-front-proxy-ca",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign",
+                 cwd=pki)
+        _openssl("req", "-x509", "-CA", "front-proxy-ca.crt", "-CAkey", "front-proxy-ca.key", *ec,
+                 "-keyout", "front-proxy-client.key", "-out", "front-proxy-client.crt", "-days", "2",
+                 "-subj", "/CN=front-proxy-client", "-addext", "basicConstraints=critical,CA:FALSE",
+                 "-addext", "extendedKeyUsage=clientAuth", cwd=pki)
+        leaf("controller-manager", "/CN=system:kube-controller-manager", "clientAuth")
+        leaf("scheduler", "/CN=system:kube-scheduler", "clientAuth")
+        # Both the serving certificates of kube-controller-manager and kube-scheduler are
+        # self-signed by themselves (--cert-dir); only the health checks below talk to them.
+        _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "sa.key", cwd=pki)
+        _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+    def write_kubeconfig(self, path, user_cert, user_key):
+        text = """apiVersion: v1
+kind: Config
+clusters:
+- name: kata-vgpu-test
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: user
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: kata-vgpu-test
+  context: {{cluster: kata-vgpu-test, user: user}}
+current-context: kata-vgpu-test
+""".format(server=self.server, ca=self.ca, cert=user_cert, key=user_key)
+        with open(path, "w") as f:
+            f.write(text)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def start(self):
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="kvgpu-k8s-")
+        else:
+            os.makedirs(self.dir, exist_ok=True)
+        try:
+            self._make_pki()
+            for attempt in range(3):
+                try:
+                    self._start_processes()
+                    return
+                except _PortTaken:
+                    self._stop_processes()
+                    if attempt == 2:
+                        raise
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        self._stop_processes()
+        if self._own_dir and self.dir and not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _stop_processes(self):
+        # The API server's clients first, etcd last.
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes = []
+
+    def _spawn(self, name, argv):
+        process = _Process(name, argv, self.path(name + ".log"))
+        self.processes.append(process)
+        return process
+
+    def _wait(self, what, ready, watched):
+        """Until ready() is true; fails at the deadline or as soon as a watched process exits."""
+        end = time.monotonic() + self.deadline
+        pause = 0.05
+        last_error = None
+        while True:
+            for process in watched:
+                if not process.alive():
+                    tail = process.log_tail()
+                    if "address already in use" in tail:
+                        raise _PortTaken(process.name)
+                    raise ControlPlaneError("%s exited (status %s) before %s; its log ends:\n%s"
+                                            % (process.name, process.popen.returncode, what, tail))
+            try:
+                if ready():
+                    return
+            except (OSError, http.client.HTTPException, ssl.SSLError) as e:
+                last_error = e
+            if time.monotonic() > end:
+                tails = "\n".join("--- %s:\n%s" % (p.name, p.log_tail()) for p in watched)
+                raise ControlPlaneError("%s not within %.0f s (last error: %s)\n%s"
+                                        % (what, self.deadline, last_error, tails))
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.5)
+
+    def _start_processes(self):
+        etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = _free_ports(5)
+        self.server = "https://127.0.0.1:%d" % apiserver_port
+        pki = self.path("pki")
+        data = self.path("etcd-data")
+        shutil.rmtree(data, ignore_errors=True)
+
+        etcd_url = "http://127.0.0.1:%d" % etcd_client
+        peer_url = "http://127.0.0.1:%d" % etcd_peer
+        etcd = self._spawn("etcd", [
+            os.path.join(self.bin_dir, "etcd"), "--name", "kvgpu-test", "--data-dir", data,
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", "kvgpu-test=" + peer_url, "--initial-cluster-state", "new",
+            # A test's data need not survive a crash of the machine.
+            "--unsafe-no-fsync", "--log-level", "warn"])
+
+        def etcd_healthy():
+            conn = http.client.HTTPConnection("127.0.0.1", etcd_client, timeout=5)
+            try:
+                conn.request("GET", "/health")
+                response = conn.getresponse()
+                return response.status == 200 and json.loads(response.read()).get("health") == "true"
+            finally:
+                conn.close()
+
+        self._wait("etcd is healthy", etcd_healthy, [etcd])
+
+        argv = [
+            os.path.join(self.bin_dir, "kube-apiserver"),
+            "--etcd-servers", etcd_url,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(apiserver_port),
+            "--tls-cert-file", os.path.join(pki, "apiserver.crt"),
+            "--tls-private-key-file", os.path.join(pki, "apiserver.key"),
+            "--client-ca-file", os.path.join(pki, "ca.crt"),
+            "--authorization-mode", "Node,RBAC",
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file", os.path.join(pki, "sa.pub"),
+            "--service-account-signing-key-file", os.path.join(pki, "sa.key"),
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            "--enable-admission-plugins", "NodeRestriction",
+            "--requestheader-client-ca-file", os.path.join(pki, "front-proxy-ca.crt"),
+            "--requestheader-allowed-names", "front-proxy-client",
+            "--requestheader-username-headers", "X-Remote-User",
+            "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+            "--proxy-client-cert-file", os.path.join(pki, "front-proxy-client.crt"),
+            "--proxy-client-key-file", os.path.join(pki, "front-proxy-client.key"),
+            "--allow-privileged=true",
+            # No Endpoints for the `kubernetes` Service: its address would be loopback, which
+            # EndpointSlice validation refuses, and nothing here connects through it.
+            "--endpoint-reconciler-type", "none",
+            "--runtime-config", ",".join("%s=%s" % kv for kv in sorted(self.runtime_config.items())),
+            "--profiling=false",
+        ]
+        if self.feature_gates:
+            argv += ["--feature-gates", ",".join("%s=%s" % kv for kv in sorted(self.feature_gates.items()))]
+        argv += self.apiserver_args
+        apiserver = self._spawn("kube-apiserver", argv)
+        self.write_kubeconfig(self.kubeconfig, os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+        self._wait("kube-apiserver is ready (/readyz)",
+                   lambda: self.request("GET", "/readyz", timeout=10)[0] == 200, [etcd, apiserver])
+
+        waits = []
+        if self.with_controller_manager:
+            config = self.path("controller-manager.kubeconfig")
+            self.write_kubeconfig(config, os.path.join(pki, "controller-manager.crt"),
+                                  os.path.join(pki, "controller-manager.key"))
+            argv = [os.path.join(self.bin_dir, "kube-controller-manager"),
+                    "--kubeconfig", config, "--authentication-kubeconfig", config,
+                    "--authorization-kubeconfig", config,
+                    "--bind-address", "127.0.0.1", "--secure-port", str(kcm_port),
+                    "--cert-dir", self.path("controller-manager-certs"),
+                    "--leader-elect=false", "--use-service-account-credentials=true",
+                    "--service-account-private-key-file", os.path.join(pki, "sa.key"),
+                    "--root-ca-file", os.path.join(pki, "ca.crt"),
+                    "--service-cluster-ip-range", SERVICE_CIDR,
+                    "--controllers", "*"]
+            if self.feature_gates:
+                argv += ["--feature-gates", ",".join("%s=%s" % kv for kv in sorted(self.feature_gates.items()))]
+            waits.append(("kube-controller-manager is healthy", kcm_port, self._spawn("kube-controller-manager", argv)))
+        if self.with_scheduler:
+            config = self.path("scheduler.kubeconfig")
+            self.write_kubeconfig(config, os.path.join(pki, "scheduler.crt"), os.path.join(pki, "scheduler.key"))
+            argv = [os.path.join(self.bin_dir, "kube-scheduler"),
+                    "--authentication-kubeconfig", config, "--authorization-kubeconfig", config,
+                    "--bind-address", "127.0.0.1", "--secure-port", str(scheduler_port),
+                    "--cert-dir", self.path("scheduler-certs")]
+            if self.scheduler_config:
+                # The configuration's clientConnection.kubeconfig names the scheduler's
+                # credentials; a test's copy points it at `config`.
+                argv += ["--config", self.scheduler_config]
+            else:
+                argv += ["--kubeconfig", config, "--leader-elect=false"]
+            if self.feature_gates:
+                argv += ["--feature-gates", ",".join("%s=%s" % kv for kv in sorted(self.feature_gates.items()))]
+            waits.append(("kube-scheduler is healthy", scheduler_port, self._spawn("kube-scheduler", argv)))
+        for what, port, process in waits:
+            self._wait(what, lambda port=port: self._healthz(port), [etcd, apiserver, process])
+        if self.with_controller_manager:
+            # Healthy is not yet working: its controllers start once its informers have synced.
+            # The ServiceAccount controller's first act, the `default` account of `default`, says
+            # they run.
+            self._wait("kube-controller-manager's controllers run (ServiceAccount default/default)",
+                       lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default",
+                                            timeout=10)[0] == 200,
+                       [etcd, apiserver] + [process for _, _, process in waits])
+
+    @staticmethod
+    def _healthz(port):
+        # Their serving certificates are self-signed; /healthz is open to anyone
+        # (--authorization-always-allow-paths' default).
+        context = ssl._create_unverified_context()
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+        try:
+            conn.request("GET", "/healthz")
+            response = conn.getresponse()
+            return response.status == 200 and response.read().strip() == b"ok"
+        finally:
+            conn.close()
+
+    # --- clients -----------------------------------------------------------------------------
+
+    def request(self, method, path, body=None, token=None, content_type="application/json", timeout=30):
+        """(status, decoded JSON or text) of one API request: as the admin, or with a bearer token."""
+        context = ssl.create_default_context(cafile=self.ca)
+        if token is None:
+            context.load_cert_chain(self.path("pki", "admin.crt"), self.path("pki", "admin.key"))
+        port = int(self.server.rsplit(":", 1)[1])
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
+        headers = {"Accept": "application/json"}
+        if token is not None:
+            headers["Authorization"] = "Bearer " + token
+        payload = None
+        if body is not None:
+            payload = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            headers["Content-Type"] = content_type
+        try:
+            conn.request(method, path, body=payload, headers=headers)
+            response = conn.getresponse()
+            raw = response.read().decode(errors="replace")
+        finally:
+            conn.close()
+        try:
+            return response.status, json.loads(raw)
+        except ValueError:
+            return response.status, raw
+
+    def register_node(self, name, allocatable=None, labels=None, annotations=None):
+        """A Node without a kubelet, for scheduler-only scenarios: created, then its status patched
+        Ready with the given allocatable (also its capacity) besides cpu, memory and pods, as a
+        kubelet's first status update would."""
+        resources = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+        resources.update(allocatable or {})
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": dict({"kubernetes.io/hostname": name}, **(labels or {})),
+                             "annotations": dict(annotations or {})}}
+        status, answer = self.request("POST", "/api/v1/nodes", node)
+        if status != 201:
+            raise ControlPlaneError("creating Node %s: HTTP %d %s" % (name, status, answer))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch = {"status": {"capacity": resources, "allocatable": resources,
+                            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                            "message": "registered by the test harness, no kubelet",
+                                            "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+        status, answer = self.request("PATCH", "/api/v1/nodes/%s/status" % name, patch,
+                                      content_type="application/merge-patch+json")
+        if status != 200:
+            raise ControlPlaneError("patching Node %s's status: HTTP %d %s" % (name, status, answer))
+        return answer
+
+    def kubectl(self, *args, token=None, input=None, check=True, timeout=120):
+        """Runs this release's kubectl against the plane; CompletedProcess with text output."""
+        argv = [os.path.join(self.bin_dir, "kubectl"), "--kubeconfig", self.kubeconfig]
+        if token is not None:
+            # A bearer token replaces the admin's certificate: an empty user with only the token.
+            argv = [os.path.join(self.bin_dir, "kubectl"), "--server", self.server,
+                    "--certificate-authority", self.ca, "--token", token, "--kubeconfig", os.devnull]
+        env = dict(os.environ, KUBECACHEDIR=self.path("kubectl-cache"), HOME=self.dir)
+        result = subprocess.run(argv + list(args), input=input, capture_output=True, text=True, env=env,
+                                timeout=timeout)
+        if check and result.returncode != 0:
+            raise ControlPlaneError("kubectl %s failed (exit %d):\n%s%s" % (
+                " ".join(args), result.returncode, result.stdout, result.stderr))
+        return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Start a real Kubernetes control plane on loopback.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start it, print how to reach it, run until interrupted")
+    where = up.add_mutually_exclusive_group(required=True)
+    where.add_argument("--release", help="a release pinned in tests/k8s/peers, e.g. 1.36")
+    where.add_argument("--bin-dir", help="a directory with etcd, kube-apiserver, ... (build-peers.sh's)")
+    up.add_argument("--controller-manager", action="store_true")
+    up.add_argument("--scheduler", action="store_true")
+    up.add_argument("--scheduler-config", help="kube-scheduler --config (its clientConnection.kubeconfig "
+                    "must name DIR/scheduler.kubeconfig)")
+    up.add_argument("--feature-gates", default="", help="G=true,H=false for every component")
+    up.add_argument("--dir", help="keep everything here (default: a temporary directory, removed at the end)")
+    up.add_argument("--deadline", type=float, default=120.0, help="seconds each component may take to be ready")
+    args = parser.parse_args()
+
+    gates = dict(kv.split("=", 1) for kv in args.feature_gates.split(",") if kv)
+    bin_dir = args.bin_dir or bin_dir_for(args.release)
+    try:
+        return run(args, bin_dir, gates)
+    except ControlPlaneError as e:
+        print("controlplane: %s" % e, file=sys.stderr)
+        return 1
+
+
+def run(args, bin_dir, gates):
+    plane = ControlPlane(bin_dir, controller_manager=args.controller_manager, scheduler=args.scheduler,
+                         scheduler_config=args.scheduler_config, feature_gates=gates, workdir=args.dir,
+                         deadline=args.deadline)
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    started = time.monotonic()
+    try:
+        with plane:
+            print("control plane ready in %.1f s; logs, certificates and etcd's data in %s"
+                  % (time.monotonic() - started, plane.dir))
+            print("  export KUBECONFIG=%s" % plane.kubeconfig)
+            print("  %s/kubectl get --raw /version" % bin_dir)
+            print("Ctrl-C stops it.", flush=True)
+            while True:
+                signal.pause()
+    except KeyboardInterrupt:
+        pass
+    print("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
