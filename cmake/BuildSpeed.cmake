@@ -96,7 +96,8 @@ endif()
 # Paths under the source tree written relative to it in what the compiler emits: __FILE__ (every
 # gtest assertion, so every test batch; a failure reads "tests/extender/x_test.cpp:38") and the
 # debug information (sanitizer reports and backtraces name "extender/x.cpp"; a debugger finds the
-# sources with `directory <clone>`). Without it a test batch's preprocessed text carries the
+# sources with `directory <clone>`). A path ccache already made relative reads from the build
+# directory ("../tests/extender/x.h"). Without it a test batch's preprocessed text carries the
 # clone's path and misses the cache in every other clone, and an object the cache does hand over
 # names the files of the clone that compiled it, which may be gone. On in every build, with or
 # without ccache, so that a report reads the same whichever compiled the object. The fixtures'
