@@ -72,7 +72,8 @@ endmacro()
 # relative and hash_dir=false leaves the build directory out of the key, so a second clone of the
 # same commit at another path (CI's) compiles nothing that the first already did. A unity build's
 # batch files name their sources by absolute path: ccache's direct mode misses them in another
-# clone, its preprocessor mode (which rewrites the paths under base_dir) still hits.
+# clone, its preprocessor mode (which rewrites the paths under base_dir) still hits, provided the
+# preprocessed text holds no absolute path of the clone: see the prefix map below.
 set(KVGPU_CCACHE "auto" CACHE STRING "compiler cache: auto (ccache when found), ON (required) or OFF")
 set_property(CACHE KVGPU_CCACHE PROPERTY STRINGS auto ON OFF)
 set(KVGPU_CCACHE_SIZE "12G" CACHE STRING "the compiler cache's size limit (ccache's max_size)")
@@ -90,4 +91,18 @@ if(NOT KVGPU_CCACHE STREQUAL "OFF")
   elseif(KVGPU_CCACHE STREQUAL "ON")
     message(FATAL_ERROR "KVGPU_CCACHE=ON but no ccache on PATH (scripts/install-deps.sh installs it)")
   endif()
+endif()
+
+# Paths under the source tree written relative to it in what the compiler emits: __FILE__ (every
+# gtest assertion, so every test batch; a failure reads "tests/extender/x_test.cpp:38") and the
+# debug information (sanitizer reports and backtraces name "extender/x.cpp"; a debugger finds the
+# sources with `directory <clone>`). A path ccache already made relative reads from the build
+# directory ("../tests/extender/x.h"). Without it a test batch's preprocessed text carries the
+# clone's path and misses the cache in every other clone, and an object the cache does hand over
+# names the files of the clone that compiled it, which may be gone. On in every build, with or
+# without ccache, so that a report reads the same whichever compiled the object. The fixtures'
+# paths that tests get as -D definitions (KVGPU_SOURCE_DIR and the like) are not __FILE__ and stay
+# absolute: those targets still miss the cache in another clone.
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  add_compile_options(-ffile-prefix-map=${PROJECT_SOURCE_DIR}/=)
 endif()

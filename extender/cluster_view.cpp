@@ -44,8 +44,13 @@ std::optional<std::string> LedgerAnnotation(const nlohmann::json& node) {
 
 }  // namespace
 
-ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds assume_for)
-    : prefix_(std::move(resource_prefix)), assume_for_(assume_for) {}
+ClusterView::ClusterView(std::string resource_prefix, std::chrono::milliseconds assume_for,
+                         SteadyClock steady_now, UnixMsClock unix_now)
+    : prefix_(std::move(resource_prefix)),
+      assume_for_(assume_for),
+      steady_now_(steady_now ? std::move(steady_now)
+                             : SteadyClock([] { return std::chrono::steady_clock::now(); })),
+      unix_now_(unix_now ? std::move(unix_now) : UnixMsClock([] { return UnixNowMs(); })) {}
 
 namespace {
 
@@ -300,7 +305,7 @@ void ClusterView::PutPod(const kube::PodInfo& pod, const std::string& node, bool
     return;
   }
   std::optional<std::chrono::steady_clock::time_point> assumed_at;
-  if (assumed) assumed_at = std::chrono::steady_clock::now();
+  if (assumed) assumed_at = steady_now_();
   auto it = pods_.find(pod.uid);
   if (it != pods_.end() && it->second.node == node) {
     it->second.demand = std::move(*demand);
@@ -332,7 +337,7 @@ void ClusterView::PodChanged(kube::WatchEventType type, const kube::PodInfo& pod
   if (type == kube::WatchEventType::kDeleted) {
     ++bound_version_;
     pods_.erase(pod.uid);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = steady_now_();
     std::erase_if(deleted_, [&](const auto& entry) { return now - entry.second > assume_for_; });
     deleted_[pod.uid] = now;
     return;
@@ -356,7 +361,7 @@ std::shared_ptr<const ClusterView::BoundByNode> ClusterView::BoundPodsByNode(
 
 std::shared_ptr<const ClusterView::BoundByNode> ClusterView::BoundPodsByNodeLocked(
     int64_t now_unix_ms) const {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = steady_now_();
   BoundSnapshot& last = bound_snapshot_;
   if (last.pods && last.version == bound_version_ && now_unix_ms >= last.made_unix_ms &&
       now_unix_ms < last.until_unix_ms && now < last.until) {

@@ -67,8 +67,12 @@ struct WatchedNode {
 
 class ClusterView {
  public:
+  // `steady_now` ages the view's own binds, `unix_now` the bind ledger's entries (their time base
+  // is the one other replicas write in); empty: the real clocks. A test whose steps stand for a
+  // cluster's time gives both, kept in step, so that a stalled process ages no bind.
   explicit ClusterView(std::string resource_prefix,
-                       std::chrono::milliseconds assume_for = kAssumeFor);
+                       std::chrono::milliseconds assume_for = kAssumeFor,
+                       SteadyClock steady_now = nullptr, UnixMsClock unix_now = nullptr);
 
   void SyncNodes(const std::vector<nlohmann::json>& nodes);
   void NodeChanged(kube::WatchEventType type, const nlohmann::json& node);
@@ -104,7 +108,8 @@ class ClusterView {
     std::shared_ptr<const std::unordered_map<std::string, std::vector<BoundPod>>> bound_;
     std::vector<WatchedNode> nodes_;
   };
-  Watched Watch(const std::vector<CandidateNode>& nodes, int64_t now_unix_ms = UnixNowMs()) const;
+  Watched Watch(const std::vector<CandidateNode>& nodes, int64_t now_unix_ms) const;
+  Watched Watch(const std::vector<CandidateNode>& nodes) const { return Watch(nodes, NowUnixMs()); }
 
   void SyncPods(const std::vector<kube::PodInfo>& pods);
   void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);
@@ -114,17 +119,25 @@ class ClusterView {
   // pod watch shows, the extender's own binds, and the binds other replicas recorded in the
   // node's bind ledger (bind_ledger.h) that the pod watch does not show yet. `now_unix_ms` ages
   // the ledger's entries.
-  std::vector<BoundPod> BoundPods(const std::string& node, int64_t now_unix_ms = UnixNowMs()) const;
+  std::vector<BoundPod> BoundPods(const std::string& node, int64_t now_unix_ms) const;
+  std::vector<BoundPod> BoundPods(const std::string& node) const {
+    return BoundPods(node, NowUnixMs());
+  }
   // The same for every node at once (one look per request, not one per node). Made once and
   // shared until a pod, a ledger or the clock changes what it holds: a cluster's thousands of
   // running pods are not copied for every request.
   using BoundByNode = std::unordered_map<std::string, std::vector<BoundPod>>;
-  std::shared_ptr<const BoundByNode> BoundPodsByNode(int64_t now_unix_ms = UnixNowMs()) const;
+  std::shared_ptr<const BoundByNode> BoundPodsByNode(int64_t now_unix_ms) const;
+  std::shared_ptr<const BoundByNode> BoundPodsByNode() const {
+    return BoundPodsByNode(NowUnixMs());
+  }
   // `bound` (one node's BoundPods) with the ledger `entries` it lacks, skipping pods the view
   // saw deleted: what a bind judges a node by.
   std::vector<BoundPod> WithLedger(std::vector<BoundPod> bound,
                                    const std::vector<LedgerEntry>& entries) const;
   std::chrono::milliseconds assume_for() const { return assume_for_; }
+  // The view's unix-ms clock: what a bind writes in the ledger and what ages the entries.
+  int64_t NowUnixMs() const { return unix_now_(); }
 
   // Whether a watch follows the API server ("nodes", "pods"); readiness needs both.
   void SetFollowing(const std::string& source, bool following);
@@ -141,6 +154,8 @@ class ClusterView {
 
   std::string prefix_;
   std::chrono::milliseconds assume_for_;
+  SteadyClock steady_now_;
+  UnixMsClock unix_now_;
   mutable std::mutex mutex_;
   struct Parsed {
     std::string text;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "kube/events.h"
 #include "kube/list_watch.h"
@@ -45,7 +46,7 @@ struct EventBudget {
 
 class Coverage {
  public:
-  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  using Clock = SteadyClock;
   // `events`: where the Node Events go; nullptr for none.
   Coverage(std::set<std::string> managed, std::string prefix, prometheus::Registry& registry,
            kube::EventRecorder* events = nullptr, EventBudget budget = {}, Clock now = nullptr);

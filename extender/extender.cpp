@@ -18,7 +18,7 @@ Extender::Extender(ClusterView& view, ExtenderOptions options, kube::ApiTranspor
     : view_(view),
       options_(std::move(options)),
       api_(api),
-      now_(now ? std::move(now) : Clock([] { return UnixNowMs(); })) {}
+      now_(now ? std::move(now) : Clock([&view] { return view.NowUnixMs(); })) {}
 
 Result<Extender::Judged> Extender::Judge(const ExtenderArgs& args) {
   Result<std::vector<scheduling::Demand>> demand = PodDemand(args.pod, options_.resource_prefix);

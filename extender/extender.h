@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/clock.h"
 #include "extender/cluster_view.h"
 #include "extender/node_fit.h"
 #include "extender/protocol.h"
@@ -38,8 +39,9 @@ struct BindTarget {
 
 class Extender {
  public:
-  using Clock = std::function<int64_t()>;  // unix ms
-  // `api` binds pods for the bind verb; nullptr: bind is refused (not configured).
+  using Clock = UnixMsClock;
+  // `api` binds pods for the bind verb; nullptr: bind is refused (not configured). `now`: the
+  // view's clock when empty, so that the ledger's times and the view's agree.
   Extender(ClusterView& view, ExtenderOptions options, kube::ApiTransport* api = nullptr,
            Clock now = nullptr);
 

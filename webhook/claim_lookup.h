@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "kube/api_client.h"
 #include "webhook/config.h"
 #include "webhook/resource_claims.h"
@@ -40,7 +41,7 @@ std::string ClaimObjectPath(std::string_view namespace_name, const PodClaimSourc
 
 class ClaimLookup {
  public:
-  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  using Clock = SteadyClock;
   // `api` outlives this; `clock` is for the cache's TTL (tests move it).
   explicit ClaimLookup(kube::ApiTransport& api, Clock clock = std::chrono::steady_clock::now);
   ~ClaimLookup();

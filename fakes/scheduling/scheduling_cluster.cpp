@@ -353,10 +353,13 @@ std::string GpuNode::Unsettled(const NodeObjects& api) {
 // An extender replica: its own view, fed by its own (late) watches.
 struct SchedulingCluster::Replica {
   extender::ClusterView view;
-  extender::Extender extender;
-  size_t last_watch_due = 0;  // when its pod watch delivers the last event sent so far
-  Replica(kube::ApiTransport* api, std::chrono::milliseconds assume_for)
-      : view("tencent.com/vgpu-", assume_for), extender(view, extender::ExtenderOptions{}, api) {
+  extender::Extender extender;  // on the view's clocks
+  size_t last_watch_due = 0;    // when its pod watch delivers the last event sent so far
+  Replica(kube::ApiTransport* api, std::chrono::milliseconds assume_for, const ClusterClock& clock)
+      : view(
+            "tencent.com/vgpu-", assume_for, [&clock] { return clock.Steady(); },
+            [&clock] { return clock.UnixMs(); }),
+        extender(view, extender::ExtenderOptions{}, api) {
     view.SetFollowing("nodes", true);
     view.SetFollowing("pods", true);
   }
@@ -372,7 +375,7 @@ SchedulingCluster::SchedulingCluster(size_t nodes, bool use_extender, const std:
     nodes_.push_back(std::make_unique<GpuNode>("node-" + std::to_string(i), api_, profile, probe));
   }
   for (size_t i = 0; i < std::max<size_t>(timing_.replicas, 1); ++i) {
-    replicas_.push_back(std::make_unique<Replica>(&api_, timing_.assume_for));
+    replicas_.push_back(std::make_unique<Replica>(&api_, timing_.assume_for, clock_));
   }
 }
 
@@ -391,6 +394,11 @@ ClusterPod* SchedulingCluster::Find(const std::string& name) {
   auto it =
       std::find_if(pods_.begin(), pods_.end(), [&](const ClusterPod& p) { return p.name == name; });
   return it == pods_.end() ? nullptr : &*it;
+}
+
+void SchedulingCluster::NextCycle() {
+  ++cycle_;
+  clock_.Advance(timing_.cycle);
 }
 
 size_t SchedulingCluster::Draw(size_t max) {
@@ -552,7 +560,7 @@ size_t SchedulingCluster::ScheduleAndAdmit(const std::function<void(size_t)>& ea
   for (const ClusterPod& pod : pods_) {
     if (pod.state == ClusterPod::State::kPending) queue.push_back(pod.name);
   }
-  for (size_t n = 0; n < queue.size(); ++n, ++cycle_) {
+  for (size_t n = 0; n < queue.size(); ++n, NextCycle()) {
     if (each_cycle) each_cycle(n);
     RunDue(cycle_, &bound);
     for (auto& replica : replicas_) {
@@ -570,7 +578,10 @@ size_t SchedulingCluster::ScheduleAndAdmit(const std::function<void(size_t)>& ea
     events_.push_back(
         {cycle_ + Draw(timing_.bind_latency), Event::Kind::kBind, pod->name, 0, {}, {}});
   }
-  while (!events_.empty()) RunDue(cycle_++, &bound);
+  while (!events_.empty()) {
+    RunDue(cycle_, &bound);
+    NextCycle();
+  }
   return bound;
 }
 
@@ -588,7 +599,7 @@ void SchedulingCluster::RestartExtender(size_t replica) {
   std::erase_if(events_, [&](const Event& e) {
     return e.kind == Event::Kind::kWatch && e.replica == replica;
   });
-  replicas_[replica] = std::make_unique<Replica>(&api_, timing_.assume_for);
+  replicas_[replica] = std::make_unique<Replica>(&api_, timing_.assume_for, clock_);
   // Its list-then-watch: the nodes, and the pods the API server has bound.
   replicas_[replica]->view.SyncNodes(api_.Nodes());
   std::vector<kube::PodInfo> bound;

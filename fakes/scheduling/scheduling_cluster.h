@@ -13,10 +13,14 @@
 // random (two behind one Service), the events of one watch in order; kubelet admits a bound pod
 // some cycles after its bind. Cycles are a discrete clock driven by a seeded random source, so a
 // run is repeatable while every interleaving kube-scheduler allows can occur; the device plugins
-// run on their own threads.
+// run on their own threads. The extenders' clocks (what ages an assumed bind and a bind-ledger
+// entry) are the cycles' too, never the process's: a test process stopped for a second between a
+// bind and its admission is no cluster whose scheduler stood still that long.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "deviceplugin/daemon.h"
 #include "extender/extender.h"
 #include "fakes/common/eventually.h"
@@ -135,6 +140,25 @@ struct LoopTiming {
   uint32_t seed = 1;
   // How long a bind's ledger entry counts (ClusterView's assume_for).
   std::chrono::milliseconds assume_for{std::chrono::seconds(30)};
+  // The extenders' time per scheduling cycle; about kube-scheduler's on a busy cluster, and far
+  // below assume_for, so that no bind is forgotten while its pod is on its way.
+  std::chrono::milliseconds cycle{10};
+};
+
+// The extenders' steady and unix-ms clocks in one: they start at the real time and then move
+// only when the cluster's time does.
+class ClusterClock {
+ public:
+  std::chrono::steady_clock::time_point Steady() const {
+    return steady_start_ + std::chrono::milliseconds(elapsed_ms_.load());
+  }
+  int64_t UnixMs() const { return unix_start_ms_ + elapsed_ms_.load(); }
+  void Advance(std::chrono::milliseconds by) { elapsed_ms_ += by.count(); }
+
+ private:
+  const std::chrono::steady_clock::time_point steady_start_ = std::chrono::steady_clock::now();
+  const int64_t unix_start_ms_ = UnixNowMs();
+  std::atomic<int64_t> elapsed_ms_{0};
 };
 
 class SchedulingCluster {
@@ -160,8 +184,12 @@ class SchedulingCluster {
   // An extender replica restarts: a fresh view that lists the nodes and bound pods again.
   void RestartExtender(size_t replica);
   // Waits until every node has settled (kernel, plugin, kubelet and published state agree);
-  // then every replica's node watch shows the Nodes as they are.
+  // then every replica's node watch shows the Nodes as they are. The extenders' clocks stand
+  // still meanwhile: it is called mid-burst too, with binds on their way.
   bool Settle(std::chrono::milliseconds timeout = kEventDeadline);
+  // Lets `by` of the extenders' time pass with no cycle run: how a test waits out what they
+  // forget after a while (an assumed bind, a ledger entry), in place of sleeping.
+  void AdvanceClock(std::chrono::milliseconds by) { clock_.Advance(by); }
 
   std::vector<ClusterPod> Pods() const { return pods_; }
   size_t Count(ClusterPod::State state) const;
@@ -196,6 +224,7 @@ class SchedulingCluster {
   uint32_t Requested(const std::string& node, const std::string& resource) const;
   ClusterPod* Find(const std::string& name);
   size_t Draw(size_t max);
+  void NextCycle();
   void Publish(const ClusterPod& pod, kube::WatchEventType type);  // to every replica's watch
   void RunDue(size_t cycle, size_t* bound);
   void Land(const Event& event, size_t* bound);
@@ -207,6 +236,7 @@ class SchedulingCluster {
   std::vector<std::unique_ptr<GpuNode>> nodes_;
   bool use_extender_;
   LoopTiming timing_;
+  ClusterClock clock_;
   std::mt19937 random_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<Event> events_;

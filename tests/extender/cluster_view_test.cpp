@@ -111,6 +111,31 @@ TEST(ClusterViewTest, AnAssumptionTheWatchNeverConfirmsExpires) {
   EXPECT_TRUE(view.BoundPods("n1").empty());
 }
 
+// The clocks a view is given, not the process's, age its binds and the ledger's entries: a test
+// whose steps stand for a cluster's time (fakes/scheduling) stalls without forgetting a bind.
+TEST(ClusterViewTest, BindsAndLedgerEntriesAgeOnTheClocksTheViewIsGiven) {
+  std::chrono::steady_clock::time_point steady{};
+  int64_t unix_ms = 1'000;
+  ClusterView view(
+      "tencent.com/vgpu-", 100ms, [&] { return steady; }, [&] { return unix_ms; });
+  view.Assume(Pod("a", "", 1), "n1");
+  nlohmann::json with_ledger = Node("n2", "S2");
+  with_ledger["metadata"]["annotations"][kBindLedgerAnnotation] =
+      RenderBindLedger({{"uid-x", "ml/x", 1'000, {{{"tencent.com/vgpu-222", 1}}}}});
+  view.NodeChanged(kube::WatchEventType::kModified, with_ledger);
+  std::this_thread::sleep_for(150ms);
+  EXPECT_EQ(Keys(view.BoundPods("n1")), std::vector<std::string>{"ml/a"})
+      << "the process's time passed, the view's did not";
+  EXPECT_EQ(Keys(view.BoundPods("n2")), std::vector<std::string>{"ml/x"});
+  steady += 101ms;
+  EXPECT_TRUE(view.BoundPods("n1").empty());
+  EXPECT_EQ(Keys(view.BoundPods("n2")), std::vector<std::string>{"ml/x"})
+      << "the ledger ages on the unix-ms clock";
+  unix_ms += 101;
+  EXPECT_EQ(view.NowUnixMs(), 1'101);
+  EXPECT_TRUE(view.BoundPods("n2").empty());
+}
+
 // BoundPodsByNode's answer is made once and shared (a cluster's running pods are not copied per
 // request) until what it holds changes: a pod, a bind-ledger entry, an entry aging out, or the
 // clock going back. A Node event that leaves the ledger as it was keeps it.

@@ -225,6 +225,22 @@ TEST_F(ExtenderTest, AnotherReplicasBindRecordedOnTheNodeKeepsThisReplicaFromPro
   EXPECT_TRUE(other.Filter(next)["NodeNames"].empty());
 }
 
+// Without a clock of its own the extender reads its view's: the times it writes in the ledger are
+// those the view ages the entries by, also when a test drives the view's clock.
+TEST_F(ExtenderTest, WithoutAClockOfItsOwnTheExtenderWritesTheLedgerOnItsViewsClock) {
+  api_.PutNode(WholeNode("n1", NodeOf({T4("a")})));
+  api_.PutPod(PodAsking("train", k222, 1));
+  ClusterView view("tencent.com/vgpu-", kAssumeFor, nullptr, [] { return kNow + 5; });
+  Extender extender(view, ExtenderOptions{}, &api_);
+  view.SyncNodes({api_.NodeObject("n1")});
+  ASSERT_EQ(extender.Bind(BindArgs("train", "n1"))["Error"], "");
+  Result<std::vector<LedgerEntry>> ledger = ParseBindLedger(
+      api_.NodeObject("n1")["metadata"]["annotations"][kBindLedgerAnnotation].get<std::string>());
+  ASSERT_TRUE(ledger.ok()) << ledger.status().message();
+  ASSERT_EQ(ledger->size(), 1u);
+  EXPECT_EQ((*ledger)[0].at_unix_ms, kNow + 5);
+}
+
 TEST_F(ExtenderTest, ABindThatLosesTheRaceForTheNodeJudgesTheNodeAgainAsItIsNow) {
   api_.PutNode(WholeNode("n1", NodeOf({T4("a")})));
   api_.PutPod(PodAsking("train", k222, 8));

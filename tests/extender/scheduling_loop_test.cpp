@@ -12,7 +12,6 @@
 #include <map>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "fakes/scheduling/scheduling_cluster.h"
 #include "tests/extender/loop_helpers.h"
@@ -63,8 +62,9 @@ TEST(SchedulingLoopTest,
     std::mt19937 random(seed);
     LoopTiming timing;
     timing.seed = seed;
-    // Short, so that a ledger entry of a pod deleted before a restarted replica saw it ends
-    // within the test's wait (30 s in a cluster).
+    // Short (100 cycles), so that a ledger entry of a pod deleted before a restarted replica saw it
+    // also ends within the passes of the queue, not only when the test lets the time pass (30 s in
+    // a cluster).
     timing.assume_for = 1s;
     SchedulingCluster cluster(3, /*use_extender=*/true, "t4x2", timing);
     ASSERT_TRUE(cluster.Settle());
@@ -95,7 +95,7 @@ TEST(SchedulingLoopTest,
       });
       ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
       ASSERT_TRUE(cluster.Settle());
-      std::this_thread::sleep_for(timing.assume_for);
+      cluster.AdvanceClock(timing.assume_for + timing.cycle);
       ScheduleUntilStable(cluster);
       ASSERT_EQ(cluster.Count(ClusterPod::State::kFailed), 0u) << Failures(cluster);
       ExpectPendingFitNowhere(cluster);
