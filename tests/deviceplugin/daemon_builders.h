@@ -15,6 +15,9 @@ inline DaemonOptions SimDaemonOptions(kvgpu::testing::SimNode& sim) {
   options.args.node_name = "node-1";
   options.io = &sim.model();
   options.config.udev_events = false;  // the host's events are not the model's
+  // DRA and cdi.enabled write CDI specs: the node's own directory, never the host's /var/run/cdi
+  // (two tests writing one spec there at once broke each other's rename).
+  options.config.cdi_dir = sim.dir() / "cdi";
   return options;
 }
 
