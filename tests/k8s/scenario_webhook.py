@@ -14,7 +14,8 @@ the overlay's RuntimeClasses, ValidatingAdmissionPolicy and its binding are appl
     nvidia-gridd laid out per attach mode (native sidecars in initContainers, gridd's probes), the
     four hostPath volumes at their paths, the driver bundle mounted read-only at /usr/local/nvidia
     in each container that asks for a vGPU, the config's images; the webhook logged `mutated`;
-  - a pod without a vGPU is stored untouched (matchConditions: the webhook is not called);
+  - a pod without a vGPU is stored untouched (matchConditions: the webhook is not called), and
+    so is a vGPU pod in the webhook's own namespace kata-vgpu (namespaceSelector);
   - a vGPU pod without a Kata class, or with another class, is refused with our message;
   - every pod of a set of shapes the webhook mutates (two classes, requests only, an init
     container asking, two containers asking, clashing volume and container names) is admitted
@@ -260,11 +261,15 @@ class Scenario:
         self.mwc = mwc
         print("the shipped webhook configuration, clientConfig replaced:\n" + yaml.safe_dump(mwc["webhooks"]))
 
-        setup = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}},
-                 {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": TENANT}},
-                 # A class that is not Kata's, for the pods that name one.
-                 {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "runc"},
-                  "handler": "runc"}]
+        setup = []
+        for namespace in (TENANT, "kata-vgpu"):
+            # No controller-manager: the `default` ServiceAccount its pods need is made here.
+            setup += [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                      {"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": {"name": "default", "namespace": namespace}}]
+        # A class that is not Kata's, for the pods that name one.
+        setup.append({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "runc"},
+                      "handler": "runc"})
         setup += [o for o in objects if o["kind"] in ("RuntimeClass", "ValidatingAdmissionPolicy",
                                                      "ValidatingAdmissionPolicyBinding")]
         setup.append(mwc)
@@ -293,13 +298,13 @@ class Scenario:
             return False, None, result.stderr.strip()
         return True, json.loads(result.stdout), result.stderr.strip()
 
-    def decisions(self, name):
+    def decisions(self, name, namespace=TENANT):
         try:
             with open(self.webhook_log, errors="replace") as f:
                 text = f.read()
         except OSError:
             return []
-        return re.findall(r"pod %s/%s: (\w+)" % (TENANT, re.escape(name)), text)
+        return re.findall(r"pod %s/%s: (\w+)" % (namespace, re.escape(name)), text)
 
     # --- checks ------------------------------------------------------------------------------
 
@@ -347,6 +352,8 @@ class Scenario:
                         in c.get("volumeMounts", []),
                         "%s: container %s mounts the driver bundle read-only at /usr/local/nvidia" % (name, c["name"]),
                         json.dumps(c.get("volumeMounts")))
+        # The decision is logged before the answer; waited for all the same.
+        self.wait_for("kvgpu-webhook logs its decision on %s" % name, lambda: self.decisions(name))
         # The API server calls it again after its own patch (the reinvocation pass of
         # reinvocationPolicy IfNeeded runs whenever a webhook changed the object): that call
         # finds the marker and changes nothing.
@@ -370,6 +377,15 @@ class Scenario:
                 and not obj["spec"].get("initContainers") and self.decisions("plain") == [],
                 "a pod without a vGPU is stored untouched, the webhook not called (matchConditions)",
                 "%s %s" % (err, self.decisions("plain")))
+
+        # namespaceSelector: the webhook's own namespace is never sent to it (so it can always be
+        # restarted); a Kata vGPU pod there is stored as created.
+        ok, obj, err = self.create(dict(pod("in-own-namespace"), metadata={"name": "in-own-namespace",
+                                                                            "namespace": "kata-vgpu"}))
+        r.check(ok and MARKER not in (obj["metadata"].get("annotations") or {})
+                and not obj["spec"].get("initContainers") and self.decisions("in-own-namespace", "kata-vgpu") == [],
+                "a vGPU pod in kata-vgpu is stored untouched, the webhook not called (namespaceSelector)",
+                "%s %s" % (err, self.decisions("in-own-namespace", "kata-vgpu")))
 
         for description, shape, says in (
                 ("no runtimeClassName", pod("nonkata-none", None), "this pod sets no runtimeClassName"),
