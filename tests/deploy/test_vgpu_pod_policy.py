@@ -64,6 +64,65 @@ def vgpu_pod(runtime_class="kata-vgpu", **spec):
     return pod
 
 
+def hostile_shapes(mutated):
+    """(description, pod, reason) of the tenant shapes the policy refuses, `reason` a part of its
+    message; `mutated` is a pod the webhook mutated (tests/k8s/scenario_webhook.py passes one the
+    real API server stored)."""
+    privileged_own = vgpu_pod()
+    privileged_own["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    caps = vgpu_pod()
+    caps["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
+    host_root = vgpu_pod(volumes=[{"name": "root", "hostPath": {"path": "/"}}])
+    driver_elsewhere = vgpu_pod(volumes=[{"name": "kvgpu-driver", "hostPath": {"path": "/etc"}}])
+    dev_mount = vgpu_pod(volumes=[{"name": "kvgpu-dev", "hostPath": {"path": "/dev"}}])
+    dev_mount["spec"]["containers"][0]["volumeMounts"] = [{"name": "kvgpu-dev", "mountPath": "/dev"}]
+    rw_bundle = vgpu_pod()
+    rw_bundle["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "kvgpu-driver", "mountPath": "/usr/local/nvidia"}]
+    token = {"name": "kvgpu-client-token",
+             "hostPath": {"path": "/var/lib/kata-vgpu/licensing/ClientConfigToken"}}
+    token_read = vgpu_pod(volumes=[token])
+    token_read["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "kvgpu-client-token", "mountPath": "/t", "readOnly": True}]
+    token_write = copy.deepcopy(mutated)
+    token_write["spec"]["runtimeClassName"] = "kata-vgpu"
+    gridd = next(c for c in token_write["spec"].get("initContainers", []) + token_write["spec"]["containers"]
+                 if c["name"] == "nvidia-gridd")
+    for mount in gridd["volumeMounts"]:
+        if mount["name"] == "kvgpu-client-token":
+            mount["readOnly"] = False
+    licensing_dir = vgpu_pod(volumes=[{"name": "kvgpu-client-token",
+                                       "hostPath": {"path": "/var/lib/kata-vgpu/licensing"}}])
+    fake_injected = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+                     "spec": {"runtimeClassName": "kata-vgpu", "containers": [
+                         {"name": "kvgpu-driver-init", "image": "x",
+                          "securityContext": {"privileged": True}}]}}
+    return [
+        ("a vGPU without a Kata class (runc)", vgpu_pod(runtime_class=None), "runtimeClassName"),
+        ("a vGPU under another runtime class", vgpu_pod(runtime_class="runc"), "runtimeClassName"),
+        ("the vGPU in requests only", {**vgpu_pod(runtime_class=None), "spec": {"containers": [
+            {"name": "a", "image": "x", "resources": {"requests": {"tencent.com/vgpu-230": "1"}}}]}},
+         "runtimeClassName"),
+        ("the tenant's own container privileged", privileged_own, "privileged"),
+        ("the tenant's own container adding capabilities", caps, "capabilities"),
+        ("the host's / as a volume", host_root, "hostPath"),
+        ("an injected volume name on another host path", driver_elsewhere, "hostPath"),
+        ("the tenant's container mounting /dev", dev_mount, "/dev"),
+        ("the tenant's container reading the licence token", token_read, "licensing files"),
+        ("the injected nvidia-gridd given a writable token mount", token_write, "read-only"),
+        ("the token volume name on the whole licensing directory", licensing_dir, "hostPath"),
+        ("the tenant's container mounting the driver bundle writable", rw_bundle, "read-only"),
+        ("a privileged container named like the injected one, in a pod without a vGPU",
+         fake_injected, "privileged"),
+        ("the host network", vgpu_pod(hostNetwork=True), "network"),
+        ("the host PID namespace", vgpu_pod(hostPID=True), "PID"),
+        ("a Kata runtime annotation (kata-deploy's handlers pass them all)",
+         {**vgpu_pod(), "metadata": {"name": "p", "annotations": {
+             "io.katacontainers.config.runtime.sandbox_cgroup_only": "false"}}},
+         "io.katacontainers"),
+    ]
+
+
 class PolicyMatchesTheWebhook(unittest.TestCase):
     def test_the_policy_names_what_the_webhook_injects(self):
         """With the built-in names (the first case mutates with the default config), every
@@ -131,59 +190,7 @@ class TenantShapes(unittest.TestCase):
                 self.assertTrue(verdict["allowed"], verdict["messages"])
 
     def test_hostile_pods_are_refused_with_the_reason(self):
-        privileged_own = vgpu_pod()
-        privileged_own["spec"]["containers"][0]["securityContext"] = {"privileged": True}
-        caps = vgpu_pod()
-        caps["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
-        host_root = vgpu_pod(volumes=[{"name": "root", "hostPath": {"path": "/"}}])
-        driver_elsewhere = vgpu_pod(volumes=[{"name": "kvgpu-driver", "hostPath": {"path": "/etc"}}])
-        dev_mount = vgpu_pod(volumes=[{"name": "kvgpu-dev", "hostPath": {"path": "/dev"}}])
-        dev_mount["spec"]["containers"][0]["volumeMounts"] = [{"name": "kvgpu-dev", "mountPath": "/dev"}]
-        rw_bundle = vgpu_pod()
-        rw_bundle["spec"]["containers"][0]["volumeMounts"] = [
-            {"name": "kvgpu-driver", "mountPath": "/usr/local/nvidia"}]
-        token = {"name": "kvgpu-client-token",
-                 "hostPath": {"path": "/var/lib/kata-vgpu/licensing/ClientConfigToken"}}
-        token_read = vgpu_pod(volumes=[token])
-        token_read["spec"]["containers"][0]["volumeMounts"] = [
-            {"name": "kvgpu-client-token", "mountPath": "/t", "readOnly": True}]
-        token_write = mutated_pods()[0][1]
-        token_write["spec"]["runtimeClassName"] = "kata-vgpu"
-        gridd = next(c for c in token_write["spec"].get("initContainers", []) + token_write["spec"]["containers"]
-                     if c["name"] == "nvidia-gridd")
-        for mount in gridd["volumeMounts"]:
-            if mount["name"] == "kvgpu-client-token":
-                mount["readOnly"] = False
-        licensing_dir = vgpu_pod(volumes=[{"name": "kvgpu-client-token",
-                                           "hostPath": {"path": "/var/lib/kata-vgpu/licensing"}}])
-        fake_injected = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-                         "spec": {"runtimeClassName": "kata-vgpu", "containers": [
-                             {"name": "kvgpu-driver-init", "image": "x",
-                              "securityContext": {"privileged": True}}]}}
-        cases = [
-            ("a vGPU without a Kata class (runc)", vgpu_pod(runtime_class=None), "runtimeClassName"),
-            ("a vGPU under another runtime class", vgpu_pod(runtime_class="runc"), "runtimeClassName"),
-            ("the vGPU in requests only", {**vgpu_pod(runtime_class=None), "spec": {"containers": [
-                {"name": "a", "image": "x", "resources": {"requests": {"tencent.com/vgpu-230": "1"}}}]}},
-             "runtimeClassName"),
-            ("the tenant's own container privileged", privileged_own, "privileged"),
-            ("the tenant's own container adding capabilities", caps, "capabilities"),
-            ("the host's / as a volume", host_root, "hostPath"),
-            ("an injected volume name on another host path", driver_elsewhere, "hostPath"),
-            ("the tenant's container mounting /dev", dev_mount, "/dev"),
-            ("the tenant's container reading the licence token", token_read, "licensing files"),
-            ("the injected nvidia-gridd given a writable token mount", token_write, "read-only"),
-            ("the token volume name on the whole licensing directory", licensing_dir, "hostPath"),
-            ("the tenant's container mounting the driver bundle writable", rw_bundle, "read-only"),
-            ("a privileged container named like the injected one, in a pod without a vGPU",
-             fake_injected, "privileged"),
-            ("the host network", vgpu_pod(hostNetwork=True), "network"),
-            ("the host PID namespace", vgpu_pod(hostPID=True), "PID"),
-            ("a Kata runtime annotation (kata-deploy's handlers pass them all)",
-             {**vgpu_pod(), "metadata": {"name": "p", "annotations": {
-                 "io.katacontainers.config.runtime.sandbox_cgroup_only": "false"}}},
-             "io.katacontainers"),
-        ]
+        cases = hostile_shapes(mutated_pods()[0][1])
         for (description, _, reason), verdict in self.verdicts(cases):
             with self.subTest(description):
                 self.assertFalse(verdict["allowed"])
