@@ -251,7 +251,7 @@ TEST_F(CrashTest, AGpuVanishingTakesNothingOfAnotherGpu) {
   // offered to every type again, while each resource listed before keeps its IDs (invariant 4).
   // Comparing the whole lists with those of before the unplug, when it was locked to its pod's
   // type, passed only when the comparison ran before that rescan (a quiet machine).
-  const std::string on_gpu1 = std::string(kGpu1) + "-";
+  const std::string gpu1_prefix = std::string(kGpu1) + "-";
   const bool settled = WaitFor([&] {
     const auto now = node_.Advertised();
     for (const auto& [resource, listed] : ids) {
@@ -261,7 +261,7 @@ TEST_F(CrashTest, AGpuVanishingTakesNothingOfAnotherGpu) {
       if (!now.contains(resource)) return false;
       const auto& listed = now.at(resource);
       if (std::none_of(listed.begin(), listed.end(),
-                       [&](const std::string& id) { return id.starts_with(on_gpu1); })) {
+                       [&](const std::string& id) { return id.starts_with(gpu1_prefix); })) {
         return false;
       }
     }
