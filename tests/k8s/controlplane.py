@@ -57,6 +57,26 @@ def bin_dir_for(release):
     return out.stdout.strip()
 
 
+# The exit status CTest takes for a skip (SKIP_RETURN_CODE in tests/k8s/CMakeLists.txt).
+SKIP = 77
+
+
+def peers_or_exit_code(release):
+    """(the bin directory of `release`, None) where its programs are built; else (None, the
+    scenario's exit status): SKIP where Go is missing to build them, 1 where they should have
+    been built (scripts/test.sh builds them)."""
+    bin_dir = bin_dir_for(release)
+    if all(os.access(os.path.join(bin_dir, p), os.X_OK) for p in ("etcd", "kube-apiserver", "kubectl")):
+        return bin_dir, None
+    if shutil.which("go") is None and not os.access("/usr/local/go/bin/go", os.X_OK):
+        print("SKIP: Kubernetes %s's programs are not built in %s and Go is not installed to build "
+              "them (tests/k8s/build-peers.sh needs Go 1.26 and the module proxy)" % (release, bin_dir))
+        return None, SKIP
+    print("FAIL: Kubernetes %s's programs are not built in %s: run tests/k8s/build-peers.sh %s "
+          "(scripts/test.sh does)" % (release, bin_dir, release))
+    return None, 1
+
+
 def _die_with_parent():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

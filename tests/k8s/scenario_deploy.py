@@ -41,7 +41,6 @@ import check_deploy  # noqa: E402  (tests/deploy: rendering with certificates, R
 import controlplane  # noqa: E402
 import yaml  # noqa: E402
 
-SKIP = 77
 TENANT = "tenant-a"  # a namespace of users' pods: the programs' rules must cover any namespace
 FIELD_MANAGER = "kata-vgpu-deploy-test"
 
@@ -362,15 +361,9 @@ def main():
     parser.add_argument("--bite", action="store_true", help="show that the checks fail on a broken deploy/ instead")
     args = parser.parse_args()
 
-    bin_dir = controlplane.bin_dir_for(args.release)
-    if not all(os.access(os.path.join(bin_dir, p), os.X_OK) for p in ("etcd", "kube-apiserver", "kubectl")):
-        if shutil.which("go") is None and not os.access("/usr/local/go/bin/go", os.X_OK):
-            print("SKIP: Kubernetes %s's programs are not built in %s and Go is not installed to build "
-                  "them (tests/k8s/build-peers.sh needs Go 1.26 and the module proxy)" % (args.release, bin_dir))
-            return SKIP
-        print("FAIL: Kubernetes %s's programs are not built in %s: run tests/k8s/build-peers.sh %s "
-              "(scripts/test.sh does)" % (args.release, bin_dir, args.release))
-        return 1
+    bin_dir, status = controlplane.peers_or_exit_code(args.release)
+    if bin_dir is None:
+        return status
     kubectl = os.path.join(bin_dir, "kubectl")
     if args.bite:
         return bite(args, bin_dir)

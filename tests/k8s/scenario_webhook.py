@@ -45,7 +45,6 @@ import http.server
 import json
 import os
 import re
-import shutil
 import ssl
 import subprocess
 import sys
@@ -63,7 +62,6 @@ import check_deploy  # noqa: E402
 import controlplane  # noqa: E402
 import yaml  # noqa: E402
 
-SKIP = 77
 TENANT = "tenant-a"
 VGPU = "tencent.com/vgpu-222"
 MARKER = "kata-vgpu.io/injected"
@@ -536,15 +534,9 @@ def main():
     parser.add_argument("--bite", action="store_true", help="show that the checks fail on a broken webhook instead")
     args = parser.parse_args()
 
-    bin_dir = controlplane.bin_dir_for(args.release)
-    if not all(os.access(os.path.join(bin_dir, p), os.X_OK) for p in ("etcd", "kube-apiserver", "kubectl")):
-        if shutil.which("go") is None and not os.access("/usr/local/go/bin/go", os.X_OK):
-            print("SKIP: Kubernetes %s's programs are not built in %s and Go is not installed to build "
-                  "them (tests/k8s/build-peers.sh needs Go 1.26 and the module proxy)" % (args.release, bin_dir))
-            return SKIP
-        print("FAIL: Kubernetes %s's programs are not built in %s: run tests/k8s/build-peers.sh %s"
-              % (args.release, bin_dir, args.release))
-        return 1
+    bin_dir, status = controlplane.peers_or_exit_code(args.release)
+    if bin_dir is None:
+        return status
     if not args.webhook or not os.access(args.webhook, os.X_OK):
         print("FAIL: no kvgpu-webhook to test (--webhook): %s" % args.webhook)
         return 1
