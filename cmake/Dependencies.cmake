@@ -80,6 +80,19 @@ function(kvgpu_unit_tests_need)
   set_property(GLOBAL APPEND PROPERTY KVGPU_UNIT_TEST_TARGETS ${ARGN})
 endfunction()
 
+# A test's TIMEOUT is a guard against a hang, not a speed check: it is written for an unsanitized
+# build on a quiet machine and multiplied by KVGPU_TEST_TIMEOUT_SCALE. Under a sanitizer the
+# CPU-bound property tests run 3-5 times slower, and on a loaded machine (CI's sanitizer stages
+# beside its background builds, load 15 on two cores) some took 117-120 s of a 120 s limit, so
+# sanitizer builds scale by 4 unless told otherwise.
+if(KVGPU_SANITIZE)
+  set(_default_timeout_scale 4)
+else()
+  set(_default_timeout_scale 1)
+endif()
+set(KVGPU_TEST_TIMEOUT_SCALE ${_default_timeout_scale} CACHE STRING
+    "factor on every kvgpu_test TIMEOUT (default 4 in sanitizer builds, else 1)")
+
 function(kvgpu_test name)
   cmake_parse_arguments(T "ONE_TEST" "TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
@@ -88,6 +101,7 @@ function(kvgpu_test name)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
+  math(EXPR T_TIMEOUT "${T_TIMEOUT} * ${KVGPU_TEST_TIMEOUT_SCALE}")
   if("unit" IN_LIST T_LABELS)
     kvgpu_unit_tests_need(${name})
   endif()
