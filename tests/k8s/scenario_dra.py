@@ -33,9 +33,12 @@ field dropped, the daemon publishes without groups (its gauge says 0) and does n
 pool for ever.
 
 usage: scenario_dra.py --release 1.36 --plugin kvgpu-device-plugin --sim kvgpu-sim [--bite]
-  --bite: instead, the same checks against a broken daemon (BITES): its config says the strict
-  T4s are equal-size, so it confirms two 1 GiB types on one GPU; the lock checks and kubelet's
-  prepares must fail, the slices' checks still pass.
+  --bite: instead, the same checks twice against a broken node (BITES), each on a fresh control
+  plane: a daemon whose config says the strict T4s are equal-size, so it confirms three 1 GiB
+  types on two GPUs (the lock check on the allocations and kubelet's prepares must fail, the
+  slices and the other node still pass); the overlay's RBAC without the claims role's
+  resourceclaims/driver rule (the confirmations and the check on refused requests must fail, the
+  slices still pass).
 Exit status 0 when every check passed, 1 otherwise, 77 (skipped) only when the release's programs
 are not built and Go is not installed, or FUSE cannot be used here (kvgpu-sim exits 3).
 """
@@ -81,6 +84,14 @@ NODES = [
     ("equal", "t4x2-equal-size", "framebuffer", [("nvidia-230", "extended", 2), ("nvidia-222", "template", 2),
                                                  ("nvidia-231", "template", 2)]),
 ]
+# What each node's config sets beyond the shipped one. The shipped `occupancyMode: auto` reads a
+# free GPU whose mode no probe tells as strict until it carries a vGPU (docs/dra.md, "Occupancy:
+# compatibility groups"): on the equal-size node a first claim's type would then keep other
+# types of its size off its GPU while it lives, so a pod the kernel could take might wait. The
+# docs tell operators who know their driver's lock to set it; this node does, with
+# `schedulerState.version: 2`, without which the shipped `schedulerState.publish: true` keeps
+# every GPU on the per-type lock whatever occupancyMode says (docs/configuration.md).
+NODE_CONFIG = {"equal": {"occupancyMode": "equal-size", "schedulerState": {"version": 2}}}
 
 
 class Skip(Exception):
@@ -118,6 +129,8 @@ class SimNode:
         self.sim = self.daemon = self.channel = None
         self.metrics_port = controlplane._free_ports(1)[0]
         config = yaml.safe_load(config_text)
+        for key, value in NODE_CONFIG.get(name, {}).items():
+            config[key] = dict(config.get(key) or {}, **value) if isinstance(value, dict) else value
         # The node's own paths: CDI specs in its directory, no host udev (the model emits none).
         config.setdefault("cdi", {})["dir"] = os.path.join(self.dir, "cdi")
         config["udevEvents"] = False
@@ -209,7 +222,7 @@ class SimNode:
 
     def refused_requests(self):
         with open(self.daemon.log_path, errors="replace") as f:
-            return [line.strip() for line in f if re.search(r"\b403\b|[Ff]orbidden", line)]
+            return [line.strip() for line in f if re.search(r"HTTP 403|[Ff]orbidden", line)]
 
     def stop(self):
         if self.channel:
@@ -259,10 +272,13 @@ def devices_of(pool):
 
 
 class Scenario:
-    def __init__(self, cp, report, workdir, args, protos, groups_expected, broken=None):
+    def __init__(self, cp, report, workdir, args, protos, groups_expected, broken=None, broken_objects=None,
+                 deadline=DEADLINE):
         self.cp, self.report, self.dir, self.args, self.protos = cp, report, workdir, args, protos
         self.groups_expected = groups_expected
         self.broken = broken
+        self.broken_objects = broken_objects
+        self.deadline = deadline
         self.nodes = {}
         self.devices = {}  # node -> devices_of(its pool), as first published
 
@@ -279,6 +295,8 @@ class Scenario:
         kinds = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
                  "DeviceClass")
         setup = [o for o in objects if o["kind"] in kinds]
+        if self.broken_objects:
+            setup = self.broken_objects(setup)
         setup += [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}}]
         self.cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(setup))
         config_text = check_deploy.one(objects, "ConfigMap", "kvgpu-device-plugin-config")["data"]["config.yaml"]
@@ -317,8 +335,8 @@ class Scenario:
                                "--bound-object-kind", "Pod", "--bound-object-name", answer["metadata"]["name"],
                                "--bound-object-uid", answer["metadata"]["uid"]).stdout.strip()
 
-    def wait_for(self, what, ready, deadline=DEADLINE):
-        end = time.monotonic() + deadline
+    def wait_for(self, what, ready, deadline=None):
+        end = time.monotonic() + (deadline or self.deadline)
         while True:
             for node in self.nodes.values():
                 if not node.daemon.alive():
@@ -617,15 +635,34 @@ def strict_told_equal_size(node, config_text):
     GPU (and on 1.37 declares groups that let the scheduler put them there)."""
     config = yaml.safe_load(config_text)
     if node == "strict":
+        # Both, as on the equal node: schedulerState.version 1 would keep the per-type lock.
         config["occupancyMode"] = "equal-size"
+        config.setdefault("schedulerState", {})["version"] = 2
     return yaml.safe_dump(config)
 
 
-# (what is broken, the daemon config's change, parts of checks that must fail, that must pass)
+def without_driver_status_rule(objects):
+    """The overlay's claims role without its resourceclaims/driver rule: the daemon may read
+    claims and patch their status, but not write its devices' conditions."""
+    out = copy.deepcopy(objects)
+    for o in out:
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "kvgpu-dra-claims":
+            o["rules"] = [r for r in o["rules"] if "resourceclaims/driver" not in r.get("resources", [])]
+    return out
+
+
+# (what is broken, the daemon config's change, the RBAC's change, how long to wait for what will
+# not come, parts of checks that must fail, that must still pass)
 BITES = [
-    ("a daemon that takes its strict T4s for equal-size ones", strict_told_equal_size,
+    ("a daemon that takes its strict T4s for equal-size ones", strict_told_equal_size, None, DEADLINE,
      ["strict: no GPU allocated two types", "kubelet's NodePrepareResources succeeds for every allocated claim"],
      ["strict: the daemon's ResourceSlices are accepted", "equal: no GPU allocated two framebuffers"]),
+    # No pod binds (the scheduler waits for the conditions up to its 600 s bindingTimeout): the
+    # settling is waited for a shorter while than the real checks allow.
+    ("RBAC without the claims role's resourceclaims/driver rule", None, without_driver_status_rule, 60.0,
+     ["every allocation carried the binding condition and the daemon confirmed it",
+      "strict: the daemon's ServiceAccount was refused nothing"],
+     ["strict: the daemon's ResourceSlices are accepted"]),
 ]
 
 
@@ -653,7 +690,8 @@ def main():
     started = time.monotonic()
     outer = check_deploy.Report()
     try:
-        for what, broken, must_fail, must_pass in (BITES if args.bite else [(None, None, [], [])]):
+        for what, broken, broken_objects, deadline, must_fail, must_pass in (
+                BITES if args.bite else [(None, None, None, DEADLINE, [], [])]):
             report = RecordingReport() if args.bite else outer
             with tempfile.TemporaryDirectory(prefix="kvgpu-k8s-dra-") as tmp:
                 with controlplane.ControlPlane(bin_dir, controller_manager=True, scheduler=True, feature_gates=gates,
@@ -662,7 +700,8 @@ def main():
                                                                            time.monotonic() - started))
                     if what:
                         print("--- %s, where FAIL is expected:" % what)
-                    scenario = Scenario(cp, report, tmp, args, protos, groups_expected=has_groups, broken=broken)
+                    scenario = Scenario(cp, report, tmp, args, protos, groups_expected=has_groups, broken=broken,
+                                        broken_objects=broken_objects, deadline=deadline)
                     try:
                         scenario.setup(NODES)
                         scenario.check_slices()
