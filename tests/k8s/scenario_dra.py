@@ -499,11 +499,22 @@ class Scenario:
                     held[0][0]["pool"] == node,
                     "%s: bound to %s with one allocated %s device of its pool" % (name, node, vgpu_type),
                     "%s %s" % (p["spec"]["nodeName"], [(x["pool"], x["device"], t) for x, _, t, _ in held]))
-        extended = [c for holder, c, _ in ours if "-extended-" in holder["metadata"]["name"]]
-        r.check(extended and all(any(o.get("kind") == "Pod" for o in c["metadata"].get("ownerReferences", []))
-                                 and "extended-resources" in c["metadata"]["name"] for c in extended),
-                "pods asking tencent.com/vgpu-<type> got claims the scheduler made (DeviceClass extendedResourceName)",
-                str([c["metadata"]["name"] for c in extended]))
+        extended = [(holder, c) for holder, c, _ in ours if "-extended-" in holder["metadata"]["name"]]
+        # The shape fakes/dra_allocator's SchedulerModel writes (scheduler.h), held to the real one.
+        odd = [json.dumps({"name": c["metadata"]["name"], "annotations": c["metadata"].get("annotations"),
+                           "owners": c["metadata"].get("ownerReferences"), "requests": c["spec"]["devices"]["requests"]})
+               for holder, c in extended
+               if not (c["metadata"].get("generateName") == holder["metadata"]["name"] + "-extended-resources-"
+                       and (c["metadata"].get("annotations") or {}).get("resource.kubernetes.io/extended-resource-claim")
+                       == "true"
+                       and [(o.get("kind"), o.get("name"), o.get("controller")) for o in
+                            c["metadata"].get("ownerReferences", [])] == [("Pod", holder["metadata"]["name"], True)]
+                       and [q["name"] for q in c["spec"]["devices"]["requests"]] == ["container-0-request-0"]
+                       and c["spec"]["devices"]["requests"][0].get("exactly", {}).get("deviceClassName")
+                       == "vgpu-%s.%s" % (self.want[holder["metadata"]["name"]][1].split("-")[-1], DRIVER))]
+        r.check(extended and not odd,
+                "pods asking tencent.com/vgpu-<type> got claims the scheduler made for the type's DeviceClass "
+                "(extendedResourceName), shaped as fakes/dra_allocator's model makes them", "; ".join(odd[:3]))
         templated = [c for holder, c, _ in ours if "-template-" in holder["metadata"]["name"]]
         r.check(templated and all(c["metadata"].get("annotations", {}).get("resource.kubernetes.io/pod-claim-name")
                                   == "gpu" for c in templated),
