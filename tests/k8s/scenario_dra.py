@@ -5,9 +5,10 @@ Two simulated nodes, each a `kvgpu-sim` FUSE mount (the kernel model of docs/sim
 this build's `kvgpu-device-plugin` in DRA mode on it: `strict` (profile t4x2: one vGPU type per
 GPU) and `equal` (t4x2-equal-size: one framebuffer size per GPU). The Nodes are registered
 without kubelets (controlplane.register_node); each daemon runs with the config of
-deploy/overlays/dra's ConfigMap (only the node's paths changed: CDI directory, no host udev) and
-a token of the ServiceAccount kvgpu-device-plugin, whose RBAC is the overlay's, so a rule the
-daemon needs and the overlay lacks fails the run. The test plays kubelet's part on each node: it
+deploy/overlays/dra's ConfigMap (the node's paths changed: CDI directory, no host udev; and on
+`equal` the known lock set, NODE_CONFIG) and the token kubelet would project into the DaemonSet's
+pod on that node (ServiceAccount kvgpu-device-plugin, bound to the pod), under the overlay's
+RBAC, so a rule the daemon needs and the overlay lacks fails the run. The test plays kubelet's part on each node: it
 registers the plugin over its registration socket and calls NodePrepareResources over the
 plugin's gRPC socket (v1) for every claim the real scheduler allocated to a pod bound there.
 
