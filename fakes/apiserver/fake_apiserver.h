@@ -136,7 +136,12 @@ class FakeApiServer {
   // must name an allocated device, once; at most 8 conditions, each with type, status
   // True/False/Unknown, reason and lastTransitionTime; reservedFor at most 256. Entries of
   // status.devices whose device the write deallocates are dropped (dropDeallocatedStatusDevices).
-  // Not modelled: authorization (resourceclaims/binding, resourceclaims/driver), defaulting.
+  // Not modelled: authorization (resourceclaims/binding, resourceclaims/driver), defaulting. The
+  // real server differs there (1.36.3 and 1.37.2, tests/k8s/scenario_dra.py): a status.devices
+  // write without the resourceclaims/driver permission for the driver's name is refused with
+  // 422 Invalid (a Forbidden field error on status.devices), not 403, and the permission asked
+  // is associated-node:patch only for a token bound to a pod on the claim's node, else
+  // arbitrary-node:patch; this fake accepts the write.
   //
   // Test-side writes (someone else, e.g. the scheduler, without HTTP): SetResourceClaim stores the
   // claim as given (ADDED or MODIFIED; a uid is made when missing) and returns its version;
