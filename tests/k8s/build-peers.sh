@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream programs the k8s tests run against (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, etcd) for one pinned Kubernetes release, from source through the Go
-# module proxy, into a cache outside the clone:
+# kube-scheduler, kubectl, etcd, and the node's kubelet) for one pinned Kubernetes release, from
+# source through the Go module proxy, into a cache outside the clone:
 #
 #   ${KVGPU_CACHE:-$HOME/.cache/kata-vgpu}/k8s/<k8s version>/bin/
 #
@@ -15,10 +15,10 @@
 # The pin of a release is the Go module tests/k8s/peers/v1.<minor>/: its go.mod requires
 # k8s.io/kubernetes and go.etcd.io/etcd/server/v3 (the etcd version that Kubernetes release
 # requires), replaces the staging modules with their published v0.<minor>.<patch>, and names the
-# five main packages as tools; its go.sum pins every module's checksum. Go builds with
+# six main packages as tools; its go.sum pins every module's checksum. Go builds with
 # -mod=readonly and GOTOOLCHAIN=local: nothing outside those two files decides what is compiled.
 #
-# A release whose bin/ holds all five programs built from the same pin (bin/PINS: the checksum of
+# A release whose bin/ holds all six programs built from the same pin (bin/PINS: the checksum of
 # go.mod, go.sum, the Go version and this script's build flags) is reused: the script says so and
 # builds nothing. Otherwise it builds into a temporary directory beside bin/ and renames it into
 # place, so bin/ is either absent or complete. One build per cache at a time (flock); a second
@@ -40,9 +40,10 @@ die() {
 }
 info() { echo "build-peers: $*" >&2; }
 
-programs=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+programs=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet)
 packages=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3)
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+  k8s.io/kubernetes/cmd/kubelet)
 
 # The pin directory of a release argument.
 pin_dir() {
@@ -134,7 +135,7 @@ build_one() {
     return 0
   fi
   [[ -d $bin ]] && info "$bin was built from another pin; rebuilding"
-  info "building Kubernetes $version (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd) from $dir into $bin, $jobs compiles at a time at nice 19"
+  info "building Kubernetes $version (${programs[*]}) from $dir into $bin, $jobs compiles at a time at nice 19"
   # A failed or interrupted build leaves no partial directory behind (cleanup, on exit).
   building=$(mktemp -d "$cache/bin.building.XXXXXX")
   started=$SECONDS

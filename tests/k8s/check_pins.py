@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Each pin in tests/k8s/peers/v1.<minor>/ is what tests/k8s/build-peers.sh expects: its go.mod
 requires k8s.io/kubernetes v1.<minor>.<patch> and go.etcd.io/etcd/server/v3, replaces every
-staging module with the same release's v0.<minor>.<patch>, names the five programs as tools, and
+staging module with the same release's v0.<minor>.<patch>, names the six programs as tools, and
 its go.sum holds the checksums of both modules. A pin moved to another patch release without its
 replace lines would build a mix of two releases.
 
@@ -12,7 +12,8 @@ import re
 import sys
 
 TOOLS = {"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
-         "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kubectl", "go.etcd.io/etcd/server/v3"}
+         "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kubectl", "go.etcd.io/etcd/server/v3",
+         "k8s.io/kubernetes/cmd/kubelet"}
 
 
 def block(text, keyword):
