@@ -1,0 +1,56 @@
+// The one program in the images the real kubelet node runs (tests/k8s/node.py builds it static
+// and packs it into OCI images imported with `ctr`; nothing is pulled):
+//
+//   /pause            the pod sandbox's process (containerd's sandbox_image): holds the pod's
+//                     namespaces, reaps orphans, exits 0 on SIGINT or SIGTERM.
+//   /kvgpu-pod [KEY]  a workload container: prints "env NAME=VALUE" for each variable of its
+//                     environment whose name starts with KEY (all when absent), then "ready", and
+//                     waits as /pause does. Its log (kubelet's /var/log/pods) shows what Allocate
+//                     handed the container.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+extern char** environ;
+
+namespace {
+
+volatile std::sig_atomic_t stop = 0;
+
+void OnStop(int) { stop = 1; }
+
+void OnChild(int) {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+int WaitForStop() {
+  struct sigaction action = {};
+  action.sa_handler = OnStop;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  action.sa_handler = OnChild;
+  action.sa_flags = SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &action, nullptr);
+  while (stop == 0) pause();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* name = std::strrchr(argv[0], '/');
+  name = name == nullptr ? argv[0] : name + 1;
+  if (std::strcmp(name, "pause") != 0) {
+    const char* key = argc > 1 ? argv[1] : "";
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, key, std::strlen(key)) == 0) std::printf("env %s\n", *e);
+    }
+    std::printf("ready\n");
+    std::fflush(stdout);
+  }
+  return WaitForStop();
+}

@@ -1,0 +1,492 @@
+#!/usr/bin/python3
+"""Issue #43, scenario 1 (device plugin), against a real kubelet of one pinned release.
+
+The node: tests/k8s/node.py (this release's kubelet, Debian's containerd 1.6 and runc, joined to
+a tests/k8s/controlplane.py control plane with controller-manager and scheduler). On it, this
+build's kvgpu-device-plugin on a kvgpu-sim mount (profile t4x2: two T4s, one vGPU type per GPU),
+with the config of deploy/overlays/default's ConfigMap (the node's paths changed, a short
+lifecycle grace period) and a token of its ServiceAccount under the overlay's RBAC.
+
+What the node lacks that a real vGPU host has, and what stands in for it: the vfio device nodes.
+Allocate answers /dev/vfio/vfio and /dev/vfio/<group>, and containerd refuses to create a
+container whose device's host path is missing, so the test plays the host's udev: while the node
+runs it makes /dev/vfio/<group> for each IOMMU group the simulated kernel shows (and removes
+them after), character devices 1:3 (null) under the names the kernel would use.
+
+Checks, each naming the guarantee it defends:
+  one pod   the plugin registers with the real kubelet and the Node shows tencent.com/vgpu-<N>
+            for the node's types; a pod asking one vGPU is admitted and runs (runc); Allocate
+            created exactly that vGPU in the simulated kernel; the container's environment
+            names it; kubelet's PodResources and its device-manager checkpoint name the pod's
+            device; the pod deleted, the vGPU goes.
+  burst     60 pods of three types, a third deleted while the rest still arrive: every running
+            pod holds a vGPU of its type no other pod holds; no running pod's vGPU ever
+            disappears; with every pod deleted, no vGPU is left.
+
+usage: scenario_kubelet.py --release 1.36 --plugin kvgpu-device-plugin --sim kvgpu-sim [--bite]
+  --bite: the same checks against two broken nodes, each must fail its check: a daemon whose
+  grace period is an hour (the deleted pods' vGPUs stay: "none leaked" must fail), and a vGPU
+  removed behind the daemon's back while its pod runs ("no live vGPU removed" must fail).
+Exit 0 when every check passed (with --bite: when every break was caught), 1 otherwise, 77 when
+the release is not built and Go is missing, FUSE is unusable, or the node cannot run here.
+"""
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "deploy"))
+
+import check_deploy  # noqa: E402
+import controlplane  # noqa: E402
+import node as kubelet_node  # noqa: E402
+import yaml  # noqa: E402
+
+NAMESPACE = "kata-vgpu"
+ACCOUNT = "kvgpu-device-plugin"
+TENANT = "tenant-a"
+DOMAIN = "tencent.com"
+DEADLINE = 300.0
+GRACE = "3s"  # the daemon's lifecycle.gracePeriod here (the shipped one is 30 s)
+BURST = 60
+LIST = "/v1.PodResourcesLister/List"
+
+
+class Skip(Exception):
+    pass
+
+
+class Report:
+    def __init__(self):
+        self.failed = []
+
+    def check(self, ok, what, detail=""):
+        print("%s %s%s" % ("ok  " if ok else "FAIL", what, (": " + detail) if (detail and not ok) else ""),
+              flush=True)
+        if not ok:
+            self.failed.append(what)
+        return ok
+
+
+def load_podresources():
+    out = tempfile.mkdtemp(prefix="kvgpu-k8s-podresources-")
+    with open(os.path.join(REPO, "proto", "kubelet", "podresources", "v1", "api.proto")) as f, \
+            open(os.path.join(out, "podresources_v1.proto"), "w") as g:
+        g.write(f.read())
+    subprocess.run(["protoc", "-I" + out, "--python_out=" + out, "podresources_v1.proto"], check=True)
+    spec = importlib.util.spec_from_file_location("podresources_v1_pb2", os.path.join(out, "podresources_v1_pb2.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shutil.rmtree(out, ignore_errors=True)
+    return module
+
+
+class VfioNodes:
+    """The host's udev for the simulated kernel: /dev/vfio/vfio and /dev/vfio/<group> for each
+    IOMMU group under <mount>/sys/kernel/iommu_groups, made as they appear, removed at the end."""
+
+    def __init__(self, mount):
+        self.groups = os.path.join(mount, "sys", "kernel", "iommu_groups")
+        self.made = []
+        self.made_dir = False
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        if not os.path.isdir("/dev/vfio"):
+            os.mkdir("/dev/vfio", 0o755)
+            self.made_dir = True
+        self._make("vfio")
+        self.thread.start()
+
+    def _make(self, name):
+        path = os.path.join("/dev/vfio", name)
+        if not os.path.exists(path):
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            self.made.append(path)
+
+    def _run(self):
+        while not self.stopping.wait(0.1):
+            with contextlib.suppress(OSError):
+                for group in os.listdir(self.groups):
+                    self._make(group)
+
+    def stop(self):
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        for path in self.made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if self.made_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir("/dev/vfio")
+
+
+class Sim:
+    def __init__(self, sim_bin, workdir):
+        self.mount = os.path.join(workdir, "mnt")
+        os.makedirs(self.mount)
+        self.process = controlplane._Process("kvgpu-sim", [sim_bin, "--profile", "t4x2", "--mount", self.mount,
+                                                          "--quiet"], os.path.join(workdir, "kvgpu-sim.log"))
+        end = time.monotonic() + 60
+        while not os.path.exists(os.path.join(self.mount, "sim", "state")):
+            if not self.process.alive():
+                if self.process.popen.returncode == 3:
+                    raise Skip("FUSE is not usable here: " + self.process.log_tail())
+                raise controlplane.ControlPlaneError("kvgpu-sim exited: " + self.process.log_tail())
+            if time.monotonic() > end:
+                raise controlplane.ControlPlaneError("kvgpu-sim did not mount in 60 s")
+            time.sleep(0.1)
+
+    def vgpus(self):
+        """{vGPU id: (parent, type)} of the simulated kernel."""
+        with open(os.path.join(self.mount, "sim", "state")) as f:
+            return {p[1]: (p[2], p[3]) for p in (line.split() for line in f) if p and p[0] == "vgpu"}
+
+    def remove(self, vgpu):
+        with open(os.path.join(self.mount, "sys", "bus", "mdev", "devices", vgpu, "remove"), "w") as f:
+            f.write("1")
+
+    def stop(self):
+        self.process.stop()
+        if os.path.ismount(self.mount):
+            subprocess.run(["fusermount3", "-u", "-z", self.mount], capture_output=True)
+
+
+class Scenario:
+    def __init__(self, args, report, grace=GRACE, remove_live=False):
+        self.args, self.report, self.grace, self.remove_live = args, report, grace, remove_live
+        self.pr = load_podresources()
+
+    def run(self, bin_dir):
+        with tempfile.TemporaryDirectory(prefix="kvgpu-k8s-kubelet-") as workdir, \
+                controlplane.ControlPlane(bin_dir, controller_manager=True, scheduler=True) as cp:
+            node = kubelet_node.KubeletNode(cp, bin_dir)
+            with node:
+                self._run(cp, node, workdir)
+            left = node.leftovers()
+            self.report.check(not left and not os.path.exists(node.root),
+                              "the node stopped cleanly: no process, shim, mount or cgroup of it left, %s removed"
+                              % node.root, "; ".join(left[:10]))
+
+    def _run(self, cp, node, workdir):
+        self.cp, self.node, self.dir = cp, node, workdir
+        sim = Sim(self.args.sim, workdir)
+        vfio = VfioNodes(sim.mount)
+        daemon = None
+        try:
+            vfio.start()
+            daemon = self.start_daemon(sim)
+            self.sim, self.daemon = sim, daemon
+            self.one_pod()
+            self.burst()
+            self.report.check(not self.refused(), "the daemon's requests were all allowed by the overlay's RBAC",
+                              "; ".join(self.refused()[:3]))
+        finally:
+            if daemon:
+                daemon.stop()
+            vfio.stop()
+            sim.stop()
+
+    # --- setup -------------------------------------------------------------------------------
+
+    def start_daemon(self, sim):
+        with check_deploy.scratch_deploy(os.path.join(REPO, "deploy")) as deploy:
+            objects, error = check_deploy.render(os.path.join(self.cp.bin_dir, "kubectl"),
+                                                 os.path.join(deploy, "overlays", "default"))
+        if objects is None:
+            raise controlplane.ControlPlaneError("overlays/default does not render: %s" % error)
+        kinds = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+        setup = [o for o in objects if o["kind"] in kinds and
+                 (o["kind"] == "Namespace" or "device-plugin" in o["metadata"]["name"])]
+        setup.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}})
+        self.cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(setup))
+        config = yaml.safe_load(check_deploy.one(objects, "ConfigMap", "kvgpu-device-plugin-config")["data"]["config.yaml"])
+        config["udevEvents"] = False
+        config.setdefault("cdi", {})["dir"] = os.path.join(self.dir, "cdi")
+        config.setdefault("lifecycle", {}).update({"gracePeriod": self.grace, "pollInterval": "1s"})
+        config_path = os.path.join(self.dir, "config.yaml")
+        with open(config_path, "w") as f:
+            yaml.safe_dump(config, f)
+        # The token kubelet would project into the DaemonSet's pod; bound here to the Node (no
+        # pod of the daemon runs: its image is not on this node).
+        _, node = self.cp.request("GET", "/api/v1/nodes/" + self.node.name)
+        token = self.cp.kubectl("create", "token", ACCOUNT, "-n", NAMESPACE, "--duration", "2h",
+                                "--bound-object-kind", "Node", "--bound-object-name", self.node.name,
+                                "--bound-object-uid", node["metadata"]["uid"]).stdout.strip()
+        kubeconfig = os.path.join(self.dir, "daemon.kubeconfig")
+        with open(kubeconfig, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %s, "
+                    "certificate-authority: %s}\nusers:\n- name: u\n  user: {token: %s}\ncontexts:\n"
+                    "- name: c\n  context: {cluster: c, user: u, namespace: %s}\ncurrent-context: c\n"
+                    % (self.cp.server, self.cp.ca, token, NAMESPACE))
+        return controlplane._Process("kvgpu-device-plugin", [
+            self.args.plugin, "--sysfs-root", sim.mount, "--kubelet-dir", self.node.root,
+            "--state-dir", os.path.join(self.dir, "state"), "--node-name", self.node.name,
+            "--config", config_path, "--kubeconfig", kubeconfig], os.path.join(self.dir, "daemon.log"))
+
+    def refused(self):
+        with open(self.daemon.log_path, errors="replace") as f:
+            return [line.strip() for line in f if re.search(r"HTTP 403|[Ff]orbidden", line)]
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def wait_for(self, ready, deadline=DEADLINE):
+        end = time.monotonic() + deadline
+        while True:
+            for p in (self.daemon, self.node.kubelet, self.node.containerd):
+                if p is not None and not p.alive():
+                    raise controlplane.ControlPlaneError("%s exited; its log ends:\n%s" % (p.name, p.log_tail()))
+            got = ready()
+            if got:
+                return got
+            if time.monotonic() > end:
+                return None
+            time.sleep(0.5)
+
+    def capacity(self):
+        _, node = self.cp.request("GET", "/api/v1/nodes/" + self.node.name)
+        return {k: v for k, v in node["status"].get("capacity", {}).items() if k.startswith(DOMAIN + "/vgpu-")}
+
+    def pods(self):
+        status, answer = self.cp.request("GET", "/api/v1/namespaces/%s/pods" % TENANT)
+        return {p["metadata"]["name"]: p for p in answer["items"]} if status == 200 else {}
+
+    def pod(self, name, resource):
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": TENANT},
+                "spec": {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 2,
+                         "nodeSelector": {"kubernetes.io/hostname": self.node.name},
+                         "containers": [{"name": "main", "image": kubelet_node.POD_IMAGE,
+                                         "imagePullPolicy": "Never", "args": ["KVGPU_"],
+                                         "resources": {"limits": {resource: "1"}}}]}}
+
+    def pod_log_env(self, pod):
+        """The KVGPU_ variables the pod's container printed (its log under kubelet's podLogsDir)."""
+        meta = pod["metadata"]
+        path = os.path.join(self.node.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
+                            "main", "0.log")
+        env = {}
+        with contextlib.suppress(OSError), open(path) as f:
+            for line in f:
+                m = re.search(r" env (KVGPU_\w+)=(.*)$", line.rstrip("\n"))
+                if m:
+                    env[m.group(1)] = m.group(2)
+        return env
+
+    def pod_vgpus(self, pod):
+        return [u for k, v in self.pod_log_env(pod).items() if k.endswith("_UUIDS") for u in v.split(",") if u]
+
+    def pod_resources(self):
+        """{(namespace, pod): [(resource, device ids)]} from kubelet's PodResources List."""
+        import grpc
+        with grpc.insecure_channel("unix://" + self.node.pod_resources_socket) as channel:
+            answer = channel.unary_unary(LIST, request_serializer=self.pr.ListPodResourcesRequest.SerializeToString,
+                                         response_deserializer=self.pr.ListPodResourcesResponse.FromString)(
+                self.pr.ListPodResourcesRequest(), timeout=30)
+        out = {}
+        for p in answer.pod_resources:
+            out[(p.namespace, p.name)] = [(d.resource_name, list(d.device_ids)) for c in p.containers for d in c.devices]
+        return out
+
+    def checkpoint(self):
+        """{pod uid: {resource: [device ids]}} of kubelet's device-manager checkpoint."""
+        with open(self.node.checkpoint) as f:
+            data = json.load(f)["Data"]
+        out = {}
+        for e in data.get("PodDeviceEntries") or []:
+            ids = [i for numa in (e.get("DeviceIDs") or {}).values() for i in numa]
+            out.setdefault(e["PodUID"], {}).setdefault(e["ResourceName"], []).extend(ids)
+        return out
+
+    # --- one pod -----------------------------------------------------------------------------
+
+    def one_pod(self):
+        r = self.report
+        caps = self.wait_for(lambda: self.capacity() if len(self.capacity()) >= 3 else None)
+        if not r.check(bool(caps), "the plugin registers with the real kubelet: the Node shows %s/vgpu-<N> capacities"
+                       % DOMAIN, "capacity %s; the daemon's log ends:\n%s" % (self.capacity(), self.daemon.log_tail())):
+            raise controlplane.ControlPlaneError("no capacity: nothing more to check")
+        self.resources = sorted(caps)
+        print("     capacities: %s" % ", ".join("%s=%s" % kv for kv in sorted(caps.items())))
+        resource = DOMAIN + "/vgpu-230" if DOMAIN + "/vgpu-230" in caps else self.resources[0]
+        vgpu_type = "nvidia-" + resource.rsplit("-", 1)[1]
+        self.cp.kubectl("create", "-f", "-", input=json.dumps(self.pod("one", resource)))
+        running = self.wait_for(lambda: self._running("one"))
+        r.check(bool(running), "a pod asking one %s is admitted and runs under runc" % resource,
+                json.dumps((self.pods().get("one") or {}).get("status", {}))[:1500])
+        if not running:
+            return
+        vgpus = self.sim.vgpus()
+        held = self.pod_vgpus(running)
+        r.check(len(vgpus) == 1 and held and held[0] in vgpus and vgpus[held[0]][1] == vgpu_type,
+                "Allocate created exactly the pod's vGPU (%s) in the simulated kernel, and the container's "
+                "environment names it" % vgpu_type, "kernel %s, the pod's env %s" % (vgpus, self.pod_log_env(running)))
+        listed = self.pod_resources().get((TENANT, "one"), [])
+        uid = running["metadata"]["uid"]
+        entries = self.checkpoint().get(uid, {})
+        r.check(len(listed) == 1 and listed[0][0] == resource and len(listed[0][1]) == 1,
+                "kubelet's PodResources List names the pod's one %s device" % resource, str(listed))
+        r.check(entries.get(resource) and listed and entries[resource] == listed[0][1],
+                "kubelet's checkpoint holds the same device for the pod", "%s vs %s" % (entries, listed))
+        self.cp.kubectl("delete", "pod", "one", "-n", TENANT, "--wait=true", timeout=DEADLINE)
+        gone = self.wait_for(lambda: not self.sim.vgpus() or None)
+        r.check(bool(gone), "the pod deleted, its vGPU goes (grace %s)" % self.grace, str(self.sim.vgpus()))
+
+    def _running(self, name):
+        p = self.pods().get(name)
+        if p and p.get("status", {}).get("phase") == "Running" and self.pod_vgpus(p):
+            return p
+        return None
+
+    # --- the burst ---------------------------------------------------------------------------
+
+    def burst(self):
+        r = self.report
+        types = self.resources[:3]
+        names = ["burst-%02d" % i for i in range(BURST)]
+        want = {n: types[i % len(types)] for i, n in enumerate(names)}
+        seen = {}  # vGPU id -> pod name, for every vGPU a running pod ever held
+        live_removed = []
+
+        def watch():
+            """Every running pod's vGPU must still be in the kernel while the pod runs."""
+            kernel = self.sim.vgpus()
+            for name, p in self.pods().items():
+                if p.get("status", {}).get("phase") != "Running" or p["metadata"].get("deletionTimestamp"):
+                    continue
+                for v in self.pod_vgpus(p):
+                    seen.setdefault(v, name)
+                    if v not in kernel and (name, v) not in live_removed:
+                        # Confirm: the pod is still running and not being deleted.
+                        q = self.pods().get(name)
+                        if q and q["metadata"]["uid"] == p["metadata"]["uid"] and \
+                                not q["metadata"].get("deletionTimestamp") and v not in self.sim.vgpus():
+                            live_removed.append((name, v))
+
+        deleted = set()
+        for i, name in enumerate(names):
+            self.cp.kubectl("create", "-f", "-", input=json.dumps(self.pod(name, want[name])))
+            if i % 10 == 9:
+                watch()
+            if i == BURST // 2:
+                # A third of the first half deleted while the rest still arrive.
+                doomed = [n for n in names[:BURST // 2] if int(n[-2:]) % 3 == 0]
+                self.cp.kubectl("delete", "pod", "-n", TENANT, "--wait=false", *doomed)
+                deleted.update(doomed)
+            if self.remove_live and i == BURST // 2 + 5:
+                victim = next(((n, v) for n, p in self.pods().items() if p.get("status", {}).get("phase") == "Running"
+                               and n not in deleted for v in self.pod_vgpus(p)), None)
+                if victim:
+                    print("     --bite: removing %s's vGPU %s behind the daemon's back" % victim)
+                    self.sim.remove(victim[1])
+
+        def settled():
+            watch()
+            pods = self.pods()
+            if set(pods) & deleted:
+                return None
+            for p in pods.values():
+                phase = p.get("status", {}).get("phase")
+                if phase == "Running" and not self.pod_vgpus(p):
+                    return None
+                if phase == "Pending":
+                    # Pending for good only when the scheduler says no room.
+                    cond = [c for c in p.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"]
+                    if not cond or cond[0].get("reason") != "Unschedulable":
+                        return None
+            return pods
+
+        pods = self.wait_for(settled, deadline=DEADLINE * 2)
+        if not r.check(pods is not None, "the burst settles: each pod running, failed or unschedulable",
+                       str({n: p.get("status", {}).get("phase") for n, p in self.pods().items()})):
+            pods = self.pods()
+        for _ in range(10):
+            watch()
+            time.sleep(0.5)
+        phases = {}
+        for p in pods.values():
+            phases[p.get("status", {}).get("phase")] = phases.get(p.get("status", {}).get("phase"), 0) + 1
+        print("     burst: %d pods created, %d deleted early; phases %s" % (BURST, len(deleted), phases))
+        running = {n: p for n, p in pods.items() if p.get("status", {}).get("phase") == "Running"}
+        kernel = self.sim.vgpus()
+        holders = {}
+        wrong_type = []
+        for n, p in running.items():
+            for v in self.pod_vgpus(p):
+                holders.setdefault(v, []).append(n)
+                t = "nvidia-" + want[n].rsplit("-", 1)[1]
+                if kernel.get(v, (None, t))[1] != t:
+                    wrong_type.append("%s holds %s of type %s" % (n, v, kernel[v][1]))
+        shared = {v: ns for v, ns in holders.items() if len(ns) > 1}
+        r.check(len(running) > 0 and all(len(self.pod_vgpus(p)) == 1 for p in running.values()) and not shared
+                and not wrong_type,
+                "no vGPU shared: each of the %d running pods holds one vGPU of its type, its own" % len(running),
+                "shared %s; %s" % (shared, wrong_type[:5]))
+        r.check(not live_removed, "no live vGPU removed: every running pod's vGPU stayed in the kernel",
+                str(live_removed[:5]))
+        self.cp.kubectl("delete", "pod", "-n", TENANT, "--all", "--wait=true", timeout=DEADLINE * 2)
+        leftover = self.wait_for(lambda: not self.sim.vgpus() or None)
+        r.check(bool(leftover), "none leaked: with every pod deleted, the kernel holds no vGPU (grace %s)"
+                % self.grace, str(self.sim.vgpus()))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--release", required=True)
+    parser.add_argument("--plugin", required=True)
+    parser.add_argument("--sim", required=True)
+    parser.add_argument("--bite", action="store_true")
+    args = parser.parse_args()
+    bin_dir, code = controlplane.peers_or_exit_code(args.release)
+    if bin_dir is None:
+        return code
+    if not os.access(os.path.join(bin_dir, "kubelet"), os.X_OK):
+        print("FAIL: %s/kubelet is not built: run tests/k8s/build-peers.sh %s" % (bin_dir, args.release))
+        return 1
+    missing = kubelet_node.missing_capabilities()
+    if missing:
+        print("SKIP: the real kubelet node cannot run here: " + "; ".join(missing))
+        return controlplane.SKIP
+    started = time.monotonic()
+    try:
+        if not args.bite:
+            report = Report()
+            Scenario(args, report).run(bin_dir)
+            print("%s in %.0f s" % ("PASS" if not report.failed else "FAILED: %d checks" % len(report.failed),
+                                    time.monotonic() - started))
+            return 0 if not report.failed else 1
+        caught = []
+        for what, kwargs, must_fail in (
+                ("a daemon whose grace period is an hour", {"grace": "1h"}, "none leaked"),
+                ("a vGPU removed while its pod runs", {"remove_live": True}, "no live vGPU removed")):
+            print("--- bite: %s (must fail: %s)" % (what, must_fail), flush=True)
+            report = Report()
+            Scenario(args, report, **kwargs).run(bin_dir)
+            hit = any(f.startswith(must_fail) for f in report.failed)
+            print("%s: %s" % ("caught" if hit else "NOT CAUGHT", what))
+            caught.append(hit)
+        print("%s in %.0f s" % ("PASS (every break caught)" if all(caught) else "FAILED", time.monotonic() - started))
+        return 0 if all(caught) else 1
+    except Skip as e:
+        print("SKIP: %s" % e)
+        return controlplane.SKIP
+    except controlplane.ControlPlaneError as e:
+        print("FAIL: %s" % e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
