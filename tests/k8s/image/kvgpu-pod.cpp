@@ -20,7 +20,9 @@ namespace {
 
 volatile std::sig_atomic_t stop = 0;
 
-void OnStop(int) { stop = 1; }
+void OnStop(int) {
+  stop = 1;
+}
 
 void OnChild(int) {
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
