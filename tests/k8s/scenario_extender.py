@@ -23,8 +23,13 @@ Checks, after the burst settles:
     UnexpectedAdmissionError), and the simulated kernel holds its vGPU, of its type;
   - every pod left Pending is one no node's kernel can take (no GPU free, none of its type with
     room): the burst was placed, not refused;
-  - kube-scheduler called the extender's filter and bind (its metrics), and neither program was
-    refused an API call (their logs).
+  - preemption as configured (preemptVerb): a pod of priority 1000 asking for a type no GPU has
+    room for is placed once kube-scheduler's DefaultPreemption, asking the extender, has chosen
+    victims: pods of its type on the node it then goes to. The peer kubelet stops each victim and
+    deletes it (grace period 0, as kubelet's status manager does), the plugin removes its vGPU
+    after the shipped config's grace period, and the pod's vGPU is made;
+  - kube-scheduler called the extender's filter, prioritize, bind and preempt (its metrics), and
+    neither program was refused an API call (their logs).
 
 usage: scenario_extender.py --release 1.37 --extender BIN --device-plugin BIN --sim BIN [--bite]
   --bite: instead, the same burst with an extender that answers every node (a stub in this
@@ -217,6 +222,7 @@ class SimNode:
         self.stopping = threading.Event()
         self.threads = []
         self.written_resources = None
+        self.peers = {}  # pod UID -> the peer kubelet's Pod
 
     def start(self, plugin_args, plugin_config_text, token):
         self.sim = controlplane._Process("kvgpu-sim-" + self.name, [
@@ -305,10 +311,14 @@ class SimNode:
             self.busy = True
             try:
                 meta = pod["metadata"]
+                if meta.get("deletionTimestamp"):
+                    self._kill(pod)
+                    continue
                 limits = pod["spec"]["containers"][0]["resources"]["limits"]
                 peer = Pod(meta["name"], [Container(pod["spec"]["containers"][0]["name"],
                                                     {r: int(v) for r, v in limits.items()})],
                            namespace=meta["namespace"], uid=meta["uid"])
+                self.peers[meta["uid"]] = peer
                 try:
                     allocated = self.kubelet.admit(peer)
                     from node import uuids_of
@@ -327,6 +337,18 @@ class SimNode:
                                   {"status": status}, content_type="application/merge-patch+json")
             finally:
                 self.busy = False
+
+    def _kill(self, pod):
+        """kubelet on a pod the API server marked for deletion: its containers stop (the pod
+        leaves the pod manager, so PodResources stops listing it), then its status manager
+        deletes the object for good (grace period 0, on the pod's UID)."""
+        meta = pod["metadata"]
+        peer = self.peers.get(meta["uid"])
+        if peer is not None:
+            self.kubelet.delete(peer)
+        self.s.api.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (meta["namespace"], meta["name"]),
+                           {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                            "preconditions": {"uid": meta["uid"]}})
 
     # --- what the simulated kernel says -----------------------------------------------------
 
@@ -418,6 +440,8 @@ class Scenario:
         self.stub = None
         self.watching = threading.Event()
         self.seen = set()
+        self.deleting = set()
+        self.victims = []  # (name, node, resource) of bound pods the API server marked for deletion
 
     def render(self):
         with check_deploy.scratch_deploy(self.args.deploy) as deploy:
@@ -560,6 +584,11 @@ class Scenario:
                 if node is not None and uid not in self.seen:
                     self.seen.add(uid)
                     node.pending.put(pod)
+                if node is not None and pod["metadata"].get("deletionTimestamp") and uid not in self.deleting:
+                    self.deleting.add(uid)
+                    self.victims.append((pod["metadata"]["name"], node.name,
+                                         self.wanted.get(pod["metadata"]["name"])))
+                    node.pending.put(pod)
 
     def burst(self):
         rng = random.Random(SEED)
@@ -613,78 +642,152 @@ class Scenario:
                 out.append(pod["metadata"]["name"])
         return out
 
-    def settle_and_check(self):
-        r = self.report
+    def settle(self, deadline, done=None):
+        """Waits until every bound pod has been admitted or failed, no Pending pod is one a
+        kernel could take, `done` (if given) holds, and nothing changed for 10 s; or `deadline`
+        seconds. Returns (pods, bound pods, Pending pods a kernel could take, admitted)."""
         started = time.monotonic()
-        end = started + DEADLINE
         quiet_since, last = None, None
         while True:
             pods = self.pods()
-            bound = [p for p in pods if p["spec"].get("nodeName")]
-            admitted = sum(len(n.results) for n in self.nodes)
+            bound = [p for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+            results = self.results()
+            admitted = sum(1 for p in bound if p["metadata"]["uid"] in results)
             idle = all(n.pending.empty() and not n.busy for n in self.nodes)
             waiting = self.placeable(pods)
-            now = (len(bound), admitted, len(waiting))
+            now = (len(bound), admitted, len(waiting), len(self.victims))
             if now != last:
                 quiet_since, last = time.monotonic(), now
-            # Settled: every bound pod admitted or failed, no pending pod that a kernel could
-            # take, and nothing changed for 10 s.
-            if (admitted == len(bound) and idle and not waiting and
-                    time.monotonic() - quiet_since > 10) or time.monotonic() > end:
+            if (admitted == len(bound) and idle and not waiting and (done is None or done(results)) and
+                    time.monotonic() - quiet_since > 10) or time.monotonic() > started + deadline:
                 break
             time.sleep(1.0)
-        took = time.monotonic() - started
         print("after %.1f s: %d bound, %d admitted, %d pending of which %d some kernel could take"
-              % (took, len(bound), admitted, len(pods) - len(bound), len(waiting)))
+              % (time.monotonic() - started, len(bound), admitted, len(pods) - len(bound), len(waiting)))
+        return pods, bound, waiting, admitted
 
-        failures, wrong = [], []
-        by_uid = {p["metadata"]["uid"]: p for p in pods}
+    def results(self):
+        """pod UID -> (node, admitted, vGPU ids or kubelet's reason), of pods not deleted since."""
+        out = {}
         for node in self.nodes:
-            made = node.vgpus()
-            for uid, (ok, detail) in sorted(node.results.items()):
-                pod = by_uid.get(uid)
-                name = pod["metadata"]["name"] if pod else uid
-                resource = self.wanted.get(name, "?")
-                if not ok:
-                    failures.append("%s (%s) on %s: %s" % (name, resource, node.name, detail))
-                    continue
-                mdev_type = "nvidia-" + resource.rsplit("-", 1)[1]
-                if len(detail) != 1 or any(made.get(v, (None, None))[1] != mdev_type for v in detail):
-                    wrong.append("%s (%s) on %s: vGPUs %s, the kernel has %s"
-                                 % (name, resource, node.name, detail, {v: made.get(v) for v in detail}))
+            for uid, (ok, detail) in list(node.results.items()):
+                if uid not in self.deleting:
+                    out[uid] = (node, ok, detail)
+        return out
+
+    def check_placements(self, pods, bound, what):
+        """No bound pod failed kubelet's admission, and every admitted one's vGPU is in its
+        node's simulated kernel, of its type."""
+        r = self.report
+        failures, wrong = [], []
+        names = {p["metadata"]["uid"]: p["metadata"]["name"] for p in pods}
+        made = {node.name: node.vgpus() for node in self.nodes}
+        for uid, (node, ok, detail) in sorted(self.results().items(), key=lambda kv: names.get(kv[0], kv[0])):
+            name = names.get(uid, uid)
+            resource = self.wanted.get(name, "?")
+            if not ok:
+                failures.append("%s (%s) on %s: %s" % (name, resource, node.name, detail))
+                continue
+            mdev_type = "nvidia-" + resource.rsplit("-", 1)[1]
+            if len(detail) != 1 or any(made[node.name].get(v, (None, None))[1] != mdev_type for v in detail):
+                wrong.append("%s (%s) on %s: vGPUs %s, the kernel has %s"
+                             % (name, resource, node.name, detail, {v: made[node.name].get(v) for v in detail}))
         r.check(bound and not failures,
-                "no pod is bound to a node whose GPUs cannot create its vGPU (%d bound, every one "
-                "admitted by kubelet's device manager)" % len(bound),
+                "%s: no pod is bound to a node whose GPUs cannot create its vGPU (%d bound, every one "
+                "admitted by kubelet's device manager)" % (what, len(bound)),
                 "%d failed admission, among them:\n    %s" % (len(failures), "\n    ".join(failures[:10])))
-        r.check(not wrong, "the simulated kernel holds every admitted pod's vGPU, of its type",
+        r.check(not wrong, "%s: the simulated kernel holds every admitted pod's vGPU, of its type" % what,
                 "\n    ".join(wrong))
+
+    def settle_and_check(self):
+        r = self.report
+        pods, bound, waiting, admitted = self.settle(DEADLINE)
+        self.check_placements(pods, bound, "the burst")
         r.check(len(bound) > 0 and not waiting and admitted == len(bound),
                 "the burst settles within %.0f s with every Pending pod one no node's kernel can take"
                 % DEADLINE,
                 "%d bound, %d admitted; Pending that a kernel could take: %s"
                 % (len(bound), admitted, waiting[:20]))
         r.check(len(pods) - len(bound) > 0, "%d pods cannot all fit: some stay Pending" % PODS)
+        refused = self.refused_binds()
+        print("binds the extender refused (kube-scheduler's asynchronous binds racing for one GPU): %d"
+              % len(refused))
+        for line in refused[:5]:
+            print("  " + line.strip())
 
-        def refused(log_path):
+        if not self.args.bite:
+            self.preempt(pods)
+
+        def refused_calls(log_path):
             # The kube client logs a refused call as "<what>: HTTP 403: <the API server's message>".
             with open(log_path, errors="replace") as f:
                 return [line for line in f if REFUSED.search(line)]
         for node in self.nodes:
-            lines = refused(node.plugin.log_path)
+            lines = refused_calls(node.plugin.log_path)
             r.check(not lines, "%s's device plugin was refused no API call" % node.name, "".join(lines[:5]))
         if self.extender is not None:
-            lines = refused(self.extender.log_path)
+            lines = refused_calls(self.extender.log_path)
             r.check(not lines, "the extender was refused no API call", "".join(lines[:5]))
             calls = scrape(self.extender_metrics, "kvgpu_scheduler_extender_requests_total")
-            filters = sum(v for k, v in calls.items() if 'path="/filter"' in k and 'code="200"' in k)
-            binds = sum(v for k, v in calls.items() if 'path="/bind"' in k and 'code="200"' in k)
-            r.check(filters > 0 and binds >= len(bound),
-                    "kube-scheduler called the extender's filter (%d) and bind (%d) for the %d bound pods"
-                    % (filters, binds, len(bound)), json.dumps(calls))
+            ok = {verb: sum(v for k, v in calls.items() if 'path="/%s"' % verb in k and 'code="200"' in k)
+                  for verb in ("filter", "prioritize", "bind", "preempt")}
+            r.check(ok["filter"] > 0 and ok["prioritize"] > 0 and ok["bind"] >= len(bound) and ok["preempt"] > 0,
+                    "kube-scheduler called the extender's filter (%d), prioritize (%d), bind (%d, for %d "
+                    "pods of the burst bound) and preempt (%d), each answered 200"
+                    % (ok["filter"], ok["prioritize"], ok["bind"], len(bound), ok["preempt"]), json.dumps(calls))
+
+    def refused_binds(self):
+        if self.extender is None:
+            return []
+        with open(self.extender.log_path, errors="replace") as f:
+            return [line for line in f if " refused: " in line and "] bind " in line]
+
+    def preempt(self, pods):
+        """A pod of a higher priority asking for a type no GPU has room for: kube-scheduler's
+        DefaultPreemption, with the extender's preempt verb, picks victims; their vGPUs go once
+        kubelet has stopped them and the plugin's grace period has passed; the pod is placed."""
+        r = self.report
+        results = self.results()
+        running = {}
+        for p in pods:
+            entry = results.get(p["metadata"]["uid"])
+            if entry and entry[1]:
+                running.setdefault(self.wanted[p["metadata"]["name"]], []).append(p["metadata"]["name"])
+        full = [res for res in sorted(running)
+                if sum(n.room("nvidia-" + res.rsplit("-", 1)[1]) for n in self.nodes) == 0]
+        if not r.check(bool(full), "preemption: some type runs and no GPU has room for another of it",
+                       "running: %s" % sorted(running)):
+            return
+        resource = full[0]
+        self.cp.kubectl("create", "priorityclass", "vgpu-high", "--value", "1000")
+        name = "preemptor"
+        self.wanted[name] = resource
+        status, answer = self.api.request("POST", "/api/v1/namespaces/%s/pods" % TENANT, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": TENANT},
+            "spec": {"schedulerName": SCHEDULER_NAME, "priorityClassName": "vgpu-high",
+                     "containers": [{"name": "app", "image": "my/trainer",
+                                     "resources": {"limits": {resource: "1"}}}]}})
+        if not r.check(status == 201, "preemption: a pod of priority 1000 asking for %s is created" % resource,
+                       str(answer)):
+            return
+        uid = answer["metadata"]["uid"]
+        started = time.monotonic()
+        pods, bound, _, _ = self.settle(DEADLINE, done=lambda results: uid in results)
+        took = time.monotonic() - started
+        entry = self.results().get(uid)
+        node = entry[0].name if entry else None
+        r.check(entry is not None and entry[1],
+                "preemption: the pod is bound and admitted within %.0f s (%.1f s), on %s" % (DEADLINE, took, node),
+                "kubelet's answer: %s; victims %s" % (entry and entry[2], self.victims))
+        r.check(bool(self.victims) and all(v[1] == node and v[2] == resource for v in self.victims),
+                "preemption: its victims (%s) were pods of %s on the node it went to"
+                % (", ".join(v[0] for v in self.victims), resource),
+                "victims (pod, node, resource): %s" % self.victims)
+        self.check_placements(pods, bound, "after preemption")
 
 
 # What the bite must fail and must still pass (prefixes of check names).
-BITE_FAILS = ["no pod is bound to a node whose GPUs cannot create its vGPU"]
+BITE_FAILS = ["the burst: no pod is bound to a node whose GPUs cannot create its vGPU"]
 BITE_PASSES = ["the burst's", "each device plugin", "kube-scheduler runs deploy/scheduler"]
 
 
