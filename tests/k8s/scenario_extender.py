@@ -39,7 +39,6 @@ Exit status 0 when every check passed, 1 otherwise, 77 (skipped) only when the r
 are not built and Go is not installed.
 """
 import argparse
-import base64
 import copy
 import http.server
 import json
