@@ -79,6 +79,7 @@ PODS = 200
 TYPES = ["222", "223", "230", "231", "232", "233"]
 SEED = 20261202
 DEADLINE = 300.0  # for the burst to settle, under load
+PUBLISH_DEADLINE = 90.0  # for every plugin's first state (a second or two, unloaded)
 # kubelet's nodeStatusUpdateFrequency default: how often it writes a changed capacity.
 NODE_STATUS_PERIOD = 10.0
 STATE_ANNOTATION = "kvgpu.tencent.com/vgpu-state"
@@ -186,6 +187,13 @@ class Client:
                 return response.status, json.loads(raw)
             except ValueError:
                 return response.status, raw
+
+
+def refused_calls(log_path):
+    """The lines of a program's log that tell of an API call refused: our kube client logs one as
+    "<what>: HTTP 403: <the API server's message>"."""
+    with open(log_path, errors="replace") as f:
+        return [line for line in f if REFUSED.search(line)]
 
 
 def scrape(port, prefix):
@@ -510,16 +518,25 @@ class Scenario:
         else:
             self.start_extender(objects, pki, port, token)
 
-        # Every node's state published with the plugin's own token, before the burst.
-        def published():
+        # Every node's state published with the plugin's own token, before the burst. A plugin
+        # whose RBAC lacks the Node patch never publishes (its log shows the 403).
+        def unpublished():
+            out = []
             for node in self.nodes:
-                status, answer = self.cp.request("GET", "/api/v1/nodes/" + node.name)
+                status, answer = self.api.request("GET", "/api/v1/nodes/" + node.name)
                 if status != 200 or STATE_ANNOTATION not in answer["metadata"].get("annotations", {}):
-                    return False
-            return True
-        self.cp._wait("every device plugin publishes its node's vGPU state", published,
-                      [n.plugin for n in self.nodes])
-        r.check(True, "each device plugin, with its ServiceAccount's token, published its node's vGPU state")
+                    out.append(node)
+            return out
+        end = time.monotonic() + PUBLISH_DEADLINE
+        while unpublished() and time.monotonic() < end:
+            time.sleep(0.5)
+        missing = unpublished()
+        if not r.check(not missing, "each device plugin, with its ServiceAccount's token, published its "
+                       "node's vGPU state", "not within %.0f s on %s; their logs:\n%s" % (
+                           PUBLISH_DEADLINE, [n.name for n in missing],
+                           "".join("".join(refused_calls(n.plugin.log_path)[:3] or [n.plugin.log_tail(5)])
+                                   for n in missing))):
+            return
 
         threading.Thread(target=self.watch_bound, daemon=True).start()
         self.burst()
@@ -717,10 +734,6 @@ class Scenario:
         if not self.args.bite:
             self.preempt(pods)
 
-        def refused_calls(log_path):
-            # The kube client logs a refused call as "<what>: HTTP 403: <the API server's message>".
-            with open(log_path, errors="replace") as f:
-                return [line for line in f if REFUSED.search(line)]
         for node in self.nodes:
             lines = refused_calls(node.plugin.log_path)
             r.check(not lines, "%s's device plugin was refused no API call" % node.name, "".join(lines[:5]))
