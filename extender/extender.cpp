@@ -202,7 +202,13 @@ json Extender::Bind(const json& body) {
   Result<json> bound = api_->Post("/api/v1/namespaces/" + kube::QueryEscape(args->pod_namespace) +
                                       "/pods/" + kube::QueryEscape(args->pod_name) + "/binding",
                                   binding);
-  if (!bound.ok()) return BindingResult(bound.status().message());
+  if (!bound.ok()) {
+    // Logged here too: kube-scheduler only shows it in its own log and the pod's events, and a
+    // Binding the API server refuses every time (our RBAC without pods/binding) binds nothing.
+    spdlog::warn("bind {} to {} failed: {}", LogSafe(target->pod.Key()), LogSafe(args->node),
+                 bound.status().message());
+    return BindingResult(bound.status().message());
+  }
   view_.Assume(target->pod, args->node);
   return BindingResult("");
 }

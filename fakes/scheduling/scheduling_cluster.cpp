@@ -442,6 +442,9 @@ std::string SchedulingCluster::Choose(const ClusterPod& pod) {
   json args = {{"Pod", pod.Object()}, {"Nodes", nullptr}, {"NodeNames", candidates}};
   json filtered = replica.extender.Filter(args);
   if (!filtered["Error"].get<std::string>().empty() || filtered["NodeNames"].empty()) return "";
+  // kube-scheduler scores (and calls prioritize) only when more than one node is feasible
+  // (schedulePod in schedule_one.go): seen against the real one in tests/k8s/scenario_extender.py.
+  if (filtered["NodeNames"].size() == 1) return filtered["NodeNames"][0].get<std::string>();
   args["NodeNames"] = filtered["NodeNames"];
   json scores = replicas_[Draw(replicas_.size() - 1)]->extender.Prioritize(args);
   std::string best;

@@ -16,6 +16,21 @@
 // run on their own threads. The extenders' clocks (what ages an assumed bind and a bind-ledger
 // entry) are the cycles' too, never the process's: a test process stopped for a second between a
 // bind and its admission is no cluster whose scheduler stood still that long.
+//
+// Checked against the real kube-scheduler (v1.36.3, v1.37.2) with the extender and the device
+// plugin on simulated nodes (tests/k8s/scenario_extender.py, docs/development.md):
+// - it calls prioritize only when more than one node passes the filters, its own and the
+//   extender's; with one, that node is taken unscored. This loop called prioritize for every pod
+//   until it was corrected to do the same (the outcome was the same: the one node won).
+// - its count filter reads the Node's status.allocatable, which kubelet writes from its device
+//   manager's lists only every nodeStatusUpdateFrequency (10 s) when they changed; this loop's
+//   count filter reads the fake kubelet's lists at once (GpuNode::Allocatable), so it is stricter
+//   than kube-scheduler and sends fewer pods on to the extender. Seen in the scenario's bite
+//   (an extender that answers every node): kube-scheduler bound pods to nodes whose plugin listed
+//   no healthy device of their type any more, and kubelet failed them with "no healthy devices
+//   present", which this loop's count filter would not have let through. Not corrected yet: with
+//   a 10 s lag the loop's "no Pending pod some node could take" checks would have to let the
+//   cluster's time pass after every deletion.
 #pragma once
 
 #include <atomic>

@@ -453,7 +453,8 @@ current-context: kata-vgpu-test
     def register_node(self, name, allocatable=None, labels=None, annotations=None):
         """A Node without a kubelet, for scheduler-only scenarios: created, then its status patched
         Ready with the given allocatable (also its capacity) besides cpu, memory and pods, as a
-        kubelet's first status update would."""
+        kubelet's first status update would, and the not-ready taint the API server put on it
+        taken off, as kube-controller-manager's node lifecycle controller would."""
         resources = {"cpu": "64", "memory": "256Gi", "pods": "110"}
         resources.update(allocatable or {})
         node = {"apiVersion": "v1", "kind": "Node",
@@ -471,6 +472,19 @@ current-context: kata-vgpu-test
                                       content_type="application/merge-patch+json")
         if status != 200:
             raise ControlPlaneError("patching Node %s's status: HTTP %d %s" % (name, status, answer))
+        # The API server's TaintNodesByCondition admission gives every new Node the taint
+        # node.kubernetes.io/not-ready:NoSchedule; kube-controller-manager's node lifecycle
+        # controller takes it off once the Node is Ready. That controller would also taint a Node
+        # without heartbeats unreachable within a minute, so it is not relied on: the taint is
+        # taken off here, as the controller would (without this the scheduler binds nothing).
+        taints = [t for t in (answer.get("spec", {}).get("taints") or [])
+                  if t.get("key") != "node.kubernetes.io/not-ready"]
+        status, answer = self.request("PATCH", "/api/v1/nodes/%s" % name,
+                                      {"metadata": {"resourceVersion": answer["metadata"]["resourceVersion"]},
+                                       "spec": {"taints": taints or None}},
+                                      content_type="application/merge-patch+json")
+        if status != 200:
+            raise ControlPlaneError("taking the not-ready taint off Node %s: HTTP %d %s" % (name, status, answer))
         return answer
 
     def kubectl(self, *args, token=None, input=None, check=True, timeout=120):
