@@ -62,15 +62,21 @@ void Registrar::EnsureServers(const std::vector<std::string>& resources) {
     }
     server->SetWithheld(withheld_);
     if (server->serving()) continue;
-    Status served = server->Serve();
-    if (!served.ok()) {
-      spdlog::error("serve failed resource={}: {}", resource, served.ToString());
-      continue;
-    }
+    // Waits to be registered whether or not its socket could be served now: the attempts serve
+    // it again (RegisterPending), so a socket that did not answer on a busy machine is back
+    // within the retry backoff, not at the next rescan.
     unregistered_.insert(resource);
     ++lost_[resource];
+    if (!ServeLocked(resource, *server)) continue;
     AttemptAtOnce();
   }
+  due_.notify_all();
+}
+
+bool Registrar::ServeLocked(const std::string& resource, PluginServer& server) {
+  Status served = server.Serve();
+  if (!served.ok()) spdlog::error("serve failed resource={}: {}", resource, served.ToString());
+  return served.ok();
 }
 
 void Registrar::SetWithheld(bool withheld) {
@@ -97,8 +103,7 @@ void Registrar::HandleDirEvents(const std::vector<DirEvent>& events) {
         lost.contains(server->socket_name()) && !std::filesystem::exists(server->socket_path());
     if (ours_lost || (kubelet_back && !std::filesystem::exists(server->socket_path()))) {
       spdlog::info("socket removed (kubelet restart?) resource={}; serving again", resource);
-      Status served = server->Serve();
-      if (!served.ok()) spdlog::error("serve failed resource={}: {}", resource, served.ToString());
+      (void)ServeLocked(resource, *server);
     }
     if (ours_lost || kubelet_back) {
       unregistered_.insert(resource);
@@ -127,18 +132,22 @@ void Registrar::RegisterIfDue(Clock::time_point now) {
 
 void Registrar::RegisterPending() {
   std::vector<std::pair<std::string, PluginServer*>> pending;
+  bool unserved = false;
   {
     std::lock_guard lock(mutex_);
     for (const std::string& resource : unregistered_) {
       auto it = servers_.find(resource);
-      if (it != servers_.end() && it->second->serving()) {
-        pending.emplace_back(resource, it->second.get());
+      if (it == servers_.end()) continue;
+      // A socket that could not be served earlier (it did not answer its own dial in time) is
+      // served again here, at the pace of the backoff, never in a tight loop.
+      if (!it->second->serving() && !ServeLocked(resource, *it->second)) {
+        unserved = true;
+        continue;
       }
+      pending.emplace_back(resource, it->second.get());
     }
   }
   if (pending.empty()) {
-    // Waiting resources whose socket could not be served: tried again after a backoff (the next
-    // HandleDirEvents or EnsureServers serves them), never in a tight loop.
     std::lock_guard lock(mutex_);
     next_attempt_ = Clock::now() + backoff_.Next();
     return;
@@ -168,7 +177,7 @@ void Registrar::RegisterPending() {
   bool cancelled = false;
   for (const Canceller& cancel : cancels) cancelled = cancelled || cancel.cancelled();
   // A cancelled round was cut short for a new kubelet (AttemptAtOnce set the clock) or for Stop.
-  if (!cancelled && std::find(took.begin(), took.end(), 0) != took.end()) {
+  if (!cancelled && (unserved || std::find(took.begin(), took.end(), 0) != took.end())) {
     next_attempt_ = Clock::now() + backoff_.Next();
   }
 }

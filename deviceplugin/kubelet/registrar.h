@@ -56,7 +56,8 @@ class Registrar {
   Registrar& operator=(const Registrar&) = delete;
 
   // Serves every resource that is not being served (building its server on first sight); each
-  // newly served one is registered on the next attempt, which is due at once.
+  // newly served one is registered on the next attempt, which is due at once. One whose socket
+  // cannot be served now waits with them: the attempts serve it again after the backoff.
   void EnsureServers(const std::vector<std::string>& resources);
   // Withheld: every server sends kubelet an empty list (node_readiness.h); also for servers built
   // later.
@@ -86,6 +87,8 @@ class Registrar {
   void RegisterPending();
   // One resource's attempt; true when kubelet took it.
   bool RegisterOne(const std::string& resource, PluginServer& server, Canceller& cancel);
+  // Serves the resource's socket, logging a failure; true when it is served.
+  bool ServeLocked(const std::string& resource, PluginServer& server);  // with mutex_ held
   void AttemptAtOnce();   // with mutex_ held
   void CancelInFlight();  // with mutex_ held
   void Attempts();        // the thread's loop

@@ -238,6 +238,26 @@ TEST_F(RegistrarTest, OurSocketRemovedServesAndRegistersThatResourceAlone) {
   EXPECT_EQ(registrar_->Registered().size(), 12u);
 }
 
+TEST_F(RegistrarTest, ASocketThatCannotBeServedIsServedAgainByTheAttemptsNotLeftToTheRescan) {
+  ASSERT_TRUE(kubelet_.Start());
+  // A directory where the socket goes: the bind fails, as a socket that does not answer its own
+  // dial in time does (a busy machine), and nothing the registrar does removes it.
+  const std::string socket = SocketNameFor("tencent.com/vgpu-223");
+  std::filesystem::create_directories(plugin_dir_ / socket / "in-the-way");
+  registrar_->EnsureServers(manager_.Resources());
+  registrar_->RegisterIfDue(Clock::now());
+  EXPECT_EQ(registrar_->Registered().size(), 11u);
+  EXPECT_FALSE(registrar_->Registered().contains("tencent.com/vgpu-223"));
+  std::optional<Clock::time_point> due = registrar_->NextAttempt();
+  ASSERT_TRUE(due.has_value()) << "the unserved resource still waits";
+
+  std::filesystem::remove_all(plugin_dir_ / socket);
+  registrar_->RegisterIfDue(*due);
+  EXPECT_TRUE(registrar_->Registered().contains("tencent.com/vgpu-223"));
+  EXPECT_EQ(registrar_->Registered().size(), 12u);
+  EXPECT_FALSE(registrar_->NextAttempt().has_value());
+}
+
 TEST_F(RegistrarTest, AnEventAboutASocketThatIsBackAlreadyChangesNothing) {
   ASSERT_TRUE(kubelet_.Start());
   ServeAndRegisterAll();
