@@ -89,9 +89,9 @@ class Registrar {
   bool RegisterOne(const std::string& resource, PluginServer& server, Canceller& cancel);
   // Serves the resource's socket, logging a failure; true when it is served.
   bool ServeLocked(const std::string& resource, PluginServer& server);  // with mutex_ held
-  void AttemptAtOnce();   // with mutex_ held
-  void CancelInFlight();  // with mutex_ held
-  void Attempts();        // the thread's loop
+  void AttemptAtOnce();                                                 // with mutex_ held
+  void CancelInFlight();                                                // with mutex_ held
+  void Attempts();                                                      // the thread's loop
 
   RegistrarOptions options_;
   RegistrarHooks hooks_;
