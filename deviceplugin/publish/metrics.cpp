@@ -54,7 +54,13 @@ struct Metrics::Families {
   prometheus::Counter& dra_metadata_write_errors;
   prometheus::Histogram& dra_metadata_write_seconds;
   prometheus::Gauge& dra_metadata_files;
+  prometheus::Family<prometheus::Gauge>& gpu_info;
+  prometheus::Family<prometheus::Gauge>& gpu_vgpus;
+  prometheus::Family<prometheus::Gauge>& gpu_free;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
+  // The per-GPU series set by the last OnGpus, by family (guarded by gpus_mutex).
+  std::mutex gpus_mutex;
+  std::map<prometheus::Labels, prometheus::Gauge*> gpu_info_now, gpu_vgpus_now, gpu_free_now;
 };
 
 Metrics::Metrics()
@@ -163,6 +169,25 @@ Metrics::Metrics()
           .Help("Device-metadata files the prepared claims hold")
           .Register(reg)
           .Add({}),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_gpu_info")
+          .Help("1 per GPU of the device plugin, labelled with its occupancy mode (strict, "
+                "equal-size, mixed-size, mig), the type its vGPUs lock it to (locked_type, empty "
+                "while it carries none) and the lock key")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_gpu_vgpus")
+          .Help("vGPUs on a GPU, by resource and vGPU type")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_gpu_free_vgpus")
+          .Help("vGPUs of a resource a GPU can still create now (0 where its lock or room "
+                "forbids one)")
+          .Register(reg),
+      {},
+      {},
+      {},
+      {},
       {}});
 }
 
@@ -259,6 +284,47 @@ void Metrics::OnBackend(const std::string& backend, const mdev::BackendHealth& h
   families_->backend_connected.Add({{"backend", backend}}).Set(health.connected ? 1 : 0);
   families_->backend_reconnects.Add({{"backend", backend}})
       .Set(static_cast<double>(health.reconnects));
+}
+
+namespace {
+// Sets `family` to exactly `values`: the children of `now` not in it are removed.
+void SetExactly(prometheus::Family<prometheus::Gauge>& family,
+                std::map<prometheus::Labels, prometheus::Gauge*>& now,
+                const std::map<prometheus::Labels, double>& values) {
+  for (auto it = now.begin(); it != now.end();) {
+    if (values.contains(it->first)) {
+      ++it;
+    } else {
+      family.Remove(it->second);
+      it = now.erase(it);
+    }
+  }
+  for (const auto& [labels, value] : values) {
+    auto [it, added] = now.try_emplace(labels, nullptr);
+    if (added) it->second = &family.Add(labels);
+    it->second->Set(value);
+  }
+}
+}  // namespace
+
+void Metrics::OnGpus(const std::vector<scheduling::GpuSlots>& gpus) {
+  std::map<prometheus::Labels, double> info, vgpus, free;
+  for (const auto& gpu : gpus) {
+    info[{{"gpu", gpu.id},
+          {"occupancy", scheduling::OccupancyName(gpu.occupancy)},
+          {"locked_type", gpu.locked_type},
+          {"lock", gpu.lock}}] = 1;
+    for (const auto& [resource, slots] : gpu.resources) {
+      const prometheus::Labels labels = {
+          {"gpu", gpu.id}, {"resource", resource}, {"type", slots.type_id}};
+      vgpus[labels] = slots.used;
+      free[labels] = slots.free;
+    }
+  }
+  std::lock_guard lock(families_->gpus_mutex);
+  SetExactly(families_->gpu_info, families_->gpu_info_now, info);
+  SetExactly(families_->gpu_vgpus, families_->gpu_vgpus_now, vgpus);
+  SetExactly(families_->gpu_free, families_->gpu_free_now, free);
 }
 
 void Metrics::OnDraClaim(const std::string& call, std::chrono::nanoseconds took, bool ok,
