@@ -61,6 +61,9 @@ struct Metrics::Families {
   // The per-GPU series set by the last OnGpus, by family (guarded by gpus_mutex).
   std::mutex gpus_mutex;
   std::map<prometheus::Labels, prometheus::Gauge*> gpu_info_now, gpu_vgpus_now, gpu_free_now;
+  // Per GPU, the resources (and their types) it has offered since start: a lock withdraws the
+  // other types from the GPU's list, and their series then say 0 rather than vanish.
+  std::map<std::string, std::map<std::string, std::string>> gpu_resources_seen;
 };
 
 Metrics::Metrics()
@@ -188,6 +191,7 @@ Metrics::Metrics()
       {},
       {},
       {},
+      {},
       {}});
 }
 
@@ -308,20 +312,26 @@ void SetExactly(prometheus::Family<prometheus::Gauge>& family,
 }  // namespace
 
 void Metrics::OnGpus(const std::vector<scheduling::GpuSlots>& gpus) {
+  std::lock_guard lock(families_->gpus_mutex);
+  auto& seen = families_->gpu_resources_seen;
+  std::map<std::string, std::map<std::string, std::string>> still;  // GPUs present now
   std::map<prometheus::Labels, double> info, vgpus, free;
   for (const auto& gpu : gpus) {
     info[{{"gpu", gpu.id},
           {"occupancy", scheduling::OccupancyName(gpu.occupancy)},
           {"locked_type", gpu.locked_type},
           {"lock", gpu.lock}}] = 1;
-    for (const auto& [resource, slots] : gpu.resources) {
-      const prometheus::Labels labels = {
-          {"gpu", gpu.id}, {"resource", resource}, {"type", slots.type_id}};
-      vgpus[labels] = slots.used;
-      free[labels] = slots.free;
+    auto& offered = still[gpu.id];
+    offered = seen[gpu.id];
+    for (const auto& [resource, slots] : gpu.resources) offered[resource] = slots.type_id;
+    for (const auto& [resource, type] : offered) {
+      const prometheus::Labels labels = {{"gpu", gpu.id}, {"resource", resource}, {"type", type}};
+      const auto slots = gpu.resources.find(resource);
+      vgpus[labels] = slots == gpu.resources.end() ? 0 : slots->second.used;
+      free[labels] = slots == gpu.resources.end() ? 0 : slots->second.free;
     }
   }
-  std::lock_guard lock(families_->gpus_mutex);
+  seen = std::move(still);
   SetExactly(families_->gpu_info, families_->gpu_info_now, info);
   SetExactly(families_->gpu_vgpus, families_->gpu_vgpus_now, vgpus);
   SetExactly(families_->gpu_free, families_->gpu_free_now, free);
