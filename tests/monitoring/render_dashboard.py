@@ -4,6 +4,7 @@ the picture in docs/operations.md. There is no Grafana here, so this is not a sc
 plot is drawn from the very query of the panel it is titled after (variables set to All).
 
   render_dashboard.py WORKLOAD_BINARY OUTPUT.svg      (scripts/render-dashboard.sh runs it)
+  render_dashboard.py WORKLOAD_BINARY PREVIEW.png     (the same as a PNG)
 """
 
 import os
@@ -99,6 +100,8 @@ def draw(prom, dashboard, chosen, start, end, scratch, output):
         lines = series(prom, dashboard, chosen, title, start, end, ref)
         if extra:
             lines += series(prom, dashboard, chosen, title, start, end, extra)
+        # Series that stay 0 (every type nobody asked for) only crowd the legend.
+        lines = [(n, p) for n, p in lines if any(v for _, v in p)]
         parts = []
         for i, (name, points) in enumerate(lines):
             path = write("ts-%d-%d.dat" % (len(plots), i), points)
@@ -115,8 +118,8 @@ def draw(prom, dashboard, chosen, start, end, scratch, output):
 
     # Fleet: the stats, as text.
     stats = []
-    for title, ref, label in (("vGPUs in use", "A", "vGPUs in use (device plugin)"),
-                              ("vGPUs in use", "B", "DRA claims prepared"),
+    for title, ref, label in (("vGPUs in use", "A", "vGPUs in use (both front ends)"),
+                              ("vGPUs in use", "B", "of those, DRA claims prepared"),
                               ("Nodes ready", "A", "nodes ready"),
                               ("Nodes ready", "B", "nodes reporting"),
                               ("Nodes validated", "A", "nodes validated"),
@@ -137,14 +140,18 @@ def draw(prom, dashboard, chosen, start, end, scratch, output):
     timeseries("vGPUs in use per type", "vGPUs")
     free = sorted((short(s["metric"]["resource"]), float(s["value"][1]))
                   for s in instant(prom, dashboard, chosen, "vGPUs free per type"))
-    bars("vGPUs free per type", free)
+    bars("vGPUs free per type (the types with room)", [(n, v) for n, v in free if v])
     timeseries("vGPU creation in Allocate (percentiles)", "seconds", "A", "C")
     timeseries("DRA prepared claims", "claims")
     timeseries("Admission webhook", "seconds", "B")
 
     gp = os.path.join(scratch, "dashboard.gp")
     with open(gp, "w", encoding="utf-8") as f:
-        f.write("set terminal svg size 1400,1050 dynamic font 'Sans,10' background rgb 'white'\n")
+        if output.endswith(".png"):  # a preview where no SVG viewer is at hand
+            f.write("set terminal pngcairo size 1400,1050 font 'Sans,10' background rgb 'white'\n")
+        else:
+            f.write("set terminal svg size 1400,1050 dynamic font 'Sans,10' "
+                    "background rgb 'white'\n")
         f.write("set output '%s'\n" % output)
         f.write("set grid\nset multiplot layout 3,2 title 'kata-vgpu dashboard (two simulated "
                 "nodes, %d rounds of the test workload)' font ',13'\n" % ROUNDS)
