@@ -42,7 +42,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& state_publications;
   prometheus::Gauge& state_generation;
   prometheus::Family<prometheus::Gauge>& backend_connected;
-  prometheus::Family<prometheus::Gauge>& backend_reconnects;
+  prometheus::Family<prometheus::Counter>& backend_reconnects;
   prometheus::Family<prometheus::Histogram>& dra_claim_seconds;
   prometheus::Gauge& dra_prepared_claims;
   prometheus::Family<prometheus::Counter>& dra_slice_passes;
@@ -113,9 +113,9 @@ Metrics::Metrics()
           .Name("kvgpu_deviceplugin_backend_connected")
           .Help("1 while the vGPU backend (label backend: sysfs, libvirt) is reachable, else 0")
           .Register(reg),
-      prometheus::BuildGauge()
-          .Name("kvgpu_deviceplugin_backend_reconnects")
-          .Help("Connections to the vGPU backend regained after a loss since start (libvirt)")
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_backend_reconnects_total")
+          .Help("Connections to the vGPU backend regained after a loss (libvirt)")
           .Register(reg),
       prometheus::BuildHistogram()
           .Name("kvgpu_deviceplugin_dra_claim_seconds")
@@ -286,8 +286,10 @@ void Metrics::OnStatePublished(bool ok, uint64_t generation) {
 
 void Metrics::OnBackend(const std::string& backend, const mdev::BackendHealth& health) {
   families_->backend_connected.Add({{"backend", backend}}).Set(health.connected ? 1 : 0);
-  families_->backend_reconnects.Add({{"backend", backend}})
-      .Set(static_cast<double>(health.reconnects));
+  // The backend counts since the daemon's start; the counter follows it (one caller: the rescan).
+  prometheus::Counter& reconnects = families_->backend_reconnects.Add({{"backend", backend}});
+  const double since_start = static_cast<double>(health.reconnects);
+  if (since_start > reconnects.Value()) reconnects.Increment(since_start - reconnects.Value());
 }
 
 namespace {

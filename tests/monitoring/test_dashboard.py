@@ -162,6 +162,8 @@ class DashboardJsonTest(unittest.TestCase):
 class PanelsAnswerTest(unittest.TestCase):
     """Every panel against the real daemons."""
 
+    maxDiff = None
+
     @classmethod
     def setUpClass(cls):
         cls.prom = Cluster.prometheus
