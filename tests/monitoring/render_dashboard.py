@@ -30,6 +30,10 @@ def panel_expr(dashboard, title, ref="A"):
 
 
 def short(resource):
+    """tencent.com/vgpu-230 (the device plugin's) as vgpu-230, vgpu.tencent.com/vgpu-230 (DRA's)
+    as DRA vgpu-230."""
+    if resource.startswith("vgpu.tencent.com/"):
+        return "DRA " + resource.split("/", 1)[1]
     return resource.replace("tencent.com/", "")
 
 
