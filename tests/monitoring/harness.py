@@ -6,6 +6,7 @@ variables substituted.
 Used by test_dashboard.py and by render_dashboard.py (the picture in docs/operations.md).
 """
 
+import ctypes
 import json
 import math
 import os
@@ -34,6 +35,13 @@ SCRAPE = "1s"
 # Grafana's $__rate_interval for these queries: long enough to hold the whole workload, which
 # runs for well under a minute before the panels are asked.
 RATE_INTERVAL = "5m"
+
+
+def _die_with_parent():
+    """preexec_fn: SIGTERM to the child when this process dies (a test killed at its timeout must
+    not leave a Prometheus or the daemons running)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port():
@@ -82,7 +90,7 @@ class Workload:
         # Its own process group: a stop reaches the daemons it started even if it hangs.
         self.proc = subprocess.Popen([self.binary, self.scratch], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=None, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_die_with_parent)
         return self._answer("ready")["targets"]
 
     def phase(self):
@@ -137,7 +145,8 @@ class Prometheus:
              "--storage.tsdb.path", os.path.join(directory, "data"),
              "--web.listen-address", "127.0.0.1:%d" % self.port,
              "--storage.tsdb.retention.time", "1h", "--log.level", "warn"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)
         self.expected_targets = len(targets)
 
     def stop(self):

@@ -487,10 +487,24 @@ void Workload::Teardown() {
   }
 }
 
+// SIGTERM, SIGINT or SIGHUP (the test's harness asks for SIGTERM should it die: PR_SET_PDEATHSIG)
+// end the command loop: the read of stdin is interrupted (no SA_RESTART), a round in progress
+// finishes, and the daemons and mounts are torn down as after `stop`.
+volatile sig_atomic_t g_stop = 0;
+
+void OnStopSignal(int) {
+  g_stop = 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
+  struct sigaction stop {};
+  stop.sa_handler = OnStopSignal;
+  ::sigemptyset(&stop.sa_mask);
+  stop.sa_flags = 0;  // no SA_RESTART: a blocked read returns
+  for (int signal_number : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal_number, &stop, nullptr);
   if (argc != 2) {
     std::cerr << "usage: kvgpu-monitoring-workload SCRATCH_DIR (empty or absent)\n";
     return 2;
@@ -501,8 +515,8 @@ int main(int argc, char** argv) {
   try {
     const json started = workload.Start();
     std::cout << "ready " << started.dump() << std::endl;
-    for (std::string line; std::getline(std::cin, line);) {
-      if (line == "stop") break;
+    for (std::string line; !g_stop && std::getline(std::cin, line);) {
+      if (line == "stop" || g_stop) break;
       Check(line == "phase", "a command: phase or stop", line);
       const json facts = workload.Phase();
       std::cout << "done " << facts.dump() << std::endl;
