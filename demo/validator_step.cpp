@@ -15,8 +15,6 @@
 
 namespace kvgpu::demo {
 
-namespace {
-
 using namespace std::chrono_literals;
 
 // The Node as kubelet reports it once the plugin registered: its resources allocatable, the
@@ -39,50 +37,36 @@ void PublishNode(testing::FakeNode& node, const std::string& name) {
   node.api().SetNode(std::move(object));
 }
 
-// kubelet and the Kata guest for the probe pod, each pod on a thread of its own (the request
-// that created it must return first); joined when this goes away.
-class ProbeKubelet {
- public:
-  ProbeKubelet(testing::FakeNode& node, std::filesystem::path standins)
-      : node_(node), standins_(std::move(standins)) {
-    node_.api().SetPodHooks(
-        {[this](const nlohmann::json& pod) { Created(pod); },
-         [this](const std::string& ns, const std::string& name) { node_.DeletePod(ns, name); }});
-  }
-  ~ProbeKubelet() {
-    node_.api().SetPodHooks({});
-    std::lock_guard lock(mutex_);
-    for (auto& pod : pods_) pod.join();
-  }
-  ProbeKubelet(const ProbeKubelet&) = delete;
-  ProbeKubelet& operator=(const ProbeKubelet&) = delete;
+ProbeKubelet::ProbeKubelet(testing::FakeNode& node, std::filesystem::path standins)
+    : node_(node), standins_(std::move(standins)) {
+  node_.api().SetPodHooks(
+      {[this](const nlohmann::json& pod) { Created(pod); },
+       [this](const std::string& ns, const std::string& name) { node_.DeletePod(ns, name); }});
+}
 
- private:
-  void Created(const nlohmann::json& pod) {
-    std::lock_guard lock(mutex_);
-    pods_.emplace_back([this, pod] {
-      if (!node_.AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
-      const auto& command = pod["spec"]["containers"][0]["command"];
-      auto run = validator::RunCommand(
-          {"env", "PATH=" + (standins_ / "bin").string() + ":/usr/bin:/bin",
-           "KVGPU_FAKE_SMI_OUTPUT=" + (standins_ / "nvidia-smi-q-licensed.txt").string(),
-           "KVGPU_FAKE_CUDA=pass", command[0], command[1], command[2]},
-          10s);
-      const std::string ns = pod["metadata"]["namespace"];
-      const std::string name = pod["metadata"]["name"];
-      // The phase before the log: once the log is there the validator may delete the pod.
-      node_.api().SetPhase(ns, name, "Succeeded");
-      node_.api().SetPodLog(ns, name, run.ok() ? run->out : run.status().message());
-    });
-  }
+ProbeKubelet::~ProbeKubelet() {
+  node_.api().SetPodHooks({});
+  std::lock_guard lock(mutex_);
+  for (auto& pod : pods_) pod.join();
+}
 
-  testing::FakeNode& node_;
-  std::filesystem::path standins_;
-  std::mutex mutex_;
-  std::vector<std::thread> pods_;
-};
-
-}  // namespace
+void ProbeKubelet::Created(const nlohmann::json& pod) {
+  std::lock_guard lock(mutex_);
+  pods_.emplace_back([this, pod] {
+    if (!node_.AdmitPod(pod).ok()) return;  // AdmitPod set it Failed
+    const auto& command = pod["spec"]["containers"][0]["command"];
+    auto run = validator::RunCommand(
+        {"env", "PATH=" + (standins_ / "bin").string() + ":/usr/bin:/bin",
+         "KVGPU_FAKE_SMI_OUTPUT=" + (standins_ / "nvidia-smi-q-licensed.txt").string(),
+         "KVGPU_FAKE_CUDA=pass", command[0], command[1], command[2]},
+        10s);
+    const std::string ns = pod["metadata"]["namespace"];
+    const std::string name = pod["metadata"]["name"];
+    // The phase before the log: once the log is there the validator may delete the pod.
+    node_.api().SetPhase(ns, name, "Succeeded");
+    node_.api().SetPodLog(ns, name, run.ok() ? run->out : run.status().message());
+  });
+}
 
 Result<validator::Outcome> RunValidator(const ValidatorStepInputs& in, const std::string& node) {
   // The doctor reads a tree of the same profile with the installed software laid out:

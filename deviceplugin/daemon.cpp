@@ -220,6 +220,7 @@ Status Daemon::StartManager(StateStore& store) {
   Status started = manager_->Start();
   if (!started.ok()) return started;
   ReportBackend();  // a backend away since the start shows in the metrics (and alert) at once
+  metrics_.OnGpus(manager_->SchedulerState().gpus);
   lifecycle_ = std::make_unique<Lifecycle>(*manager_, *tracker_, events_for_lifecycle_,
                                            lifecycle_options_, lifecycle_metrics_.get());
   for (const std::string& resource : manager_->Resources()) {
@@ -596,6 +597,7 @@ void Daemon::RescanLoop() {
       (void)manager_->Refresh();
       if (dra_.manager) (void)dra_.manager->Refresh();
       ReportBackend();
+      metrics_.OnGpus(manager_->SchedulerState().gpus);
       CheckReadiness();
       registrar_->EnsureServers(manager_->Resources());
       rescan_started_ = 0;

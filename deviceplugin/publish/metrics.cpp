@@ -42,7 +42,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& state_publications;
   prometheus::Gauge& state_generation;
   prometheus::Family<prometheus::Gauge>& backend_connected;
-  prometheus::Family<prometheus::Gauge>& backend_reconnects;
+  prometheus::Family<prometheus::Counter>& backend_reconnects;
   prometheus::Family<prometheus::Histogram>& dra_claim_seconds;
   prometheus::Gauge& dra_prepared_claims;
   prometheus::Family<prometheus::Counter>& dra_slice_passes;
@@ -54,7 +54,16 @@ struct Metrics::Families {
   prometheus::Counter& dra_metadata_write_errors;
   prometheus::Histogram& dra_metadata_write_seconds;
   prometheus::Gauge& dra_metadata_files;
+  prometheus::Family<prometheus::Gauge>& gpu_info;
+  prometheus::Family<prometheus::Gauge>& gpu_vgpus;
+  prometheus::Family<prometheus::Gauge>& gpu_free;
   std::mutex mutex;  // Family::Add is thread-safe, but keeps Histogram bucket args together
+  // The per-GPU series set by the last OnGpus, by family (guarded by gpus_mutex).
+  std::mutex gpus_mutex;
+  std::map<prometheus::Labels, prometheus::Gauge*> gpu_info_now, gpu_vgpus_now, gpu_free_now;
+  // Per GPU, the resources (and their types) it has offered since start: a lock withdraws the
+  // other types from the GPU's list, and their series then say 0 rather than vanish.
+  std::map<std::string, std::map<std::string, std::string>> gpu_resources_seen;
 };
 
 Metrics::Metrics()
@@ -104,9 +113,9 @@ Metrics::Metrics()
           .Name("kvgpu_deviceplugin_backend_connected")
           .Help("1 while the vGPU backend (label backend: sysfs, libvirt) is reachable, else 0")
           .Register(reg),
-      prometheus::BuildGauge()
-          .Name("kvgpu_deviceplugin_backend_reconnects")
-          .Help("Connections to the vGPU backend regained after a loss since start (libvirt)")
+      prometheus::BuildCounter()
+          .Name("kvgpu_deviceplugin_backend_reconnects_total")
+          .Help("Connections to the vGPU backend regained after a loss (libvirt)")
           .Register(reg),
       prometheus::BuildHistogram()
           .Name("kvgpu_deviceplugin_dra_claim_seconds")
@@ -163,6 +172,26 @@ Metrics::Metrics()
           .Help("Device-metadata files the prepared claims hold")
           .Register(reg)
           .Add({}),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_gpu_info")
+          .Help("1 per GPU of the device plugin, labelled with its occupancy mode (strict, "
+                "equal-size, mixed-size, mig), the type its vGPUs lock it to (locked_type, empty "
+                "while it carries none) and the lock key")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_gpu_vgpus")
+          .Help("vGPUs on a GPU, by resource and vGPU type")
+          .Register(reg),
+      prometheus::BuildGauge()
+          .Name("kvgpu_deviceplugin_gpu_free_vgpus")
+          .Help("vGPUs of a resource a GPU can still create now (0 where its lock or room "
+                "forbids one)")
+          .Register(reg),
+      {},
+      {},
+      {},
+      {},
+      {},
       {}});
 }
 
@@ -257,8 +286,57 @@ void Metrics::OnStatePublished(bool ok, uint64_t generation) {
 
 void Metrics::OnBackend(const std::string& backend, const mdev::BackendHealth& health) {
   families_->backend_connected.Add({{"backend", backend}}).Set(health.connected ? 1 : 0);
-  families_->backend_reconnects.Add({{"backend", backend}})
-      .Set(static_cast<double>(health.reconnects));
+  // The backend counts since the daemon's start; the counter follows it (one caller: the rescan).
+  prometheus::Counter& reconnects = families_->backend_reconnects.Add({{"backend", backend}});
+  const double since_start = static_cast<double>(health.reconnects);
+  if (since_start > reconnects.Value()) reconnects.Increment(since_start - reconnects.Value());
+}
+
+namespace {
+// Sets `family` to exactly `values`: the children of `now` not in it are removed.
+void SetExactly(prometheus::Family<prometheus::Gauge>& family,
+                std::map<prometheus::Labels, prometheus::Gauge*>& now,
+                const std::map<prometheus::Labels, double>& values) {
+  for (auto it = now.begin(); it != now.end();) {
+    if (values.contains(it->first)) {
+      ++it;
+    } else {
+      family.Remove(it->second);
+      it = now.erase(it);
+    }
+  }
+  for (const auto& [labels, value] : values) {
+    auto [it, added] = now.try_emplace(labels, nullptr);
+    if (added) it->second = &family.Add(labels);
+    it->second->Set(value);
+  }
+}
+}  // namespace
+
+void Metrics::OnGpus(const std::vector<scheduling::GpuSlots>& gpus) {
+  std::lock_guard lock(families_->gpus_mutex);
+  auto& seen = families_->gpu_resources_seen;
+  std::map<std::string, std::map<std::string, std::string>> still;  // GPUs present now
+  std::map<prometheus::Labels, double> info, vgpus, free;
+  for (const auto& gpu : gpus) {
+    info[{{"gpu", gpu.id},
+          {"occupancy", scheduling::OccupancyName(gpu.occupancy)},
+          {"locked_type", gpu.locked_type},
+          {"lock", gpu.lock}}] = 1;
+    auto& offered = still[gpu.id];
+    offered = seen[gpu.id];
+    for (const auto& [resource, slots] : gpu.resources) offered[resource] = slots.type_id;
+    for (const auto& [resource, type] : offered) {
+      const prometheus::Labels labels = {{"gpu", gpu.id}, {"resource", resource}, {"type", type}};
+      const auto slots = gpu.resources.find(resource);
+      vgpus[labels] = slots == gpu.resources.end() ? 0 : slots->second.used;
+      free[labels] = slots == gpu.resources.end() ? 0 : slots->second.free;
+    }
+  }
+  seen = std::move(still);
+  SetExactly(families_->gpu_info, families_->gpu_info_now, info);
+  SetExactly(families_->gpu_vgpus, families_->gpu_vgpus_now, vgpus);
+  SetExactly(families_->gpu_free, families_->gpu_free_now, free);
 }
 
 void Metrics::OnDraClaim(const std::string& call, std::chrono::nanoseconds took, bool ok,

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "deviceplugin/model/resource_manager.h"
 #include "mdev/backend.h"
+#include "scheduling/gpu_fit.h"
 
 namespace prometheus {
 class Registry;
@@ -52,6 +53,11 @@ class Metrics : public ManagerObserver {
   void OnStatePublished(bool ok, uint64_t generation);
   // After each rescan: whether the backend is reachable, and how often it came back.
   void OnBackend(const std::string& backend, const mdev::BackendHealth& health);
+  // After each rescan, the device plugin's GPUs as the placement rule sees them (the scheduler
+  // state's): per GPU its occupancy mode and lock (kvgpu_deviceplugin_gpu_info), and per GPU and
+  // resource the vGPUs on it and the room left (kvgpu_deviceplugin_gpu_vgpus,
+  // kvgpu_deviceplugin_gpu_free_vgpus). Series of a GPU gone or a lock changed are removed.
+  void OnGpus(const std::vector<scheduling::GpuSlots>& gpus);
 
   // DRA (docs/dra-kubelet-plugin.md): one claim through NodePrepareResources or
   // NodeUnprepareResources (`call` "prepare" / "unprepare"), and the claims prepared after it.

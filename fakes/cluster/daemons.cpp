@@ -52,9 +52,15 @@ WebhookProcess::WebhookProcess(const fs::path& binary, const fs::path& dir)
 
 std::optional<std::string> WebhookProcess::Start(std::chrono::milliseconds timeout) {
   const std::string log_before = process_.Log();
-  process_.set_argv({binary_.string(), "--listen", "127.0.0.1:" + std::to_string(port_),
-                     "--tls-cert-file", (dir_ / "tls.crt").string(), "--tls-key-file",
-                     (dir_ / "tls.key").string()});
+  std::vector<std::string> argv = {binary_.string(),
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(port_),
+                                   "--tls-cert-file",
+                                   (dir_ / "tls.crt").string(),
+                                   "--tls-key-file",
+                                   (dir_ / "tls.key").string()};
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  process_.set_argv(std::move(argv));
   if (!process_.Start()) return process_.error();
   if (port_ == 0) {
     // The port it bound, from its start-up line "... serving HTTPS on 127.0.0.1:0 (port N)".

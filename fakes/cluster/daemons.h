@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fakes/cluster/admission_client.h"
 #include "fakes/cluster/fake_node.h"
@@ -42,6 +43,8 @@ class WebhookProcess {
 
   // Spawns it and waits until /healthz answers over verified TLS; the log when it does not.
   std::optional<std::string> Start(std::chrono::milliseconds timeout = kEventDeadline);
+  // Flags added to every later start (e.g. --metrics-addr).
+  void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
   ChildProcess& process() { return process_; }
   int port() const { return port_; }
   AdmissionClient client() const { return AdmissionClient("127.0.0.1", port_, dir_ / "ca.crt"); }
@@ -53,6 +56,7 @@ class WebhookProcess {
   TestAuthority ca_{"kata-vgpu-demo-ca"};
   ChildProcess process_;
   int port_ = 0;
+  std::vector<std::string> extra_args_;
 };
 
 }  // namespace kvgpu::testing

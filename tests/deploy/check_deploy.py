@@ -268,6 +268,20 @@ def cmd_monitoring(args):
                     family = re.sub(r"_(total|bucket|sum|count)$", "", metric)
                     report.check(metric in exported or family in exported,
                                  "%s: %s is a metric the programs export" % (rule.get("alert"), metric))
+    # The Grafana dashboard's queries too (tests/monitoring asks a real Prometheus; this is the
+    # quick check of the names).
+    dashboard_path = os.path.join(args.deploy, "monitoring", "dashboards", "kata-vgpu.json")
+    with open(dashboard_path) as f:
+        dashboard = json.load(f)
+    exprs = [v["definition"] for v in dashboard["templating"]["list"] if v.get("definition")]
+    for panel in dashboard["panels"]:
+        exprs += [t["expr"] for t in panel.get("targets", [])]
+    report.check(len(exprs) > 10, "the dashboard has queries", dashboard_path)
+    for expr in exprs:
+        for metric in re.findall(r"\bkvgpu_[a-z0-9_]+", expr):
+            family = re.sub(r"_(total|bucket|sum|count)$", "", metric)
+            report.check(metric in exported or family in exported,
+                         "dashboard: %s is a metric the programs export" % metric)
     for wanted in ("KataVgpuWebhookDown", "KataVgpuPluginMissing", "KataVgpuRegistrationFailing",
                    "KataVgpuLeaked"):
         report.check(wanted in alerts, "the rules alert on %s" % wanted)
