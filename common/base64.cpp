@@ -6,29 +6,51 @@ namespace kvgpu {
 
 namespace {
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// Every pair of output characters for 12 input bits: two lookups per three bytes instead of four.
+struct PairTable {
+  char pairs[4096][2];
+  constexpr PairTable() : pairs() {
+    for (unsigned i = 0; i < 4096; ++i) {
+      pairs[i][0] = kAlphabet[i >> 6];
+      pairs[i][1] = kAlphabet[i & 63];
+    }
+  }
+};
+constexpr PairTable kPairs;
+
 }  // namespace
 
-std::string Base64Encode(std::string_view bytes) {
-  // Filled in place (the output size is known): the webhook encodes every patch it sends.
-  std::string out((bytes.size() + 2) / 3 * 4, '=');
-  auto byte = [&](size_t at) {
-    return static_cast<unsigned>(static_cast<unsigned char>(bytes[at]));
-  };
-  size_t in = 0, at = 0;
-  for (; in + 2 < bytes.size(); in += 3) {
-    unsigned triple = (byte(in) << 16) | (byte(in + 1) << 8) | byte(in + 2);
-    out[at++] = kAlphabet[(triple >> 18) & 63];
-    out[at++] = kAlphabet[(triple >> 12) & 63];
-    out[at++] = kAlphabet[(triple >> 6) & 63];
-    out[at++] = kAlphabet[triple & 63];
+void Base64EncodeAppend(std::string& out, std::string_view bytes) {
+  const size_t start = out.size();
+  // Sized once ('=' already fills the padding), then written in place.
+  out.resize(start + (bytes.size() + 2) / 3 * 4, '=');
+  char* to = out.data() + start;
+  const auto* from = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t in = 0;
+  for (; in + 2 < bytes.size(); in += 3, to += 4) {
+    const unsigned triple =
+        (unsigned{from[in]} << 16) | (unsigned{from[in + 1]} << 8) | from[in + 2];
+    const char* high = kPairs.pairs[triple >> 12];
+    const char* low = kPairs.pairs[triple & 4095];
+    to[0] = high[0];
+    to[1] = high[1];
+    to[2] = low[0];
+    to[3] = low[1];
   }
-  size_t rest = bytes.size() - in;  // 0, 1 or 2 bytes left; '=' already fills the padding
+  const size_t rest = bytes.size() - in;  // 0, 1 or 2 bytes left
   if (rest > 0) {
-    unsigned triple = (byte(in) << 16) | (rest == 2 ? byte(in + 1) << 8 : 0u);
-    out[at++] = kAlphabet[(triple >> 18) & 63];
-    out[at++] = kAlphabet[(triple >> 12) & 63];
-    if (rest == 2) out[at] = kAlphabet[(triple >> 6) & 63];
+    const unsigned triple =
+        (unsigned{from[in]} << 16) | (rest == 2 ? unsigned{from[in + 1]} << 8 : 0u);
+    to[0] = kAlphabet[(triple >> 18) & 63];
+    to[1] = kAlphabet[(triple >> 12) & 63];
+    if (rest == 2) to[2] = kAlphabet[(triple >> 6) & 63];
   }
+}
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out;
+  Base64EncodeAppend(out, bytes);
   return out;
 }
 

@@ -8,6 +8,8 @@
 namespace kvgpu {
 
 std::string Base64Encode(std::string_view bytes);
+// Appends the encoding of `bytes` to `out` (the webhook writes its patch straight into the answer).
+void Base64EncodeAppend(std::string& out, std::string_view bytes);
 
 struct Base64Decoded {
   std::string bytes;

@@ -13,6 +13,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
@@ -59,6 +60,28 @@ std::string PathOf(beast::string_view target) {
   std::string path(target);
   if (size_t query = path.find('?'); query != std::string::npos) path.resize(query);
   return path;
+}
+
+// An answer as the bytes Beast's serializer wrote for a response with these fields: status line,
+// Content-Type, Content-Length, "Connection: close" when the connection ends after it, the body.
+// Written into one string, without Beast's response object, its field list and the copy that
+// gathered header and body into one buffer for the TLS stream.
+std::string SerializeResponse(const HttpResponse& answer, bool keep_alive) {
+  const beast::string_view reason = http::obsolete_reason(static_cast<http::status>(answer.status));
+  const std::string length = std::to_string(answer.body.size());
+  std::string out;
+  out.reserve(96 + reason.size() + answer.content_type.size() + answer.body.size());
+  out += "HTTP/1.1 ";
+  out += std::to_string(answer.status);
+  out += ' ';
+  out.append(reason.data(), reason.size());
+  out += "\r\nContent-Type: ";
+  out += answer.content_type;
+  out += "\r\nContent-Length: ";
+  out += length;
+  out += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
+  out += answer.body;
+  return out;
 }
 
 // What one connection holds against the budget. Guarded by Budget's mutex.
@@ -431,24 +454,23 @@ class HttpsServer::Impl::Session : public std::enable_shared_from_this<Session> 
     return false;
   }
 
+  // The answer goes out as one buffer (SerializeResponse): one SSL_write, one TLS record for an
+  // ordinary review's answer.
   void Write(HttpResponse answer, bool keep_alive) {
     Mark(Phase::kWriting);
-    auto response = std::make_shared<http::response<http::string_body>>(
-        static_cast<http::status>(answer.status), 11);
-    response->set(http::field::content_type, answer.content_type);
-    response->body() = std::move(answer.body);
-    response->keep_alive(keep_alive);
-    response->prepare_payload();
+    auto bytes = std::make_shared<std::string>(SerializeResponse(answer, keep_alive));
+    answer.body = std::string();  // freed now: the copy in `bytes` is what is held until written
     Expire(server_->options.write_timeout);
-    http::async_write(stream_, *response,
-                      [self = shared_from_this(), response](const beast::error_code& ec, size_t) {
-                        self->server_->budget.Set(self->account_, 0, 0, true);
-                        self->answered_ = true;
-                        self->prompt_ = false;
-                        if (ec) return;
-                        if (!response->keep_alive()) return self->Shutdown();
-                        self->ReadHead();
-                      });
+    asio::async_write(
+        stream_, asio::buffer(*bytes),
+        [self = shared_from_this(), bytes, keep_alive](const beast::error_code& ec, size_t) {
+          self->server_->budget.Set(self->account_, 0, 0, true);
+          self->answered_ = true;
+          self->prompt_ = false;
+          if (ec) return;
+          if (!keep_alive) return self->Shutdown();
+          self->ReadHead();
+        });
   }
 
   // Answers a refused or malformed request, then closes (the rest of its bytes are not read).

@@ -209,11 +209,12 @@ std::string ContainerText(const InjectedContainer& container, const std::string&
 
 // `part` is found in `whole`: every member `part` names is there with the same value (nested
 // objects likewise); members only `whole` has are ignored, as the API server's defaulting adds
-// some (a hostPath's `type: ""`).
-bool Covers(const json& whole, const json& part) {
+// some (a hostPath's `type: ""`). A top-level member named `skip` is not compared.
+bool Covers(const json& whole, const json& part, std::string_view skip = {}) {
   if (!part.is_object()) return whole == part;
   if (!whole.is_object()) return false;
   for (const auto& [key, value] : part.items()) {
+    if (!skip.empty() && key == skip) continue;
     auto it = whole.find(key);
     if (it == whole.end() || !Covers(*it, value)) return false;
   }
@@ -228,12 +229,11 @@ std::map<std::string, std::string> InjectedVolumeNames(const json& pod_volumes,
   std::map<std::string, std::string> names;
   if (!pod_volumes.is_array()) return names;
   for (const auto& volume : config.volumes) {
-    json source = volume.object;
-    source.erase("name");
     const std::string* found = nullptr;
     for (const auto& candidate : pod_volumes) {
       const json& name = Field(candidate, pod_fields::kName);
-      if (!name.is_string() || !Covers(candidate, source)) continue;
+      // Found by its source: the volume's own name is not compared (no copy without it).
+      if (!name.is_string() || !Covers(candidate, volume.object, "name")) continue;
       found = &name.get_ref<const std::string&>();
       if (*found == volume.name) break;  // the unrenamed one wins over a look-alike
     }

@@ -2,7 +2,7 @@
 // crashes and sanitizer reports it checks the contract: only 200 or 400, every 200 is a valid
 // review response echoing the uid, and every patch applies to the pod it was made for; and the
 // pruned parser against nlohmann::json: JSON for one exactly when JSON for the other, and the
-// same answer as from the whole document.
+// same answer as from the whole document; and its simdjson path against its nlohmann path.
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -33,6 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // to it); the pruned parser is stricter and refuses it.
   if (pruned.error != PrunedReview::Error::kTooDeep && body.find('\0') == std::string_view::npos)
     Require((pruned.error == PrunedReview::Error::kNone) == nlohmann::json::accept(body));
+  // The simdjson path (bodies up to 64 KiB) against nlohmann's SAX parser alone: the same
+  // document, cost and error.
+  PrunedReview streaming = ParsePrunedReviewStreaming(
+      body, {config->opt_out_annotation, config->marker_annotation}, kMaxJsonDepth);
+  Require(pruned.error == streaming.error && pruned.cost == streaming.cost &&
+          pruned.document == streaming.document);
   if (pruned.error == PrunedReview::Error::kNone && !body.empty()) {
     // Nesting is bounded here, so the whole document is safe to build.
     ReviewReply full = HandleReviewDocument(nlohmann::json::parse(body), *config);

@@ -106,66 +106,133 @@ TEST(ReviewParse, OddDocumentsGetTheAnswerOfTheWholeDocument) {
   }
 }
 
-// Values placed where they are skipped and where they are kept: JSON for the pruned parser
-// exactly when it is JSON for nlohmann.
-TEST(ReviewParse, AcceptsExactlyWhatAFullParseAccepts) {
-  const std::vector<std::string> values = {"0",
-                                           "-0",
-                                           "01",
-                                           "1.",
-                                           ".5",
-                                           "-",
-                                           "1e",
-                                           "1e+5",
-                                           "1E-2",
-                                           "-12.5e3",
-                                           "1e400",
-                                           "18446744073709551616",
-                                           "-9223372036854775809",
-                                           "true",
-                                           "tru",
-                                           "nul",
-                                           "null",
-                                           "falsey",
-                                           R"("plain")",
-                                           R"("\u00e9\n\t\/\"\\")",
-                                           R"("\ud83d\ude00")",
-                                           R"("\udc00")",
-                                           R"("\ud800x")",
-                                           R"("\ud800\u0041")",
-                                           R"("\x")",
-                                           R"("\u12g4")",
-                                           "\"caf\xC3\xA9\"",
-                                           "\"\xC0\x80\"",
-                                           "\"\xED\xA0\x80\"",
-                                           "\"\xF4\x90\x80\x80\"",
-                                           "\"\xF0\x9F\x98\x80\"",
-                                           "\"\xE2\x82\"",
-                                           "\"\xF5\x80\x80\x80\"",
-                                           "\"tab\there\"",
-                                           std::string("\"nul\0byte\"", 10),
-                                           "[1,]",
-                                           "[1 2]",
-                                           "{\"a\" 1}",
-                                           "{\"a\":1,}",
-                                           "{,}",
-                                           "[]",
-                                           "{}",
-                                           " [ 1 , { } ] ",
-                                           "\"unterminated",
-                                           "[[[[]]]]",
-                                           "{\"a\":[{\"b\":null}]}"};
-  for (const auto& value : values) {
+// JSON values and near-misses: numbers at and past their ranges, escapes, surrogates, UTF-8
+// good and bad, raw control bytes, broken grammar.
+std::vector<std::string> OddValues() {
+  return {"0",
+          "-0",
+          "01",
+          "1.",
+          ".5",
+          "-",
+          "1e",
+          "1e+5",
+          "1E-2",
+          "-12.5e3",
+          "1e400",
+          "18446744073709551616",
+          "-9223372036854775809",
+          "true",
+          "tru",
+          "nul",
+          "null",
+          "falsey",
+          R"("plain")",
+          R"("\u00e9\n\t\/\"\\")",
+          R"("\ud83d\ude00")",
+          R"("\udc00")",
+          R"("\ud800x")",
+          R"("\ud800\u0041")",
+          R"("\x")",
+          R"("\u12g4")",
+          "\"caf\xC3\xA9\"",
+          "\"\xC0\x80\"",
+          "\"\xED\xA0\x80\"",
+          "\"\xF4\x90\x80\x80\"",
+          "\"\xF0\x9F\x98\x80\"",
+          "\"\xE2\x82\"",
+          "\"\xF5\x80\x80\x80\"",
+          "\"tab\there\"",
+          std::string("\"nul\0byte\"", 10),
+          "[1,]",
+          "[1 2]",
+          "{\"a\" 1}",
+          "{\"a\":1,}",
+          "{,}",
+          "[]",
+          "{}",
+          " [ 1 , { } ] ",
+          "\"unterminated",
+          "[[[[]]]]",
+          "{\"a\":[{\"b\":null}]}"};
+}
+
+// Each odd value where the pruned parser drops it and where it keeps it.
+std::vector<std::string> OddBodies() {
+  std::vector<std::string> bodies;
+  for (const auto& value : OddValues()) {
     for (const std::string& body :
          {value, R"({"request":{"object":{"metadata":{"labels":)" + value + "}}}}",
           R"({"request":{"uid":)" + value + "}}", R"({"kind":)" + value + "} trailing",
           R"({"request":{"object":{"spec":{"containers":[{"resources":{"limits":)" + value +
-              "}}]}}}}"}) {
+              "}}]}}}}",
+          R"({"request":{"object":{"spec":{"volumes":[)" + value + "," + value + "]}}}}"})
+      bodies.push_back(body);
+  }
+  return bodies;
+}
+
+// Values placed where they are skipped and where they are kept: JSON for the pruned parser
+// exactly when it is JSON for nlohmann.
+TEST(ReviewParse, AcceptsExactlyWhatAFullParseAccepts) {
+  for (const std::string& body : OddBodies()) {
+    {
       SCOPED_TRACE(body);
       PrunedReview pruned = ParsePrunedReview(body, {"kata-vgpu.io/injected"}, 128);
       EXPECT_EQ(pruned.error == PrunedReview::Error::kNone, json::accept(body));
       if (json::accept(body)) ExpectSameAnswer(body, *DefaultConfig());
     }
+  }
+}
+
+// The same type at every place, so the decision reports the same errors. The one difference
+// allowed: "-0", signed for nlohmann, unsigned 0 on the simdjson path (equal, and printed alike).
+void ExpectSameTypes(const json& fast, const json& streaming) {
+  if (fast.is_number_integer() && streaming.is_number_integer() && fast == 0 && streaming == 0)
+    return;
+  ASSERT_EQ(fast.type(), streaming.type()) << fast.dump() << " / " << streaming.dump();
+  if (fast.is_object()) {
+    for (auto it = fast.begin(); it != fast.end(); ++it)
+      ExpectSameTypes(it.value(), streaming[it.key()]);
+  } else if (fast.is_array()) {
+    for (size_t i = 0; i < fast.size(); ++i) ExpectSameTypes(fast[i], streaming[i]);
+  }
+}
+
+// ParsePrunedReview takes bodies up to 64 KiB through simdjson; ParsePrunedReviewStreaming is
+// nlohmann's SAX parser alone. Both must keep the same document, charge the same cost and refuse
+// with the same error, on odd values, on every pod case, past the depth and past the cost limit.
+TEST(ReviewParse, TheSimdjsonPathKeepsChargesAndRefusesAsTheStreamingParser) {
+  std::vector<std::pair<std::string, size_t>> cases;  // body, cost limit
+  for (const std::string& body : OddBodies()) cases.emplace_back(body, SIZE_MAX);
+  for (const auto& c : testing::PodCases()) {
+    json review = testing::FixtureReview();
+    c.shape(review["request"]["object"]);
+    cases.emplace_back(review.dump(), SIZE_MAX);
+    cases.emplace_back(review.dump(), DocumentCostLimit(review.dump().size()));
+    cases.emplace_back(review.dump(), 4000);  // stops partway through the kept fields
+  }
+  const std::string fixture = testing::FixtureReview().dump();
+  cases.emplace_back(fixture.substr(0, fixture.size() / 2), SIZE_MAX);  // cut short
+  for (int depth : {120, 127, 128, 129, 140}) {
+    const std::string open(static_cast<size_t>(depth - 4), '[');
+    const std::string close(static_cast<size_t>(depth - 4), ']');
+    // Nested where it is dropped and where it is kept.
+    cases.emplace_back(R"({"request":{"object":{"metadata":{"labels":)" + open + close + "}}}}",
+                       SIZE_MAX);
+    cases.emplace_back(R"({"request":{"object":{"spec":{"volumes":)" + open + close + "}}}}",
+                       SIZE_MAX);
+  }
+  const std::vector<std::string_view> keys = {"kata-vgpu.io/injected", "kata-vgpu.io/inject"};
+  for (const auto& [body, limit] : cases) {
+    SCOPED_TRACE(body.substr(0, 200));
+    PrunedReview fast = ParsePrunedReview(body, keys, 128, limit);
+    PrunedReview streaming = ParsePrunedReviewStreaming(body, keys, 128, limit);
+    EXPECT_EQ(fast.error, streaming.error);
+    EXPECT_EQ(fast.cost, streaming.cost);
+    EXPECT_EQ(fast.document, streaming.document);
+    EXPECT_EQ(fast.document.dump(), streaming.document.dump());
+    ExpectSameTypes(fast.document, streaming.document);
   }
 }
 
