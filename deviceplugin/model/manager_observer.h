@@ -17,7 +17,10 @@ class ManagerObserver {
                              bool /*ok*/) {}
   virtual void OnVgpuRemoved(const std::string& /*resource*/, std::chrono::nanoseconds /*took*/,
                              bool /*ok*/) {}
-  virtual void OnAllocation(const std::string& /*resource*/, const Status& /*result*/) {}
+  // One Allocate call, from kubelet's request to the answer (removals waited for, creates, the
+  // CDI spec), whatever its result.
+  virtual void OnAllocation(const std::string& /*resource*/, const Status& /*result*/,
+                            std::chrono::nanoseconds /*took*/) {}
   virtual void OnDevices(const std::map<std::string, DeviceCounts>& /*per_resource*/) {}
 };
 

@@ -160,14 +160,21 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
 
 Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
+  const auto started = std::chrono::steady_clock::now();
+  auto observe = [&](const Status& result) {
+    if (observer_ != nullptr) {
+      observer_->OnAllocation(resource, result, std::chrono::steady_clock::now() - started);
+    }
+  };
   if (Status shape = CheckRequestShape(resource, containers); !shape.ok()) {
-    if (observer_ != nullptr) observer_->OnAllocation(resource, shape);
+    observe(shape);
     spdlog::warn("allocate refused resource={} reason={}", LogSafe(resource), shape.message());
     return shape;
   }
   BeginAllocating(containers);
   Result<std::vector<ContainerAllocation>> answers = AllocateInFlight(resource, containers);
   EndAllocating(containers, answers.ok() ? &*answers : nullptr);
+  observe(answers.ok() ? Status::Ok() : answers.status());
   return answers;
 }
 
@@ -208,7 +215,6 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateInFlight(
     const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
   EarlierVgpus earlier = JudgeEarlier(resource, containers);
   if (Status removed = RemoveEarlierVgpus(resource, containers, earlier); !removed.ok()) {
-    if (observer_ != nullptr) observer_->OnAllocation(resource, removed);
     spdlog::warn("allocate failed resource={} reason={}", resource, removed.ToString());
     return removed;
   }
@@ -225,7 +231,6 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateInFlight(
     }
   }
   const Status result = answers.ok() ? Status::Ok() : answers.status();
-  if (observer_ != nullptr) observer_->OnAllocation(resource, result);
   if (!result.ok()) {
     spdlog::warn("allocate failed resource={} reason={}", LogSafe(resource), result.ToString());
   }

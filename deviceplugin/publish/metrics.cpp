@@ -35,6 +35,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& devices;
   prometheus::Family<prometheus::Counter>& allocations;
   prometheus::Family<prometheus::Counter>& failures;
+  prometheus::Family<prometheus::Histogram>& allocate_seconds;
   prometheus::Family<prometheus::Histogram>& create_seconds;
   prometheus::Family<prometheus::Histogram>& remove_seconds;
   prometheus::Family<prometheus::Counter>& registrations;
@@ -83,6 +84,11 @@ Metrics::Metrics()
       prometheus::BuildCounter()
           .Name("kvgpu_deviceplugin_allocation_failures_total")
           .Help("Allocate calls that failed, by resource and reason")
+          .Register(reg),
+      prometheus::BuildHistogram()
+          .Name("kvgpu_deviceplugin_allocate_seconds")
+          .Help("Allocate calls, from kubelet's request to the answer (removals waited for, "
+                "creates, the CDI spec), by resource and result")
           .Register(reg),
       prometheus::BuildHistogram()
           .Name("kvgpu_deviceplugin_vgpu_create_seconds")
@@ -250,7 +256,12 @@ void Metrics::OnVgpuRemoved(const std::string& resource, std::chrono::nanosecond
       .Observe(Seconds(took));
 }
 
-void Metrics::OnAllocation(const std::string& resource, const Status& result) {
+void Metrics::OnAllocation(const std::string& resource, const Status& result,
+                           std::chrono::nanoseconds took) {
+  std::lock_guard lock(families_->mutex);
+  families_->allocate_seconds
+      .Add({{"resource", resource}, {"result", result.ok() ? "ok" : "error"}}, kLatencyBuckets)
+      .Observe(Seconds(took));
   if (result.ok()) {
     families_->allocations.Add({{"resource", resource}}).Increment();
   } else {

@@ -45,7 +45,8 @@ class Metrics : public ManagerObserver {
 
   void OnVgpuCreated(const std::string& resource, std::chrono::nanoseconds took, bool ok) override;
   void OnVgpuRemoved(const std::string& resource, std::chrono::nanoseconds took, bool ok) override;
-  void OnAllocation(const std::string& resource, const Status& result) override;
+  void OnAllocation(const std::string& resource, const Status& result,
+                    std::chrono::nanoseconds took) override;
   void OnDevices(const std::map<std::string, DeviceCounts>& per_resource) override;
   void OnRegistration(const std::string& resource, bool ok);
   void OnPush(const std::string& resource, std::chrono::nanoseconds took);

@@ -575,6 +575,11 @@ TEST_F(PluginFlowTest, KernelRefusalRollsBackAndIsReported) {
   std::string metrics = daemon_->metrics().Render();
   EXPECT_NE(metrics.find("kvgpu_deviceplugin_allocation_failures_total{reason="), std::string::npos)
       << metrics;
+  // The refused call is timed too, under its result: the dashboard's Allocate latency panel.
+  EXPECT_NE(metrics.find(std::string("kvgpu_deviceplugin_allocate_seconds_count{resource=\"") +
+                         k222 + "\",result=\"error\"} 1"),
+            std::string::npos)
+      << metrics;
 }
 
 // The fake must refuse what kubelet refuses, or the flows above would prove less.

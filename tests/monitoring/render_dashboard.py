@@ -145,7 +145,7 @@ def draw(prom, dashboard, chosen, start, end, scratch, output):
     free = sorted((short(s["metric"]["resource"]), float(s["value"][1]))
                   for s in instant(prom, dashboard, chosen, "vGPUs free per type"))
     bars("vGPUs free per type (the types with room)", [(n, v) for n, v in free if v])
-    timeseries("vGPU creation (percentiles)", "seconds", "A", "C")
+    timeseries("Allocate (percentiles)", "seconds", "A", "C")
     timeseries("DRA prepared claims", "claims")
     timeseries("Admission webhook", "seconds", "B")
 

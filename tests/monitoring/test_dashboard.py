@@ -291,7 +291,7 @@ class PanelsAnswerTest(unittest.TestCase):
         self.assertEqual(files.get(("node-a", "token")), 1, files)
 
     def test_latency_panels_have_percentiles(self):
-        for title in ("vGPU creation (percentiles)", "NodePrepareResources per claim",
+        for title in ("Allocate (percentiles)", "NodePrepareResources per claim",
                       "Admission webhook", "Scheduler extender"):
             for value in harness.finite_samples(self.ask(title)):
                 self.assertGreater(value, 0, title)
