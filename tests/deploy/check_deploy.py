@@ -45,16 +45,23 @@ CERT_DIR = "certs-by-gen-webhook-cert.sh"
 
 
 class Report:
+    """Counts and prints each check; keeps their names (a failure with its detail), so that a
+    test of the checks themselves (a `--bite` run) can ask which failed and which passed."""
+
     def __init__(self):
         self.passed = 0
         self.failed = 0
+        self.passes = []
+        self.failures = []
 
     def check(self, ok, what, detail=""):
         if ok:
             self.passed += 1
+            self.passes.append(what)
             print("ok   %s" % what)
         else:
             self.failed += 1
+            self.failures.append("%s: %s" % (what, detail))
             print("FAIL %s%s" % (what, (": " + detail) if detail else ""))
         return ok
 

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import ctypes
 import http.client
+import http.server
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,6 +134,39 @@ class _Process:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
+
+
+class JsonHttpsServer:
+    """A JSON-over-HTTPS server on loopback, on threads of this process: each POST's JSON body is
+    handed to `answer(path, request)` and what it returns is sent back as JSON, status 200. What
+    the scenarios put where the API server or the scheduler expects a webhook or an extender of
+    someone else's (a second webhook, an extender that answers every node)."""
+
+    def __init__(self, answer, cert, key, port=0):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(handler):
+                request = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+                body = json.dumps(answer(handler.path, request)).encode()
+                handler.send_response(200)
+                handler.send_header("Content-Type", "application/json")
+                handler.send_header("Content-Length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def log_message(handler, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class ControlPlane:
@@ -477,15 +512,25 @@ current-context: kata-vgpu-test
         # controller takes it off once the Node is Ready. That controller would also taint a Node
         # without heartbeats unreachable within a minute, so it is not relied on: the taint is
         # taken off here, as the controller would (without this the scheduler binds nothing).
-        taints = [t for t in (answer.get("spec", {}).get("taints") or [])
-                  if t.get("key") != "node.kubernetes.io/not-ready"]
-        status, answer = self.request("PATCH", "/api/v1/nodes/%s" % name,
-                                      {"metadata": {"resourceVersion": answer["metadata"]["resourceVersion"]},
-                                       "spec": {"taints": taints or None}},
-                                      content_type="application/merge-patch+json")
-        if status != 200:
-            raise ControlPlaneError("taking the not-ready taint off Node %s: HTTP %d %s" % (name, status, answer))
-        return answer
+        # Where that controller runs it writes the same Node meanwhile: a 409 on the precondition
+        # reads the Node again and tries again.
+        deadline = time.monotonic() + 60
+        while True:
+            taints = answer.get("spec", {}).get("taints") or []
+            kept = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]
+            if len(kept) == len(taints):
+                return answer
+            status, patched = self.request("PATCH", "/api/v1/nodes/%s" % name,
+                                           {"metadata": {"resourceVersion": answer["metadata"]["resourceVersion"]},
+                                            "spec": {"taints": kept or None}},
+                                           content_type="application/merge-patch+json")
+            if status == 200:
+                return patched
+            if status != 409 or time.monotonic() > deadline:
+                raise ControlPlaneError("taking the not-ready taint off Node %s: HTTP %d %s" % (name, status, patched))
+            status, answer = self.request("GET", "/api/v1/nodes/%s" % name)
+            if status != 200:
+                raise ControlPlaneError("reading Node %s: HTTP %d %s" % (name, status, answer))
 
     def kubectl(self, *args, token=None, input=None, check=True, timeout=120):
         """Runs this release's kubectl against the plane; CompletedProcess with text output."""

@@ -299,17 +299,6 @@ def check_overlay(cp, report, name, directory, kubectl):
             raise controlplane.ControlPlaneError("deleting %s's objects failed: %s" % (name, deleted.stderr))
 
 
-class RecordingReport(check_deploy.Report):
-    def __init__(self):
-        super().__init__()
-        self.failures = []
-
-    def check(self, ok, what, detail=""):
-        if not ok:
-            self.failures.append("%s: %s" % (what, detail))
-        return super().check(ok, what, detail)
-
-
 # A feature gate per release that can be switched off and makes the API server drop a field
 # overlays/dra sets. In 1.37 DRAExtendedResource is GA and locked on, and overlays/dra sets no
 # field behind a gate that release lets be switched off: there only the RBAC half bites.
@@ -334,7 +323,7 @@ def bite(args, bin_dir):
             return report.finish()
         with open(rbac, "w") as f:
             f.write(broken)
-        inner = RecordingReport()
+        inner = check_deploy.Report()
         with controlplane.ControlPlane(bin_dir, feature_gates={gate: "false"} if gate else None) as cp:
             with check_deploy.scratch_deploy(copy) as deploy:
                 print("--- the broken deploy/, where FAIL is expected:")

@@ -631,17 +631,6 @@ def gate_off_check(args, bin_dir, protos, report, tmp):
             scenario.stop()
 
 
-class RecordingReport(check_deploy.Report):
-    def __init__(self):
-        super().__init__()
-        self.failures = []
-        self.passes = []
-
-    def check(self, ok, what, detail=""):
-        (self.passes if ok else self.failures).append(what if ok else "%s: %s" % (what, detail))
-        return super().check(ok, what, detail)
-
-
 def strict_told_equal_size(node, config_text):
     """The strict node's daemon configured for equal-size T4s: it confirms two 1 GiB types on one
     GPU (and on 1.37 declares groups that let the scheduler put them there)."""
@@ -704,7 +693,7 @@ def main():
     try:
         for what, broken, broken_objects, deadline, must_fail, must_pass in (
                 BITES if args.bite else [(None, None, None, DEADLINE, [], [])]):
-            report = RecordingReport() if args.bite else outer
+            report = check_deploy.Report() if args.bite else outer
             with tempfile.TemporaryDirectory(prefix="kvgpu-k8s-dra-") as tmp:
                 with controlplane.ControlPlane(bin_dir, controller_manager=True, scheduler=True, feature_gates=gates,
                                                workdir=os.path.join(tmp, "plane")) as cp:

@@ -43,7 +43,6 @@ are not built and Go is not installed.
 """
 import argparse
 import copy
-import http.server
 import json
 import os
 import pathlib
@@ -399,47 +398,29 @@ class EveryNodeExtender:
 
     def __init__(self, api, port, cert, key):
         self.calls = {"filter": 0, "prioritize": 0, "bind": 0, "preempt": 0}
+        self.api = api
+        self.server = controlplane.JsonHttpsServer(self.answer, cert, key, port)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(handler):
-                verb = handler.path.strip("/")
-                args = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
-                self.calls[verb] = self.calls.get(verb, 0) + 1
-                if verb == "filter":
-                    answer = {"NodeNames": args.get("NodeNames"), "FailedNodes": {},
-                              "FailedAndUnresolvableNodes": {}, "Error": ""}
-                elif verb == "prioritize":
-                    answer = [{"Host": n, "Score": 0} for n in (args.get("NodeNames") or [])]
-                elif verb == "bind":
-                    status, body = api.request(
-                        "POST", "/api/v1/namespaces/%s/pods/%s/binding" % (args["PodNamespace"], args["PodName"]),
-                        {"apiVersion": "v1", "kind": "Binding",
-                         "metadata": {"name": args["PodName"], "namespace": args["PodNamespace"],
-                                      "uid": args["PodUID"]},
-                         "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]}})
-                    answer = {"Error": "" if status == 201 else "HTTP %d %s" % (status, body)}
-                else:
-                    answer = {"NodeNameToMetaVictims": args.get("NodeNameToMetaVictims") or {}}
-                body = json.dumps(answer).encode()
-                handler.send_response(200)
-                handler.send_header("Content-Type", "application/json")
-                handler.send_header("Content-Length", str(len(body)))
-                handler.end_headers()
-                handler.wfile.write(body)
-
-            def log_message(handler, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def answer(self, path, args):
+        verb = path.strip("/")
+        self.calls[verb] = self.calls.get(verb, 0) + 1
+        if verb == "filter":
+            return {"NodeNames": args.get("NodeNames"), "FailedNodes": {},
+                    "FailedAndUnresolvableNodes": {}, "Error": ""}
+        if verb == "prioritize":
+            return [{"Host": n, "Score": 0} for n in (args.get("NodeNames") or [])]
+        if verb == "bind":
+            status, body = self.api.request(
+                "POST", "/api/v1/namespaces/%s/pods/%s/binding" % (args["PodNamespace"], args["PodName"]),
+                {"apiVersion": "v1", "kind": "Binding",
+                 "metadata": {"name": args["PodName"], "namespace": args["PodNamespace"],
+                              "uid": args["PodUID"]},
+                 "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]}})
+            return {"Error": "" if status == 201 else "HTTP %d %s" % (status, body)}
+        return {"NodeNameToMetaVictims": args.get("NodeNameToMetaVictims") or {}}
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 # --- the scenario -----------------------------------------------------------------------------------
@@ -828,17 +809,6 @@ BITE_FAILS = ["the burst: no pod is bound to a node whose GPUs cannot create its
 BITE_PASSES = ["the burst's", "each device plugin", "kube-scheduler runs deploy/scheduler"]
 
 
-class RecordingReport(check_deploy.Report):
-    def __init__(self):
-        super().__init__()
-        self.failures = []
-        self.passes = []
-
-    def check(self, ok, what, detail=""):
-        (self.passes if ok else self.failures).append(what if ok else "%s: %s" % (what, detail))
-        return super().check(ok, what, detail)
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", required=True, help="a release pinned in tests/k8s/peers, e.g. 1.37")
@@ -865,7 +835,7 @@ def main():
 
     started = time.monotonic()
     outer = check_deploy.Report()
-    report = RecordingReport() if args.bite else outer
+    report = check_deploy.Report() if args.bite else outer
     # Unix socket paths are limited to 107 bytes: the nodes live in a short directory.
     top = tempfile.mkdtemp(prefix="kx-", dir="/tmp")
     scenario = Scenario(args, bin_dir, report, top)

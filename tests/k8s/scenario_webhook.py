@@ -41,7 +41,6 @@ are not built and Go is not installed, or kvgpu-webhook is not built.
 import argparse
 import base64
 import copy
-import http.server
 import json
 import os
 import re
@@ -49,7 +48,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 
@@ -156,44 +154,25 @@ class SecondWebhook:
 
     def __init__(self, cert, key):
         self.calls = []
-        owner = self
+        self.server = controlplane.JsonHttpsServer(self.answer, cert, key)
+        self.port = self.server.port
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                request = review["request"]
-                obj = request["object"]
-                owner.calls.append(obj)
-                names = [c["name"] for c in obj["spec"]["containers"]]
-                response = {"uid": request["uid"], "allowed": True}
-                if SecondWebhook.ADDED not in names:
-                    patch = [{"op": "add", "path": "/spec/containers/-",
-                              "value": {"name": SecondWebhook.ADDED, "image": "x",
-                                        "resources": {"limits": {VGPU: "1"}}}}]
-                    response["patchType"] = "JSONPatch"
-                    response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": response}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def answer(self, _path, review):
+        request = review["request"]
+        obj = request["object"]
+        self.calls.append(obj)
+        names = [c["name"] for c in obj["spec"]["containers"]]
+        response = {"uid": request["uid"], "allowed": True}
+        if SecondWebhook.ADDED not in names:
+            patch = [{"op": "add", "path": "/spec/containers/-",
+                      "value": {"name": SecondWebhook.ADDED, "image": "x",
+                                "resources": {"limits": {VGPU: "1"}}}}]
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 class Scenario:
@@ -484,17 +463,6 @@ class Scenario:
             self.webhook.stop()
 
 
-class RecordingReport(check_deploy.Report):
-    def __init__(self):
-        super().__init__()
-        self.failures = []
-        self.passes = []
-
-    def check(self, ok, what, detail=""):
-        (self.passes if ok else self.failures).append(what if ok else "%s: %s" % (what, detail))
-        return super().check(ok, what, detail)
-
-
 def renamed_sidecar(config_text):
     """A webhook config whose licensing sidecar is not nvidia-gridd (the one the policy allows)."""
     config = yaml.safe_load(config_text) or {}
@@ -544,7 +512,7 @@ def main():
     started = time.monotonic()
     outer = check_deploy.Report()
     for what, broken, must_fail, must_pass in (BITES if args.bite else [(None, None, [], [])]):
-        report = RecordingReport() if args.bite else outer
+        report = check_deploy.Report() if args.bite else outer
         with tempfile.TemporaryDirectory(prefix="kvgpu-k8s-webhook-") as tmp:
             with controlplane.ControlPlane(bin_dir, workdir=os.path.join(tmp, "plane")) as cp:
                 print("control plane of %s up in %.1f s" % (args.release, time.monotonic() - started))
