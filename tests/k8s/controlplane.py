@@ -485,6 +485,20 @@ current-context: kata-vgpu-test
         except ValueError:
             return response.status, raw
 
+    def wait_https_ready(self, what, port, ca, processes):
+        """Waits until one of our programs answers GET /readyz with 200 over HTTPS on loopback,
+        its certificate checked against `ca`; fails at once when one of `processes` exits."""
+        context = ssl.create_default_context(cafile=ca)
+
+        def ready():
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+            try:
+                conn.request("GET", "/readyz")
+                return conn.getresponse().status == 200
+            finally:
+                conn.close()
+        self._wait(what, ready, processes)
+
     def register_node(self, name, allocatable=None, labels=None, annotations=None):
         """A Node without a kubelet, for scheduler-only scenarios: created, then its status patched
         Ready with the given allocatable (also its capacity) besides cpu, memory and pods, as a

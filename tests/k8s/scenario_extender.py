@@ -548,18 +548,8 @@ class Scenario:
         }) + ["--kubeconfig", kubeconfig]
         self.extender = controlplane._Process("kvgpu-scheduler-extender", argv,
                                               os.path.join(self.top, "extender.log"))
-        context = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
-
-        def ready():
-            import http.client
-            conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
-            try:
-                conn.request("GET", "/readyz")
-                return conn.getresponse().status == 200
-            finally:
-                conn.close()
-        self.cp._wait("kvgpu-scheduler-extender answers /readyz (it follows nodes and pods)", ready,
-                      [self.extender])
+        self.cp.wait_https_ready("kvgpu-scheduler-extender answers /readyz (it follows nodes and pods)",
+                                 port, os.path.join(pki, "ca.crt"), [self.extender])
 
     def stop(self):
         self.watching.set()

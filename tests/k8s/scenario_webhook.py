@@ -44,7 +44,6 @@ import copy
 import json
 import os
 import re
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -206,17 +205,8 @@ class Scenario:
             "--tls-cert-file=" + os.path.join(pki, "webhook.crt"),
             "--tls-key-file=" + os.path.join(pki, "webhook.key"),
             "--config=" + config, "--workers=2"], self.webhook_log)
-        context = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
-
-        def ready():
-            import http.client
-            conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
-            try:
-                conn.request("GET", "/readyz")
-                return conn.getresponse().status == 200
-            finally:
-                conn.close()
-        self.cp._wait("kvgpu-webhook answers /readyz", ready, [self.webhook])
+        self.cp.wait_https_ready("kvgpu-webhook answers /readyz", port, os.path.join(pki, "ca.crt"),
+                                 [self.webhook])
         return port
 
     def setup(self, broken_config=None):
