@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cross_program.h"
 #include "mdev/gpu_mode_probe.h"
 #include "mdev/sysfs_io.h"
 
@@ -42,7 +43,7 @@ struct Options {
   fs::path containerd_config = "/etc/containerd/config.toml";
   fs::path kubelet_dir = "/var/lib/kubelet";
   fs::path state_dir = "/var/lib/kata-vgpu";
-  fs::path licensing_dir = "/var/lib/kata-vgpu/licensing";
+  fs::path licensing_dir{kLicensingDir};
   fs::path kata_dir = "/opt/kata";
   fs::path install_prefix = "/opt/kata-vgpu";
   // Where the Kata release comes from: a file holding `kata-runtime --version`'s output (or just
