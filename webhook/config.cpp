@@ -337,7 +337,7 @@ Result<std::shared_ptr<const Config>> Build(const json& in) {
   if (!ReadPolicy(check, in, config.get())) return fail();
   ContainerSpec driver, gridd;
   if (!ReadInjections(check, in, config.get(), driver, gridd)) return fail();
-  ComposeInjections(driver, gridd, *config);
+  ComposeInjections(driver, gridd, config->sidecar_mode, config->hot_plug, config->cold_plug);
   return std::shared_ptr<const Config>(std::move(config));
 }
 
