@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mdev/sysfs_backend.h"
-#include "mdev/vgpuctl/doctor.h"
+#include "mdev/vgpuctl/doctor_types.h"
 
 namespace kvgpu::doctor::internal {
 
