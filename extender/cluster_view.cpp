@@ -288,10 +288,37 @@ bool ClusterView::SeenDeleted(const std::string& uid) const {
   return deleted_.contains(uid);
 }
 
+void ClusterView::ForgetPod(const std::string& uid) {
+  auto it = pods_.find(uid);
+  if (it == pods_.end()) return;
+  const auto now = steady_now_();
+  std::erase_if(gone_, [&](const auto& entry) { return now - entry.second.at > kGoneFor; });
+  if (!it->second.node.empty()) gone_[uid] = Gone{std::move(it->second), now};
+  pods_.erase(it);
+}
+
+std::vector<BoundPod> ClusterView::GoneHolders(const std::string& node,
+                                               const std::set<std::string>& holders) const {
+  std::lock_guard lock(mutex_);
+  const auto now = steady_now_();
+  std::set<std::string> held_now;
+  for (const auto& [uid, pod] : pods_) {
+    if (pod.node == node) held_now.insert(pod.key);
+  }
+  std::vector<BoundPod> out;
+  for (const auto& [uid, gone] : gone_) {
+    if (gone.pod.node != node || now - gone.at > kGoneFor) continue;
+    if (holders.contains(gone.pod.key) && !held_now.contains(gone.pod.key)) {
+      out.push_back(gone.pod);
+    }
+  }
+  return out;
+}
+
 void ClusterView::PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed) {
   ++bound_version_;
   if (node.empty() || pod.Finished()) {
-    pods_.erase(pod.uid);
+    ForgetPod(pod.uid);
     return;
   }
   Result<std::vector<scheduling::Demand>> demand = PodDemand(pod, prefix_);
@@ -336,7 +363,7 @@ void ClusterView::PodChanged(kube::WatchEventType type, const kube::PodInfo& pod
   std::lock_guard lock(mutex_);
   if (type == kube::WatchEventType::kDeleted) {
     ++bound_version_;
-    pods_.erase(pod.uid);
+    ForgetPod(pod.uid);
     const auto now = steady_now_();
     std::erase_if(deleted_, [&](const auto& entry) { return now - entry.second > assume_for_; });
     deleted_[pod.uid] = now;

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +29,13 @@
 namespace kvgpu::extender {
 
 inline constexpr std::chrono::seconds kAssumeFor{30};
+
+// How long the view remembers a vGPU pod that left its node (deleted, or finished): the device
+// plugin removes such a pod's vGPUs only after its grace period (`lifecycle.gracePeriod`, 30 s
+// shipped) and publishes that a moment later, and until then its published state still lists
+// the pod among the holders. Several grace periods, so a busy node's late removal is still known
+// for what it is.
+inline constexpr std::chrono::seconds kGoneFor{180};
 
 class ClusterView {
  public:
@@ -75,6 +83,12 @@ class ClusterView {
   Watched Watch(const std::vector<CandidateNode>& nodes, int64_t now_unix_ms) const;
   Watched Watch(const std::vector<CandidateNode>& nodes) const { return Watch(nodes, NowUnixMs()); }
 
+  // The pods that left `node` (deleted or finished) within kGoneFor and that `holders` (its
+  // published state's) still names: vGPUs the plugin will remove. A name a pod bound there now
+  // holds is not one of them (a pod made again under its old name).
+  std::vector<BoundPod> GoneHolders(const std::string& node,
+                                    const std::set<std::string>& holders) const;
+
   void SyncPods(const std::vector<kube::PodInfo>& pods);
   void PodChanged(kube::WatchEventType type, const kube::PodInfo& pod);
   // The extender bound `pod` to `node` itself: count it before the watch shows it.
@@ -110,6 +124,8 @@ class ClusterView {
  private:
   // With mutex_ held.
   void PutPod(const kube::PodInfo& pod, const std::string& node, bool assumed);
+  // The pod `uid` leaves pods_; remembered in gone_ when it was bound to a node.
+  void ForgetPod(const std::string& uid);
   void PutLedger(const std::string& node, const std::optional<std::string>& text);
   bool SeenDeleted(const std::string& uid) const;
   std::shared_ptr<const BoundByNode> BoundPodsByNodeLocked(int64_t now_unix_ms) const;
@@ -166,6 +182,12 @@ class ClusterView {
   // Pods the watch saw deleted, by uid, and when: a ledger entry of theirs takes nothing (kept
   // as long as an entry lives).
   std::map<std::string, std::chrono::steady_clock::time_point> deleted_;
+  // vGPU pods that left their node, by uid, and when (GoneHolders); pruned by age.
+  struct Gone {
+    BoundPod pod;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, Gone> gone_;
   uint64_t next_order_ = 0;
   // Bumped whenever pods_, ledgers_ or deleted_ change what BoundPodsByNode gives.
   uint64_t bound_version_ = 0;

@@ -255,12 +255,38 @@ Result<json> Extender::Preempt(const json& body) {
   const int64_t now = now_();
   const std::shared_ptr<const ClusterView::BoundByNode> bound = view_.BoundPodsByNode(now);
   const std::vector<BoundPod> none;
+  auto bound_on = [&](const std::string& node) -> const std::vector<BoundPod>& {
+    const auto here = bound->find(node);
+    return here != bound->end() ? here->second : none;
+  };
   std::map<std::string, NodeVictims> kept;
+  if (const std::string& nominated = args->pod.nominated_node; !nominated.empty()) {
+    // kube-scheduler preempted for this pod on `nominated` before, and tries again once no
+    // victim there is terminating: their pod objects are gone, but the plugin removes their
+    // vGPUs only after its grace period, so the filter still finds that node full. New victims
+    // elsewhere would be a second preemption for one pod; with no candidate, kube-scheduler
+    // keeps the nomination and retries when the Node's state changes.
+    const auto state = view_.State(nominated);
+    if (state && state->ok()) {
+      const std::vector<BoundPod>& on_node = bound_on(nominated);
+      const std::vector<BoundPod> gone = view_.GoneHolders(nominated, state->value().holders);
+      if (!gone.empty() &&
+          JudgeNode(state.get(), on_node, args->pod.uid, *demand, now, options_.fit).kind ==
+              NodeVerdict::Kind::kFull &&
+          JudgePreemption(state.get(), on_node, gone, args->pod.uid, *demand, now, options_.fit)
+                  .kind == NodeVerdict::Kind::kFits) {
+        spdlog::info(
+            "preempt pod={}: no new victims, its nominated node {} has room once the vGPUs of {} "
+            "gone pod(s) are removed",
+            LogSafe(args->pod.Key()), LogSafe(nominated), gone.size());
+        return PreemptionResult(kept);
+      }
+    }
+  }
   for (const auto& [node, victims] : args->nodes) {
     // kube-scheduler fails the whole preemption on a node answered without victims.
     if (victims.pods.empty()) continue;
-    const auto here = bound->find(node);
-    const std::vector<BoundPod>& on_node = here != bound->end() ? here->second : none;
+    const std::vector<BoundPod>& on_node = bound_on(node);
     const auto state = view_.State(node);
     const NodeVerdict verdict = JudgePreemption(
         state.get(), on_node, VictimsOn(node, victims, on_node, options_.resource_prefix),

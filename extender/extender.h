@@ -57,7 +57,9 @@ class Extender {
   nlohmann::json Bind(const nlohmann::json& body);
   // ExtenderPreemptionResult: the candidate nodes where the victims make room for the pod's
   // vGPUs (preemption.h), each with the victims kube-scheduler chose, unchanged; a pod without
-  // vGPUs gets every node back as sent. kInvalid for arguments of another shape.
+  // vGPUs gets every node back as sent. None at all for a pod whose nominated node will have room
+  // once the plugin removes the vGPUs of pods already gone (ClusterView::GoneHolders): it waits
+  // for them instead of costing a second victim. kInvalid for arguments of another shape.
   Result<nlohmann::json> Preempt(const nlohmann::json& body);
 
   // POST /filter, /prioritize, /bind, /preempt (JSON; /preempt answers 400 to bad arguments); GET

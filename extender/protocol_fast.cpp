@@ -207,7 +207,7 @@ bool ReadPod(od::value value, kube::PodInfo& pod) {
   bool is_object = false;
   if (!AsObject(value, 1, object, is_object) || !is_object) return false;
   bool has_metadata = false;
-  std::string uid, namespace_name, name, node_name;
+  std::string uid, namespace_name, name, node_name, nominated_node;
   std::vector<kube::ContainerInfo> init_containers, containers;
   static constexpr std::string_view kPod[] = {"metadata", "spec", "status"};
   const bool read = Fields(object, 1, kPod, [&](int index, od::value inner) {
@@ -247,9 +247,10 @@ bool ReadPod(od::value value, kube::PodInfo& pod) {
                           : ReadContainers(item, 3, false, containers);
       });
     }
-    static constexpr std::string_view kStatus[] = {"phase"};
-    return Fields(part, 2, kStatus,
-                  [&](int, od::value phase) { return StringOrEmpty(phase, 3, pod.phase); });
+    static constexpr std::string_view kStatus[] = {"phase", "nominatedNodeName"};
+    return Fields(part, 2, kStatus, [&](int field, od::value text) {
+      return StringOrEmpty(text, 3, field == 0 ? pod.phase : nominated_node);
+    });
   });
   if (!read || !has_metadata) return false;
   pod.uid = PeerName(uid);
@@ -257,6 +258,7 @@ bool ReadPod(od::value value, kube::PodInfo& pod) {
   pod.name = PeerName(name);
   if (pod.uid.empty() || pod.namespace_name.empty() || pod.name.empty()) return false;
   pod.node_name = PeerName(node_name);
+  pod.nominated_node = PeerName(nominated_node);
   pod.containers = std::move(init_containers);
   for (kube::ContainerInfo& container : containers) pod.containers.push_back(std::move(container));
   return true;

@@ -60,7 +60,9 @@ Result<PodInfo> ParsePod(const nlohmann::json& pod) {
   const nlohmann::json empty = nlohmann::json::object();
   const auto& spec = pod.contains("spec") ? pod["spec"] : empty;
   info.node_name = PeerName(StringField(spec, "nodeName"));
-  info.phase = pod.contains("status") ? StringField(pod["status"], "phase") : "";
+  const auto& status = pod.contains("status") ? pod["status"] : empty;
+  info.phase = StringField(status, "phase");
+  info.nominated_node = PeerName(StringField(status, "nominatedNodeName"));
   AddContainers(spec, "initContainers", true, &info);
   AddContainers(spec, "containers", false, &info);
   return info;

@@ -23,6 +23,8 @@ struct PodInfo {
   std::string namespace_name;
   std::string name;
   std::string node_name;
+  // status.nominatedNodeName: where kube-scheduler means the pod to go after preempting there.
+  std::string nominated_node;
   std::string phase;      // Pending, Running, Succeeded, Failed, Unknown; empty when not yet set
   bool deleting = false;  // metadata.deletionTimestamp is set
   std::string resource_version;

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "extender/node_fit.h"
@@ -74,6 +75,32 @@ TEST(ClusterViewTest, AStateIsParsedOncePerTextAndItsMemoGoesWithIt) {
   view.NodeChanged(kube::WatchEventType::kDeleted, Node("n1", "S2"));
   EXPECT_FALSE(view.StateAndMemo("n1").state);
   EXPECT_FALSE(view.StateAndMemo("n1").memo);
+}
+
+TEST(ClusterViewTest, PodsThatLeftANodeAreGoneHoldersWhileItsStateListsThemForAWhile) {
+  auto steady = std::chrono::steady_clock::time_point{} + 1h;
+  ClusterView view("tencent.com/vgpu-", kAssumeFor, [&] { return steady; });
+  view.SyncPods({Pod("a", "n1", 1, "Running"), Pod("b", "n1", 2, "Running"),
+                 Pod("c", "n2", 1, "Running"), Pod("d", "n1", 0, "Running")});
+  view.PodChanged(kube::WatchEventType::kDeleted, Pod("a", "n1", 1, "Running"));
+  view.PodChanged(kube::WatchEventType::kModified, Pod("b", "n1", 2, "Succeeded"));
+  view.PodChanged(kube::WatchEventType::kDeleted, Pod("c", "n2", 1, "Running"));
+  view.PodChanged(kube::WatchEventType::kDeleted, Pod("d", "n1", 0, "Running"));
+  const std::set<std::string> holders = {"ml/a", "ml/b", "ml/c", "ml/d"};
+  EXPECT_EQ(Keys(view.GoneHolders("n1", holders)), (std::vector<std::string>{"ml/a", "ml/b"}))
+      << "deleted and finished; c left another node; d held no vGPU";
+  EXPECT_EQ(view.GoneHolders("n1", holders)[1].demand,
+            (std::vector<scheduling::Demand>{{{"tencent.com/vgpu-222", 2}}}))
+      << "with what each held";
+  EXPECT_EQ(Keys(view.GoneHolders("n1", {"ml/b"})), std::vector<std::string>{"ml/b"})
+      << "only those the state still lists";
+
+  view.PodChanged(kube::WatchEventType::kAdded, Pod("a", "n1", 1, "Running"));
+  EXPECT_EQ(Keys(view.GoneHolders("n1", holders)), std::vector<std::string>{"ml/b"})
+      << "a pod made again under a's name holds that name now";
+
+  steady += kGoneFor + 1s;
+  EXPECT_TRUE(view.GoneHolders("n1", holders).empty()) << "forgotten after kGoneFor";
 }
 
 TEST(ClusterViewTest, VgpuPodsAreListedPerNodeInBindOrderAndFinishedOnesDropped) {

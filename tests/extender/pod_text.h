@@ -14,8 +14,9 @@ inline std::string PodText(const kube::PodInfo& pod) {
   for (const kube::ContainerInfo& c : pod.containers) {
     containers.push_back({c.name, c.init, c.requests, c.limits});
   }
-  return nlohmann::json{pod.uid,      pod.namespace_name,   pod.name,  pod.node_name, pod.phase,
-                        pod.deleting, pod.resource_version, containers}
+  return nlohmann::json{pod.uid,   pod.namespace_name, pod.name,     pod.node_name,
+                        pod.phase, pod.nominated_node, pod.deleting, pod.resource_version,
+                        containers}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

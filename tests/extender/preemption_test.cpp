@@ -265,6 +265,34 @@ TEST_F(PreemptVerbTest, UidOnlyVictimsKeepTheNodesWhereTheyMakeRoomInTheOrderSen
       << "a UID the extender does not know frees nothing; a node without state is dropped";
 }
 
+// Found against the real kube-scheduler (tests/k8s/scenario_extender.py): once a victim's pod
+// object is gone, kube-scheduler preempts again for the same pod while the plugin still holds the
+// victim's vGPU for its grace period. Its nominated node will have room: no new victims anywhere.
+TEST_F(PreemptVerbTest, APodNominatedWhereGonePodsVgpusAwaitRemovalGetsNoNewVictims) {
+  view_.PodChanged(kube::WatchEventType::kDeleted, BoundTo("p1", "n1", k223, 4));
+  auto preempt = [&](uint32_t count, const std::string& nominated) {
+    json pod = Asking("big", k223, count);
+    if (!nominated.empty()) pod["status"]["nominatedNodeName"] = nominated;
+    const json args = {{"Pod", pod},
+                       {"NodeNameToVictims", nullptr},
+                       {"NodeNameToMetaVictims", {{"n2", Meta({"uid-p4"})}}}};
+    https::HttpResponse response = Post(args);
+    EXPECT_EQ(response.status, 200) << response.body;
+    return json::parse(response.body)["NodeNameToMetaVictims"];
+  };
+  EXPECT_TRUE(preempt(4, "n1").empty()) << "p1's vGPUs on n1, still listed, make room for 4";
+  EXPECT_TRUE(preempt(4, "").contains("n2")) << "not nominated: kube-scheduler's first try";
+  EXPECT_TRUE(preempt(5, "n1").contains("n2")) << "p1's room is 4: waiting would not place 5";
+  EXPECT_TRUE(preempt(4, "n2").contains("n2")) << "nothing of a gone pod on n2";
+
+  // The plugin removed p1's vGPUs and published it: n1 has the room now (the filter passes there),
+  // and a preemption asked anyway is judged as any other.
+  view_.NodeChanged(kube::WatchEventType::kModified,
+                    Annotated("n1", NodeOf({T4("a", "223", 4), T4("b", "222", 16)}),
+                              {"ml/p2", "ml/p3", "ml/p5"}));
+  EXPECT_TRUE(preempt(4, "n1").contains("n2"));
+}
+
 TEST_F(PreemptVerbTest, WholeVictimsTheWatchHasNotShownAreJudgedByTheirOwnSpec) {
   view_.SyncPods({BoundTo("p1", "n1", k223, 4), BoundTo("p3", "n1", k222, 8),
                   BoundTo("p5", "n1", k222, 8)});  // p2 not seen yet

@@ -56,7 +56,7 @@ json FullPod() {
     },
     "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
                "lastProbeTime": null, "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient tencent.com/vgpu-222."}],
-               "qosClass": "Burstable"}
+               "qosClass": "Burstable", "nominatedNodeName": "node-7"}
   })");
 }
 

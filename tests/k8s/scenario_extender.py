@@ -782,15 +782,15 @@ class Scenario:
         r.check(bool(on_node) and all(v[2] == resource for v in self.victims),
                 "preemption: its victims were pods of %s, one or more on the node it went to" % resource,
                 "victims (pod, node, resource): %s" % self.victims)
-        # KNOWN DEFECT, not asserted (docs/scheduler-extender.md, "Preemption"): once a victim's
-        # pod object is gone, its vGPU stays for the plugin's grace period (30 s shipped), the
-        # extender's filter refuses the preemptor on its nominated node meanwhile, and
-        # kube-scheduler, finding no terminating pod there any more, preempts again, on another
-        # node holding the type: one victim more (3 runs of 3 on 1.36 and 1.37).
+        # Once a victim's pod object is gone its vGPU stays for the plugin's grace period (30 s
+        # shipped) and the filter refuses the preemptor on its nominated node meanwhile;
+        # kube-scheduler then preempts again, and the extender must keep no node for it then
+        # (docs/scheduler-extender.md, "Preemption": two victims for one vGPU before).
         elsewhere = [v for v in self.victims if v[1] != node]
-        print("%s preemption cost %d victim(s) for one vGPU: %s" % (
-            "KNOWN DEFECT:" if elsewhere else "ok  ", len(self.victims),
-            ", ".join("%s on %s" % (v[0], v[1]) for v in self.victims)))
+        r.check(not elsewhere,
+                "preemption: no victim on a node the pod did not go to (%d victim(s) for one vGPU)"
+                % len(self.victims),
+                ", ".join("%s on %s" % (v[0], v[1]) for v in self.victims))
         self.check_placements(pods, bound, "after preemption")
 
 

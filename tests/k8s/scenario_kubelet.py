@@ -22,11 +22,18 @@ Checks, each naming the guarantee it defends:
   burst     60 pods of three types, a third deleted while the rest still arrive: every running
             pod holds a vGPU of its type no other pod holds; no running pod's vGPU ever
             disappears; with every pod deleted, no vGPU is left.
+  restarts  (scenario 2) 45 pods the same way, kubelet restarted (SIGTERM, as a service
+            restart) after a third of them and the daemon killed (SIGKILL, as a crash or an OOM
+            kill) and started again after two thirds: pods created after each restart are
+            admitted and run (the plugin registered again); the checks of the burst hold across
+            both, and kubelet's PodResources gives every running pod one device no other holds.
 
 usage: scenario_kubelet.py --release 1.36 --plugin kvgpu-device-plugin --sim kvgpu-sim [--bite]
-  --bite: the same checks against two broken nodes, each must fail its check: a daemon whose
-  grace period is an hour (the deleted pods' vGPUs stay: "none leaked" must fail), and a vGPU
-  removed behind the daemon's back while its pod runs ("no live vGPU removed" must fail).
+  --bite: the same checks against broken nodes, each must fail its check: a daemon whose grace
+  period is an hour (the deleted pods' vGPUs stay: "none leaked" must fail), a vGPU removed
+  behind the daemon's back while its pod runs ("no live vGPU removed" must fail), and a daemon
+  started again after its crash without its state directory, as a DaemonSet whose state volume
+  is not the host's would be ("no live vGPU removed" or "none leaked" must fail).
 Exit 0 when every check passed (with --bite: when every break was caught), 1 otherwise, 77 when
 the release is not built and Go is missing, FUSE is unusable, or the node cannot run here.
 """
@@ -37,6 +44,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -61,6 +69,7 @@ DOMAIN = "tencent.com"
 DEADLINE = 300.0
 GRACE = "3s"  # the daemon's lifecycle.gracePeriod here (the shipped one is 30 s)
 BURST = 60
+RESTART_BURST = 45
 LIST = "/v1.PodResourcesLister/List"
 # How long a deleted pod's vGPU may take to go: the grace period, the daemon's poll, kubelet's
 # and containerd's teardown, on a loaded machine. Far below the bite's grace (an hour).
@@ -170,8 +179,9 @@ class Sim:
 
 
 class Scenario:
-    def __init__(self, args, report, grace=GRACE, remove_live=False):
+    def __init__(self, args, report, grace=GRACE, remove_live=False, restart_stateless=False):
         self.args, self.report, self.grace, self.remove_live = args, report, grace, remove_live
+        self.restart_stateless = restart_stateless
         self.pr = load_podresources()
 
     def run(self, bin_dir):
@@ -183,30 +193,34 @@ class Scenario:
             left = node.leftovers()
             self.report.check(not left and not os.path.exists(node.root),
                               "the node stopped cleanly: no process, shim, mount or cgroup of it left, %s removed"
-                              % node.root, "; ".join(left[:10]))
+                              % node.root, "; ".join(left[:10] + (["%s holds %s" % (node.root, sorted(
+                                  os.listdir(node.root))[:10])] if os.path.exists(node.root) else [])))
 
     def _run(self, cp, node, workdir):
         self.cp, self.node, self.dir = cp, node, workdir
         sim = Sim(self.args.sim, workdir)
         vfio = VfioNodes(sim.mount)
-        daemon = None
+        self.daemon = None
         try:
             vfio.start()
-            daemon = self.start_daemon(sim)
-            self.sim, self.daemon = sim, daemon
+            self.sim = sim
+            self.daemon = self.start_daemon(sim)
             self.one_pod()
-            self.burst()
+            if not self.restart_stateless:
+                self.burst()
+            self.burst("restart", RESTART_BURST, restarts=True)
             self.report.check(not self.refused(), "the daemon's requests were all allowed by the overlay's RBAC",
                               "; ".join(self.refused()[:3]))
         finally:
-            if daemon:
-                daemon.stop()
+            # The daemon running now: after a crash and restart, not the one started first.
+            if self.daemon:
+                self.daemon.stop()
             vfio.stop()
             sim.stop()
 
     # --- setup -------------------------------------------------------------------------------
 
-    def start_daemon(self, sim):
+    def start_daemon(self, sim, state_dir="state"):
         with check_deploy.scratch_deploy(os.path.join(REPO, "deploy")) as deploy:
             objects, error = check_deploy.render(os.path.join(self.cp.bin_dir, "kubectl"),
                                                  os.path.join(deploy, "overlays", "default"))
@@ -238,8 +252,16 @@ class Scenario:
                     % (self.cp.server, self.cp.ca, token, NAMESPACE))
         return controlplane._Process("kvgpu-device-plugin", [
             self.args.plugin, "--sysfs-root", sim.mount, "--kubelet-dir", self.node.root,
-            "--state-dir", os.path.join(self.dir, "state"), "--node-name", self.node.name,
+            "--state-dir", os.path.join(self.dir, state_dir), "--node-name", self.node.name,
             "--config", config_path, "--kubeconfig", kubeconfig], os.path.join(self.dir, "daemon.log"))
+
+    def crash_and_restart_daemon(self):
+        """The daemon killed (SIGKILL: no clean-up of its sockets or state) and started again, with
+        its state directory (or, for the bite, a new empty one)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.daemon.popen.pid, signal.SIGKILL)
+        self.daemon.popen.wait()
+        self.daemon = self.start_daemon(self.sim, "state-after-crash" if self.restart_stateless else "state")
 
     def refused(self):
         with open(self.daemon.log_path, errors="replace") as f:
@@ -356,10 +378,12 @@ class Scenario:
 
     # --- the burst ---------------------------------------------------------------------------
 
-    def burst(self):
+    def burst(self, prefix="burst", count=BURST, restarts=False):
         r = self.report
+        what = "the burst" if not restarts else "across the restarts"
         types = self.resources[:3]
-        names = ["burst-%02d" % i for i in range(BURST)]
+        names = ["%s-%02d" % (prefix, i) for i in range(count)]
+        restarted = {}  # what restarted -> the index of the first pod created after it
         want = {n: types[i % len(types)] for i, n in enumerate(names)}
         seen = {}  # vGPU id -> pod name, for every vGPU a running pod ever held
         live_removed = []
@@ -384,12 +408,21 @@ class Scenario:
             self.cp.kubectl("create", "-f", "-", input=json.dumps(self.pod(name, want[name])))
             if i % 10 == 9:
                 watch()
-            if i == BURST // 2:
+            if i == count // 2:
                 # A third of the first half deleted while the rest still arrive.
-                doomed = [n for n in names[:BURST // 2] if int(n[-2:]) % 3 == 0]
+                doomed = [n for n in names[:count // 2] if int(n[-2:]) % 3 == 0]
                 self.cp.kubectl("delete", "pod", "-n", TENANT, "--wait=false", *doomed)
                 deleted.update(doomed)
-            if self.remove_live and i == BURST // 2 + 5:
+            if restarts and i == count // 3:
+                print("     restarting kubelet after %s" % name, flush=True)
+                self.node.restart_kubelet()
+                restarted["kubelet"] = i + 1
+            if restarts and i == 2 * count // 3:
+                print("     killing the daemon (SIGKILL) after %s and starting it again%s" % (
+                    name, " without its state directory" if self.restart_stateless else ""), flush=True)
+                self.crash_and_restart_daemon()
+                restarted["the daemon"] = i + 1
+            if self.remove_live and i == count // 2 + 5:
                 victim = next(((n, v) for n, p in self.pods().items() if p.get("status", {}).get("phase") == "Running"
                                and n not in deleted for v in self.pod_vgpus(p)), None)
                 if victim:
@@ -413,7 +446,7 @@ class Scenario:
             return pods
 
         pods = self.wait_for(settled, deadline=DEADLINE * 2)
-        if not r.check(pods is not None, "the burst settles: each pod running, failed or unschedulable",
+        if not r.check(pods is not None, "%s: the pods settle: each running, failed or unschedulable" % what,
                        str({n: p.get("status", {}).get("phase") for n, p in self.pods().items()})):
             pods = self.pods()
         for _ in range(10):
@@ -422,7 +455,7 @@ class Scenario:
         phases = {}
         for p in pods.values():
             phases[p.get("status", {}).get("phase")] = phases.get(p.get("status", {}).get("phase"), 0) + 1
-        print("     burst: %d pods created, %d deleted early; phases %s" % (BURST, len(deleted), phases))
+        print("     %s: %d pods created, %d deleted early; phases %s" % (prefix, count, len(deleted), phases))
         for n, p in sorted(pods.items()):
             if p.get("status", {}).get("phase") == "Failed":
                 print("     %s failed: %s: %s" % (n, p["status"].get("reason"), p["status"].get("message", "")[:200]))
@@ -439,14 +472,31 @@ class Scenario:
         shared = {v: ns for v, ns in holders.items() if len(ns) > 1}
         r.check(len(running) > 0 and all(len(self.pod_vgpus(p)) == 1 for p in running.values()) and not shared
                 and not wrong_type,
-                "no vGPU shared: each of the %d running pods holds one vGPU of its type, its own" % len(running),
-                "shared %s; %s" % (shared, wrong_type[:5]))
-        r.check(not live_removed, "no live vGPU removed: every running pod's vGPU stayed in the kernel",
+                "no vGPU shared (%s): each of the %d running pods holds one vGPU of its type, its own"
+                % (what, len(running)), "shared %s; %s" % (shared, wrong_type[:5]))
+        r.check(not live_removed, "no live vGPU removed (%s): every running pod's vGPU stayed in the kernel" % what,
                 str(live_removed[:5]))
+        for restart, first in sorted(restarted.items()):
+            after = sorted(n for n in running if int(n[-2:]) >= first)
+            r.check(bool(after), "after %s restarted, the plugin serves kubelet again: pods created after it "
+                    "are admitted and run (%d of them)" % (restart, len(after)),
+                    "phases of those pods: %s" % {n: p.get("status", {}).get("phase") for n, p in pods.items()
+                                                  if int(n[-2:]) >= first})
+        if restarts:
+            listed = self.pod_resources()
+            devices = {}
+            for n in running:
+                for resource, ids in listed.get((TENANT, n), []):
+                    for device in ids:
+                        devices.setdefault((resource, device), []).append(n)
+            short = sorted(n for n in running if sum(len(ids) for _, ids in listed.get((TENANT, n), [])) != 1)
+            twice = {d: ns for d, ns in devices.items() if len(ns) > 1}
+            r.check(not short and not twice, "after both restarts kubelet's PodResources gives each running pod "
+                    "one device, none to two pods", "not one device: %s; shared: %s" % (short[:5], twice))
         self.cp.kubectl("delete", "pod", "-n", TENANT, "--all", "--wait=true", timeout=DEADLINE * 2)
         leftover = self.wait_for(lambda: not self.sim.vgpus() or None, deadline=GONE_DEADLINE)
-        r.check(bool(leftover), "none leaked: with every pod deleted, the kernel holds no vGPU (grace %s)"
-                % self.grace, str(self.sim.vgpus()))
+        r.check(bool(leftover), "none leaked (%s): with every pod deleted, the kernel holds no vGPU (grace %s)"
+                % (what, self.grace), str(self.sim.vgpus()))
 
 
 def main():
@@ -476,9 +526,11 @@ def main():
             return 0 if not report.failed else 1
         caught = []
         for what, kwargs, must_fail in (
-                ("a daemon whose grace period is an hour", {"grace": "60m"}, "none leaked"),
-                ("a vGPU removed while its pod runs", {"remove_live": True}, "no live vGPU removed")):
-            print("--- bite: %s (must fail: %s)" % (what, must_fail), flush=True)
+                ("a daemon whose grace period is an hour", {"grace": "60m"}, ("none leaked (the burst)",)),
+                ("a vGPU removed while its pod runs", {"remove_live": True}, ("no live vGPU removed (the burst)",)),
+                ("a daemon started again after its crash without its state directory",
+                 {"restart_stateless": True}, ("no live vGPU removed (across", "none leaked (across"))):
+            print("--- bite: %s (must fail: %s)" % (what, " or ".join(must_fail)), flush=True)
             report = Report()
             Scenario(args, report, **kwargs).run(bin_dir)
             hit = any(f.startswith(must_fail) for f in report.failed)

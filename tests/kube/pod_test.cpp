@@ -23,13 +23,14 @@ TEST(ParsePodTest, KeepsWhatLifecycleDecisionsNeed) {
                  "limits": {"tencent.com/vgpu-492": "1"},
                  "requests": {"tencent.com/vgpu-492": 1, "memory": "1Gi"}}},
                             {"name": "side"}]},
-    "status": {"phase": "Running"}})");
+    "status": {"phase": "Running", "nominatedNodeName": "node-b"}})");
   auto pod = ParsePod(json);
   ASSERT_TRUE(pod.ok()) << pod.status().ToString();
   EXPECT_EQ(pod->uid, "u1");
   EXPECT_EQ(pod->Key(), "ml/train");
   EXPECT_EQ(pod->node_name, "node-a");
   EXPECT_EQ(pod->phase, "Running");
+  EXPECT_EQ(pod->nominated_node, "node-b");
   EXPECT_EQ(pod->resource_version, "42");
   EXPECT_TRUE(pod->deleting);
   EXPECT_FALSE(pod->Finished());
