@@ -91,7 +91,7 @@ struct MetaStack {
   std::mutex writes_mutex;
   std::vector<std::pair<bool, size_t>> writes;  // what on_write was told, in order
 
-  dra::GpuFilterBackend filter;
+  mdev::GpuFilterBackend filter;
   deviceplugin::JsonFileStateStore model_store;
   dra::PreparedStore claims;
   dra::PreparedClaimHolders holders;
