@@ -17,6 +17,9 @@ The rules (docs/architecture.md, "The device plugin's wings"):
     in mdev/, each backend's is its own: the other backend and everyone else use the shared kit
     (mdev/backend_kit.h) instead;
   - common/ is the ground floor: it includes nothing of the project outside common/;
+  - the doctor (doctor/) reads the node through the mdev library and common/ only; the mdev
+    library sits below it, so of mdev/ only the vgpuctl program (mdev/vgpuctl/) includes doctor/,
+    and the doctor includes nothing of vgpuctl;
   - no two units of production code (a header and its source: a.h + a.cpp) include each other's
     headers: the one that is used moves what both need to its own side or into a small header of
     its own, so either can be read, built and tested without the other.
@@ -89,6 +92,10 @@ def dra_library(stem):
     return "plugin"
 
 
+# What the doctor may include of the project, by top-level folder.
+DOCTOR_MAY_INCLUDE = {"common", "mdev", "doctor"}
+
+
 # What each DRA library may include of the others.
 DRA_ALLOWED = {"names": {"names"}, "slices": {"names", "slices"}, "plugin": {"names", "slices", "plugin"}}
 
@@ -100,6 +107,13 @@ def check_include(relative, included, project_tops):
     top = included.split("/", 1)[0]
     if parts[0] == "common" and "/" in included and top != "common" and top in project_tops:
         return "common/ is the ground floor: it includes nothing of the project above it"
+    if parts[0] == "doctor" and "/" in included and top in project_tops:
+        if top not in DOCTOR_MAY_INCLUDE:
+            return f"the doctor reads the node through mdev/ and common/ only, not {top}/"
+        if included.startswith("mdev/vgpuctl/"):
+            return "the doctor sits below vgpuctl: it includes nothing of mdev/vgpuctl/"
+    if parts[0] == "mdev" and parts[1] != "vgpuctl" and included.startswith("doctor/"):
+        return "the mdev library sits below the doctor: of mdev/, only mdev/vgpuctl/ includes doctor/"
     if parts[0] == "deviceplugin" and len(parts) > 2 and parts[1] in WINGS:
         wing = parts[1]
         library = dra_library(relative.stem) if wing == "dra" else None

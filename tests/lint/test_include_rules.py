@@ -34,6 +34,9 @@ ALLOWED = {
     "deviceplugin/dra/device_name.cpp": "#include \"deviceplugin/model/b.h\"\n#include \"mdev/backend.h\"\n",
     "sim/model.cpp": "#include \"sim/model_internal.h\"\n",
     "sim/fuse/sim_fs.cpp": "#include \"sim/model_internal.h\"\n",
+    "doctor/doctor_kernel.cpp": "#include \"doctor/doctor_internal.h\"\n"
+    "#include \"mdev/sysfs_backend.h\"\n#include \"common/base64.h\"\n#include <sys/stat.h>\n",
+    "mdev/vgpuctl/vgpuctl.cpp": "#include \"doctor/doctor.h\"\n#include \"mdev/make_backend.h\"\n",
     "extender/a.cpp": "#include \"extender/b.h\"\n",
     "extender/b.cpp": "#include \"extender/c.h\"\n",
 }
@@ -64,8 +67,11 @@ BROKEN = [
     ("deviceplugin/dra/slice_publisher.h", '#include "kubelet/dra/v1/api.pb.h"', "not to the slices"),
     ("deviceplugin/dra/occupancy_decision.cpp", '#include "deviceplugin/dra/dra_plugin.h"',
      "slices library does not include the DRA plugin"),
-    ("webhook/w.cpp", '#include "mdev/vgpuctl/doctor_internal.h"', "private to mdev/vgpuctl/"),
-    ("mdev/m.cpp", '#include "mdev/vgpuctl/doctor_internal.h"', "private to mdev/vgpuctl/"),
+    ("webhook/w.cpp", '#include "doctor/doctor_internal.h"', "private to doctor/"),
+    ("mdev/vgpuctl/v.cpp", '#include "doctor/doctor_internal.h"', "private to doctor/"),
+    ("doctor/d.cpp", '#include "kube/pod.h"', "through mdev/ and common/ only"),
+    ("doctor/d.cpp", '#include "mdev/vgpuctl/format.h"', "below vgpuctl"),
+    ("mdev/m.cpp", '#include "doctor/doctor.h"', "below the doctor"),
     ("tests/sim/t.cpp", '#include "sim/model_internal.h"', "private to sim/"),
 ]
 

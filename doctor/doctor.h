@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "doctor/doctor_types.h"
 #include "mdev/sysfs_io.h"
-#include "mdev/vgpuctl/doctor_types.h"
 
 namespace kvgpu::doctor {
 
