@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/cross_program.h"
 #include "demo/narration.h"
 #include "demo/node_demo.h"
 #include "demo/pod_view.h"
@@ -232,12 +233,13 @@ void NodeDemo::AllocateClaim() {
   auto created = claims.Create(claim);
   Check(created.ok(), "the claim to be created", created.ok() ? "" : created.status().ToString());
 
-  const json class_object = {{"apiVersion", "resource.k8s.io/v1"},
-                             {"kind", "DeviceClass"},
-                             {"metadata", {{"name", kClassName}}},
-                             {"spec",
-                              {{"selectors", {{{"cel", {{"expression", kClassSelector}}}}}},
-                               {"extendedResourceName", "tencent.com/vgpu-230"}}}};
+  const json class_object = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "DeviceClass"},
+      {"metadata", {{"name", kClassName}}},
+      {"spec",
+       {{"selectors", {{{"cel", {{"expression", kClassSelector}}}}}},
+        {"extendedResourceName", std::string(kVgpuResourcePrefix) + "230"}}}};
   auto device_class = testing::dra::ParseDeviceClass(class_object);
   Check(device_class.ok(), "the DeviceClass to parse");
   auto slices = claims.ListSlices();

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/cross_program.h"
 #include "demo/narration.h"
 #include "demo/pod_view.h"
 #include "demo/validator_step.h"
@@ -344,7 +345,8 @@ void NodeDemo::ValidateNode() {
 
 int NodeDemo::Run() {
   const auto began = std::chrono::steady_clock::now();
-  resource_ = "tencent.com/vgpu-" + std::string(kType).substr(std::string("nvidia-").size());
+  resource_ =
+      std::string(kVgpuResourcePrefix) + std::string(kType).substr(std::string("nvidia-").size());
   if (auto reason = testing::FuseUnavailableReason()) {
     std::cerr << "demo: the simulated node needs FUSE: " << *reason << "\n";
     return 1;

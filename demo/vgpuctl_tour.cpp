@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "mdev/vgpuctl/doctor.h"
+#include "doctor/doctor.h"
 #include "mdev/vgpuctl/vgpuctl.h"
 #include "sim/host_software.h"
 #include "sim/kernel_model.h"

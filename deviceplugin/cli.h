@@ -6,6 +6,8 @@
 #include <ostream>
 #include <string>
 
+#include "common/cross_program.h"
+
 namespace kvgpu::deviceplugin {
 
 struct CommandLine {
@@ -19,7 +21,7 @@ struct CommandLine {
   std::optional<std::filesystem::path> kubeconfig;
   // Licence once per cluster (licensing_publisher.h): the mounted ConfigMap + Secret; none: off.
   std::optional<std::filesystem::path> licensing_source;
-  std::filesystem::path licensing_dir = "/var/lib/kata-vgpu/licensing";
+  std::filesystem::path licensing_dir{kLicensingDir};
   // Advertise nothing on a node that lacks what vGPU pods need (node_readiness.h).
   bool node_readiness_check = true;
 

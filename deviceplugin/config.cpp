@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/config_keys.h"
+#include "common/cross_program.h"
 
 namespace kvgpu::deviceplugin {
 namespace {
@@ -201,7 +202,7 @@ const std::vector<KeyRow>& KeyTable() {
            [](Config& c, const std::string& v) { return c.backend.libvirt_uri = v, Status::Ok(); },
            LibvirtUri)},
       {"resourceDomain",
-       "tencent.com",
+       std::string(kVgpuResourceDomain),
        {"domain of the resource names (a DNS subdomain, not kubernetes.io)"},
        StringInto([](Config& c, const std::string& v) { return c.naming.domain = v, Status::Ok(); },
                   [](const std::string& v) { return ValidateDomain(v); })},

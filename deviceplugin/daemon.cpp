@@ -176,8 +176,8 @@ Status Daemon::Discover() {
   if (dra.enabled()) {
     // allGPUs: the device plugin keeps the empty list, DRA hides the empty list.
     std::set<std::string> gpus(dra.gpus.begin(), dra.gpus.end());
-    dp_view_ = std::make_unique<dra::GpuFilterBackend>(*backend_, gpus, dra.all_gpus);
-    dra_.view = std::make_unique<dra::GpuFilterBackend>(*backend_, gpus, !dra.all_gpus);
+    dp_view_ = std::make_unique<mdev::GpuFilterBackend>(*backend_, gpus, dra.all_gpus);
+    dra_.view = std::make_unique<mdev::GpuFilterBackend>(*backend_, gpus, !dra.all_gpus);
   }
   spdlog::info("vGPU backend {}{}", backend_->Name(),
                options_.config.backend.name == "libvirt"

@@ -17,7 +17,6 @@
 #include "deviceplugin/cli.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/dra/dra_plugin.h"
-#include "deviceplugin/dra/gpu_filter_backend.h"
 #include "deviceplugin/dra/kubelet_dra_server.h"
 #include "deviceplugin/dra/occupancy_confirmer.h"
 #include "deviceplugin/dra/prepared_store.h"
@@ -40,6 +39,7 @@
 #include "kube/kubelet/checkpoint_watcher.h"
 #include "kube/pod_watcher.h"
 #include "mdev/backend.h"
+#include "mdev/gpu_filter_backend.h"
 #include "mdev/sysfs_io.h"
 
 namespace kvgpu::deviceplugin {
@@ -166,9 +166,9 @@ class Daemon {
 
   // --- DRA front end: one mode per GPU. The device plugin's model sees the backend through
   // dp_view_ (without DRA's GPUs), DRA's model through its own view (only them). ---
-  std::unique_ptr<dra::GpuFilterBackend> dp_view_;
+  std::unique_ptr<mdev::GpuFilterBackend> dp_view_;
   struct DraFrontEnd {
-    std::unique_ptr<dra::GpuFilterBackend> view;
+    std::unique_ptr<mdev::GpuFilterBackend> view;
     std::unique_ptr<JsonFileStateStore> model_store;
     std::unique_ptr<dra::PreparedStore> claims;
     std::unique_ptr<dra::PreparedClaimHolders> holders;

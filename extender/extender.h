@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/cross_program.h"
 #include "extender/cluster_view.h"
 #include "extender/node_fit.h"
 #include "extender/protocol.h"
@@ -24,7 +25,7 @@
 namespace kvgpu::extender {
 
 struct ExtenderOptions {
-  std::string resource_prefix = "tencent.com/vgpu-";
+  std::string resource_prefix{kVgpuResourcePrefix};
   FitOptions fit;
   // How often bind judges a node again when another replica's bind (or the plugin's state)
   // changed the Node between its read and its conditional write.

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "extender/cluster_view.h"
+#include "extender/watched_node.h"
 #include "scheduling/gpu_fit.h"
 
 namespace kvgpu::extender {

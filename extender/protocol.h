@@ -74,10 +74,6 @@ nlohmann::json FilterError(const std::string& message);
 nlohmann::json PriorityList(const std::vector<std::pair<std::string_view, int64_t>>& scores);
 std::string PriorityListText(const std::vector<std::pair<std::string_view, int64_t>>& scores);
 
-// Appends `text` to `out` as a JSON string. Bytes that are not UTF-8 become U+FFFD, so the answer
-// stays JSON whatever a node's name or a reason holds.
-void AppendJsonString(std::string& out, std::string_view text);
-
 struct BindingArgs {
   std::string pod_name;
   std::string pod_namespace;

@@ -47,7 +47,7 @@ std::optional<Vgpu> ToVgpu(const ListedMdev& listed, const std::vector<LibvirtPa
 }  // namespace
 
 LibvirtBackend::LibvirtBackend(LibvirtOptions options, SysfsIo& io)
-    : impl_(std::make_shared<Impl>(std::move(options), io)) {
+    : impl_(std::make_shared<libvirt_detail::Impl>(std::move(options), io)) {
   impl_->self = impl_;
 }
 
@@ -104,7 +104,7 @@ const VgpuType* FindType(const std::vector<LibvirtParent>& parents, const std::s
 
 // The parent to create on, once libvirt shows it with the type, an instance free, and no mdev
 // of this UUID yet; else the error a caller can act on.
-Result<const LibvirtParent*> CreatableOn(LibvirtBackend::Impl& impl, virConnectPtr conn,
+Result<const LibvirtParent*> CreatableOn(libvirt_detail::Impl& impl, virConnectPtr conn,
                                          const CreateRequest& request, const std::string& uuid,
                                          const std::vector<LibvirtParent>& parents) {
   auto parent = std::find_if(parents.begin(), parents.end(), [&](const LibvirtParent& p) {
@@ -140,7 +140,7 @@ Result<const LibvirtParent*> CreatableOn(LibvirtBackend::Impl& impl, virConnectP
 }
 
 // libvirt returns the device as soon as it lists it; its IOMMU group follows from udev.
-Result<Vgpu> WaitUntilShown(const LibvirtBackend::Impl& impl, virNodeDevicePtr created,
+Result<Vgpu> WaitUntilShown(const libvirt_detail::Impl& impl, virNodeDevicePtr created,
                             const std::vector<LibvirtParent>& parents, const std::string& uuid) {
   Result<Vgpu> out = Status::Error(ErrorCode::kTimeout, "");
   bool shown = kit::WaitFor(impl.options.settle_timeout, impl.options.settle_poll, [&] {
@@ -260,7 +260,7 @@ namespace {
 
 class LibvirtSubscription : public EventSubscription {
  public:
-  explicit LibvirtSubscription(std::shared_ptr<LibvirtBackend::Impl> impl)
+  explicit LibvirtSubscription(std::shared_ptr<libvirt_detail::Impl> impl)
       : impl_(std::move(impl)) {}
   ~LibvirtSubscription() override {
     {
@@ -276,7 +276,7 @@ class LibvirtSubscription : public EventSubscription {
   }
 
  private:
-  std::shared_ptr<LibvirtBackend::Impl> impl_;
+  std::shared_ptr<libvirt_detail::Impl> impl_;
 };
 
 }  // namespace

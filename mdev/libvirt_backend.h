@@ -7,32 +7,20 @@
 // lifecycle events stand in for udev's.
 #pragma once
 
-#include <chrono>
-#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "mdev/backend.h"
+#include "mdev/libvirt_options.h"
 #include "mdev/sysfs_io.h"
 
 namespace kvgpu::mdev {
 
-struct LibvirtOptions {
-  std::string uri = "qemu:///system";
-  // libvirt's XML names each type but not its description (an NVIDIA type's framebuffer and
-  // instance limit): that one attribute is read from the sysfs path libvirt gives, under this
-  // root. Only read, never written.
-  std::filesystem::path sysfs_root = "/";
-  std::chrono::milliseconds reconnect_initial{500};
-  std::chrono::milliseconds reconnect_max{30000};
-  // How long a created vGPU may take to show its IOMMU group, and a removed one to go, in
-  // libvirt's view (which follows udev).
-  std::chrono::milliseconds settle_timeout{10000};
-  std::chrono::milliseconds settle_poll{20};
-  // libvirt's keepalive: a libvirtd that stops answering for interval * count is given up on.
-  int keepalive_interval_s = 5;
-  unsigned keepalive_count = 3;
-};
+// The connection and its callbacks (libvirt_internal.h); shared with libvirt's event thread, which
+// may outlive a call into it.
+namespace libvirt_detail {
+struct Impl;
+}  // namespace libvirt_detail
 
 class LibvirtBackend : public Backend {
  public:
@@ -52,12 +40,8 @@ class LibvirtBackend : public Backend {
   // Connects now (instead of on first use); the error says why not.
   Status Connect();
 
-  // The connection and its callbacks; shared with libvirt's event thread, which may outlive a
-  // call into it.
-  struct Impl;
-
  private:
-  std::shared_ptr<Impl> impl_;
+  std::shared_ptr<libvirt_detail::Impl> impl_;
 };
 
 }  // namespace kvgpu::mdev

@@ -109,7 +109,7 @@ Result<bool> Ask(int answer, bool unsupported, const std::string& what) {
 
 namespace {
 
-using WeakImpl = std::weak_ptr<LibvirtBackend::Impl>;
+using WeakImpl = std::weak_ptr<libvirt_detail::Impl>;
 
 void FreeWeak(void* opaque) {
   delete static_cast<WeakImpl*>(opaque);
@@ -141,7 +141,7 @@ const char* LifecycleName(int event) {
 
 }  // namespace
 
-void LibvirtBackend::Impl::Notify(const std::string& what) {
+void libvirt_detail::Impl::Notify(const std::string& what) {
   std::function<void(const std::string&)> callback;
   {
     std::lock_guard lock(changed_mutex);
@@ -150,7 +150,7 @@ void LibvirtBackend::Impl::Notify(const std::string& what) {
   if (callback) callback(what);
 }
 
-Result<ConnectionRef> LibvirtBackend::Impl::Acquire() {
+Result<ConnectionRef> libvirt_detail::Impl::Acquire() {
   bool regained = false;
   Result<ConnectionRef> out = [&]() -> Result<ConnectionRef> {
     std::lock_guard lock(mutex);
@@ -205,7 +205,7 @@ Result<ConnectionRef> LibvirtBackend::Impl::Acquire() {
   return out;
 }
 
-void LibvirtBackend::Impl::DropLocked() {
+void libvirt_detail::Impl::DropLocked() {
   if (connection == nullptr) return;
   if (event_id >= 0) virConnectNodeDeviceEventDeregisterAny(connection, event_id);
   event_id = -1;
@@ -217,7 +217,7 @@ void LibvirtBackend::Impl::DropLocked() {
   connection = nullptr;
 }
 
-void LibvirtBackend::Impl::RegisterEventsLocked() {
+void libvirt_detail::Impl::RegisterEventsLocked() {
   if (connection == nullptr || event_id >= 0) return;
   auto on_lifecycle = [](virConnectPtr, virNodeDevicePtr device, int event, int, void* opaque) {
     auto impl = static_cast<WeakImpl*>(opaque)->lock();
@@ -238,14 +238,14 @@ void LibvirtBackend::Impl::RegisterEventsLocked() {
   }
 }
 
-void LibvirtBackend::Impl::Check(const Status& status) {
+void libvirt_detail::Impl::Check(const Status& status) {
   if (status.ok() || status.code() != ErrorCode::kTransport) return;
   std::lock_guard lock(mutex);
   lost = true;
   last_error = status.message();
 }
 
-void LibvirtBackend::Impl::ReadDescription(const LibvirtParent& parent, VgpuType& type) {
+void libvirt_detail::Impl::ReadDescription(const LibvirtParent& parent, VgpuType& type) {
   if (parent.sysfs_path.empty()) return;
   std::filesystem::path relative = std::filesystem::path(parent.sysfs_path).relative_path();
   auto description = ReadAttribute(
@@ -254,7 +254,7 @@ void LibvirtBackend::Impl::ReadDescription(const LibvirtParent& parent, VgpuType
   FillNvidiaDetails(type);
 }
 
-Result<std::vector<LibvirtParent>> LibvirtBackend::Impl::ListParents(
+Result<std::vector<LibvirtParent>> libvirt_detail::Impl::ListParents(
     virConnectPtr conn, std::vector<std::string>& warnings) {
   virNodeDevicePtr* devices = nullptr;
   int count =
@@ -281,7 +281,7 @@ Result<std::vector<LibvirtParent>> LibvirtBackend::Impl::ListParents(
   return parents;
 }
 
-Result<std::vector<ListedMdev>> LibvirtBackend::Impl::ListMdevs(
+Result<std::vector<ListedMdev>> libvirt_detail::Impl::ListMdevs(
     virConnectPtr conn, std::vector<std::string>& warnings) {
   virNodeDevicePtr* devices = nullptr;
   int count = virConnectListAllNodeDevices(conn, &devices, VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV);

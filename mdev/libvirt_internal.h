@@ -15,8 +15,9 @@
 
 #include "common/backoff.h"
 #include "common/status.h"
-#include "mdev/libvirt_backend.h"
+#include "mdev/libvirt_options.h"
 #include "mdev/libvirt_xml.h"
+#include "mdev/sysfs_io.h"
 
 namespace kvgpu::mdev {
 namespace libvirt_detail {
@@ -41,9 +42,8 @@ struct ListedMdev {
   bool persistent = false;
 };
 
-}  // namespace libvirt_detail
-
-struct LibvirtBackend::Impl {
+// LibvirtBackend's state (libvirt_backend.h holds it by pointer).
+struct Impl {
   Impl(LibvirtOptions given, SysfsIo& sysfs)
       : options(std::move(given)),
         io(sysfs),
@@ -56,7 +56,7 @@ struct LibvirtBackend::Impl {
 
   // A reference to the open connection (the caller's to release), opened or reopened first when
   // needed and the backoff allows.
-  Result<libvirt_detail::ConnectionRef> Acquire();
+  Result<ConnectionRef> Acquire();
   void DropLocked();
   void RegisterEventsLocked();
   void Notify(const std::string& what);
@@ -65,8 +65,7 @@ struct LibvirtBackend::Impl {
 
   Result<std::vector<LibvirtParent>> ListParents(virConnectPtr conn,
                                                  std::vector<std::string>& warnings);
-  Result<std::vector<libvirt_detail::ListedMdev>> ListMdevs(virConnectPtr conn,
-                                                            std::vector<std::string>& warnings);
+  Result<std::vector<ListedMdev>> ListMdevs(virConnectPtr conn, std::vector<std::string>& warnings);
   void ReadDescription(const LibvirtParent& parent, VgpuType& type);
 
   LibvirtOptions options;
@@ -88,4 +87,5 @@ struct LibvirtBackend::Impl {
   std::function<void(const std::string&)> changed;
 };
 
+}  // namespace libvirt_detail
 }  // namespace kvgpu::mdev

@@ -9,6 +9,7 @@
 
 #include "common/base64.h"
 #include "common/clock.h"
+#include "common/cross_program.h"
 
 namespace kvgpu::sim {
 
@@ -97,6 +98,7 @@ Status LayOutHostSoftware(const fs::path& root, const HostSoftware& spec) {
                     fs::perms::others_read;
   const auto secret = fs::perms::owner_read | fs::perms::owner_write;
   fs::path kata = root / "opt/kata", ours = root / "opt/kata-vgpu";
+  const fs::path licensing = root / fs::path(kLicensingDir).relative_path();
   std::string defaults = "share/defaults/kata-containers/";
   std::string kver = spec.guest_kernel_release;
   std::string bundle = "driver-" + spec.guest_driver_version + "-" + kver;
@@ -127,8 +129,8 @@ Status LayOutHostSoftware(const fs::path& root, const HostSoftware& spec) {
             "driver-version=" + spec.guest_driver_version + "\nkernel-release=" + kver +
                 "\nconfig-version=3\n",
             read},
-           {root / "var/lib/kata-vgpu/licensing/gridd.conf", "FeatureType=1\n", secret},
-           {root / "var/lib/kata-vgpu/licensing/ClientConfigToken/client_configuration_token.tok",
+           {licensing / "gridd.conf", "FeatureType=1\n", secret},
+           {licensing / "ClientConfigToken/client_configuration_token.tok",
             ClientConfigToken(now - 3600, expiry), secret},
            {root / "var/lib/kata-vgpu/device-plugin-state.json",
             "{\"version\": 1, \"vgpus\": []}\n", secret},

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cross_program.h"
 #include "kube/api_client.h"
 #include "kube/node.h"
 #include "validator/guest.h"
@@ -44,7 +45,7 @@ struct ValidatorOptions {
   std::string host_root = "/host";  // the node's / as the validator sees it (read-only)
   std::string sysfs_root;           // vgpuctl list/types root; empty: host_root
   std::string state_file = "/host/var/lib/kata-vgpu/device-plugin-state.json";
-  std::string resource_prefix = "tencent.com/vgpu-";
+  std::string resource_prefix{kVgpuResourcePrefix};
   GuestOptions guest;  // licence_tries is derived from the licence bound and interval
   Timeouts timeouts;
   milliseconds poll{1000};

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cross_program.h"
 #include "common/duration.h"
 #include "webhook/api_rules.h"
 #include "webhook/config_check.h"
@@ -22,11 +23,12 @@ namespace {
 using nlohmann::json;
 
 // The defaults, written as the YAML an admin would write, so docs/webhook.md can show the same
-// text.
+// text. $VGPU_RESOURCE_PREFIX and $LICENSING_DIR stand for the values the other programs share
+// (common/cross_program.h); DefaultYaml() puts them in.
 constexpr std::string_view kDefaultYaml = R"(
 runtimeClassNames: [kata, kata-vgpu, kata-vgpu-vf]
 coldPlugRuntimeClassNames: [kata-vgpu-vf]
-resourcePrefixes: ["tencent.com/vgpu-"]
+resourcePrefixes: ["$VGPU_RESOURCE_PREFIX"]
 excludedNamespaces: [kube-system]
 optOutAnnotation: kata-vgpu.io/inject
 markerAnnotation: kata-vgpu.io/injected
@@ -41,9 +43,9 @@ volumes:
   # Published on every node by the device plugin from the kata-vgpu namespace (licence once per
   # cluster, docs/install.md): nothing to copy into tenant namespaces.
   - name: kvgpu-gridd-conf
-    hostPath: {path: /var/lib/kata-vgpu/licensing/gridd.conf, type: File}
+    hostPath: {path: "$LICENSING_DIR/gridd.conf", type: File}
   - name: kvgpu-client-token
-    hostPath: {path: /var/lib/kata-vgpu/licensing/ClientConfigToken, type: Directory}
+    hostPath: {path: "$LICENSING_DIR/ClientConfigToken", type: Directory}
 driverInit:
   name: kvgpu-driver-init
   image: kata-vgpu/guest-tools:0.1.0
@@ -126,6 +128,22 @@ resourceClaims:
   cacheTTL: 30s
   onLookupFailure: deny
 )";
+
+const std::string& DefaultYaml() {
+  static const std::string text = [] {
+    std::string out(kDefaultYaml);
+    const std::pair<std::string_view, std::string_view> values[] = {
+        {"$VGPU_RESOURCE_PREFIX", kVgpuResourcePrefix}, {"$LICENSING_DIR", kLicensingDir}};
+    for (const auto& [name, value] : values) {
+      for (size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) {
+        out.replace(at, name.size(), value);
+        at += value.size();
+      }
+    }
+    return out;
+  }();
+  return text;
+}
 
 // How one top-level key is read and checked alone, into the config.
 using KeyReader = std::function<bool(Checker&, const json& in, const char* key, Config&)>;
@@ -319,7 +337,7 @@ Result<std::shared_ptr<const Config>> Build(const json& in) {
   if (!ReadPolicy(check, in, config.get())) return fail();
   ContainerSpec driver, gridd;
   if (!ReadInjections(check, in, config.get(), driver, gridd)) return fail();
-  ComposeInjections(driver, gridd, *config);
+  ComposeInjections(driver, gridd, config->sidecar_mode, config->hot_plug, config->cold_plug);
   return std::shared_ptr<const Config>(std::move(config));
 }
 
@@ -344,7 +362,7 @@ std::shared_ptr<const Config> DefaultConfig() {
 }
 
 Result<std::shared_ptr<const Config>> ParseConfig(std::string_view yaml_text) {
-  auto defaults = ParseYamlMapping(kDefaultYaml, "the built-in default config");
+  auto defaults = ParseYamlMapping(DefaultYaml(), "the built-in default config");
   if (!defaults.ok()) return defaults.status();
   auto user = ParseYamlMapping(yaml_text, "the webhook config");
   if (!user.ok()) return user.status();

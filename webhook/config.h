@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "webhook/injection.h"
 
 namespace kvgpu::webhook {
 
@@ -20,14 +21,6 @@ enum class NonKataPolicy {
   kDeny,             // refuse it and say which runtimeClassName to add
   kSetRuntimeClass,  // set runtimeClassName when the pod names none (an explicit other class is
                      // still refused: the author chose it)
-};
-
-// How the long-running injected containers (gridd; on hot-plug also the driver loader) run.
-enum class SidecarMode {
-  kNative,   // init containers with restartPolicy: Always (Kubernetes >= 1.29): they do not keep
-             // Jobs from completing, and on cold-plug gridd's startup probe holds the workload
-             // until the vGPU is licensed
-  kClassic,  // ordinary containers, for clusters without native sidecars
 };
 
 // When Kata attaches the pod's VFIO devices to the VM, which decides what may wait for them.
@@ -52,38 +45,6 @@ struct ClaimSettings {
   size_t cache_bytes = 0;
   std::chrono::milliseconds cache_ttl{0};
   ClaimLookupFailure on_failure = ClaimLookupFailure::kDeny;
-};
-
-// A container the webhook adds. Stored as the JSON object that goes into the patch; `name` and
-// the volume names inside `volumeMounts` are rewritten at admission when they clash. `text` is
-// `object` rendered once at load: an admission without name clashes copies it instead of
-// building and serialising JSON per request.
-struct InjectedContainer {
-  std::string name;
-  nlohmann::json object;
-  std::string text;
-};
-
-// The two injected containers as they go into a pod of one attach mode.
-struct Injection {
-  InjectedContainer driver;  // loads the guest driver
-  InjectedContainer gridd;   // the licensing daemon
-  // Cold-plug: the driver loader is an ordinary init container that runs to completion before
-  // anything else. Hot-plug: it cannot (the device is not there yet), so it is a sidecar that
-  // waits for the device, loads the driver and stays.
-  bool driver_is_init_container = true;
-};
-
-// A JSON object the webhook adds, with its text rendered once at load (see InjectedContainer).
-struct RenderedObject {
-  nlohmann::json object;
-  std::string text;
-};
-
-struct InjectedVolume {
-  std::string name;
-  nlohmann::json object;  // the whole Volume: {"name": ..., "hostPath": {...}}
-  std::string text;       // `object` rendered
 };
 
 struct Config {

@@ -149,22 +149,22 @@ bool BuildContainer(Checker& check, const json& in, const std::string& where,
   return true;
 }
 
-void ComposeInjections(const ContainerSpec& driver, const ContainerSpec& gridd, Config& config) {
-  const bool native = config.sidecar_mode == SidecarMode::kNative;
+void ComposeInjections(const ContainerSpec& driver, const ContainerSpec& gridd, SidecarMode mode,
+                       Injection& hot_plug, Injection& cold_plug) {
+  const bool native = mode == SidecarMode::kNative;
   const json sidecar = native ? json("Always") : json();
-  config.cold_plug.driver = Compose(driver.base, {{"args", driver.args}});
-  config.cold_plug.gridd =
-      Compose(gridd.base, {{"args", gridd.args},
-                           {"startupProbe", native ? gridd.startup_probe : json()},
-                           {"readinessProbe", gridd.readiness_probe},
-                           {"restartPolicy", sidecar}});
-  config.cold_plug.driver_is_init_container = true;
-  config.hot_plug.driver =
+  cold_plug.driver = Compose(driver.base, {{"args", driver.args}});
+  cold_plug.gridd = Compose(gridd.base, {{"args", gridd.args},
+                                         {"startupProbe", native ? gridd.startup_probe : json()},
+                                         {"readinessProbe", gridd.readiness_probe},
+                                         {"restartPolicy", sidecar}});
+  cold_plug.driver_is_init_container = true;
+  hot_plug.driver =
       Compose(driver.base, {{"args", driver.hot_plug_args}, {"restartPolicy", sidecar}});
-  config.hot_plug.gridd = Compose(gridd.base, {{"args", gridd.args},
-                                               {"readinessProbe", gridd.readiness_probe},
-                                               {"restartPolicy", sidecar}});
-  config.hot_plug.driver_is_init_container = false;
+  hot_plug.gridd = Compose(gridd.base, {{"args", gridd.args},
+                                        {"readinessProbe", gridd.readiness_probe},
+                                        {"restartPolicy", sidecar}});
+  hot_plug.driver_is_init_container = false;
 }
 
 }  // namespace kvgpu::webhook

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "webhook/config.h"
 #include "webhook/config_check.h"
+#include "webhook/injection.h"
 
 namespace kvgpu::webhook {
 
@@ -33,6 +33,7 @@ bool BuildContainer(Checker& check, const nlohmann::json& in, const std::string&
 // probe hold anything back (the next init containers and the workload wait for it, and the
 // vGPU is there to be licensed); everywhere else a startup probe would either block the hot-plug
 // that the probe waits for, or hold back nothing, so readiness alone reports the licence.
-void ComposeInjections(const ContainerSpec& driver, const ContainerSpec& gridd, Config& config);
+void ComposeInjections(const ContainerSpec& driver, const ContainerSpec& gridd, SidecarMode mode,
+                       Injection& hot_plug, Injection& cold_plug);
 
 }  // namespace kvgpu::webhook

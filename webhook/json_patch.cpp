@@ -1,5 +1,7 @@
 #include "webhook/json_patch.h"
 
+#include "common/json_string.h"
+
 namespace kvgpu::webhook {
 
 std::string EscapePointerToken(std::string_view token) {
@@ -15,25 +17,6 @@ std::string EscapePointerToken(std::string_view token) {
     }
   }
   return out;
-}
-
-void AppendJsonString(std::string& out, std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (char c : text) {
-    auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (byte < 0x20) {
-      out += "\\u00";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 15];
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
 }
 
 void PatchBuilder::AddJson(std::string_view path, std::string_view value_json) {

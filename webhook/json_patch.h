@@ -26,7 +26,4 @@ class PatchBuilder {
   std::string text_;
 };
 
-// Appends `text` as a JSON string literal (quotes, backslashes and control characters escaped).
-void AppendJsonString(std::string& out, std::string_view text);
-
 }  // namespace kvgpu::webhook

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "webhook/config.h"
 #include "webhook/config_check.h"
+#include "webhook/injection.h"
 
 namespace kvgpu::webhook {
 

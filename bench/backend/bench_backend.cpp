@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cross_program.h"
 #include "deviceplugin/daemon.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "mdev/make_backend.h"
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kResource = "tencent.com/vgpu-mttypci-1";
+const std::string kResource = std::string(kVgpuResourcePrefix) + "mttypci-1";
 
 std::string Env(const char* name) {
   const char* value = std::getenv(name);

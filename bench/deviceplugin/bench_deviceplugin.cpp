@@ -23,6 +23,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/cross_program.h"
 #include "deviceplugin/daemon.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/kubelet/fake_kubelet.h"
@@ -37,8 +38,8 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kResource = "tencent.com/vgpu-222";
-constexpr const char* k223 = "tencent.com/vgpu-223";
+const std::string kResource = std::string(kVgpuResourcePrefix) + "222";
+const std::string k223 = std::string(kVgpuResourcePrefix) + "223";
 
 // 16 T4-like GPUs whose T4-1B type allows 32 instances (the real T4 allows 16; 32 is the size the
 // benchmark asks for), alongside the T4's other types so every GPU offers 12 resources.

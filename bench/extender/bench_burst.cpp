@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "common/cross_program.h"
 #include "fakes/scheduling/scheduling_cluster.h"
 
 namespace {
@@ -26,7 +27,7 @@ std::vector<ClusterPod> Burst(uint32_t seed) {
   for (int i = 0; i < 200; ++i) {
     ClusterPod pod;
     pod.name = "burst-" + std::to_string(i);
-    pod.resource = "tencent.com/vgpu-" + kTypes[type(random)];
+    pod.resource = std::string(kvgpu::kVgpuResourcePrefix) + kTypes[type(random)];
     pods.push_back(pod);
   }
   return pods;

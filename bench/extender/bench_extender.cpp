@@ -19,6 +19,7 @@
 
 #include "bench/bench_stats.h"
 #include "common/clock.h"
+#include "common/cross_program.h"
 #include "extender/extender.h"
 #include "scheduling/node_vgpu_state.h"
 
@@ -35,7 +36,7 @@ const std::vector<std::pair<int, uint32_t>> kT4Types = {{222, 16}, {223, 8}, {22
                                                         {234, 1},  {319, 4}, {320, 2},  {321, 1}};
 
 std::string Resource(int type) {
-  return "tencent.com/vgpu-" + std::to_string(type);
+  return std::string(kvgpu::kVgpuResourcePrefix) + std::to_string(type);
 }
 
 // A node of 8 T4s: about 40% free, the rest locked to a random type with some of it used.
@@ -105,7 +106,7 @@ struct Options {
 
 void Run(size_t node_count, const Options& options) {
   std::mt19937 random(42);
-  ClusterView view("tencent.com/vgpu-");
+  ClusterView view{std::string(kvgpu::kVgpuResourcePrefix)};
   std::vector<json> nodes;
   std::vector<std::string> names;
   for (size_t i = 0; i < node_count; ++i) {

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/cross_program.h"
 #include "deviceplugin/daemon.h"
 #include "deviceplugin/lifecycle/lifecycle.h"
 #include "deviceplugin/model/resource_manager.h"
@@ -42,7 +43,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kResource = "tencent.com/vgpu-222";
+const std::string kResource = std::string(kVgpuResourcePrefix) + "222";
 constexpr const char* kUuidsEnv = "KVGPU_VGPU_222_UUIDS";
 constexpr int kGpus = 16;
 constexpr int kPerGpu = 32;

@@ -1,6 +1,6 @@
 // The DRA front end's work, without gRPC: NodePrepareResources and NodeUnprepareResources of one
 // claim each, over the same model the device plugin uses (resource_manager.h), a model that sees
-// only the GPUs DRA serves (gpu_filter_backend.h).
+// only the GPUs DRA serves (mdev/gpu_filter_backend.h).
 //
 // Prepare: the claim's results for our driver and pool are read from the API server
 // (claim_reader.h), each DRA name (device_name.h) resolved to a free model device of its GPU and

@@ -28,10 +28,8 @@
 
 namespace kvgpu::deviceplugin::dra {
 
-// Condition types (metav1.Condition types: qualified names) in the devices' bindingConditions and
-// bindingFailureConditions, and in claim.status.devices[].conditions.
-inline constexpr const char* kOccupancyConfirmed = "OccupancyConfirmed";
-inline constexpr const char* kOccupancyConflict = "OccupancyConflict";
+// The condition types kOccupancyConfirmed and kOccupancyConflict are resource_slices.h's: the
+// slices name them on every device, the decision writes them into claim.status.devices.
 
 enum class Verdict { kUndecided, kConfirmed, kConflict };
 const char* VerdictName(Verdict verdict);  // "undecided", "confirmed", "conflict"

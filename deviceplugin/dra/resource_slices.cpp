@@ -5,7 +5,6 @@
 #include <iterator>
 #include <map>
 
-#include "deviceplugin/dra/occupancy_decision.h"
 #include "deviceplugin/model/device_catalogue.h"
 
 namespace kvgpu::deviceplugin::dra {

@@ -66,6 +66,12 @@ inline constexpr const char* kPcieRootAttribute = "resource.kubernetes.io/pcieRo
 // The one default (dra/device_name.h), for the kubelet plugin and the slices alike.
 inline constexpr const char* kDefaultDriverName = kDefaultDraDriverName.data();
 
+// Condition types (metav1.Condition types: qualified names) in the devices' bindingConditions and
+// bindingFailureConditions, and in claim.status.devices[].conditions, where the occupancy
+// decision (occupancy_decision.h) writes them.
+inline constexpr const char* kOccupancyConfirmed = "OccupancyConfirmed";
+inline constexpr const char* kOccupancyConflict = "OccupancyConflict";
+
 struct SliceOptions {
   std::string node_name;
   std::string driver = kDefaultDriverName;

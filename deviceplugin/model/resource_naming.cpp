@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/ascii.h"
+#include "common/cross_program.h"
 #include "mdev/nvidia.h"
 
 namespace kvgpu::deviceplugin {
@@ -95,12 +96,12 @@ Status ValidateExtendedResourceName(std::string_view name) {
 Result<std::string> ResourceNameFor(const NamingOptions& options, const mdev::VgpuType& type) {
   std::string part;
   if (options.style == NamingStyle::kProfile && type.profile) {
-    part = "vgpu-" + AsciiLower(type.profile->profile);
+    part = std::string(kVgpuResourceStem) + AsciiLower(type.profile->profile);
   } else if (mdev::IsNvidiaMdevType(type.id)) {
-    part = "vgpu-" + type.id.substr(type.id.find('-') + 1);
+    part = std::string(kVgpuResourceStem) + type.id.substr(type.id.find('-') + 1);
   } else {
     // Vendor-VFIO ids are already the bare number; other drivers keep their whole type id.
-    part = "vgpu-" + type.id;
+    part = std::string(kVgpuResourceStem) + type.id;
   }
   std::string name = options.domain + "/" + part;
   Status valid = ValidateExtendedResourceName(name);

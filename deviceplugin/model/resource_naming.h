@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/cross_program.h"
 #include "common/status.h"
 #include "mdev/model.h"
 
@@ -15,7 +16,7 @@ enum class NamingStyle {
 };
 
 struct NamingOptions {
-  std::string domain = "tencent.com";
+  std::string domain{kVgpuResourceDomain};
   NamingStyle style = NamingStyle::kType;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/cross_program.h"
 #include "fakes/common/eventually.h"
 #include "scheduling/node_vgpu_state.h"
 
@@ -357,7 +358,7 @@ struct SchedulingCluster::Replica {
   size_t last_watch_due = 0;    // when its pod watch delivers the last event sent so far
   Replica(kube::ApiTransport* api, std::chrono::milliseconds assume_for, const ClusterClock& clock)
       : view(
-            "tencent.com/vgpu-", assume_for, [&clock] { return clock.Steady(); },
+            std::string(kVgpuResourcePrefix), assume_for, [&clock] { return clock.Steady(); },
             [&clock] { return clock.UnixMs(); }),
         extender(view, extender::ExtenderOptions{}, api) {
     view.SetFollowing("nodes", true);
@@ -655,7 +656,7 @@ std::string SchedulingCluster::Explain(const ClusterPod& pod) {
   for (const auto& node : nodes_) names.push_back(node->name());
   json args = {{"Pod", pod.Object()}, {"Nodes", nullptr}, {"NodeNames", names}};
   json filtered = replica.extender.Filter(args);
-  const std::string type = "nvidia-" + pod.resource.substr(std::string("tencent.com/vgpu-").size());
+  const std::string type = "nvidia-" + pod.resource.substr(kVgpuResourcePrefix.size());
   for (const auto& node : nodes_) {
     const uint32_t requested = Requested(node->name(), pod.resource);
     out += node->name() + ": allocatable " + std::to_string(node->Allocatable(pod.resource)) +
@@ -681,8 +682,7 @@ std::string SchedulingCluster::Explain(const ClusterPod& pod) {
 }
 
 bool SchedulingCluster::FitsSomewhere(const std::string& resource, uint32_t count) {
-  const std::string prefix = "tencent.com/vgpu-";
-  const std::string type = "nvidia-" + resource.substr(prefix.size());
+  const std::string type = "nvidia-" + resource.substr(kVgpuResourcePrefix.size());
   for (const auto& node : nodes_) {
     Result<mdev::Inventory> inventory = node->sim().node().Scan();
     if (!inventory.ok()) continue;

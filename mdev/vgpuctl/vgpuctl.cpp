@@ -5,8 +5,8 @@
 #include <ostream>
 
 #include "common/clock.h"
+#include "doctor/doctor.h"
 #include "mdev/make_backend.h"
-#include "mdev/vgpuctl/doctor.h"
 #include "mdev/vgpuctl/format.h"
 
 namespace kvgpu::vgpuctl {

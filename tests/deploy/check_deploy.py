@@ -699,7 +699,13 @@ def webhook_default_config(repo):
     with open(os.path.join(repo, "webhook", "config.cpp")) as f:
         source = f.read()
     m = re.search(r'kDefaultYaml\s*=\s*R"\((.*?)\)"', source, re.S)
-    return yaml.safe_load(m.group(1))
+    text = m.group(1)
+    # The values the programs share stand in the text by name (DefaultYaml() in config.cpp).
+    with open(os.path.join(repo, "common", "cross_program.h")) as f:
+        shared = dict(re.findall(r'\b(k\w+) = "([^"]*)";', f.read()))
+    text = text.replace("$VGPU_RESOURCE_PREFIX", shared["kVgpuResourcePrefix"])
+    text = text.replace("$LICENSING_DIR", shared["kLicensingDir"])
+    return yaml.safe_load(text)
 
 
 def merged(base, overlay):

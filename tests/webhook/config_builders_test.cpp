@@ -95,17 +95,15 @@ TEST(ContainerBuilder, OnlyColdPlugWithNativeSidecarsKeepsGriddsStartupProbe) {
                       "startupProbe":{"command":["ok"]},"readinessProbe":{"command":["ok"]}})"),
                              "gridd", {}, {}, {"startupProbe", "readinessProbe"}, gridd))
       << check.failure;
-  Config config;
-  config.sidecar_mode = SidecarMode::kNative;
-  ComposeInjections(driver, gridd, config);
-  EXPECT_TRUE(config.cold_plug.gridd.object.contains("startupProbe"));
-  EXPECT_FALSE(config.hot_plug.gridd.object.contains("startupProbe"));
-  EXPECT_EQ(config.hot_plug.driver.object["restartPolicy"], "Always");
-  EXPECT_EQ(config.cold_plug.gridd.text, config.cold_plug.gridd.object.dump());
-  config.sidecar_mode = SidecarMode::kClassic;
-  ComposeInjections(driver, gridd, config);
-  EXPECT_FALSE(config.cold_plug.gridd.object.contains("startupProbe"));
-  EXPECT_FALSE(config.hot_plug.driver.object.contains("restartPolicy"));
+  Injection hot_plug, cold_plug;
+  ComposeInjections(driver, gridd, SidecarMode::kNative, hot_plug, cold_plug);
+  EXPECT_TRUE(cold_plug.gridd.object.contains("startupProbe"));
+  EXPECT_FALSE(hot_plug.gridd.object.contains("startupProbe"));
+  EXPECT_EQ(hot_plug.driver.object["restartPolicy"], "Always");
+  EXPECT_EQ(cold_plug.gridd.text, cold_plug.gridd.object.dump());
+  ComposeInjections(driver, gridd, SidecarMode::kClassic, hot_plug, cold_plug);
+  EXPECT_FALSE(cold_plug.gridd.object.contains("startupProbe"));
+  EXPECT_FALSE(hot_plug.driver.object.contains("restartPolicy"));
 }
 
 }  // namespace

@@ -37,11 +37,19 @@ TEST(JsonPatch, BuilderWritesOperationsInOrderAsValidJson) {
   EXPECT_EQ(ops[2]["path"], "/metadata/annotations/q\"uote\\~1x");
 }
 
-TEST(JsonPatch, JsonStringsEscapeQuotesBackslashesAndControls) {
-  std::string out;
-  AppendJsonString(out, std::string("a\"b\\c\n\x01", 7));
-  EXPECT_EQ(out, R"("a\"b\\c\u000a\u0001")");
-  EXPECT_EQ(nlohmann::json::parse(out), std::string("a\"b\\c\n\x01", 7));
+// The paths go out through common/json_string.h: whatever bytes a path holds, the patch is JSON
+// (bytes that are not UTF-8 become U+FFFD; before, they went out as they were and the API server
+// refused the whole patch).
+TEST(JsonPatch, AnyPathKeepsThePatchJson) {
+  PatchBuilder patch;
+  patch.Add(std::string("/a\"b\\c\n\x01", 8), 1);
+  patch.Add("/bad\xff\xc3", 2);
+  patch.Add("/caf\xc3\xa9", 3);
+  const auto ops = nlohmann::json::parse(patch.Text(), nullptr, false);
+  ASSERT_FALSE(ops.is_discarded()) << patch.Text();
+  EXPECT_EQ(ops[0]["path"], std::string("/a\"b\\c\n\x01", 8));
+  EXPECT_EQ(ops[1]["path"], "/bad\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(ops[2]["path"], "/caf\xc3\xa9");
 }
 
 }  // namespace

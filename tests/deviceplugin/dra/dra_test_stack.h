@@ -14,11 +14,11 @@
 
 #include "deviceplugin/dra/device_name.h"
 #include "deviceplugin/dra/dra_plugin.h"
-#include "deviceplugin/dra/gpu_filter_backend.h"
 #include "deviceplugin/dra/kubelet_dra_server.h"
 #include "deviceplugin/dra/prepared_store.h"
 #include "deviceplugin/model/resource_manager.h"
 #include "deviceplugin/model/state_store.h"
+#include "mdev/gpu_filter_backend.h"
 
 namespace kvgpu::testing {
 
@@ -60,7 +60,7 @@ struct DraStack {
     if (!s.ok()) throw std::runtime_error(s.ToString());
   }
 
-  deviceplugin::dra::GpuFilterBackend filter;
+  mdev::GpuFilterBackend filter;
   deviceplugin::JsonFileStateStore model_store;
   deviceplugin::dra::PreparedStore claims;
   deviceplugin::dra::PreparedClaimHolders holders;

@@ -5,7 +5,7 @@
 // (cubecos on an RTX PRO 6000, shared/docs/NVIDIA-VGPU-SHAPES.md section 2) [measured].
 #include <set>
 
-#include "mdev/vgpuctl/doctor_internal.h"
+#include "doctor/doctor_internal.h"
 
 namespace kvgpu::doctor::internal {
 

@@ -1,11 +1,12 @@
 // The claim checkpoint (deviceplugin/dra/prepared_store.h): what is written is read back after a
 // restart, a failed save changes nothing, and a corrupt file is refused rather than read as empty.
+#include "deviceplugin/dra/prepared_store.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "deviceplugin/dra/prepared_store.h"
 #include "fakes/common/temp_dir.h"
 
 namespace kvgpu::deviceplugin::dra {

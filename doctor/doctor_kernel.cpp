@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "mdev/vgpuctl/doctor_internal.h"
+#include "doctor/doctor_internal.h"
 
 namespace kvgpu::doctor::internal {
 

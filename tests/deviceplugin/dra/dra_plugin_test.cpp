@@ -1,75 +1,14 @@
-// The DRA front end driven by a kubelet written from upstream's protos (dra_test_kubelet.h), the
-// claims served by the fake API server, the vGPUs made in the simulated kernel (t4x2, GPU 0 in
-// DRA mode, GPU 1 left to the device plugin).
+// The DRA plugin (deviceplugin/dra/dra_plugin.h) through kubelet's calls: what a claim's prepare
+// creates and its unprepare removes, idempotence, restarts, other drivers' results, foreign vGPUs
+// and bad claims.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "fakes/apiserver/fake_apiserver.h"
-#include "fakes/common/sim_node.h"
-#include "fakes/common/temp_dir.h"
-#include "fakes/kubelet/dra_test_kubelet.h"
-#include "kube/api_client.h"
-#include "tests/deviceplugin/dra/dra_test_stack.h"
+#include "tests/deviceplugin/dra/dra_flow_fixture.h"
 
 namespace kvgpu::testing {
 namespace {
-
-constexpr const char* kType = "nvidia-222";  // GRID T4-1B, 16 per GPU
-
-class DraFlowTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(api_server_.Start());
-    auto client = kube::ApiClient::Create(api_server_.ClientConfig());
-    ASSERT_TRUE(client.ok()) << client.status().ToString();
-    api_ = std::move(client).value();
-    StartDaemon();
-  }
-
-  void StartDaemon() {
-    stack_ = std::make_unique<DraStack>(sim_.node(), std::set<std::string>{sim_.gpu(0)},
-                                        dir_.path(), *api_, true);
-    auto reg = kubelet_.Register(kDraDriver);
-    ASSERT_TRUE(reg);
-  }
-  void StopDaemon() { stack_.reset(); }
-
-  std::string Pool() const { return kDraNode; }
-  std::string Gpu0Device(uint32_t slot) const { return DraName(sim_.gpu(0), kType, slot); }
-  DraClaim Claim(const std::string& name, const std::string& uid,
-                 const std::vector<DraResult>& results) {
-    api_server_.SetResourceClaim(MakeAllocatedClaim("ns", name, uid, results));
-    return {"ns", uid, name};
-  }
-  DraResult Ours(const std::string& device, const std::string& request = "gpu") {
-    return {request, kDraDriver, Pool(), device};
-  }
-  size_t Vgpus() { return sim_.model().VgpuIds().size(); }
-
-  SimNode sim_{"t4x2"};
-  TempDir dir_;
-  FakeApiServer api_server_;
-  std::unique_ptr<kube::ApiClient> api_;
-  DraTestKubelet kubelet_{dir_.path() / "kubelet"};
-  std::unique_ptr<DraStack> stack_;
-};
-
-TEST_F(DraFlowTest, RegistersAsUpstreamKubeletExpects) {
-  auto reg = kubelet_.Register(kDraDriver);
-  ASSERT_TRUE(reg);
-  EXPECT_EQ(reg->type, "DRAPlugin");
-  EXPECT_EQ(reg->driver, kDraDriver);
-  EXPECT_EQ(reg->socket,
-            (dir_.path() / "kubelet/plugins_registry" / (std::string(kDraDriver) + "-reg.sock"))
-                .string());
-  EXPECT_EQ(reg->endpoint, (dir_.path() / "kubelet/plugins" / kDraDriver / "dra.sock").string());
-  EXPECT_EQ(reg->supported_versions,
-            (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin"}));
-  EXPECT_EQ(reg->chosen, "v1.DRAPlugin");
-  ASSERT_TRUE(stack_->server->LastReport());
-  EXPECT_TRUE(stack_->server->LastReport()->registered);
-}
 
 TEST_F(DraFlowTest, PrepareCreatesTheVgpuAndReturnsItsCdiDevice) {
   DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0))});
@@ -94,17 +33,6 @@ TEST_F(DraFlowTest, PrepareCreatesTheVgpuAndReturnsItsCdiDevice) {
   ASSERT_TRUE(spec.good());
   std::string text((std::istreambuf_iterator<char>(spec)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find(sim_.gpu(0) + "-" + kType + "-0"), std::string::npos);
-}
-
-TEST_F(DraFlowTest, TheOlderV1beta1ServiceAnswersTheSame) {
-  kubelet_.ForceService("v1beta1.DRAPlugin");
-  DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0))});
-  auto answers = kubelet_.Prepare({c});
-  ASSERT_EQ(answers["uid-1"].error, "");
-  ASSERT_EQ(answers["uid-1"].devices.size(), 1u);
-  EXPECT_EQ(Vgpus(), 1u);
-  EXPECT_EQ(kubelet_.Unprepare({c})["uid-1"], "");
-  EXPECT_EQ(Vgpus(), 0u);
 }
 
 TEST_F(DraFlowTest, RePrepareIsIdempotentWithoutTheApiServer) {
@@ -254,55 +182,11 @@ TEST_F(DraFlowTest, ForeignVgpusAreNeverTouched) {
   EXPECT_EQ(ids[0], foreign.value().id);
 }
 
-TEST_F(DraFlowTest, ARestartedKubeletFindsThePluginAndItsPreparedClaims) {
-  DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0))});
-  auto first = kubelet_.Prepare({c});
-  ASSERT_EQ(first["uid-1"].error, "");
-  // A new kubelet process: it scans plugins_registry afresh and sends its checkpointed claims.
-  DraTestKubelet restarted(dir_.path() / "kubelet");
-  ASSERT_TRUE(restarted.Register(kDraDriver));
-  auto again = restarted.Prepare({c});
-  ASSERT_EQ(again["uid-1"].error, "");
-  EXPECT_EQ(again["uid-1"].devices[0].cdi_device_ids, first["uid-1"].devices[0].cdi_device_ids);
-  EXPECT_EQ(Vgpus(), 1u);
-  EXPECT_EQ(restarted.Unprepare({c})["uid-1"], "");
-  EXPECT_EQ(Vgpus(), 0u);
-}
-
-TEST_F(DraFlowTest, RemovedRegistrationSocketIsServedAgain) {
-  std::filesystem::remove(dir_.path() / "kubelet/plugins_registry" /
-                          (std::string(kDraDriver) + "-reg.sock"));
-  auto reg = kubelet_.Register(kDraDriver, std::chrono::seconds(5));
-  ASSERT_TRUE(reg);
-  EXPECT_GE(stack_->server->reserved(), 1);
-  DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0))});
-  EXPECT_EQ(kubelet_.Prepare({c})["uid-1"].error, "");
-}
-
-TEST_F(DraFlowTest, WipedKubeletDirectoryIsServedAgain) {
-  std::filesystem::remove_all(dir_.path() / "kubelet");
-  auto reg = kubelet_.Register(kDraDriver, std::chrono::seconds(5));
-  ASSERT_TRUE(reg);
-  DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0))});
-  EXPECT_EQ(kubelet_.Prepare({c})["uid-1"].error, "");
-}
-
 TEST_F(DraFlowTest, BadClaimReferencesAreRefusedPerClaim) {
   auto answers = kubelet_.Prepare({{"../x", "uid-1", "c1"}, {"ns", "", "c1"}});
   EXPECT_NE(answers["uid-1"].error.find("namespace"), std::string::npos);
   EXPECT_NE(answers[""].error.find("UID"), std::string::npos);
   EXPECT_EQ(api_server_.resource_claim_gets(), 0);
-}
-
-TEST_F(DraFlowTest, TooManyClaimsInOneCallAreRefusedWhole) {
-  std::vector<DraClaim> many;
-  for (size_t i = 0; i <= deviceplugin::dra::kMaxClaimsPerCall; ++i) {
-    many.push_back({"ns", "uid-" + std::to_string(i), "c" + std::to_string(i)});
-  }
-  std::string error;
-  auto answers = kubelet_.Prepare(many, &error);
-  EXPECT_TRUE(answers.empty());
-  EXPECT_NE(error.find("claims in one call"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // software laid out as the installers leave it) gives no finding above info, and each planted
 // fault - one broken precondition of docs/install.md - gives exactly its own finding, with a fix,
 // and nothing else. Also: the doctor never changes the node, the CLI's exit codes and JSON.
-#include "mdev/vgpuctl/doctor.h"
+#include "doctor/doctor.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

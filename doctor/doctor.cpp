@@ -1,10 +1,10 @@
-#include "mdev/vgpuctl/doctor.h"
+#include "doctor/doctor.h"
 
 #include <cstdio>
 #include <regex>
 #include <sstream>
 
-#include "mdev/vgpuctl/doctor_internal.h"
+#include "doctor/doctor_internal.h"
 
 namespace kvgpu::doctor {
 

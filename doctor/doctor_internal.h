@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "doctor/doctor_types.h"
 #include "mdev/sysfs_backend.h"
-#include "mdev/vgpuctl/doctor.h"
 
 namespace kvgpu::doctor::internal {
 

@@ -1,21 +1,22 @@
-// One mode per GPU (deviceplugin/dra/gpu_filter_backend.h): each view shows exactly its GPUs
+// One mode per GPU (mdev/gpu_filter_backend.h): each view shows exactly its GPUs
 // (an SR-IOV GPU's VFs follow their PF), the two views of one node split it without overlap, and a
 // create on a hidden GPU is refused before the kernel is asked.
+#include "mdev/gpu_filter_backend.h"
+
 #include <gtest/gtest.h>
 
-#include "deviceplugin/dra/gpu_filter_backend.h"
 #include "fakes/common/sim_node.h"
 
-namespace kvgpu::deviceplugin::dra {
+namespace kvgpu::mdev {
 namespace {
 
-std::set<std::string> GpusOf(const mdev::Inventory& inventory) {
+std::set<std::string> GpusOf(const Inventory& inventory) {
   std::set<std::string> out;
-  for (const mdev::Parent& p : inventory.parents) out.insert(p.physical_gpu);
+  for (const Parent& p : inventory.parents) out.insert(p.physical_gpu);
   return out;
 }
 
-TEST(DraGpuFilter, TwoViewsSplitTheNodeWithoutOverlap) {
+TEST(GpuFilterBackendTest, TwoViewsSplitTheNodeWithoutOverlap) {
   testing::SimNode sim("t4x2");
   GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
   GpuFilterBackend dp(sim.node(), {sim.gpu(0)}, false);
@@ -26,14 +27,14 @@ TEST(DraGpuFilter, TwoViewsSplitTheNodeWithoutOverlap) {
   EXPECT_EQ(GpusOf(dp_view.value()), std::set<std::string>{sim.gpu(1)});
 }
 
-TEST(DraGpuFilter, VirtualFunctionsFollowTheirPhysicalGpu) {
+TEST(GpuFilterBackendTest, VirtualFunctionsFollowTheirPhysicalGpu) {
   testing::SimNode sim("a100-sriov");
   GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
   auto view = dra.Scan();
   ASSERT_TRUE(view.ok());
   ASSERT_FALSE(view.value().parents.empty());
   bool vf = false;
-  for (const mdev::Parent& p : view.value().parents) {
+  for (const Parent& p : view.value().parents) {
     EXPECT_EQ(p.physical_gpu, sim.gpu(0));
     vf = vf || p.is_virtual_function;
   }
@@ -42,7 +43,7 @@ TEST(DraGpuFilter, VirtualFunctionsFollowTheirPhysicalGpu) {
 
 // A model behind the filter reads one GPU again after its own create (the GPU's lock changes what
 // it and its VFs can make): the filter passes that read on for its GPUs and refuses the others.
-TEST(DraGpuFilter, OneGpuIsReadAgainThroughTheFilterOnlyWhereItShowsIt) {
+TEST(GpuFilterBackendTest, OneGpuIsReadAgainThroughTheFilterOnlyWhereItShowsIt) {
   testing::SimNode sim("t4x2");
   GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
   ASSERT_TRUE(sim.node().Create({sim.gpu(0), "nvidia-225", std::nullopt}).ok());
@@ -65,7 +66,7 @@ TEST(DraGpuFilter, OneGpuIsReadAgainThroughTheFilterOnlyWhereItShowsIt) {
   EXPECT_EQ(dra.ScanGpuRoom(sim.gpu(1), whole_view.value()).status().code(), ErrorCode::kInvalid);
 }
 
-TEST(DraGpuFilter, CreateOnAHiddenGpuIsRefusedAndMakesNothing) {
+TEST(GpuFilterBackendTest, CreateOnAHiddenGpuIsRefusedAndMakesNothing) {
   testing::SimNode sim("t4x2");
   GpuFilterBackend dra(sim.node(), {sim.gpu(0)}, true);
   ASSERT_TRUE(dra.Scan().ok());
@@ -82,4 +83,4 @@ TEST(DraGpuFilter, CreateOnAHiddenGpuIsRefusedAndMakesNothing) {
 }
 
 }  // namespace
-}  // namespace kvgpu::deviceplugin::dra
+}  // namespace kvgpu::mdev

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "common/base64.h"
-#include "mdev/vgpuctl/doctor_internal.h"
+#include "doctor/doctor_internal.h"
 
 namespace kvgpu::doctor::internal {
 

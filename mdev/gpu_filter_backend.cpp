@@ -1,35 +1,33 @@
-#include "deviceplugin/dra/gpu_filter_backend.h"
+#include "mdev/gpu_filter_backend.h"
 
 #include <algorithm>
 #include <optional>
 #include <utility>
 
-namespace kvgpu::deviceplugin::dra {
+namespace kvgpu::mdev {
 
-GpuFilterBackend::GpuFilterBackend(mdev::Backend& inner, std::set<std::string> gpus,
-                                   bool keep_listed)
+GpuFilterBackend::GpuFilterBackend(Backend& inner, std::set<std::string> gpus, bool keep_listed)
     : inner_(inner), gpus_(std::move(gpus)), keep_listed_(keep_listed) {}
 
 bool GpuFilterBackend::Shows(const std::string& physical_gpu) const {
   return gpus_.contains(physical_gpu) == keep_listed_;
 }
 
-Result<mdev::Inventory> GpuFilterBackend::Scan() {
-  Result<mdev::Inventory> scanned = inner_.Scan();
+Result<Inventory> GpuFilterBackend::Scan() {
+  Result<Inventory> scanned = inner_.Scan();
   if (!scanned.ok()) return scanned;
-  mdev::Inventory inventory = std::move(scanned).value();
+  Inventory inventory = std::move(scanned).value();
   {
     std::lock_guard lock(mutex_);
     physical_gpu_.clear();
-    for (const mdev::Parent& p : inventory.parents) physical_gpu_[p.name] = p.physical_gpu;
+    for (const Parent& p : inventory.parents) physical_gpu_[p.name] = p.physical_gpu;
   }
-  std::erase_if(inventory.parents,
-                [this](const mdev::Parent& p) { return !Shows(p.physical_gpu); });
-  std::erase_if(inventory.vgpus, [this](const mdev::Vgpu& v) { return !Shows(v.physical_gpu); });
+  std::erase_if(inventory.parents, [this](const Parent& p) { return !Shows(p.physical_gpu); });
+  std::erase_if(inventory.vgpus, [this](const Vgpu& v) { return !Shows(v.physical_gpu); });
   return inventory;
 }
 
-Result<mdev::Vgpu> GpuFilterBackend::Create(const mdev::CreateRequest& request) {
+Result<Vgpu> GpuFilterBackend::Create(const CreateRequest& request) {
   auto known = [&]() -> std::optional<std::string> {
     std::lock_guard lock(mutex_);
     auto it = physical_gpu_.find(request.parent);
@@ -38,7 +36,7 @@ Result<mdev::Vgpu> GpuFilterBackend::Create(const mdev::CreateRequest& request) 
   };
   std::optional<std::string> gpu = known();
   if (!gpu) {
-    Result<mdev::Inventory> rescanned = Scan();
+    Result<Inventory> rescanned = Scan();
     if (!rescanned.ok()) return rescanned.status();
     gpu = known();
   }
@@ -49,7 +47,7 @@ Result<mdev::Vgpu> GpuFilterBackend::Create(const mdev::CreateRequest& request) 
   return inner_.Create(request);
 }
 
-Result<mdev::Inventory> GpuFilterBackend::ScanGpu(const std::string& physical_gpu) {
+Result<Inventory> GpuFilterBackend::ScanGpu(const std::string& physical_gpu) {
   if (!Shows(physical_gpu)) {
     return Status::Error(ErrorCode::kInvalid,
                          "GPU " + physical_gpu + " is not served by this front end");
@@ -57,8 +55,8 @@ Result<mdev::Inventory> GpuFilterBackend::ScanGpu(const std::string& physical_gp
   return inner_.ScanGpu(physical_gpu);
 }
 
-Result<mdev::Inventory> GpuFilterBackend::ScanGpuRoom(const std::string& physical_gpu,
-                                                      const mdev::Inventory& known) {
+Result<Inventory> GpuFilterBackend::ScanGpuRoom(const std::string& physical_gpu,
+                                                const Inventory& known) {
   if (!Shows(physical_gpu)) {
     return Status::Error(ErrorCode::kInvalid,
                          "GPU " + physical_gpu + " is not served by this front end");
@@ -66,4 +64,4 @@ Result<mdev::Inventory> GpuFilterBackend::ScanGpuRoom(const std::string& physica
   return inner_.ScanGpuRoom(physical_gpu, known);
 }
 
-}  // namespace kvgpu::deviceplugin::dra
+}  // namespace kvgpu::mdev

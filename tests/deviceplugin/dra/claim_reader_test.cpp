@@ -1,8 +1,8 @@
 // Reading a ResourceClaim's allocation (deviceplugin/dra/claim_reader.h): only our driver and
 // pool, the UID must be the one kubelet named, and malformed or oversized statuses are errors.
-#include <gtest/gtest.h>
-
 #include "deviceplugin/dra/claim_reader.h"
+
+#include <gtest/gtest.h>
 
 namespace kvgpu::deviceplugin::dra {
 namespace {

@@ -1,11 +1,11 @@
 // DRA device names (deviceplugin/dra/device_name.h): the one rule the slices publish and the
 // kubelet plugin resolves; valid DNS labels for real addresses and kernel type ids, stable and
 // distinct when a name has to be shortened.
+#include "deviceplugin/dra/device_name.h"
+
 #include <gtest/gtest.h>
 
 #include <regex>
-
-#include "deviceplugin/dra/device_name.h"
 
 namespace kvgpu::deviceplugin::dra {
 namespace {

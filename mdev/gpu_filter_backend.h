@@ -12,43 +12,42 @@
 
 #include "mdev/backend.h"
 
-namespace kvgpu::deviceplugin::dra {
+namespace kvgpu::mdev {
 
-class GpuFilterBackend : public mdev::Backend {
+class GpuFilterBackend : public Backend {
  public:
   // `keep_listed`: show only the GPUs in `gpus`; else show every GPU except them. A GPU is named
   // by its PCI address ("0000:3b:00.0"); for an SR-IOV VF, by its PF's (Parent::physical_gpu).
-  GpuFilterBackend(mdev::Backend& inner, std::set<std::string> gpus, bool keep_listed);
+  GpuFilterBackend(Backend& inner, std::set<std::string> gpus, bool keep_listed);
 
   const char* Name() const override { return inner_.Name(); }
-  Result<mdev::Inventory> Scan() override;
+  Result<Inventory> Scan() override;
   // Refused (kInvalid) for a parent outside the view (as of the last scan; a parent never seen
   // is scanned for once); the kernel is not asked.
-  Result<mdev::Vgpu> Create(const mdev::CreateRequest& request) override;
+  Result<Vgpu> Create(const CreateRequest& request) override;
   Status Remove(const std::string& id) override { return inner_.Remove(id); }
   Status RemoveIfType(const std::string& id, const std::string& type_id) override {
     return inner_.RemoveIfType(id, type_id);
   }
-  Result<std::unique_ptr<mdev::EventSubscription>> WatchChanges(
+  Result<std::unique_ptr<EventSubscription>> WatchChanges(
       std::function<void(const std::string& what)> changed) override {
     return inner_.WatchChanges(std::move(changed));
   }
-  mdev::BackendHealth Health() const override { return inner_.Health(); }
+  BackendHealth Health() const override { return inner_.Health(); }
   // The inner backend's, for a GPU in the view (kInvalid for another: the kernel is not asked).
   // Without it the model behind the filter never read a GPU again after its own create, and its
   // counts showed the GPU in a mode it was not in until the next rescan.
-  Result<mdev::Inventory> ScanGpu(const std::string& physical_gpu) override;
-  Result<mdev::Inventory> ScanGpuRoom(const std::string& physical_gpu,
-                                      const mdev::Inventory& known) override;
+  Result<Inventory> ScanGpu(const std::string& physical_gpu) override;
+  Result<Inventory> ScanGpuRoom(const std::string& physical_gpu, const Inventory& known) override;
 
   bool Shows(const std::string& physical_gpu) const;
 
  private:
-  mdev::Backend& inner_;
+  Backend& inner_;
   std::set<std::string> gpus_;
   bool keep_listed_;
   std::mutex mutex_;
   std::map<std::string, std::string> physical_gpu_;  // every parent of the last scan -> its GPU
 };
 
-}  // namespace kvgpu::deviceplugin::dra
+}  // namespace kvgpu::mdev

@@ -4,6 +4,8 @@
 // api/metadata/v1beta1 in kubernetes/kubernetes master; docs/dra-kubelet-plugin.md, "Device
 // metadata"), driven through kubelet's DRA gRPC (dra_test_kubelet.h) over a simulated node, the
 // claims served by the fake API server.
+#include "deviceplugin/dra/device_metadata.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -20,7 +22,6 @@
 #include <vector>
 
 #include "deviceplugin/config.h"
-#include "deviceplugin/dra/device_metadata.h"
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
@@ -91,7 +92,7 @@ struct MetaStack {
   std::mutex writes_mutex;
   std::vector<std::pair<bool, size_t>> writes;  // what on_write was told, in order
 
-  dra::GpuFilterBackend filter;
+  mdev::GpuFilterBackend filter;
   deviceplugin::JsonFileStateStore model_store;
   dra::PreparedStore claims;
   dra::PreparedClaimHolders holders;
