@@ -121,11 +121,14 @@ Result<json> SlicePublisher::OwnerReference() {
   return owner;
 }
 
-Result<std::vector<json>> SlicePublisher::ListOurs() {
+std::string SlicePublisher::OursPath() const {
   const std::string selector =
       "spec.nodeName=" + options_.node_name + ",spec.driver=" + options_.driver;
-  Result<json> list = api_.Get(
-      std::string(kCollection) + "?fieldSelector=" + kube::QueryEscape(selector), &cancel_);
+  return std::string(kCollection) + "?fieldSelector=" + kube::QueryEscape(selector);
+}
+
+Result<std::vector<json>> SlicePublisher::ListOurs() {
+  Result<json> list = api_.Get(OursPath(), &cancel_);
   if (!list.ok()) return list.status();
   if (!list->contains("items") || !(*list)["items"].is_array()) {
     return Status::Error(ErrorCode::kDecode, "the ResourceSlice list has no items");
@@ -234,9 +237,32 @@ void SlicePublisher::Start() {
   }
   cancel_.Reset();
   thread_ = std::thread([this] { Loop(); });
+  if (!options_.watch_deletions) return;
+  kube::ListWatchOptions watch;
+  watch.path = OursPath();
+  watch.what = "ResourceSlices of node " + options_.node_name;
+  watcher_ = std::make_unique<kube::ListWatcher>(api_, std::move(watch));
+  watcher_->Start({
+      // A relist: slices may have gone while nobody watched; the pass finds out.
+      .on_synced = [this](const std::vector<nlohmann::json>&) { Trigger(); },
+      .on_event =
+          [this](kube::WatchEventType type, const nlohmann::json&) {
+            if (type != kube::WatchEventType::kDeleted) return;
+            // Our own pass deletes the slices a new generation no longer has: the pass this
+            // triggers then finds nothing to write.
+            spdlog::debug("a ResourceSlice of node {} was deleted; checking the pool",
+                          options_.node_name);
+            Trigger();
+          },
+      .on_connection = nullptr,
+  });
 }
 
 void SlicePublisher::Stop() {
+  if (watcher_) {
+    watcher_->Stop();
+    watcher_.reset();
+  }
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;

@@ -9,13 +9,18 @@
 //
 // Runs on its own thread: a pass after each Trigger() (at most one per min_interval), and one
 // every resync to repair slices someone else changed; the API server being away only delays it
-// (retried with a backoff).
+// (retried with a backoff). A watch of the node's slices of the driver triggers a pass when one
+// of them is deleted by someone else: kubelet deletes every ResourceSlice of its node when it
+// starts (`DRAPluginManager.wipeResourceSlices` at startup, and for a driver whose plugin stays
+// unregistered; pkg/kubelet/cm/dra/plugin of 1.36 and 1.37), so after each kubelet restart the
+// pool is gone until written again, and no pod can be allocated a device of the node meanwhile.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -25,6 +30,7 @@
 
 #include "common/status.h"
 #include "kube/api_client.h"
+#include "kube/list_watch.h"
 
 namespace kvgpu::deviceplugin::dra {
 
@@ -43,6 +49,8 @@ struct SlicePublisherOptions {
   // or this is off (config dra.compatibilityGroups).
   bool compatibility_groups = true;
   std::chrono::milliseconds probe_interval{std::chrono::minutes(5)};
+  // Watch the node's slices of the driver and publish again at once when one is deleted (above).
+  bool watch_deletions = true;
 };
 
 class SlicePublisher {
@@ -77,6 +85,8 @@ class SlicePublisher {
  private:
   void Loop();
   Result<nlohmann::json> OwnerReference();
+  // The collection's path selecting this node's slices of the driver.
+  std::string OursPath() const;
   Result<std::vector<nlohmann::json>> ListOurs();
   // Whether this pass writes compatibility groups (probes when due).
   Result<bool> WithCompatibilityGroups(int64_t generation);
@@ -97,6 +107,7 @@ class SlicePublisher {
   nlohmann::json owner_;  // null until the Node was read
   Canceller cancel_;
   std::thread thread_;
+  std::unique_ptr<kube::ListWatcher> watcher_;
 };
 
 }  // namespace kvgpu::deviceplugin::dra

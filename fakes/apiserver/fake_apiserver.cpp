@@ -141,6 +141,7 @@ void FakeApiServer::Stop() {
   std::lock_guard lock(mutex_);
   open_.clear();
   claim_watches_.clear();
+  slice_watches_.clear();
 }
 
 void FakeApiServer::SetTokens(std::set<std::string> tokens) {
@@ -277,6 +278,7 @@ void FakeApiServer::Compact() {
   compacted_ = version_;
   history_.clear();
   claim_history_.clear();
+  slice_changes_.clear();
 }
 
 void FakeApiServer::SetGoneAsHttpStatus(bool http_status) {
@@ -319,6 +321,7 @@ void FakeApiServer::DropWatches() {
     std::lock_guard lock(mutex_);
     for (const auto& watch : open_) watch->drop = true;
     for (const auto& watch : claim_watches_) watch->drop = true;
+    for (const auto& watch : slice_watches_) watch->drop = true;
   }
   Notify();
 }
@@ -328,6 +331,7 @@ void FakeApiServer::EndWatches() {
     std::lock_guard lock(mutex_);
     for (const auto& watch : open_) watch->end = true;
     for (const auto& watch : claim_watches_) watch->end = true;
+    for (const auto& watch : slice_watches_) watch->end = true;
   }
   Notify();
 }
@@ -355,7 +359,7 @@ int FakeApiServer::watches() const {
 
 int FakeApiServer::open_watches() const {
   std::lock_guard lock(mutex_);
-  return static_cast<int>(open_.size() + claim_watches_.size());
+  return static_cast<int>(open_.size() + claim_watches_.size() + slice_watches_.size());
 }
 
 int FakeApiServer::unauthorized() const {

@@ -178,11 +178,12 @@ class FakeApiServer {
   void SetPodLog(const std::string& ns, const std::string& name, std::string text);
   nlohmann::json pod(const std::string& ns, const std::string& name) const;  // null when none
 
-  // ResourceSlices (resource.k8s.io/v1, fake_resource_slices.cpp): list with a fieldSelector of
-  // spec.nodeName and/or spec.driver, create (metadata.name or generateName; dryRun=All answers
-  // without storing), get, JSON patch (RFC 6902; a failed `test` is 409) and delete by name;
-  // stored as sent but for the gated field below (no defaulting or validation). After every change
-  // the whole set is recorded, so a test can check each state a reader could have listed.
+  // ResourceSlices (resource.k8s.io/v1, fake_resource_slices.cpp): list or watch with a
+  // fieldSelector of spec.nodeName and/or spec.driver, create (metadata.name or generateName;
+  // dryRun=All answers without storing), get, JSON patch (RFC 6902; a failed `test` is 409) and
+  // delete by name; stored as sent but for the gated field below (no defaulting or validation).
+  // After every change the whole set is recorded, so a test can check each state a reader could
+  // have listed.
   std::vector<nlohmann::json> resource_slices() const;  // by name
   std::vector<std::vector<nlohmann::json>> resource_slice_history() const;
   // Someone else's writes (a stale slice left by an earlier daemon, an admin's edit).
@@ -230,6 +231,7 @@ class FakeApiServer {
   // lines not yet sent, and how it is to end.
   struct Watch {
     std::string node;
+    std::map<std::string, std::string> fields;  // a slice watch's fieldSelector
     bool bookmarks = false;
     std::deque<std::string> lines;
     bool drop = false;
@@ -266,7 +268,9 @@ class FakeApiServer {
                    std::set<std::shared_ptr<Watch>>* owner);
   void RouteResourceSlices(httplib::Server& server);
   void RouteResourceClaimTemplates(httplib::Server& server);
-  void RecordSlicesLocked();  // mutex_ held
+  // mutex_ held: `slice` was created, changed or deleted (`type` as a watch event says it);
+  // queues the event on the slice watches it matches.
+  void RecordSlicesLocked(const std::string& type, const nlohmann::json& changed);
   void Notify();
   static bool Matches(const nlohmann::json& pod, const std::string& node);
   // The watch event for `change` as seen by a watch of `node`, or empty.
@@ -311,6 +315,8 @@ class FakeApiServer {
   };
   std::deque<ClaimChange> claim_history_;
   std::set<std::shared_ptr<Watch>> claim_watches_;  // Watch::node holds the namespace filter
+  std::deque<ClaimChange> slice_changes_;           // `claim` holds the slice
+  std::set<std::shared_ptr<Watch>> slice_watches_;  // Watch::fields holds the selector
   int claim_status_writes_ = 0;
   std::vector<nlohmann::json> claim_status_history_;
   std::uint64_t generated_names_ = 0;

@@ -44,14 +44,33 @@ void DropCompatibilityGroups(nlohmann::json& slice) {
   }
 }
 
+// Whether `slice` is selected by a fieldSelector of spec.nodeName and/or spec.driver.
+bool SliceMatches(const nlohmann::json& slice, const std::map<std::string, std::string>& fields) {
+  const auto spec = slice.find("spec");
+  for (const auto& [field, value] : fields) {
+    const char* key = field == "spec.nodeName" ? "nodeName" : "driver";
+    if (spec == slice.end() || !spec->is_object() || spec->value(key, "") != value) return false;
+  }
+  return true;
+}
+
+std::string SliceEventLine(const std::string& type, const nlohmann::json& slice) {
+  return nlohmann::json{{"type", type}, {"object", slice}}.dump() + "\n";
+}
+
 std::string NotFound(const std::string& name) {
   return "resourceslices.resource.k8s.io \"" + name + "\" not found";
 }
 
 }  // namespace
 
-void FakeApiServer::RecordSlicesLocked() {
+void FakeApiServer::RecordSlicesLocked(const std::string& type, const nlohmann::json& changed) {
+  for (const auto& watch : slice_watches_) {
+    if (SliceMatches(changed, watch->fields)) watch->lines.push_back(SliceEventLine(type, changed));
+  }
+  slice_changes_.push_back({version_, type, changed});
   if (!record_for_inspection_) {
+    slice_changes_.clear();  // a long benchmark: no watch resumes from an old version there
     changed_.notify_all();
     return;
   }
@@ -94,13 +113,19 @@ void FakeApiServer::PutResourceSlice(nlohmann::json slice) {
   if (!slice["metadata"].contains("uid")) {
     slice["metadata"]["uid"] = "slice-uid-" + std::to_string(version_);
   }
+  const bool existed = slices_.contains(slice["metadata"]["name"].get<std::string>());
   slices_[slice["metadata"]["name"].get<std::string>()] = slice;
-  RecordSlicesLocked();
+  RecordSlicesLocked(existed ? "MODIFIED" : "ADDED", slice);
 }
 
 void FakeApiServer::RemoveResourceSlice(const std::string& name) {
   std::lock_guard lock(mutex_);
-  if (slices_.erase(name) > 0) RecordSlicesLocked();
+  auto it = slices_.find(name);
+  if (it == slices_.end()) return;
+  nlohmann::json gone = std::move(it->second);
+  slices_.erase(it);
+  gone["metadata"]["resourceVersion"] = std::to_string(++version_);
+  RecordSlicesLocked("DELETED", gone);
 }
 
 void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
@@ -112,18 +137,34 @@ void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
                      "field label not supported: " + req.get_param_value("fieldSelector")));
       return;
     }
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    const std::string watch = req.get_param_value("watch");
+    if (watch == "1" || watch == "true") {
+      std::shared_ptr<Watch> w = OpenWatch(
+          req, res,
+          [&](std::deque<std::string>& lines) {
+            for (const auto& [name, slice] : slices_) {
+              if (SliceMatches(slice, fields)) lines.push_back(SliceEventLine("ADDED", slice));
+            }
+          },
+          [&](std::uint64_t from, std::deque<std::string>& lines) {
+            for (const auto& change : slice_changes_) {
+              if (change.version > from && SliceMatches(change.claim, fields)) {
+                lines.push_back(SliceEventLine(change.type, change.claim));
+              }
+            }
+          });
+      if (w == nullptr) return;
+      w->fields = fields;
+      slice_watches_.insert(w);
+      lock.unlock();
+      Notify();
+      StreamWatch(res, w, &slice_watches_);
+      return;
+    }
     nlohmann::json items = nlohmann::json::array();
     for (const auto& [name, slice] : slices_) {
-      const nlohmann::json& spec = slice["spec"];
-      if (fields.contains("spec.nodeName") &&
-          spec.value("nodeName", "") != fields["spec.nodeName"]) {
-        continue;
-      }
-      if (fields.contains("spec.driver") && spec.value("driver", "") != fields["spec.driver"]) {
-        continue;
-      }
-      items.push_back(slice);
+      if (SliceMatches(slice, fields)) items.push_back(slice);
     }
     Answer(res, 200,
            {{"kind", "ResourceSliceList"},
@@ -169,7 +210,7 @@ void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
     slice["metadata"]["uid"] = "slice-uid-" + std::to_string(version_);
     slices_[name] = slice;
     ++slice_writes_;
-    RecordSlicesLocked();
+    RecordSlicesLocked("ADDED", slice);
     Answer(res, 201, slice);
   });
 
@@ -216,7 +257,7 @@ void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
     patched["metadata"]["resourceVersion"] = std::to_string(++version_);
     it->second = patched;
     ++slice_writes_;
-    RecordSlicesLocked();
+    RecordSlicesLocked("MODIFIED", patched);
     Answer(res, 200, patched);
   });
 
@@ -229,8 +270,9 @@ void FakeApiServer::RouteResourceSlices(httplib::Server& server) {
     }
     nlohmann::json gone = it->second;
     slices_.erase(it);
+    gone["metadata"]["resourceVersion"] = std::to_string(++version_);
     ++slice_writes_;
-    RecordSlicesLocked();
+    RecordSlicesLocked("DELETED", gone);
     Answer(res, 200, gone);
   });
 }

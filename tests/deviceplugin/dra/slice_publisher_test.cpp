@@ -97,6 +97,10 @@ class SlicePublisherTest : public ::testing::Test {
     options.retry_max = 50ms;
     options.compatibility_groups = groups;
     options.probe_interval = probe_interval;
+    // The fake API server serves no watch of slices; the tests count and fail requests by
+    // number, which a watch would shift. The watch is checked against the real kubelet and API
+    // server (tests/k8s/scenario_kubelet_dra.py: its startup wipe of the node's slices).
+    options.watch_deletions = false;
     return std::make_unique<SlicePublisher>(*flaky_, Source(), options);
   }
 
@@ -191,6 +195,32 @@ TEST_F(SlicePublisherTest, PublishesThePoolOwnedByTheNodeAndThenWritesNothing) {
   EXPECT_FALSE(*wrote);
   EXPECT_EQ(server_.resource_slice_writes(), writes) << "an unchanged node rewrites nothing";
   EXPECT_EQ(publisher->generation(), 1);
+}
+
+// kubelet deletes every ResourceSlice of its node when it starts (found against the real
+// kubelet, tests/k8s/scenario_kubelet_dra.py): the pool must come back at once, not at the next
+// resync minutes later, or no pod gets a device of the node meanwhile.
+TEST_F(SlicePublisherTest, SlicesDeletedBySomeoneElseArePublishedAgainWithoutWaitingForTheResync) {
+  SlicePublisherOptions options;
+  options.node_name = kNode;
+  options.driver = kDefaultDriverName;
+  options.min_interval = 10ms;
+  options.resync = std::chrono::hours(1);
+  ASSERT_TRUE(options.watch_deletions) << "on unless a test turns it off";
+  SlicePublisher publisher(*client_, Source(), options);
+  publisher.Start();
+  ASSERT_TRUE(server_.WaitFor([&] { return CompletePool(Ours()).has_value(); }));
+  for (const json& slice : Ours()) server_.RemoveResourceSlice(slice["metadata"]["name"]);
+  ASSERT_TRUE(Ours().empty());
+  EXPECT_TRUE(server_.WaitFor([&] { return CompletePool(Ours()).has_value(); }))
+      << "the pool is published again";
+  const int64_t after_wipe = publisher.generation();
+  // One slice gone this time, as a single delete would do.
+  server_.RemoveResourceSlice(Ours().front()["metadata"]["name"]);
+  EXPECT_TRUE(server_.WaitFor([&] {
+    return CompletePool(Ours()).has_value() && publisher.generation() > after_wipe;
+  })) << "a pool missing one slice is written whole at a further generation";
+  publisher.Stop();
 }
 
 TEST_F(SlicePublisherTest, AChangeRewritesThePoolAtTheNextGenerationAndDropsWhatItNoLongerHas) {
