@@ -28,6 +28,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -104,6 +105,9 @@ def _openssl(*args, cwd):
         raise ControlPlaneError("openssl %s failed: %s" % (" ".join(args), result.stderr.strip()))
 
 
+_REFUSED = re.compile(r"HTTP 40[13]\b|forbidden", re.IGNORECASE)
+
+
 class _Process:
     def __init__(self, name, argv, log_path):
         self.name = name
@@ -121,6 +125,15 @@ class _Process:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return ""
+
+    def refused_calls(self):
+        """The lines of its log that tell of an API call refused: our kube client logs one as
+        "<what>: HTTP 403: <the API server's message>" (401 for a token it does not take)."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return [line.strip() for line in f if _REFUSED.search(line)]
+        except OSError:
+            return []
 
     def stop(self, grace=15.0):
         if self.popen.poll() is None:
@@ -265,6 +278,15 @@ current-context: kata-vgpu-test
 """.format(server=self.server, ca=self.ca, cert=user_cert, key=user_key)
         with open(path, "w") as f:
             f.write(text)
+
+    def write_token_kubeconfig(self, path, token, namespace):
+        """A kubeconfig for a ServiceAccount token (what a DaemonSet's pod gets projected), its
+        namespace the default one."""
+        with open(path, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %s, "
+                    "certificate-authority: %s}\nusers:\n- name: u\n  user: {token: %s}\ncontexts:\n"
+                    "- name: c\n  context: {cluster: c, user: u, namespace: %s}\ncurrent-context: c\n"
+                    % (self.server, self.ca, token, namespace))
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -139,11 +139,7 @@ class SimNode:
         with open(self.config_path, "w") as f:
             yaml.safe_dump(config, f)
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
-        with open(self.kubeconfig, "w") as f:
-            f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %s, "
-                    "certificate-authority: %s}\nusers:\n- name: u\n  user: {token: %s}\ncontexts:\n"
-                    "- name: c\n  context: {cluster: c, user: u, namespace: %s}\ncurrent-context: c\n"
-                    % (cp.server, cp.ca, token, NAMESPACE))
+        cp.write_token_kubeconfig(self.kubeconfig, token, NAMESPACE)
 
     def start(self):
         self.sim = controlplane._Process("kvgpu-sim " + self.name, [
@@ -222,8 +218,7 @@ class SimNode:
         return None
 
     def refused_requests(self):
-        with open(self.daemon.log_path, errors="replace") as f:
-            return [line.strip() for line in f if re.search(r"HTTP 403|[Ff]orbidden", line)]
+        return self.daemon.refused_calls()
 
     def stop(self):
         if self.channel:

@@ -48,7 +48,6 @@ import os
 import pathlib
 import queue
 import random
-import re
 import shutil
 import ssl
 import subprocess
@@ -85,7 +84,6 @@ PUBLISH_DEADLINE = 90.0  # for every plugin's first state (a second or two, unlo
 # kubelet's nodeStatusUpdateFrequency default: how often it writes a changed capacity.
 NODE_STATUS_PERIOD = 10.0
 STATE_ANNOTATION = "kvgpu.tencent.com/vgpu-state"
-REFUSED = re.compile(r"HTTP 40[13]\b|forbidden", re.IGNORECASE)
 
 
 def openssl(*args, cwd):
@@ -189,13 +187,6 @@ class Client:
                 return response.status, json.loads(raw)
             except ValueError:
                 return response.status, raw
-
-
-def refused_calls(log_path):
-    """The lines of a program's log that tell of an API call refused: our kube client logs one as
-    "<what>: HTTP 403: <the API server's message>"."""
-    with open(log_path, errors="replace") as f:
-        return [line for line in f if REFUSED.search(line)]
 
 
 def scrape(port, prefix):
@@ -525,7 +516,7 @@ class Scenario:
         if not r.check(not missing, "each device plugin, with its ServiceAccount's token, published its "
                        "node's vGPU state", "not within %.0f s on %s; their logs:\n%s" % (
                            PUBLISH_DEADLINE, [n.name for n in missing],
-                           "".join("".join(refused_calls(n.plugin.log_path)[:3] or [n.plugin.log_tail(5)])
+                           "".join("".join(n.plugin.refused_calls()[:3] or [n.plugin.log_tail(5)])
                                    for n in missing))):
             return
 
@@ -718,10 +709,10 @@ class Scenario:
             self.preempt(pods)
 
         for node in self.nodes:
-            lines = refused_calls(node.plugin.log_path)
+            lines = node.plugin.refused_calls()
             r.check(not lines, "%s's device plugin was refused no API call" % node.name, "".join(lines[:5]))
         if self.extender is not None:
-            lines = refused_calls(self.extender.log_path)
+            lines = self.extender.refused_calls()
             r.check(not lines, "the extender was refused no API call", "".join(lines[:5]))
             calls = scrape(self.extender_metrics, "kvgpu_scheduler_extender_requests_total")
             ok = {verb: sum(v for k, v in calls.items() if 'path="/%s"' % verb in k and 'code="200"' in k)

@@ -245,11 +245,7 @@ class Scenario:
                                 "--bound-object-kind", "Node", "--bound-object-name", self.node.name,
                                 "--bound-object-uid", node["metadata"]["uid"]).stdout.strip()
         kubeconfig = os.path.join(self.dir, "daemon.kubeconfig")
-        with open(kubeconfig, "w") as f:
-            f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %s, "
-                    "certificate-authority: %s}\nusers:\n- name: u\n  user: {token: %s}\ncontexts:\n"
-                    "- name: c\n  context: {cluster: c, user: u, namespace: %s}\ncurrent-context: c\n"
-                    % (self.cp.server, self.cp.ca, token, NAMESPACE))
+        self.cp.write_token_kubeconfig(kubeconfig, token, NAMESPACE)
         return controlplane._Process("kvgpu-device-plugin", [
             self.args.plugin, "--sysfs-root", sim.mount, "--kubelet-dir", self.node.root,
             "--state-dir", os.path.join(self.dir, state_dir), "--node-name", self.node.name,
@@ -264,8 +260,7 @@ class Scenario:
         self.daemon = self.start_daemon(self.sim, "state-after-crash" if self.restart_stateless else "state")
 
     def refused(self):
-        with open(self.daemon.log_path, errors="replace") as f:
-            return [line.strip() for line in f if re.search(r"HTTP 403|[Ff]orbidden", line)]
+        return self.daemon.refused_calls()
 
     # --- helpers -----------------------------------------------------------------------------
 

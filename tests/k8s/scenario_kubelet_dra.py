@@ -37,7 +37,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -124,11 +123,7 @@ class Scenario:
         with open(config_path, "w") as f:
             yaml.safe_dump(config, f)
         kubeconfig = os.path.join(self.dir, "daemon.kubeconfig")
-        with open(kubeconfig, "w") as f:
-            f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %s, "
-                    "certificate-authority: %s}\nusers:\n- name: u\n  user: {token: %s}\ncontexts:\n"
-                    "- name: c\n  context: {cluster: c, user: u, namespace: %s}\ncurrent-context: c\n"
-                    % (self.cp.server, self.cp.ca, self.daemon_pod_token(), NAMESPACE))
+        self.cp.write_token_kubeconfig(kubeconfig, self.daemon_pod_token(), NAMESPACE)
         return controlplane._Process("kvgpu-device-plugin", [
             self.args.plugin, "--sysfs-root", self.sim.mount, "--kubelet-dir", self.node.root,
             "--state-dir", os.path.join(self.dir, "state"), "--node-name", self.node.name,
@@ -153,8 +148,7 @@ class Scenario:
                                "--bound-object-uid", answer["metadata"]["uid"]).stdout.strip()
 
     def refused(self):
-        with open(self.daemon.log_path, errors="replace") as f:
-            return [line.strip() for line in f if re.search(r"HTTP 403|[Ff]orbidden", line)]
+        return self.daemon.refused_calls()
 
     # --- helpers -----------------------------------------------------------------------------
 
