@@ -97,6 +97,10 @@ bool FakeApiServer::Start() {
   BIO_free(cert_bio);
   BIO_free(key_bio);
   if (!server->is_valid()) return false;
+  // Every open watch holds one of httplib's worker threads for its whole life (the real API
+  // server has no such limit). A DRA burst runs several daemons, each watching its pods, claims
+  // and slices: the default pool (8 threads on two cores) left no thread for their requests.
+  server->new_task_queue = [] { return new httplib::ThreadPool(64); };
   Route(*server);
   server->set_tcp_nodelay(true);
   if (keep_alive_) {
