@@ -105,6 +105,22 @@ def _openssl(*args, cwd):
         raise ControlPlaneError("openssl %s failed: %s" % (" ".join(args), result.stderr.strip()))
 
 
+def wait_until(ready, deadline, watched):
+    """ready()'s first truthy answer, asked every half second for `deadline` seconds (None after
+    that); a ControlPlaneError, with its log's end, as soon as a `watched` process has exited."""
+    end = time.monotonic() + deadline
+    while True:
+        for p in watched:
+            if p is not None and not p.alive():
+                raise ControlPlaneError("%s exited; its log ends:\n%s" % (p.name, p.log_tail()))
+        got = ready()
+        if got:
+            return got
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.5)
+
+
 _REFUSED = re.compile(r"HTTP 40[13]\b|forbidden", re.IGNORECASE)
 
 

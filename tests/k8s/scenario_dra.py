@@ -332,18 +332,7 @@ class Scenario:
                                "--bound-object-uid", answer["metadata"]["uid"]).stdout.strip()
 
     def wait_for(self, what, ready, deadline=None):
-        end = time.monotonic() + (deadline or self.deadline)
-        while True:
-            for node in self.nodes.values():
-                if not node.daemon.alive():
-                    raise controlplane.ControlPlaneError("%s's daemon exited; its log ends:\n%s"
-                                                         % (node.name, node.daemon.log_tail()))
-            got = ready()
-            if got:
-                return got
-            if time.monotonic() > end:
-                return None
-            time.sleep(0.5)
+        return controlplane.wait_until(ready, deadline or self.deadline, [n.daemon for n in self.nodes.values()])
 
     # --- the slices ---------------------------------------------------------------------------
 

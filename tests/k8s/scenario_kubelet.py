@@ -265,17 +265,7 @@ class Scenario:
     # --- helpers -----------------------------------------------------------------------------
 
     def wait_for(self, ready, deadline=DEADLINE):
-        end = time.monotonic() + deadline
-        while True:
-            for p in (self.daemon, self.node.kubelet, self.node.containerd):
-                if p is not None and not p.alive():
-                    raise controlplane.ControlPlaneError("%s exited; its log ends:\n%s" % (p.name, p.log_tail()))
-            got = ready()
-            if got:
-                return got
-            if time.monotonic() > end:
-                return None
-            time.sleep(0.5)
+        return controlplane.wait_until(ready, deadline, (self.daemon, self.node.kubelet, self.node.containerd))
 
     def capacity(self):
         _, node = self.cp.request("GET", "/api/v1/nodes/" + self.node.name)

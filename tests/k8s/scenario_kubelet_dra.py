@@ -153,17 +153,7 @@ class Scenario:
     # --- helpers -----------------------------------------------------------------------------
 
     def wait_for(self, ready, deadline=DEADLINE):
-        end = time.monotonic() + deadline
-        while True:
-            for p in (self.daemon, self.node.kubelet, self.node.containerd):
-                if p is not None and not p.alive():
-                    raise controlplane.ControlPlaneError("%s exited; its log ends:\n%s" % (p.name, p.log_tail()))
-            got = ready()
-            if got:
-                return got
-            if time.monotonic() > end:
-                return None
-            time.sleep(0.5)
+        return controlplane.wait_until(ready, deadline, (self.daemon, self.node.kubelet, self.node.containerd))
 
     def pod(self, name):
         status, answer = self.cp.request("GET", "/api/v1/namespaces/%s/pods/%s" % (TENANT, name))
