@@ -383,12 +383,16 @@ TEST_F(ApiClientKeepAliveTest, AGetAfterTheServerRestartedSucceedsOnANewConnecti
 }
 
 TEST_F(ApiClientKeepAliveTest, ARequestAfterACancelledOneGetsAWorkingConnection) {
-  server_.SetResponseDelay(std::chrono::milliseconds(2000));
+  // The answer is held far longer than the test waits for the request to arrive; Stop() at the
+  // end releases it.
+  server_.SetResponseDelay(std::chrono::milliseconds(20000));
   auto client = Client(GoodConfig());
   Canceller cancel;
   auto pending =
       std::async(std::launch::async, [&] { return client->Get("/api/v1/pods", &cancel); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Cancelled only once the request is on its connection: cancelled before it connected (a busy
+  // machine), it would never open the connection this test is about.
+  ASSERT_TRUE(server_.WaitFor([&] { return server_.connections_seen() == 1; }));
   cancel.Cancel();
   auto result = pending.get();
   ASSERT_FALSE(result.ok());
