@@ -22,4 +22,10 @@ inline constexpr std::string_view kVgpuResourceStem =
 // ClientConfigToken/), which the webhook's nvidia-gridd sidecar mounts and vgpuctl doctor checks.
 inline constexpr std::string_view kLicensingDir = "/var/lib/kata-vgpu/licensing";
 
+// The DRA driver's name (the default of the device plugin's dra.driverName): its kubelet
+// registration and ResourceSlices go under it, deploy/'s DeviceClasses select it and are named
+// "<type>.<it>", and the webhook knows a DeviceClass as kata-vgpu's by that name (its default
+// resourceClaims.deviceClassDomain).
+inline constexpr std::string_view kDraDriverName = "vgpu.tencent.com";
+
 }  // namespace kvgpu

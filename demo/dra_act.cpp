@@ -28,13 +28,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr const char* kDriver = "vgpu.tencent.com";
+const std::string kDriver(kDraDriverName);
 constexpr const char* kClaim = "t4-1q";
 constexpr const char* kRequest = "gpu";
 // deploy/components/dra/device-classes.yaml: the class of the type, as the cluster has it.
-constexpr const char* kClassName = "vgpu-230.vgpu.tencent.com";
-constexpr const char* kClassSelector =
-    R"(device.driver == "vgpu.tencent.com" && device.attributes["vgpu.tencent.com"].type == "nvidia-230")";
+const std::string kClassName = "vgpu-230." + kDriver;
+const std::string kClassSelector = "device.driver == \"" + kDriver + "\" && device.attributes[\"" +
+                                   kDriver + "\"].type == \"nvidia-230\"";
 
 // The same daemon, now with every GPU on DRA. CDI specs go to the scratch directory instead of
 // the host's /var/run/cdi; the device metadata keeps its default place under --kubelet-dir.

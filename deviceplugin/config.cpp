@@ -375,7 +375,7 @@ const std::vector<KeyRow>& KeyTable() {
        {"every GPU through DRA (the device plugin offers none)"},
        BoolInto([](Config& c) -> bool& { return c.dra.all_gpus; })},
       {"dra.driverName",
-       "vgpu.tencent.com",
+       std::string(kDraDriverName),
        {"the DRA driver name (kubelet registration, ResourceSlices)"},
        StringInto(
            [](Config& c, const std::string& v) { return c.dra.driver_name = v, Status::Ok(); },

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cross_program.h"
 #include "common/duration.h"
 #include "common/status.h"
 #include "deviceplugin/model/model_options.h"
@@ -45,7 +46,7 @@ struct SchedulerStateConfig {
 struct DraConfig {
   std::vector<std::string> gpus;  // PCI addresses (the PF for SR-IOV GPUs)
   bool all_gpus = false;
-  std::string driver_name = "vgpu.tencent.com";  // dra/device_name.h kDefaultDraDriverName
+  std::string driver_name{kDraDriverName};
   // Devices carry binding conditions and the daemon confirms each allocation (KEP-5007;
   // dra/occupancy_confirmer.h).
   bool binding_conditions = true;

@@ -23,8 +23,8 @@ namespace {
 using nlohmann::json;
 
 // The defaults, written as the YAML an admin would write, so docs/webhook.md can show the same
-// text. $VGPU_RESOURCE_PREFIX and $LICENSING_DIR stand for the values the other programs share
-// (common/cross_program.h); DefaultYaml() puts them in.
+// text. $VGPU_RESOURCE_PREFIX, $LICENSING_DIR and $DRA_DRIVER_NAME stand for the values the other
+// programs share (common/cross_program.h); DefaultYaml() puts them in.
 constexpr std::string_view kDefaultYaml = R"(
 runtimeClassNames: [kata, kata-vgpu, kata-vgpu-vf]
 coldPlugRuntimeClassNames: [kata-vgpu-vf]
@@ -121,7 +121,7 @@ workload:
   env: []
 resourceClaims:
   # A DeviceClass is kata-vgpu's when its name is this or ends in ".<this>".
-  deviceClassDomain: vgpu.tencent.com
+  deviceClassDomain: $DRA_DRIVER_NAME
   lookupTimeout: 2s
   cacheEntries: 1024
   cacheBytes: 1048576
@@ -133,7 +133,9 @@ const std::string& DefaultYaml() {
   static const std::string text = [] {
     std::string out(kDefaultYaml);
     const std::pair<std::string_view, std::string_view> values[] = {
-        {"$VGPU_RESOURCE_PREFIX", kVgpuResourcePrefix}, {"$LICENSING_DIR", kLicensingDir}};
+        {"$VGPU_RESOURCE_PREFIX", kVgpuResourcePrefix},
+        {"$LICENSING_DIR", kLicensingDir},
+        {"$DRA_DRIVER_NAME", kDraDriverName}};
     for (const auto& [name, value] : values) {
       for (size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) {
         out.replace(at, name.size(), value);

@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/cross_program.h"
+
 namespace kvgpu::deviceplugin::dra {
 
 // resource.k8s.io/v1 DeviceName max length (validation.DNS1123LabelMaxLength).
@@ -39,6 +41,6 @@ std::string DraPoolName(std::string_view node_name);
 
 // The driver name both sides use unless configured otherwise (a DNS subdomain, <= 63 characters,
 // resource.k8s.io/v1 ResourceSlice.spec.driver).
-inline constexpr std::string_view kDefaultDraDriverName = "vgpu.tencent.com";
+inline constexpr std::string_view kDefaultDraDriverName = kDraDriverName;
 
 }  // namespace kvgpu::deviceplugin::dra

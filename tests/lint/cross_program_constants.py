@@ -4,7 +4,7 @@ deploy/ and docs/ still say what that one place says.
 
 Run: cross_program_constants.py --repo <checkout>   (exit 1 and one line per problem)
 
-The values live in common/cross_program.h (kVgpuResourcePrefix, kLicensingDir). A second C++ string
+The values live in common/cross_program.h (kVgpuResourcePrefix, kLicensingDir, kDraDriverName). A second C++ string
 literal holding one of them (outside tests/, which assert wire values on purpose) is how two
 programs start to disagree after a change to one; a manifest or a doc that says another value is
 how an install breaks. Comments may quote the values: they are read by people, not programs.
@@ -52,6 +52,15 @@ PLACES = (
     ("docs/configuration.md", r"^\| `--licensing-dir DIR` \| `([^`]*)`", "kLicensingDir"),
     ("docs/device-plugin.md", r"--licensing-dir DIR\s+\(default (\S+)\)", "kLicensingDir"),
     ("docs/vgpuctl.md", r"^\| `--licensing-dir DIR` \| `([^`]*)`", "kLicensingDir"),
+    ("deploy/components/dra/device-plugin-config.yaml", r"^  driverName: (\S+)", "kDraDriverName"),
+    ("deploy/components/dra/device-classes.yaml", r"^  name: (?:vgpu-[\w-]+\.)?(\S+)$",
+     "kDraDriverName"),
+    ("deploy/components/dra/device-classes.yaml", r'device\.driver == "([^"]*)"', "kDraDriverName"),
+    ("deploy/components/dra/device-classes.yaml", r'device\.attributes\["([^"]*)"\]',
+     "kDraDriverName"),
+    ("docs/configuration.md", r"^\| `dra\.driverName` \| `([^`]*)`", "kDraDriverName"),
+    ("docs/configuration.md", r"^\| `deviceClassDomain` \| `([^`]*)`", "kDraDriverName"),
+    ("docs/webhook.md", r"^  deviceClassDomain: (\S+)", "kDraDriverName"),
 )
 
 # Every vGPU resource named by type number in a manifest ("tencent.com/vgpu-222") is one the device
@@ -91,7 +100,7 @@ def value_pattern(value):
 def problems(repo):
     found = []
     values = constants(repo)
-    for name in ("kVgpuResourcePrefix", "kLicensingDir"):
+    for name in ("kVgpuResourcePrefix", "kLicensingDir", "kDraDriverName"):
         if name not in values:
             found.append(f"{HOME}: defines no {name} (the lint reads it from there)")
     if found:

@@ -46,6 +46,7 @@ class CrossProgramConstantsTest(unittest.TestCase):
             ('x\nauto p = root / "var/lib/kata-vgpu/licensing/gridd.conf";\n', "kLicensingDir"),
             ('x\nconstexpr auto y = R"(\nresourcePrefixes: ["tencent.com/vgpu-"]\n)";\n',
              "kVgpuResourcePrefix"),
+            ('x\nstd::string driver = "vgpu.tencent.com";\n', "kDraDriverName"),
         ]
         for text, name in cases:
             with self.subTest(text=text):
@@ -64,6 +65,11 @@ class CrossProgramConstantsTest(unittest.TestCase):
             ("deploy/scheduler/kube-scheduler-config.yaml", "tencent.com/vgpu-222",
              "example.com/vgpu-222"),
             ("docs/vgpuctl.md", "| `/var/lib/kata-vgpu/licensing` |", "| `/var/lib/elsewhere` |"),
+            ("deploy/components/dra/device-plugin-config.yaml", "driverName: vgpu.tencent.com",
+             "driverName: gpu.example.com"),
+            ("deploy/components/dra/device-classes.yaml", "name: vgpu-1414.vgpu.tencent.com",
+             "name: vgpu-1414.gpu.example.com"),
+            ("docs/webhook.md", "deviceClassDomain: vgpu.tencent.com", "deviceClassDomain: example.com"),
         ]
         for relative, before, after in cases:
             with self.subTest(file=relative):
