@@ -43,6 +43,18 @@ void StrategicMergeNode(nlohmann::json& node, nlohmann::json patch) {
   node.merge_patch(patch);
 }
 
+// True the first time it is asked about a connection: the mark lives in the connection's SSL
+// object and goes with it, so a later connection is new even when its SSL object is allocated
+// at the same address.
+bool FirstRequestOnConnection(const SSL* connection) {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  static char seen;
+  SSL* ssl = const_cast<SSL*>(connection);  // ex_data is the connection's own scratch space
+  if (ssl == nullptr || SSL_get_ex_data(ssl, index) != nullptr) return false;
+  SSL_set_ex_data(ssl, index, &seen);
+  return true;
+}
+
 }  // namespace
 
 nlohmann::json MakePod(const std::string& ns, const std::string& name, const std::string& node,
@@ -129,7 +141,7 @@ bool FakeApiServer::Start() {
 
 int FakeApiServer::connections_seen() const {
   std::lock_guard lock(mutex_);
-  return static_cast<int>(client_ports_.size());
+  return connections_;
 }
 
 void FakeApiServer::Stop() {
@@ -403,7 +415,7 @@ void FakeApiServer::Route(httplib::Server& server) {
     std::chrono::milliseconds delay;
     {
       std::lock_guard lock(mutex_);
-      client_ports_.insert(req.remote_port);
+      if (FirstRequestOnConnection(req.ssl)) ++connections_;
       delay = delay_;
     }
     if (delay.count() > 0) {

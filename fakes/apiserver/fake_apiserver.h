@@ -63,8 +63,10 @@ class FakeApiServer {
   // is closed after 1 s idle, as a real server keeps connections open for clients that reuse
   // them. Set before Start().
   void EnableKeepAlive() { keep_alive_ = true; }
-  // Client connections that sent a request so far, told apart by the client's port (a client
-  // that reuses connections opens fewer).
+  // Client connections that sent a request so far (a client that reuses connections opens
+  // fewer). Told apart by their TLS session object, marked at its first request: not by the
+  // client's port, which loopback hands out again at once (net.ipv4.tcp_tw_reuse=2 lets a new
+  // connection take the port of one that just closed).
   int connections_seen() const;
 
   // Serves on 127.0.0.1: a free port the first time, the same port after Stop().
@@ -281,7 +283,7 @@ class FakeApiServer {
   bool client_certificates_ = false;
   bool keep_alive_ = false;
   bool record_for_inspection_ = true;
-  std::set<int> client_ports_;  // under mutex_
+  int connections_ = 0;  // under mutex_
   int port_ = 0;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
