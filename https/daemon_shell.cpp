@@ -5,10 +5,10 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "common/background_worker.h"
 #include "https/client_auth.h"
 #include "https/metrics_listener.h"
 
@@ -24,10 +24,9 @@ struct DaemonShell::Impl {
   int metrics_port = 0;
 
   std::mutex reload_mutex;  // one check of the files at a time (the loop, ReloadNow)
-  std::thread reloader;
+  BackgroundWorker reloader;
   std::mutex mutex;
-  std::condition_variable wake;
-  bool stopping = false;
+  bool stopping = false;  // Stop ran
 
   HttpResponse Answer(const HttpRequest& request) {
     const auto start = std::chrono::steady_clock::now();
@@ -38,13 +37,8 @@ struct DaemonShell::Impl {
     return response;
   }
 
-  void ReloadLoop() {
-    std::unique_lock lock(mutex);
-    while (!wake.wait_for(lock, options.reload_interval, [this] { return stopping; })) {
-      lock.unlock();
-      CheckFiles();
-      lock.lock();
-    }
+  void ReloadLoop(BackgroundWorker::Handle& worker) {
+    while (worker.SleepFor(options.reload_interval)) CheckFiles();
   }
 
   void CheckFiles() {
@@ -115,7 +109,7 @@ Result<std::unique_ptr<DaemonShell>> DaemonShell::Start(const ShellOptions& opti
   }
   impl->port = *port;
   if (Status metrics = impl->StartMetrics(); !metrics.ok()) return metrics;
-  impl->reloader = std::thread([raw] { raw->ReloadLoop(); });
+  impl->reloader.Start([raw](BackgroundWorker::Handle& worker) { raw->ReloadLoop(worker); });
   return std::unique_ptr<DaemonShell>(new DaemonShell(std::move(impl)));
 }
 
@@ -151,8 +145,7 @@ void DaemonShell::Stop() {
     if (impl_->stopping) return;
     impl_->stopping = true;
   }
-  impl_->wake.notify_all();
-  if (impl_->reloader.joinable()) impl_->reloader.join();
+  impl_->reloader.Stop();
   impl_->http->Stop();
   impl_->metrics.reset();
 }

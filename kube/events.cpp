@@ -61,16 +61,14 @@ Status ApiEventRecorder::Record(const PodRef& pod, EventType type, const std::st
 }
 
 AsyncEventRecorder::AsyncEventRecorder(EventRecorder& inner, std::size_t capacity)
-    : inner_(inner), capacity_(capacity == 0 ? 1 : capacity), thread_([this] { Run(); }) {}
+    : inner_(inner), capacity_(capacity == 0 ? 1 : capacity) {
+  // A stop breaks the event in hand.
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Run(worker); },
+                [this] { inner_.Cancel(); });
+}
 
 AsyncEventRecorder::~AsyncEventRecorder() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  inner_.Cancel();
-  thread_.join();
+  worker_.Stop();
 }
 
 Status AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::string& reason,
@@ -87,7 +85,7 @@ Status AsyncEventRecorder::Record(const PodRef& pod, EventType type, const std::
     }
     queue_.push_back({pod, type, reason, message});
   }
-  wake_.notify_one();
+  worker_.Wake();
   return Status();
 }
 
@@ -122,11 +120,16 @@ std::size_t AsyncEventRecorder::failed() const {
   return failed_;
 }
 
-void AsyncEventRecorder::Run() {
+void AsyncEventRecorder::Run(BackgroundWorker::Handle& worker) {
   std::unique_lock lock(mutex_);
   while (true) {
-    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (stopping_) {
+    // Record wakes the worker after queueing, so a wake that comes before this wait is kept.
+    while (!worker.stopping() && queue_.empty()) {
+      lock.unlock();
+      worker.Wait();
+      lock.lock();
+    }
+    if (worker.stopping()) {
       // Shutting down must not wait on an API server that may be gone.
       dropped_ += queue_.size();
       queue_.clear();

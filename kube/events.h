@@ -10,8 +10,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 
+#include "common/background_worker.h"
 #include "common/status.h"
 #include "kube/api_client.h"
 
@@ -96,20 +96,18 @@ class AsyncEventRecorder : public EventRecorder {
     std::string reason;
     std::string message;
   };
-  void Run();
+  void Run(BackgroundWorker::Handle& worker);
 
   EventRecorder& inner_;
   std::size_t capacity_;
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<Pending> queue_;
   bool sending_ = false;
-  bool stopping_ = false;
   bool cancelled_ = false;
   std::size_t dropped_ = 0;
   std::size_t failed_ = 0;
-  std::thread thread_;
+  BackgroundWorker worker_;  // last: stopped before the members its body uses go
 };
 
 }  // namespace kvgpu::kube

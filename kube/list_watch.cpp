@@ -30,33 +30,20 @@ ListWatcher::~ListWatcher() {
 void ListWatcher::Start(ListWatchCallbacks callbacks) {
   Stop();
   callbacks_ = std::move(callbacks);
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = false;
-  }
   cancel_.Reset();
   following_ = false;
-  thread_ = std::thread([this] { Run(); });
+  // A stop breaks the list or watch in flight.
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Run(worker); },
+                [this] { cancel_.Cancel(); });
 }
 
 void ListWatcher::Stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  cancel_.Cancel();
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  worker_.Stop();
 }
 
 std::string ListWatcher::resource_version() const {
   std::lock_guard lock(mutex_);
   return resource_version_;
-}
-
-bool ListWatcher::Sleep(std::chrono::milliseconds delay) {
-  std::unique_lock lock(mutex_);
-  return !wake_.wait_for(lock, delay, [this] { return stopping_; });
 }
 
 void ListWatcher::SetFollowing(bool following, const std::string& reason) {
@@ -70,17 +57,14 @@ void ListWatcher::SetFollowing(bool following, const std::string& reason) {
   if (callbacks_.on_connection) callbacks_.on_connection(following, reason);
 }
 
-void ListWatcher::Run() {
+void ListWatcher::Run(BackgroundWorker::Handle& worker) {
   bool need_list = true;
   bool just_listed = false;
   while (true) {
-    {
-      std::lock_guard lock(mutex_);
-      if (stopping_) return;
-    }
+    if (worker.stopping()) return;
     if (need_list) {
       if (!List()) {
-        if (cancel_.cancelled() || !Sleep(backoff_.Next())) return;
+        if (cancel_.cancelled() || !worker.SleepFor(backoff_.Next())) return;
         continue;
       }
       need_list = false;
@@ -100,11 +84,11 @@ void ListWatcher::Run() {
                      options_.what);
         need_list = true;
         // A fresh list's version cannot be too old; if it is, the server is confused: slow down.
-        if (just_listed && !progressed && !Sleep(backoff_.Next())) return;
+        if (just_listed && !progressed && !worker.SleepFor(backoff_.Next())) return;
         break;
       case WatchEnd::kBroken:
         if (progressed) backoff_.Reset();
-        if (!Sleep(backoff_.Next())) return;
+        if (!worker.SleepFor(backoff_.Next())) return;
         break;
     }
     just_listed = false;

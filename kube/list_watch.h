@@ -8,16 +8,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/background_worker.h"
 #include "common/backoff.h"
 #include "kube/api_client.h"
 
@@ -73,31 +72,27 @@ class ListWatcher {
  private:
   enum class WatchEnd { kTimedOut, kGone, kBroken, kStopped };
 
-  void Run();
+  void Run(BackgroundWorker::Handle& worker);
   bool List();
   WatchEnd Watch();
   // Handles one watch line; false ends the watch with `*end`.
   bool HandleLine(std::string_view line, WatchEnd* end);
   void SetFollowing(bool following, const std::string& reason);
-  // Sleeps `delay` or until Stop(); false when stopping.
-  bool Sleep(std::chrono::milliseconds delay);
 
   ApiTransport& transport_;
   ListWatchOptions options_;
   ListWatchCallbacks callbacks_;
   Backoff backoff_;
   Canceller cancel_;
-  std::thread thread_;
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
   std::string resource_version_;
 
   bool following_ = false;
   bool watch_progressed_ = false;
   std::atomic<int> lists_{0};
   std::atomic<int> watches_{0};
+  BackgroundWorker worker_;  // last: stopped before the members its body uses go
 };
 
 }  // namespace kvgpu::kube

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "common/background_worker.h"
 #include "mdev/sysfs_backend.h"
 
 namespace kvgpu::mdev {
@@ -16,8 +17,8 @@ struct UdevMonitor::Impl {
   Callback callback;
   udev* context = nullptr;
   udev_monitor* monitor = nullptr;
-  int stop_fd = -1;
-  std::thread thread;
+  int stop_fd = -1;  // the body polls it beside the monitor; the worker's stop writes it
+  BackgroundWorker worker;
 
   void Run() {
     pollfd fds[2] = {{udev_monitor_get_fd(monitor), POLLIN, 0}, {stop_fd, POLLIN, 0}};
@@ -64,7 +65,7 @@ UdevMonitor::~UdevMonitor() {
 }
 
 Status UdevMonitor::Start() {
-  if (impl_->thread.joinable()) return Status::Ok();
+  if (impl_->worker.running()) return Status::Ok();
   if (impl_->options.source != "kernel" && impl_->options.source != "udev") {
     return Status::Error(
         ErrorCode::kInvalid,
@@ -93,16 +94,19 @@ Status UdevMonitor::Start() {
     impl_->Close();
     return Status::FromErrno(err, "eventfd failed");
   }
-  impl_->thread = std::thread([impl = impl_.get()] { impl->Run(); });
+  // The body blocks in poll(2), not in the worker's waits: a stop writes the eventfd it polls.
+  impl_->worker.Start([impl = impl_.get()](BackgroundWorker::Handle&) { impl->Run(); },
+                      [impl = impl_.get()] {
+                        uint64_t one = 1;
+                        ssize_t ignored = ::write(impl->stop_fd, &one, sizeof one);
+                        (void)ignored;
+                      });
   return Status::Ok();
 }
 
 void UdevMonitor::Stop() {
-  if (!impl_ || !impl_->thread.joinable()) return;
-  uint64_t one = 1;
-  ssize_t ignored = ::write(impl_->stop_fd, &one, sizeof one);
-  (void)ignored;
-  impl_->thread.join();
+  if (!impl_ || !impl_->worker.running()) return;
+  impl_->worker.Stop();
   impl_->Close();
 }
 

@@ -1,9 +1,9 @@
 #include "webhook/claim_lookup.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <optional>
-#include <thread>
+
+#include "common/background_worker.h"
 
 namespace kvgpu::webhook {
 
@@ -12,21 +12,16 @@ namespace kvgpu::webhook {
 // admission call for as long as it liked; only breaking the call from outside bounds it.
 class ClaimLookup::Watchdog {
  public:
-  Watchdog() : thread_([this] { Run(); }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
+  Watchdog() {
+    worker_.Start([this](BackgroundWorker::Handle& worker) { Run(worker); });
   }
+  ~Watchdog() { worker_.Stop(); }
 
   uint64_t Arm(std::chrono::steady_clock::time_point deadline, Canceller* cancel) {
     std::lock_guard lock(mutex_);
     const uint64_t id = ++next_id_;
     armed_.emplace(id, Armed{deadline, cancel});
-    wake_.notify_all();
+    worker_.Wake();
     return id;
   }
   // After this returns the watchdog no longer touches the Canceller.
@@ -41,34 +36,31 @@ class ClaimLookup::Watchdog {
     Canceller* cancel;
   };
 
-  void Run() {
-    std::unique_lock lock(mutex_);
-    while (!stopping_) {
+  void Run(BackgroundWorker::Handle& worker) {
+    while (!worker.stopping()) {
       auto next = std::chrono::steady_clock::time_point::max();
-      const auto now = std::chrono::steady_clock::now();
-      for (auto it = armed_.begin(); it != armed_.end();) {
-        if (it->second.deadline <= now) {
-          it->second.cancel->Cancel();  // under the lock: Disarm waits for it
-          it = armed_.erase(it);
-        } else {
-          next = std::min(next, it->second.deadline);
-          ++it;
+      {
+        std::lock_guard lock(mutex_);
+        const auto now = std::chrono::steady_clock::now();
+        for (auto it = armed_.begin(); it != armed_.end();) {
+          if (it->second.deadline <= now) {
+            it->second.cancel->Cancel();  // under the lock: Disarm waits for it
+            it = armed_.erase(it);
+          } else {
+            next = std::min(next, it->second.deadline);
+            ++it;
+          }
         }
       }
-      if (next == std::chrono::steady_clock::time_point::max()) {
-        wake_.wait(lock);
-      } else {
-        wake_.wait_until(lock, next);
-      }
+      // Arm wakes the worker after adding: a deadline armed since the look above is not missed.
+      worker.WaitUntil(next);
     }
   }
 
   std::mutex mutex_;
-  std::condition_variable wake_;
   std::map<uint64_t, Armed> armed_;
   uint64_t next_id_ = 0;
-  bool stopping_ = false;
-  std::thread thread_;
+  BackgroundWorker worker_;  // last: stopped before the members its body uses go
 };
 
 std::string ClaimObjectPath(std::string_view namespace_name, const PodClaimSource& source) {

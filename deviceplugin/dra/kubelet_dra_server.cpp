@@ -200,18 +200,12 @@ Status KubeletDraServer::Start() {
   if (Status s = ServeRegistration(); !s.ok()) return s;
   spdlog::info("dra serving driver={} endpoint={} registration={}", options_.driver,
                DraPluginSocket(options_).string(), DraRegistrationSocket(options_).string());
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = false;
-  }
-  thread_ = std::thread([this] { Watch(); });
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Watch(worker); });
   return Status::Ok();
 }
 
-void KubeletDraServer::Watch() {
-  std::unique_lock lock(mutex_);
-  while (!wake_.wait_for(lock, options_.recheck, [this] { return stopping_; })) {
-    lock.unlock();
+void KubeletDraServer::Watch(BackgroundWorker::Handle& worker) {
+  while (worker.SleepFor(options_.recheck)) {
     // The endpoint first: a registration must never point at a socket that is gone.
     bool dra_gone = !IsSocket(DraPluginSocket(options_));
     bool reg_gone = !IsSocket(DraRegistrationSocket(options_));
@@ -224,17 +218,11 @@ void KubeletDraServer::Watch() {
       if (Status s = ServeRegistration(); !s.ok()) spdlog::error("dra: {}", s.message());
       ++reserved_;
     }
-    lock.lock();
   }
 }
 
 void KubeletDraServer::Stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  worker_.Stop();
   std::error_code ec;
   // The registration first, so kubelet stops calling before the endpoint goes.
   if (registration_server_) {

@@ -13,15 +13,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
+#include "common/background_worker.h"
 #include "common/status.h"
 #include "deviceplugin/dra/dra_plugin.h"
 
@@ -86,7 +85,7 @@ class KubeletDraServer {
  private:
   Status ServeDra();
   Status ServeRegistration();
-  void Watch();
+  void Watch(BackgroundWorker::Handle& worker);
 
   DraPlugin& plugin_;
   DraServerOptions options_;
@@ -97,10 +96,8 @@ class KubeletDraServer {
   std::unique_ptr<grpc::Server> registration_server_;
   mutable std::mutex mutex_;
   std::optional<RegistrationReport> report_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
   std::atomic<int> reserved_{0};
-  std::thread thread_;
+  BackgroundWorker worker_;  // the sockets' recheck; last: stopped before what it uses goes
 };
 
 }  // namespace kvgpu::deviceplugin::dra

@@ -89,25 +89,20 @@ void OccupancyConfirmer::Start() {
   Stop();
   {
     std::lock_guard lock(mutex_);
-    stopping_ = false;
     triggered_ = true;
   }
   cancel_.Reset();
   watcher_.Start({[this](const std::vector<json>& claims) { OnSynced(claims); },
                   [this](kube::WatchEventType type, const json& claim) { OnEvent(type, claim); },
                   nullptr});
-  thread_ = std::thread([this] { Loop(); });
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Loop(worker); });
 }
 
 void OccupancyConfirmer::Stop() {
   watcher_.Stop();
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
+  worker_.RequestStop();
   cancel_.Cancel();
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  worker_.Stop();
 }
 
 void OccupancyConfirmer::Trigger() {
@@ -115,7 +110,7 @@ void OccupancyConfirmer::Trigger() {
     std::lock_guard lock(mutex_);
     triggered_ = true;
   }
-  wake_.notify_all();
+  worker_.Wake();
 }
 
 std::vector<std::string> OccupancyConfirmer::Held() const {
@@ -157,7 +152,7 @@ void OccupancyConfirmer::OnSynced(const std::vector<json>& claims) {
     for (const json& object : claims) TakeLocked(object);
     triggered_ = true;
   }
-  wake_.notify_all();
+  worker_.Wake();
 }
 
 void OccupancyConfirmer::OnEvent(kube::WatchEventType type, const json& claim) {
@@ -170,7 +165,7 @@ void OccupancyConfirmer::OnEvent(kube::WatchEventType type, const json& claim) {
     }
     triggered_ = true;
   }
-  wake_.notify_all();
+  worker_.Wake();
 }
 
 Result<bool> OccupancyConfirmer::Write(const ClaimVerdict& verdict) {
@@ -269,16 +264,25 @@ Result<int> OccupancyConfirmer::Pass() {
   return written;
 }
 
-void OccupancyConfirmer::Loop() {
+void OccupancyConfirmer::Loop(BackgroundWorker::Handle& worker) {
+  using Clock = BackgroundWorker::Clock;
   std::chrono::milliseconds backoff{0};
-  std::unique_lock lock(mutex_);
-  while (!stopping_) {
-    wake_.wait_for(lock, options_.resync, [this] { return stopping_ || triggered_; });
-    if (stopping_) break;
-    triggered_ = false;
-    lock.unlock();
+  while (!worker.stopping()) {
+    // A trigger, or the resync. Every trigger wakes the worker after raising the flag.
+    const auto resync = Clock::now() + options_.resync;
+    while (true) {
+      {
+        std::lock_guard lock(mutex_);
+        if (triggered_) break;
+      }
+      if (Clock::now() >= resync || !worker.WaitUntil(resync)) break;
+    }
+    if (worker.stopping()) break;
+    {
+      std::lock_guard lock(mutex_);
+      triggered_ = false;
+    }
     Result<int> done = Pass();
-    lock.lock();
     if (done.ok()) {
       backoff = std::chrono::milliseconds(0);
       continue;
@@ -286,7 +290,8 @@ void OccupancyConfirmer::Loop() {
     // Tried again after a wait that doubles up to the resync: a refusing server (RBAC, an
     // invalid write) is not hammered, a passing failure is retried soon.
     backoff = std::min(options_.resync, std::max(std::chrono::milliseconds(500), backoff * 2));
-    wake_.wait_for(lock, backoff, [this] { return stopping_; });
+    worker.SleepFor(backoff);
+    std::lock_guard lock(mutex_);
     triggered_ = true;
   }
 }

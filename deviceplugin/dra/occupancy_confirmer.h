@@ -18,16 +18,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/background_worker.h"
 #include "common/status.h"
 #include "deviceplugin/dra/occupancy_decision.h"
 #include "kube/api_client.h"
@@ -92,7 +91,7 @@ class OccupancyConfirmer {
   void TakeLocked(const nlohmann::json& object);
   // Writes `verdict` into the claim; true when written, false on a 409 (the claim re-read).
   Result<bool> Write(const ClaimVerdict& verdict);
-  void Loop();
+  void Loop(BackgroundWorker::Handle& worker);
 
   kube::ApiTransport& api_;
   ViewSource source_;
@@ -101,8 +100,6 @@ class OccupancyConfirmer {
   kube::ListWatcher watcher_;
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
   bool triggered_ = true;
   std::map<std::string, Known> claims_;           // by uid
   std::map<std::string, Remembered> remembered_;  // by uid
@@ -110,7 +107,7 @@ class OccupancyConfirmer {
   bool warned_full_ = false;
   std::mutex pass_mutex_;  // one pass at a time
   Canceller cancel_;
-  std::thread thread_;
+  BackgroundWorker worker_;  // woken by a trigger; last: stopped before the members it uses go
 };
 
 }  // namespace kvgpu::deviceplugin::dra

@@ -225,18 +225,17 @@ void SlicePublisher::Trigger() {
     std::lock_guard lock(mutex_);
     triggered_ = true;
   }
-  wake_.notify_all();
+  worker_.Wake();
 }
 
 void SlicePublisher::Start() {
   Stop();
   {
     std::lock_guard lock(mutex_);
-    stopping_ = false;
     triggered_ = true;
   }
   cancel_.Reset();
-  thread_ = std::thread([this] { Loop(); });
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Loop(worker); });
   if (!options_.watch_deletions) return;
   kube::ListWatchOptions watch;
   watch.path = OursPath();
@@ -263,30 +262,32 @@ void SlicePublisher::Stop() {
     watcher_->Stop();
     watcher_.reset();
   }
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
+  worker_.RequestStop();
   cancel_.Cancel();
-  if (thread_.joinable()) thread_.join();
+  worker_.Stop();
 }
 
-void SlicePublisher::Loop() {
+void SlicePublisher::Loop(BackgroundWorker::Handle& worker) {
   Backoff backoff(options_.min_interval, std::max(options_.min_interval, options_.retry_max));
   bool failing = false;
   auto earliest = Clock::now();
   auto resync = Clock::now() + options_.resync;
   while (true) {
-    {
-      std::unique_lock lock(mutex_);
-      // A trigger waits out the rate limit (or the backoff); a resync is due regardless.
-      while (!stopping_) {
+    // A trigger waits out the rate limit (or the backoff); a resync is due regardless. Every
+    // trigger wakes the worker after raising the flag.
+    while (true) {
+      Clock::time_point until;
+      {
+        std::lock_guard lock(mutex_);
         const auto now = Clock::now();
         if (now >= resync || (triggered_ && now >= earliest)) break;
-        wake_.wait_until(lock, triggered_ ? std::min(resync, earliest) : resync);
+        until = triggered_ ? std::min(resync, earliest) : resync;
       }
-      if (stopping_) return;
+      if (!worker.WaitUntil(until)) return;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (worker.stopping()) return;
       triggered_ = false;
     }
     Result<bool> done = Reconcile();

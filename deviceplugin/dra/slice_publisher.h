@@ -17,7 +17,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,9 +24,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/background_worker.h"
 #include "common/status.h"
 #include "kube/api_client.h"
 #include "kube/list_watch.h"
@@ -83,7 +82,7 @@ class SlicePublisher {
   static constexpr const char* kCollection = "/apis/resource.k8s.io/v1/resourceslices";
 
  private:
-  void Loop();
+  void Loop(BackgroundWorker::Handle& worker);
   Result<nlohmann::json> OwnerReference();
   // The collection's path selecting this node's slices of the driver.
   std::string OursPath() const;
@@ -97,8 +96,6 @@ class SlicePublisher {
   Observer observer_;
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
   bool triggered_ = true;
   int64_t generation_ = 0;
   bool with_groups_ = false;
@@ -106,7 +103,7 @@ class SlicePublisher {
   std::chrono::steady_clock::time_point next_probe_{};
   nlohmann::json owner_;  // null until the Node was read
   Canceller cancel_;
-  std::thread thread_;
+  BackgroundWorker worker_;  // woken by a trigger
   std::unique_ptr<kube::ListWatcher> watcher_;
 };
 

@@ -20,7 +20,7 @@ Registrar::~Registrar() {
 void Registrar::AttemptAtOnce() {
   next_attempt_ = Clock::now();
   backoff_.Reset();
-  due_.notify_all();
+  worker_.Wake();
 }
 
 void Registrar::CancelInFlight() {
@@ -29,25 +29,23 @@ void Registrar::CancelInFlight() {
 
 void Registrar::Start() {
   std::lock_guard lock(mutex_);
-  if (thread_.joinable()) return;
-  stopping_ = false;
-  thread_ = std::thread([this] { Attempts(); });
+  if (worker_.running()) return;
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Attempts(worker); });
 }
 
-void Registrar::Attempts() {
-  std::unique_lock lock(mutex_);
-  while (!stopping_) {
-    if (unregistered_.empty()) {
-      due_.wait(lock);
+void Registrar::Attempts(BackgroundWorker::Handle& worker) {
+  while (!worker.stopping()) {
+    Clock::time_point due = Clock::time_point::max();  // nothing waits: until woken
+    {
+      std::lock_guard lock(mutex_);
+      if (!unregistered_.empty()) due = next_attempt_;
+    }
+    // Whatever changes what is due wakes the worker after the change, so none is missed here.
+    if (Clock::now() < due) {
+      worker.WaitUntil(due);
       continue;
     }
-    if (Clock::now() < next_attempt_) {
-      due_.wait_until(lock, next_attempt_);
-      continue;
-    }
-    lock.unlock();
     RegisterPending();
-    lock.lock();
   }
 }
 
@@ -70,7 +68,7 @@ void Registrar::EnsureServers(const std::vector<std::string>& resources) {
     if (!ServeLocked(resource, *server)) continue;
     AttemptAtOnce();
   }
-  due_.notify_all();
+  worker_.Wake();
 }
 
 bool Registrar::ServeLocked(const std::string& resource, PluginServer& server) {
@@ -157,7 +155,7 @@ void Registrar::RegisterPending() {
   {
     std::lock_guard lock(mutex_);
     for (Canceller& cancel : cancels) {
-      if (stopping_) cancel.Cancel();
+      if (worker_.stopping()) cancel.Cancel();
       in_flight_.push_back(&cancel);
     }
   }
@@ -247,13 +245,13 @@ std::set<std::string> Registrar::Registered() const {
 }
 
 void Registrar::Stop() {
+  // The flag first: a round that starts after the cancel below is cancelled as it starts.
+  worker_.RequestStop();
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
     CancelInFlight();
-    due_.notify_all();
   }
-  if (thread_.joinable()) thread_.join();
+  worker_.Stop();
   {
     std::lock_guard lock(notify_mutex_);
     notify_.clear();

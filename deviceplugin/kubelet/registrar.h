@@ -10,7 +10,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -19,9 +18,9 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/background_worker.h"
 #include "common/backoff.h"
 #include "common/canceller.h"
 #include "deviceplugin/kubelet/plugin_server.h"
@@ -91,7 +90,7 @@ class Registrar {
   bool ServeLocked(const std::string& resource, PluginServer& server);  // with mutex_ held
   void AttemptAtOnce();                                                 // with mutex_ held
   void CancelInFlight();                                                // with mutex_ held
-  void Attempts();                                                      // the thread's loop
+  void Attempts(BackgroundWorker::Handle& worker);                      // the worker's loop
 
   RegistrarOptions options_;
   RegistrarHooks hooks_;
@@ -114,9 +113,9 @@ class Registrar {
   Clock::time_point next_attempt_{};
   bool kubelet_missing_logged_ = false;
   std::vector<Canceller*> in_flight_;  // the round's calls, broken by CancelInFlight
-  std::condition_variable due_;        // an attempt fell due sooner, or Stop
-  bool stopping_ = false;
-  std::thread thread_;
+  // Runs the attempts; woken when an attempt falls due sooner. Its stop flag also breaks the
+  // rounds of RegisterIfDue.
+  BackgroundWorker worker_;
 };
 
 }  // namespace kvgpu::deviceplugin

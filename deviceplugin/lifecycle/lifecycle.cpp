@@ -91,23 +91,19 @@ Lifecycle::~Lifecycle() {
 void Lifecycle::Start() {
   {
     std::lock_guard lock(mutex_);
-    stopping_ = false;
     scheduled_.push_back(Clock::now());  // collect orphans from before a restart right away
   }
-  pass_thread_ = std::thread([this] { PassLoop(); });
-  removal_thread_ = std::thread([this] { RemovalLoop(); });
+  pass_worker_.Start([this](BackgroundWorker::Handle& worker) { PassLoop(worker); });
+  removal_worker_.Start([this](BackgroundWorker::Handle& worker) { RemovalLoop(worker); });
 }
 
 void Lifecycle::Stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  removal_wake_.notify_all();
-  if (pass_thread_.joinable()) pass_thread_.join();
+  // Both asked before either is waited for: neither starts new work while the other finishes.
+  pass_worker_.RequestStop();
+  removal_worker_.RequestStop();
+  pass_worker_.Stop();
   // A removal blocked in the kernel (a VM still holds the device) holds this up until it ends.
-  if (removal_thread_.joinable()) removal_thread_.join();
+  removal_worker_.Stop();
 }
 
 void Lifecycle::Trigger(bool follow_up) {
@@ -116,7 +112,7 @@ void Lifecycle::Trigger(bool follow_up) {
     scheduled_.push_back(Clock::now());
     if (follow_up) follow_up_until_ = Clock::now() + options_.follow_up_for;
   }
-  wake_.notify_all();
+  pass_worker_.Wake();
 }
 
 void Lifecycle::OnAllocated() {
@@ -128,7 +124,7 @@ void Lifecycle::OnAllocated() {
     // The pass after the allocation stops counting as "moments ago".
     scheduled_.push_back(now + options_.settle + std::chrono::milliseconds(1100));
   }
-  wake_.notify_all();
+  pass_worker_.Wake();
 }
 
 size_t Lifecycle::pending_removals() const {
@@ -136,28 +132,40 @@ size_t Lifecycle::pending_removals() const {
   return removals_.size();
 }
 
-void Lifecycle::PassLoop() {
+void Lifecycle::PassLoop(BackgroundWorker::Handle& worker) {
   auto next_poll = Clock::now() + options_.poll_interval;
   auto last_pass = Clock::time_point{};
-  std::unique_lock lock(mutex_);
-  while (!stopping_) {
+  while (!worker.stopping()) {
     auto due = next_poll;
-    for (auto t : scheduled_) due = std::min(due, t);
-    if (Clock::now() < follow_up_until_) {
-      due = std::min(due, last_pass + options_.follow_up_interval);
+    {
+      std::lock_guard lock(mutex_);
+      for (auto t : scheduled_) due = std::min(due, t);
+      if (Clock::now() < follow_up_until_) {
+        due = std::min(due, last_pass + options_.follow_up_interval);
+      }
     }
-    wake_.wait_until(lock, due, [&] {
-      if (stopping_) return true;
+    // Until `due`, or a wake that finds a scheduled pass already due.
+    bool stopping = false;
+    while (true) {
+      {
+        std::lock_guard lock(mutex_);
+        auto now = Clock::now();
+        if (std::any_of(scheduled_.begin(), scheduled_.end(), [&](auto t) { return t <= now; }) ||
+            now >= due)
+          break;
+      }
+      if (!worker.WaitUntil(due)) {
+        stopping = true;
+        break;
+      }
+    }
+    if (stopping || worker.stopping()) break;
+    {
+      std::lock_guard lock(mutex_);
       auto now = Clock::now();
-      return std::any_of(scheduled_.begin(), scheduled_.end(), [&](auto t) { return t <= now; }) ||
-             now >= due;
-    });
-    if (stopping_) break;
-    auto now = Clock::now();
-    std::erase_if(scheduled_, [&](auto t) { return t <= now; });
-    lock.unlock();
+      std::erase_if(scheduled_, [&](auto t) { return t <= now; });
+    }
     (void)Pass();
-    lock.lock();
     last_pass = Clock::now();
     next_poll = last_pass + options_.poll_interval;
   }
@@ -201,7 +209,7 @@ PassPlan Lifecycle::Pass() {
           r.device_id,
           Removal{r, Clock::now(), Backoff(options_.retry_initial, options_.retry_max), 0});
     }
-    removal_wake_.notify_all();
+    removal_worker_.Wake();
   }
   if (observer_ != nullptr) {
     observer_->OnSources(facts.kubelet_known, facts.api_following);
@@ -235,9 +243,9 @@ PassPlan Lifecycle::RunPass() {
   return plan;
 }
 
-void Lifecycle::RemovalLoop() {
+void Lifecycle::RemovalLoop(BackgroundWorker::Handle& worker) {
   std::unique_lock lock(mutex_);
-  while (!stopping_) {
+  while (!worker.stopping()) {
     auto due = Clock::time_point::max();
     std::string next;
     for (const auto& [id, removal] : removals_) {
@@ -247,11 +255,11 @@ void Lifecycle::RemovalLoop() {
       }
     }
     if (next.empty() || due > Clock::now()) {
-      if (next.empty()) {
-        removal_wake_.wait(lock);
-      } else {
-        removal_wake_.wait_until(lock, due);
-      }
+      // Until the first removal is due (max: none is queued), or a pass queues one: the pass
+      // wakes the worker after queueing, so a removal queued since the look above is not missed.
+      lock.unlock();
+      worker.WaitUntil(due);
+      lock.lock();
       continue;
     }
     Removal removal = removals_.at(next);

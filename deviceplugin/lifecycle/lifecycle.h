@@ -7,16 +7,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/background_worker.h"
 #include "common/backoff.h"
 #include "deviceplugin/lifecycle/holder_tracker.h"
 #include "deviceplugin/model/resource_manager.h"
@@ -90,8 +89,8 @@ class Lifecycle {
     int attempts = 0;
   };
 
-  void PassLoop();
-  void RemovalLoop();
+  void PassLoop(BackgroundWorker::Handle& worker);
+  void RemovalLoop(BackgroundWorker::Handle& worker);
   PassPlan Pass();
   // Removes one vGPU if a fresh look still finds it free; false: retry later.
   bool TryRemove(Removal& removal);
@@ -109,15 +108,13 @@ class Lifecycle {
   std::map<std::string, int64_t> free_since_;
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
   std::vector<std::chrono::steady_clock::time_point> scheduled_;
   std::chrono::steady_clock::time_point follow_up_until_{};
   std::map<std::string, Removal> removals_;  // by device ID
-  std::condition_variable removal_wake_;
 
-  std::thread pass_thread_;
-  std::thread removal_thread_;
+  // Last: stopped before the members they use go.
+  BackgroundWorker pass_worker_;     // woken by Trigger and OnAllocated
+  BackgroundWorker removal_worker_;  // woken when a pass queues removals
 };
 
 }  // namespace kvgpu::deviceplugin

@@ -182,25 +182,17 @@ LicensingLoop::LicensingLoop(LicensingPublisher publisher, std::chrono::millisec
   // kubelet, so a node offers vGPUs only once the files their pods mount are there.
   Result<LicensingSync> first = publisher_.Sync();
   if (on_sync_) on_sync_(first);
-  thread_ = std::thread([this] { Run(); });
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Run(worker); });
 }
 
 LicensingLoop::~LicensingLoop() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
+  worker_.Stop();
 }
 
-void LicensingLoop::Run() {
-  std::unique_lock lock(mutex_);
-  while (!wake_.wait_for(lock, interval_, [this] { return stop_; })) {
-    lock.unlock();
+void LicensingLoop::Run(BackgroundWorker::Handle& worker) {
+  while (worker.SleepFor(interval_)) {
     Result<LicensingSync> result = publisher_.Sync();
     if (on_sync_) on_sync_(result);
-    lock.lock();
   }
 }
 

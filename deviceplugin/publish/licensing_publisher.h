@@ -18,13 +18,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 
+#include "common/background_worker.h"
 #include "common/status.h"
 
 namespace prometheus {
@@ -56,7 +54,7 @@ class LicensingPublisher {
   std::filesystem::path target_;
 };
 
-// Runs Sync once in the constructor, then every `interval` on its own thread until destroyed;
+// Runs Sync once in the constructor, then every `interval` on its own worker until destroyed;
 // `on_sync` hears every outcome (logs and metrics).
 class LicensingLoop {
  public:
@@ -67,15 +65,12 @@ class LicensingLoop {
   LicensingLoop& operator=(const LicensingLoop&) = delete;
 
  private:
-  void Run();
+  void Run(BackgroundWorker::Handle& worker);
 
   LicensingPublisher publisher_;
   std::chrono::milliseconds interval_;
   Observer on_sync_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
+  BackgroundWorker worker_;  // last: stopped before the members its body uses go
 };
 
 // The daemon's observer: logs a change or a new error once (not every interval) and keeps

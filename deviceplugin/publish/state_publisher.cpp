@@ -56,36 +56,24 @@ Result<bool> StatePublisher::PublishIfDue() {
 
 void StatePublisher::Start() {
   Stop();
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = false;
-  }
   cancel_.Reset();
-  thread_ = std::thread([this] { Loop(); });
+  worker_.Start([this](BackgroundWorker::Handle& worker) { Loop(worker); });
 }
 
 void StatePublisher::Stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
+  worker_.RequestStop();
   // A patch the API server never answers would hold shutdown for the client's 30 s timeout. What
   // it carried is dropped: the state is the plugin's view, rebuilt and published at the next start.
   cancel_.Cancel();
-  if (thread_.joinable()) thread_.join();
+  worker_.Stop();
 }
 
-void StatePublisher::Loop() {
+void StatePublisher::Loop(BackgroundWorker::Handle& worker) {
   Backoff backoff(options_.min_interval, std::max(options_.min_interval, options_.retry_max));
   bool failing = false;
   auto next = Clock::now();
   while (true) {
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait_until(lock, next, [this] { return stopping_; });
-      if (stopping_) return;
-    }
+    if (!worker.SleepUntil(next)) return;
     Result<bool> published = PublishIfDue();
     if (!published.ok() && published.status().code() == ErrorCode::kCancelled) return;
     if (published.ok()) {

@@ -8,13 +8,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
+#include "common/background_worker.h"
 #include "common/backoff.h"
 #include "kube/api_client.h"
 #include "scheduling/node_vgpu_state.h"
@@ -53,7 +52,7 @@ class StatePublisher {
   static nlohmann::json AnnotationPatch(const std::string& text);
 
  private:
-  void Loop();
+  void Loop(BackgroundWorker::Handle& worker);
 
   kube::ApiTransport& api_;
   Source source_;
@@ -61,13 +60,11 @@ class StatePublisher {
   Observer observer_;
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
   std::optional<scheduling::NodeVgpuState> last_;  // what the API server has
   std::chrono::steady_clock::time_point last_time_{};
   uint64_t generation_ = 0;
-  Canceller cancel_;  // breaks the patch in flight at Stop
-  std::thread thread_;
+  Canceller cancel_;         // breaks the patch in flight at Stop
+  BackgroundWorker worker_;  // last: stopped before the members its body uses go
 };
 
 }  // namespace kvgpu::deviceplugin

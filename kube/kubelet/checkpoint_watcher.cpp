@@ -61,14 +61,17 @@ void CheckpointWatcher::Start(Callback on_change) {
   Stop();
   on_change_ = std::move(on_change);
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  thread_ = std::thread([this] { Run(); });
+  // The body blocks in poll(2), not in the worker's waits: a stop writes the eventfd it polls.
+  worker_.Start([this](BackgroundWorker::Handle&) { Run(); },
+                [this] {
+                  const std::uint64_t one = 1;
+                  (void)!::write(stop_fd_, &one, sizeof one);
+                });
 }
 
 void CheckpointWatcher::Stop() {
-  if (!thread_.joinable()) return;
-  const std::uint64_t one = 1;
-  (void)!::write(stop_fd_, &one, sizeof one);
-  thread_.join();
+  if (!worker_.running()) return;
+  worker_.Stop();
   ::close(stop_fd_);
   stop_fd_ = -1;
 }

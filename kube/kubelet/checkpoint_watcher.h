@@ -4,15 +4,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
+#include "common/background_worker.h"
 #include "kube/kubelet/checkpoint.h"
 
 namespace kvgpu::kubelet {
@@ -59,11 +58,11 @@ class CheckpointWatcher {
   std::filesystem::path path_;
   std::chrono::milliseconds retry_;
   Callback on_change_;
-  std::thread thread_;
-  int stop_fd_ = -1;
+  int stop_fd_ = -1;  // the body polls it beside inotify; the worker's stop writes it
 
   mutable std::mutex mutex_;
   CheckpointView view_;
+  BackgroundWorker worker_;  // last: stopped before the members its body uses go
 };
 
 }  // namespace kvgpu::kubelet
