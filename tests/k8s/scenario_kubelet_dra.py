@@ -268,7 +268,7 @@ class Scenario:
         the CDI device containerd could not resolve)."""
         waiting = [s.get("state", {}).get("waiting") for s in
                    (self.pod(name) or {}).get("status", {}).get("containerStatuses") or []]
-        return "".join("; waiting: %s: %s" % (w.get("reason"), w.get("message")) for w in waiting if w)
+        return "".join("waiting: %s: %s;" % (w.get("reason"), w.get("message")) for w in waiting if w)
 
     def container_env(self, pod, prefix="KVGPU_"):
         """The variables the container's process printed (kvgpu-pod prints its KVGPU_ environment
@@ -410,7 +410,7 @@ class Scenario:
         # a minute shows it.
         running = self.wait_for(lambda: self.running("one"), deadline=60 if self.args.break_cdi else DEADLINE)
         r.check(bool(running), "a pod with a template claim of one %s is prepared by the real kubelet and runs"
-                % SMALL, self.phase("one") + self.container_errors("one"))
+                % SMALL, self.container_errors("one") + " " + self.phase("one"))
         if not running:
             return
         claim = self.claim_of(running)
