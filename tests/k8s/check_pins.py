@@ -3,9 +3,11 @@
 requires k8s.io/kubernetes v1.<minor>.<patch> and go.etcd.io/etcd/server/v3, replaces every
 staging module with the same release's v0.<minor>.<patch>, names the six programs as tools, and
 its go.sum holds the checksums of both modules. A pin moved to another patch release without its
-replace lines would build a mix of two releases.
+replace lines would build a mix of two releases. The containerd pin (tests/k8s/containerd/)
+requires github.com/containerd/containerd/v2 at a v2 release, names its three programs as tools,
+and its go.sum holds that module's checksum.
 
-usage: check_pins.py PEERS_DIR
+usage: check_pins.py PEERS_DIR [CONTAINERD_PIN_DIR]
 """
 import os
 import re
@@ -63,9 +65,39 @@ def check(pin_dir, failures):
               % (name, k8s, requires.get("go.etcd.io/etcd/server/v3"), staging, len(replaces)))
 
 
+CONTAINERD = "github.com/containerd/containerd/v2"
+CONTAINERD_TOOLS = {CONTAINERD + "/cmd/containerd", CONTAINERD + "/cmd/ctr", CONTAINERD + "/cmd/containerd-shim-runc-v2"}
+
+
+def check_containerd(pin_dir, failures):
+    before = len(failures)
+    with open(os.path.join(pin_dir, "go.mod")) as f:
+        mod = f.read()
+    requires = dict(line.split()[:2] for line in block(mod, "require") if line)
+    version = requires.get(CONTAINERD, "")
+    if not re.fullmatch(r"v2\.\d+\.\d+", version):
+        failures.append("containerd: requires %s %r, not a v2 release" % (CONTAINERD, version))
+        return
+    tools = set(line for line in block(mod, "tool") if line)
+    if tools != CONTAINERD_TOOLS:
+        failures.append("containerd: tools %s, want %s" % (sorted(tools), sorted(CONTAINERD_TOOLS)))
+    try:
+        with open(os.path.join(pin_dir, "go.sum")) as f:
+            summed = f.read()
+    except OSError:
+        failures.append("containerd: no go.sum")
+        return
+    if "%s %s h1:" % (CONTAINERD, version) not in summed:
+        failures.append("containerd: go.sum has no checksum of %s %s" % (CONTAINERD, version))
+    if len(failures) == before:
+        print("ok   containerd: %s %s" % (CONTAINERD, version))
+
+
 def main():
     peers = sys.argv[1]
     failures = []
+    if len(sys.argv) > 2:
+        check_containerd(sys.argv[2], failures)
     pins = sorted(d for d in os.listdir(peers) if os.path.isdir(os.path.join(peers, d)))
     for d in pins:
         check(os.path.join(peers, d), failures)

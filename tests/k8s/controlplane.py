@@ -125,12 +125,12 @@ _REFUSED = re.compile(r"HTTP 40[13]\b|forbidden", re.IGNORECASE)
 
 
 class _Process:
-    def __init__(self, name, argv, log_path):
+    def __init__(self, name, argv, log_path, env=None):
         self.name = name
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True, preexec_fn=_die_with_parent)
+                                          start_new_session=True, preexec_fn=_die_with_parent, env=env)
 
     def alive(self):
         return self.popen.poll() is None

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""A real Kubernetes node for tests: the pinned release's kubelet (tests/k8s/build-peers.sh),
-Debian's containerd (1.6, CRI v1) and runc, joined to a tests/k8s/controlplane.py control plane
+"""A real Kubernetes node for tests: the pinned release's kubelet and containerd v2 (containerd,
+its runc shim and ctr; both built from source by tests/k8s/build-peers.sh, containerd pinned by
+tests/k8s/containerd/) with Debian's runc, joined to a tests/k8s/controlplane.py control plane
 on loopback. Nothing is pulled: the pod sandbox image and the workload image are made here, a
 static program (tests/k8s/image/kvgpu-pod.cpp) in an OCI image imported with `ctr`.
 
@@ -25,9 +26,15 @@ kubelet's cgroups live under a cgroup root of its own in each cgroup v1 hierarch
 
 cgroups: this machine is cgroup v1 (hybrid: /sys/fs/cgroup is a tmpfs of v1 hierarchies plus
 `unified`); kubelet 1.35 and later refuse v1 unless the configuration says `failCgroupV1: false`
-(KEP-5573), which it does. The cgroup driver is cgroupfs on both sides (no systemd here);
-containerd 1.6 does not answer the RuntimeConfig CRI call, so kubelet falls back to its own
-configuration's driver (cmd/kubelet/app/server.go, getCgroupDriverFromCRI).
+(KEP-5573), which it does. The cgroup driver is cgroupfs on both sides (no systemd here):
+containerd's runc runtime says SystemdCgroup = false, which containerd v2 answers in the
+RuntimeConfig CRI call kubelet asks (cmd/kubelet/app/server.go, getCgroupDriverFromCRI).
+containerd v2 still runs on cgroup v1 (deprecated since 2.2, its log warns).
+
+CDI: containerd v2 resolves the CDI devices kubelet hands it (CRI's CDIDevices, from a DRA
+driver's NodePrepareResources answer) from the spec files in `cdi_spec_dirs`: the node's
+`cdi_dirs` (by default the standard /etc/cdi and /var/run/cdi), where the DRA scenario points
+them at its daemon's CDI directory.
 
 Stopping leaves nothing: kubelet and containerd stopped, every process left in the node's
 cgroups and every containerd shim of its socket killed (by pid), every mount under its
@@ -40,7 +47,7 @@ Started by hand (docs/development.md):
 starts a control plane (with controller-manager and scheduler) and the node, prints the
 kubeconfig, and runs until interrupted.
 
-Only the Python standard library, openssl, g++ (the static program) and ctr.
+Only the Python standard library, openssl, g++ (the static program), and the cached containerd.
 """
 import argparse
 import contextlib
@@ -73,14 +80,35 @@ POD_CIDR = "10.244.77.0/24"
 # kubelet's setupKernelTunables (pkg/kubelet/cm/container_manager_linux.go).
 TUNABLES = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops")
 CGROUP_V1 = "/sys/fs/cgroup"
+CONTAINERD_PROGRAMS = ("containerd", "ctr", "containerd-shim-runc-v2")
+# containerd's own defaults (pkg/cdi's DefaultStaticDir and DefaultDynamicDir).
+DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+
+def containerd_bin_dir():
+    """The cache directory build-peers.sh builds the pinned containerd v2 into."""
+    out = subprocess.run(["bash", os.path.join(HERE, "build-peers.sh"), "--print-bin-dir", "containerd"],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def containerd_built(bin_dir=None):
+    bin_dir = bin_dir or containerd_bin_dir()
+    return all(os.access(os.path.join(bin_dir, p), os.X_OK) for p in CONTAINERD_PROGRAMS)
 
 
 def missing_capabilities():
     """What this machine lacks to run a node (an empty list when nothing); each a sentence."""
     missing = []
-    for program in ("containerd", "ctr", "runc", "containerd-shim-runc-v2", "g++", "openssl"):
+    for program in ("runc", "g++", "openssl"):
         if shutil.which(program) is None:
             missing.append("%s is not installed (scripts/deps/kubelet-node.txt)" % program)
+    # Built by tests/k8s/build-peers.sh (CTest's k8s.build_containerd fixture); where Go is
+    # missing to build it, the node cannot run. Where Go is here and it is not built, KubeletNode
+    # fails, naming the command.
+    if not containerd_built() and shutil.which("go") is None and not os.access("/usr/local/go/bin/go", os.X_OK):
+        missing.append("containerd v2 is not built in %s and Go is not installed to build it "
+                       "(tests/k8s/build-peers.sh containerd)" % containerd_bin_dir())
     for plugin in ("ptp", "host-local", "loopback"):
         if not os.access(os.path.join(CNI_BIN, plugin), os.X_OK):
             missing.append("the CNI plugin %s/%s is missing (containernetworking-plugins)" % (CNI_BIN, plugin))
@@ -164,7 +192,7 @@ class KubeletNode:
     """kubelet + containerd + runc joined to a ControlPlane, as Node `name`."""
 
     def __init__(self, cp, bin_dir, name="kvgpu-node", workdir=None, kubelet_config=None, keep=False,
-                 deadline=180.0, lock_wait=1800.0):
+                 deadline=180.0, lock_wait=1800.0, cdi_dirs=DEFAULT_CDI_DIRS):
         self.cp = cp
         self.bin_dir = bin_dir
         self.name = name
@@ -179,9 +207,14 @@ class KubeletNode:
         self._tunables = {}
         self._cgroup_root = None
         self.root = KUBELET_ROOT
+        self.cdi_dirs = list(cdi_dirs)
         kubelet = os.path.join(bin_dir, "kubelet")
         if not os.access(kubelet, os.X_OK):
             raise controlplane.ControlPlaneError("%s is missing: build it with tests/k8s/build-peers.sh" % kubelet)
+        self.containerd_dir = containerd_bin_dir()
+        if not containerd_built(self.containerd_dir):
+            raise controlplane.ControlPlaneError("containerd v2 is not built in %s: build it with "
+                                                 "tests/k8s/build-peers.sh containerd" % self.containerd_dir)
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
@@ -284,13 +317,18 @@ class KubeletNode:
         base = self.path("containerd")
         os.makedirs(base, exist_ok=True)
         config = self.path("containerd", "config.toml")
+        runc = os.environ.get("KVGPU_NODE_RUNC")
         with open(config, "w") as f:
-            f.write("""# containerd 1.6 (Debian 12), written by tests/k8s/node.py
-version = 2
+            f.write("""# containerd v2 (tests/k8s/containerd/, built by tests/k8s/build-peers.sh), written by
+# tests/k8s/node.py. Version 3 is containerd 2.0's format (the CRI plugin split in three:
+# io.containerd.grpc.v1.cri serves, io.containerd.cri.v1.images and io.containerd.cri.v1.runtime
+# hold the settings); 2.4 reads it as it is.
+version = 3
 root = "{base}/root"
 state = "{base}/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.blockfile",
+                    "io.containerd.snapshotter.v1.erofs",
                     "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
   address = "{base}/containerd.sock"
@@ -300,36 +338,48 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   level = "info"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{base}/opt"
+[plugins."io.containerd.nri.v1.nri"]
+  # No NRI plugin here; its default socket would be the machine's /var/run/nri/nri.sock.
+  disable = true
 [plugins."io.containerd.grpc.v1.cri"]
-  # Made here, never pulled (tests/k8s/image/kvgpu-pod.cpp).
-  sandbox_image = "{pause}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    # Made here, never pulled (tests/k8s/image/kvgpu-pod.cpp).
+    sandbox = "{pause}"
+[plugins."io.containerd.cri.v1.runtime"]
   netns_mounts_under_state_dir = true
   # This machine's root lacks CAP_SYS_RESOURCE (a container), so no process here may lower its
   # oom_score_adj: kubelet's -998 for a sandbox fails runc's nsexec ("failed to update
   # /proc/self/oom_score_adj: Permission denied"). containerd raises such values to its own.
   restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  # CDI is always on in containerd 2.x: the devices kubelet names (CRI's CDIDevices) are
+  # resolved from the specs in these directories.
+  cdi_spec_dirs = {cdi_dirs}
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "{base}/runc"{binary}
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cni_bin}"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{cni_bin}"]
     conf_dir = "{base}/net.d"
-""".format(base=base, pause=PAUSE_IMAGE, cni_bin=CNI_BIN,
-           binary='\n        BinaryName = "%s"' % os.environ["KVGPU_NODE_RUNC"] if os.environ.get("KVGPU_NODE_RUNC") else ""))
-        self.containerd = controlplane._Process("containerd", ["containerd", "--config", config],
-                                                self.path("containerd.log"))
+""".format(base=base, pause=PAUSE_IMAGE, cni_bin=CNI_BIN, cdi_dirs=json.dumps(self.cdi_dirs),
+           binary='\n        BinaryName = "%s"' % runc if runc else ""))
+        # The shim (containerd-shim-runc-v2) is found on PATH: the cached one first.
+        env = dict(os.environ, PATH=self.containerd_dir + os.pathsep + os.environ.get("PATH", ""))
+        self.containerd = controlplane._Process("containerd", [os.path.join(self.containerd_dir, "containerd"),
+                                                               "--config", config],
+                                                self.path("containerd.log"), env=env)
         self._wait("containerd serves its socket", lambda: self.ctr("version", check=False).returncode == 0,
                    [self.containerd])
 
     def ctr(self, *args, check=True):
-        result = subprocess.run(["ctr", "--address", self.containerd_socket, "--namespace", "k8s.io", *args],
+        result = subprocess.run([os.path.join(self.containerd_dir, "ctr"), "--address", self.containerd_socket, "--namespace", "k8s.io", *args],
                                 capture_output=True, text=True, timeout=120)
         if check and result.returncode != 0:
             raise controlplane.ControlPlaneError("ctr %s failed: %s%s" % (" ".join(args), result.stdout,

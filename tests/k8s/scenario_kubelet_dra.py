@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Issue #43, scenario 3 (DRA), against a real kubelet of one pinned release.
 
-The node of scenario 1 (tests/k8s/node.py: the release's kubelet, containerd 1.6 and runc, joined
-to a control plane with controller-manager and scheduler) with this build's kvgpu-device-plugin
+The node of scenario 1 (tests/k8s/node.py: the release's kubelet, containerd v2 and runc, joined
+to a control plane with controller-manager and scheduler; containerd's cdi_spec_dirs is the
+daemon's CDI directory) with this build's kvgpu-device-plugin
 in DRA mode on a kvgpu-sim T4 node (profile t4x2: one vGPU type per GPU), with the config of
 deploy/overlays/dra's ConfigMap (the node's paths changed) and its RBAC, under a token of its
 ServiceAccount bound to a pod on the node (as kubelet projects into the DaemonSet's pod). Nothing
@@ -19,17 +20,27 @@ Checks, each naming the guarantee it defends:
   one claim a pod with a template claim runs; the kernel holds exactly that claim's vGPU of the
             allocated type; kubelet's DRA checkpoint (dra_manager_state) records the claim with
             the CDI device the daemon answered, and the daemon's CDI spec defines that device;
+  cdi       containerd resolved those CDI devices into the container: its OCI spec (`ctr -n
+            k8s.io containers info`) holds every edit the daemon's specs make for them (the VFIO
+            device nodes /dev/vfio/vfio and /dev/vfio/<group>, the env KVGPU_VGPU_ID=<vGPU>, the
+            device-metadata file's bind mount), and the container's process printed
+            KVGPU_VGPU_ID naming the vGPU the kernel holds;
   restart   kubelet restarted while that pod runs: kubelet deletes the node's ResourceSlices as
             it starts and the daemon publishes its pool again within a minute; the pod keeps
             running and its vGPU stays the same one, no second vGPU is made for it; a pod created
             after the restart is prepared (the plugin is registered with the new kubelet) and
             runs with a vGPU of its own;
   unprepare with the pods deleted, kubelet's unprepares leave the kernel without a vGPU.
-What containerd 1.6 cannot show: that the CDI device reaches the container. kubelet hands DRA's
-CDI devices to the runtime only in the CRI field `CDIDevices`, which containerd reads from 1.7
-on; Debian 12's containerd is 1.6.20, so here the chain is checked up to kubelet's own record.
+kubelet hands DRA's CDI devices to the runtime only in the CRI field `CDIDevices`, which
+containerd reads from 1.7 on (Debian 12's 1.6.20 ignores it: the container ran without them).
 
-usage: scenario_kubelet_dra.py --release 1.36 --plugin kvgpu-device-plugin --sim kvgpu-sim
+The /dev/vfio/<group> nodes the spec names do not exist on a host without the vfio driver; as in
+scenario 1, VfioNodes plays the host's udev for the simulated kernel and makes them (character
+devices 1:3), which containerd's CDI needs: it stats each node to fill in its type and numbers.
+
+usage: scenario_kubelet_dra.py --release 1.36 --plugin kvgpu-device-plugin --sim kvgpu-sim [--break-cdi]
+  --break-cdi: containerd reads CDI specs from an empty directory instead of the daemon's; the
+  cdi checks (and the pod's start) must fail. Shown by hand (docs/development.md), not a CTest.
 Exit 0 when every check passed, 1 otherwise, 77 when the release is not built and Go is missing,
 FUSE is unusable, or the node cannot run here.
 """
@@ -37,6 +48,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -73,7 +85,10 @@ class Scenario:
     def run(self, bin_dir):
         with tempfile.TemporaryDirectory(prefix="kvgpu-k8s-kubelet-dra-") as workdir, \
                 controlplane.ControlPlane(bin_dir, controller_manager=True, scheduler=True) as cp:
-            node = kubelet_node.KubeletNode(cp, bin_dir)
+            # Where the daemon writes its CDI specs (start_daemon); --break-cdi: a directory nothing
+            # writes.
+            cdi_dir = os.path.join(workdir, "cdi-unused" if self.args.break_cdi else "cdi")
+            node = kubelet_node.KubeletNode(cp, bin_dir, cdi_dirs=[cdi_dir])
             with node:
                 self._run(cp, node, workdir)
             left = node.leftovers()
@@ -90,7 +105,9 @@ class Scenario:
             vfio.start()
             self.daemon = self.start_daemon()
             if self.registered():
-                self.refused_claim()
+                # Broken, no pod could run: the refused claim's pod would wait out its deadline.
+                if not self.args.break_cdi:
+                    self.refused_claim()
                 self.one_claim_and_restart()
             refused = self.refused()
             self.report.check(not refused, "the daemon's requests were all allowed by the overlay's RBAC",
@@ -226,6 +243,105 @@ class Scenario:
                     ids.add("%s=%s" % (spec.get("kind"), d.get("name")))
         return ids
 
+    def cdi_edits(self, ids):
+        """{id: the containerEdits the daemon's spec files make for CDI id `<kind>=<device>`: the
+        spec's own plus the device's}; an id no spec defines is left out."""
+        out = {}
+        with contextlib.suppress(OSError):
+            for name in sorted(os.listdir(self.cdi_dir)):
+                with contextlib.suppress(OSError, ValueError), open(os.path.join(self.cdi_dir, name)) as f:
+                    spec = json.load(f)
+                for d in spec.get("devices") or []:
+                    cid = "%s=%s" % (spec.get("kind"), d.get("name"))
+                    if cid in ids:
+                        out[cid] = [spec.get("containerEdits") or {}, d.get("containerEdits") or {}]
+        return out
+
+    def container_id(self, pod, container="main"):
+        for s in (pod or {}).get("status", {}).get("containerStatuses") or []:
+            if s.get("name") == container and (s.get("containerID") or "").startswith("containerd://"):
+                return s["containerID"][len("containerd://"):]
+        return None
+
+    def container_errors(self, name):
+        """The waiting reasons and messages of the pod's containers (CreateContainerError names
+        the CDI device containerd could not resolve)."""
+        waiting = [s.get("state", {}).get("waiting") for s in
+                   (self.pod(name) or {}).get("status", {}).get("containerStatuses") or []]
+        return "".join("waiting: %s: %s;" % (w.get("reason"), w.get("message")) for w in waiting if w)
+
+    def container_env(self, pod, prefix="KVGPU_"):
+        """The variables the container's process printed (kvgpu-pod prints its KVGPU_ environment
+        to its log under kubelet's podLogsDir)."""
+        meta = pod["metadata"]
+        path = os.path.join(self.node.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
+                            "main", "0.log")
+        env = {}
+        with contextlib.suppress(OSError), open(path) as f:
+            for line in f:
+                m = re.search(r" env (%s\w+)=(.*)$" % prefix, line.rstrip("\n"))
+                if m:
+                    env[m.group(1)] = m.group(2)
+        return env
+
+    def container_has_cdi(self, pod, ids, vgpu):
+        """The CDI devices kubelet recorded for the pod's claim reached its container: containerd's
+        OCI spec of it (ctr containers info) holds every edit the daemon's CDI specs make for them,
+        and its process saw the vGPU's id in its environment."""
+        r = self.report
+        cid = self.container_id(pod)
+        info = self.node.ctr("containers", "info", cid, check=False) if cid else None
+        try:
+            oci = json.loads(info.stdout)["Spec"] if info and info.returncode == 0 else {}
+        except (ValueError, KeyError):
+            oci = {}
+        env = set(oci.get("process", {}).get("env") or [])
+        devices = {d.get("path"): d for d in (oci.get("linux", {}).get("devices") or [])}
+        allowed = oci.get("linux", {}).get("resources", {}).get("devices") or []
+        mounts = {(m.get("destination"), m.get("source")) for m in oci.get("mounts") or []}
+        edits = self.cdi_edits(set(ids))
+        missing = []
+        wanted = 0
+        for cdi_id in ids:
+            if cdi_id not in edits:
+                missing.append("%s: defined by no spec in %s" % (cdi_id, self.cdi_dir))
+                continue
+            for e in edits[cdi_id]:
+                for var in e.get("env") or []:
+                    wanted += 1
+                    if var not in env:
+                        missing.append("%s: env %s" % (cdi_id, var))
+                for node in e.get("deviceNodes") or []:
+                    wanted += 1
+                    path = node.get("path")
+                    d = devices.get(path)
+                    # containerd fills in the host node's type and numbers (stat) and lets the
+                    # container's device cgroup open it.
+                    try:
+                        rdev = os.stat(node.get("hostPath") or path).st_rdev
+                    except OSError as err:
+                        missing.append("%s: device node %s: %s on the host" % (cdi_id, path, err))
+                        continue
+                    if d is None or (d.get("major"), d.get("minor")) != (os.major(rdev), os.minor(rdev)):
+                        missing.append("%s: device node %s (%s)" % (cdi_id, path, d))
+                    elif not any(a.get("allow") and a.get("major") == d.get("major") and
+                                 a.get("minor") == d.get("minor") for a in allowed):
+                        missing.append("%s: device node %s not allowed by the device cgroup" % (cdi_id, path))
+                for m in e.get("mounts") or []:
+                    wanted += 1
+                    if (m.get("containerPath"), m.get("hostPath")) not in mounts:
+                        missing.append("%s: mount %s -> %s" % (cdi_id, m.get("hostPath"), m.get("containerPath")))
+        r.check(bool(oci) and bool(ids) and wanted > 0 and not missing,
+                "containerd resolved the claim's CDI devices (%s) into the container: its OCI spec holds all %d "
+                "edits the daemon's CDI specs make for them" % (", ".join(ids), wanted),
+                "container %s (%s); missing: %s; OCI env %s, devices %s, mounts %s" % (
+                    cid, (info.stderr.strip() if info else "no container id"), missing, sorted(env),
+                    sorted(devices), sorted(mounts))[:3000])
+        seen = self.container_env(pod).get("KVGPU_VGPU_ID")
+        r.check(vgpu is not None and seen == vgpu,
+                "the container's process sees KVGPU_VGPU_ID=%s, the vGPU the kernel holds (from the CDI spec)" % vgpu,
+                "printed %r" % seen)
+
     # --- register ------------------------------------------------------------------------------
 
     def registered(self):
@@ -290,9 +406,11 @@ class Scenario:
     def one_claim_and_restart(self):
         r = self.report
         self.create_pod("one", SMALL, 1)
-        running = self.wait_for(lambda: self.running("one"))
+        # Broken (--break-cdi), containerd refuses the container at once and kubelet retries:
+        # a minute shows it.
+        running = self.wait_for(lambda: self.running("one"), deadline=60 if self.args.break_cdi else DEADLINE)
         r.check(bool(running), "a pod with a template claim of one %s is prepared by the real kubelet and runs"
-                % SMALL, self.phase("one"))
+                % SMALL, self.container_errors("one") + " " + self.phase("one"))
         if not running:
             return
         claim = self.claim_of(running)
@@ -309,6 +427,7 @@ class Scenario:
         r.check(bool(cdi) and all(c in defined for c in cdi),
                 "kubelet's DRA checkpoint records the claim with the CDI device the daemon answered, and the "
                 "daemon's CDI spec defines it", "checkpoint %s; defined %s" % (self.kubelet_claims(), sorted(defined)))
+        self.container_has_cdi(running, cdi, list(vgpus)[0] if len(vgpus) == 1 else None)
 
         before = dict(vgpus)
         self.node.restart_kubelet()
@@ -341,6 +460,8 @@ def main():
     parser.add_argument("--release", required=True)
     parser.add_argument("--plugin", required=True)
     parser.add_argument("--sim", required=True)
+    parser.add_argument("--break-cdi", action="store_true",
+                        help="containerd reads CDI specs from an empty directory: the cdi checks must fail")
     args = parser.parse_args()
     bin_dir, code = controlplane.peers_or_exit_code(args.release)
     if bin_dir is None:
