@@ -33,7 +33,7 @@ std::string ClaimName(const ClaimRef& ref) {
 
 }  // namespace
 
-Verdict PreparedClaimHolders::Check(const CreatedVgpu& vgpu) {
+deviceplugin::Verdict PreparedClaimHolders::Check(const CreatedVgpu& vgpu) {
   std::optional<PreparedClaim> claim = store_.ClaimOfDevice(vgpu.device_id);
   if (!claim) return {Holding::kFree, "", "no prepared claim names the device"};
   return {Holding::kHeld, "claim " + claim->namespace_ + "/" + claim->name,
