@@ -115,4 +115,21 @@ ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostre
   return parsed;
 }
 
+Result<std::optional<kube::Config>> ApiServerConfig(const CommandLine& args) {
+  if (args.kubeconfig) {
+    auto loaded = kube::LoadKubeconfig(*args.kubeconfig);
+    if (!loaded.ok()) {
+      return Status::Error(loaded.status().code(), "--kubeconfig " + args.kubeconfig->string() +
+                                                       ": " + loaded.status().message());
+    }
+    return std::optional<kube::Config>(*loaded);
+  }
+  if (std::getenv("KUBERNETES_SERVICE_HOST") == nullptr) return std::optional<kube::Config>();
+  auto loaded = kube::LoadInCluster(kube::InClusterFromEnvironment());
+  if (!loaded.ok()) {
+    return Status::Error(loaded.status().code(), "in-cluster config: " + loaded.status().message());
+  }
+  return std::optional<kube::Config>(*loaded);
+}
+
 }  // namespace kvgpu::deviceplugin

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "common/cross_program.h"
+#include "common/status.h"
+#include "kube/config.h"
 
 namespace kvgpu::deviceplugin {
 
@@ -38,6 +40,10 @@ struct ParsedCommandLine {
   // Set when the program should end now (after --help: 0; after a usage error: non-zero).
   std::optional<int> exit_code;
 };
+
+// The API server the command line names: --kubeconfig, else the in-cluster one when
+// $KUBERNETES_SERVICE_HOST is set, else none. An error names where the config came from.
+Result<std::optional<kube::Config>> ApiServerConfig(const CommandLine& args);
 
 // Prints help or usage errors to `out` / `err`.
 ParsedCommandLine ParseCommandLine(int argc, const char* const* argv, std::ostream& out,

@@ -1,5 +1,6 @@
 #include "deviceplugin/config.h"
 
+#include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -519,6 +520,28 @@ Result<Config> LoadConfigFile(const std::filesystem::path& path) {
     return Status::Error(config.status().code(), path.string() + ": " + config.status().message());
   }
   return config;
+}
+
+// The plugin places vGPUs where the extender will assume them: version 1 of the published state
+// speaks of the per-type lock alone, so while it is written the plugin keeps to that lock even on
+// GPUs that would take other types of one size (an extender reading version 1 would otherwise
+// count room the plugin has given away).
+ModelOptions PlacementAsPublished(const Config& config, const std::filesystem::path& sysfs_root) {
+  const bool publish = config.scheduler_state.publish;
+  const int version = config.scheduler_state.version;
+  ModelOptions model = ForStateVersion(config, publish, version,
+                                       MakeGpuModeProbe(config.gpu_mode_probe, sysfs_root));
+  if (publish && version < 3 && config.gpu_mode_probe != GpuModeProbeChoice::kNone) {
+    spdlog::info(
+        "gpuModeProbe gives only each type's max instances while the published state is below "
+        "version 3");
+  }
+  if (publish && version < 2 && config.occupancy != OccupancySetting::kStrict) {
+    spdlog::info(
+        "vGPUs are placed by the per-type lock while the published state is version 1 "
+        "(schedulerState.version: 2 lets types of one size share a GPU)");
+  }
+  return model;
 }
 
 const char* ConfigKeysHelp() {

@@ -83,6 +83,11 @@ struct Config : ModelOptions {
 Result<Config> ParseConfig(std::string_view yaml_text);
 Result<Config> LoadConfigFile(const std::filesystem::path& path);
 
+// The model's options from the config: the plugin places vGPUs where the extender will assume
+// them, so while the published state is below version 3 (or 2) it keeps to what that version
+// speaks of (ForStateVersion), with the configured GPU mode probe.
+ModelOptions PlacementAsPublished(const Config& config, const std::filesystem::path& sysfs_root);
+
 // The text --help shows for the config file.
 const char* ConfigKeysHelp();
 

@@ -2,10 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
-
 #include "common/clock.h"
-#include "deviceplugin/dra/device_name.h"
+#include "deviceplugin/front_end_metrics.h"
 #include "deviceplugin/lifecycle/state_rebuild.h"
 
 namespace kvgpu::deviceplugin {
@@ -26,60 +24,20 @@ Status Daemon::OpenState(StateStore*& store) {
   }
   Result<std::vector<CreatedVgpu>> loaded = store->Load();
   if (loaded.ok() || loaded.status().code() != ErrorCode::kInvalid) return Status::Ok();
-  // Corrupt, not unreadable: keep the file for a post-mortem, then learn from the checkpoint
-  // which vGPUs are ours. Unreadable (permissions, I/O) stops the start instead: Start fails.
+  // Corrupt, not unreadable: rebuilt from kubelet's checkpoint (state_rebuild.h). Unreadable
+  // (permissions, I/O) stops the start instead: Start fails.
   auto* file_store = dynamic_cast<JsonFileStateStore*>(store);
   if (file_store == nullptr) return loaded.status();
-  std::filesystem::path kept = file_store->file();
-  kept += ".corrupt-" + std::to_string(UnixNowMs() / 1000);
-  std::error_code ec;
-  std::filesystem::rename(file_store->file(), kept, ec);
-  if (ec) {
-    return Status::Error(ErrorCode::kIo, "state file corrupt (" + loaded.status().message() +
-                                             ") and cannot be moved aside: " + ec.message());
-  }
-  spdlog::error(
-      "STATE FILE CORRUPT: {}; moved to {}; rebuilding from kubelet's checkpoint and "
-      "sysfs. vGPUs no answer of ours names are left alone.",
-      loaded.status().message(), kept.string());
-  Result<mdev::Inventory> inventory = backend_->Scan();
-  if (!inventory.ok()) return inventory.status();
-  auto checkpoint = kubelet::ReadCheckpoint(kubelet::CheckpointPath(options_.args.kubelet_dir));
-  kubelet::Checkpoint empty;
-  if (!checkpoint.ok()) {
-    spdlog::error(
-        "kubelet checkpoint unusable for the rebuild: {}; every existing vGPU is "
-        "treated as someone else's",
-        checkpoint.status().message());
-  }
-  Rebuilt rebuilt = RebuildRecords(checkpoint.ok() ? *checkpoint : empty, *inventory, UnixNowMs());
-  for (const std::string& note : rebuilt.notes) spdlog::warn("state rebuild: {}", note);
-  spdlog::error("state rebuilt: {} vGPUs recognised as ours, {} existing vGPUs left alone",
-                rebuilt.vgpus.size(), inventory->vgpus.size() - rebuilt.vgpus.size());
-  return store->Save(rebuilt.vgpus);
+  return RebuildCorruptState(*file_store, loaded.status(), *backend_, options_.args.kubelet_dir);
 }
 
 // The API server, from --kubeconfig or in-cluster; none (a warning) outside a cluster or without
 // --node-name, since everything the plugin asks of it is about its own node.
 Status Daemon::ConnectApi() {
   const CommandLine& args = options_.args;
-  std::optional<kube::Config> api;
-  if (args.kubeconfig) {
-    auto loaded = kube::LoadKubeconfig(*args.kubeconfig);
-    if (!loaded.ok()) {
-      return Status::Error(loaded.status().code(), "--kubeconfig " + args.kubeconfig->string() +
-                                                       ": " + loaded.status().message());
-    }
-    api = *loaded;
-  } else if (std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
-    auto loaded = kube::LoadInCluster(kube::InClusterFromEnvironment());
-    if (!loaded.ok()) {
-      return Status::Error(loaded.status().code(),
-                           "in-cluster config: " + loaded.status().message());
-    }
-    api = *loaded;
-  }
-  if (!api) {
+  Result<std::optional<kube::Config>> api = ApiServerConfig(args);
+  if (!api.ok()) return api.status();
+  if (!*api) {
     spdlog::warn(
         "no API server (no --kubeconfig, not in a cluster): pods are tracked through kubelet "
         "alone, no Events are posted and the scheduler extender gets no state from this node");
@@ -91,7 +49,7 @@ Status Daemon::ConnectApi() {
         "is not published");
     return Status::Ok();
   }
-  auto client = kube::ApiClient::Create(*api);
+  auto client = kube::ApiClient::Create(**api);
   if (!client.ok()) {
     return Status::Error(client.status().code(), "API client: " + client.status().message());
   }
@@ -153,12 +111,12 @@ Status Daemon::Start() {
   if (status.ok()) status = OpenPodSources();
   if (status.ok()) status = StartManager(*store);
   if (status.ok()) status = ServeMetrics();
-  if (status.ok()) status = ServeDevicePlugins();
   if (status.ok()) status = ServeDra();
   if (!status.ok()) return status;
   WatchKernel();
   StartLicensing();
   PublishSchedulerState();
+  if (Status served = ServeDevicePlugins(); !served.ok()) return served;
   StartLoops();
   return Status::Ok();
 }
@@ -174,10 +132,9 @@ Status Daemon::Discover() {
   backend_ = std::move(*backend);
   const DraConfig& dra = options_.config.dra;
   if (dra.enabled()) {
-    // allGPUs: the device plugin keeps the empty list, DRA hides the empty list.
+    // allGPUs: the device plugin keeps the empty list, DRA (dra_front_end.h) hides it.
     std::set<std::string> gpus(dra.gpus.begin(), dra.gpus.end());
     dp_view_ = std::make_unique<mdev::GpuFilterBackend>(*backend_, gpus, dra.all_gpus);
-    dra_.view = std::make_unique<mdev::GpuFilterBackend>(*backend_, gpus, !dra.all_gpus);
   }
   spdlog::info("vGPU backend {}{}", backend_->Name(),
                options_.config.backend.name == "libvirt"
@@ -185,32 +142,6 @@ Status Daemon::Discover() {
                    : " under " + options_.args.sysfs_root.string());
   return Status::Ok();
 }
-
-namespace {
-
-// The plugin places vGPUs where the extender will assume them: version 1 of the published state
-// speaks of the per-type lock alone, so while it is written the plugin keeps to that lock even on
-// GPUs that would take other types of one size (an extender reading version 1 would otherwise
-// count room the plugin has given away).
-ModelOptions PlacementAsPublished(const Config& config, const std::filesystem::path& sysfs_root) {
-  const bool publish = config.scheduler_state.publish;
-  const int version = config.scheduler_state.version;
-  ModelOptions model = ForStateVersion(config, publish, version,
-                                       MakeGpuModeProbe(config.gpu_mode_probe, sysfs_root));
-  if (publish && version < 3 && config.gpu_mode_probe != GpuModeProbeChoice::kNone) {
-    spdlog::info(
-        "gpuModeProbe gives only each type's max instances while the published state is below "
-        "version 3");
-  }
-  if (publish && version < 2 && config.occupancy != OccupancySetting::kStrict) {
-    spdlog::info(
-        "vGPUs are placed by the per-type lock while the published state is version 1 "
-        "(schedulerState.version: 2 lets types of one size share a GPU)");
-  }
-  return model;
-}
-
-}  // namespace
 
 Status Daemon::StartManager(StateStore& store) {
   mdev::Backend& view = dp_view_ ? static_cast<mdev::Backend&>(*dp_view_) : *backend_;
@@ -238,7 +169,8 @@ Status Daemon::StartManager(StateStore& store) {
   return Status::Ok();
 }
 
-// /healthz fails when the watch loop stops turning (it wakes at least once a second), or when one
+// /healthz fails when the device plugin front end's watch of kubelet's directory stops turning (it
+// wakes at least once a second; device_plugin_front_end.h), or when one
 // rescan has run for longer than kStuckRescan: longer than any backend may take (libvirt's
 // keepalive gives up on a hung libvirtd after 15 s), so only a scan stuck for good.
 Status Daemon::ServeMetrics() {
@@ -256,65 +188,6 @@ Status Daemon::ServeMetrics() {
   Status served = metrics_.Serve(address);
   if (!served.ok()) return served;
   spdlog::info("metrics on http://{}/metrics", address);
-  return Status::Ok();
-}
-
-Status Daemon::ServeDevicePlugins() {
-  const CommandLine& args = options_.args;
-  std::error_code ec;
-  std::filesystem::create_directories(args.DevicePluginDir(), ec);
-  if (ec) {
-    return Status::Error(ErrorCode::kIo,
-                         "cannot create " + args.DevicePluginDir().string() + ": " + ec.message());
-  }
-  Status watching = watcher_.Start(args.DevicePluginDir());
-  if (!watching.ok()) return watching;
-  registrar_ = std::make_unique<Registrar>(
-      RegistrarOptions{.kubelet_socket = args.KubeletSocket(),
-                       .retry_initial = options_.retry_initial,
-                       .retry_max = options_.retry_max,
-                       .register_timeout = options_.register_timeout},
-      RegistrarHooks{.make_server =
-                         [this](const std::string& resource) {
-                           return std::make_unique<PluginServer>(
-                               resource, options_.args.DevicePluginDir(), *manager_,
-                               PluginObservers{
-                                   .on_push =
-                                       [this](const std::string& r, std::chrono::nanoseconds took) {
-                                         metrics_.OnPush(r, took);
-                                         if (options_.on_push) options_.on_push(r, took);
-                                       },
-                                   .on_kubelet_left =
-                                       [this](const std::string& r) {
-                                         if (tracker_) {
-                                           tracker_->KubeletRestarted(
-                                               "it ended the ListAndWatch of " + r);
-                                         }
-                                       }});
-                         },
-                     .kubelet_restarted =
-                         [this](const std::string& how) {
-                           if (tracker_) tracker_->KubeletRestarted(how);
-                         },
-                     .attempted = [this](const std::string& resource,
-                                         bool ok) { metrics_.OnRegistration(resource, ok); }});
-  registrar_->SetWithheld(!ready_);
-  // Each change is on every stream before the change's maker goes on: an Allocate answers kubelet
-  // only after its lock was written to every other resource's list (issue 49). Bounded, so that
-  // a kubelet that stopped reading one stream holds nothing up for long.
-  manager_->SetChangeListener([this] {
-    constexpr auto kPushWait = std::chrono::milliseconds(500);
-    if (!registrar_->Push(kPushWait)) {
-      spdlog::warn("a ListAndWatch stream took more than {} ms to take a list", kPushWait.count());
-    }
-  });
-  manager_->SetRefreshRequester([this] {
-    lifecycle_->OnAllocated();
-    int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
-    int64_t none = 0;
-    if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
-  });
-  registrar_->EnsureServers(manager_->Resources());
   return Status::Ok();
 }
 
@@ -362,11 +235,42 @@ void Daemon::PublishSchedulerState() {
   publisher_->Start();
 }
 
-// The serving loop, then the pod sources and the lifecycle: orphans from before a restart are
+// The device plugin front end (kubelet/device_plugin_front_end.h): served, registered and
+// watching kubelet's directory once everything it may be asked about runs; its servers build their
+// answers from the model, and it tells this daemon of kubelet's restarts and of each turn of its
+// watch (the heartbeat /healthz reads).
+Status Daemon::ServeDevicePlugins() {
+  const CommandLine& args = options_.args;
+  DevicePluginObservers observers = DevicePluginMetrics(metrics_, options_.on_push);
+  observers.kubelet_restarted = [this](const std::string& how) {
+    if (tracker_) tracker_->KubeletRestarted(how);
+  };
+  observers.on_turn = [this] { loop_heartbeat_ = Clock::now().time_since_epoch().count(); };
+  device_plugin_ = std::make_unique<DevicePluginFrontEnd>(
+      *manager_,
+      DevicePluginFrontEndOptions{.plugin_dir = args.DevicePluginDir(),
+                                  .kubelet_socket = args.KubeletSocket(),
+                                  .retry_initial = options_.retry_initial,
+                                  .retry_max = options_.retry_max,
+                                  .register_timeout = options_.register_timeout},
+      std::move(observers));
+  device_plugin_->SetWithheld(!ready_);
+  manager_->SetRefreshRequester([this] {
+    lifecycle_->OnAllocated();
+    RescanSoon();
+  });
+  return device_plugin_->Start();
+}
+
+void Daemon::RescanSoon() {
+  int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
+  int64_t none = 0;
+  if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
+}
+
+// The rescan loop, then the pod sources and the lifecycle: orphans from before a restart are
 // collected on the first pass.
 void Daemon::StartLoops() {
-  registrar_->Start();
-  thread_ = std::thread([this] { Loop(); });
   rescan_thread_ = std::thread([this] { RescanLoop(); });
   tracker_->Start({[this] { lifecycle_->Trigger(true); }, [this] { lifecycle_->Trigger(false); }});
   lifecycle_->Start();
@@ -392,29 +296,17 @@ void Daemon::Stop() {
   }
   device_events_.reset();
   licensing_.reset();
-  watcher_.Wake();
   WakeRescan();
-  if (thread_.joinable()) thread_.join();
   if (rescan_thread_.joinable()) rescan_thread_.join();
-  if (manager_) {
-    manager_->SetChangeListener(nullptr);
-    manager_->SetRefreshRequester(nullptr);
-  }
-  if (dra_.manager) {
-    dra_.manager->SetChangeListener(nullptr);
-    dra_.manager->SetRefreshRequester(nullptr);
-  }
-  if (dra_.confirmer) dra_.confirmer->Stop();
-  if (dra_.slices) dra_.slices->Stop();
-  if (dra_.server) dra_.server->Stop();
-  if (registrar_) registrar_->Stop();
+  if (manager_) manager_->SetRefreshRequester(nullptr);
+  if (dra_) dra_->Stop();
+  if (device_plugin_) device_plugin_->Stop();
   spdlog::info("stopped");
 }
 
-// The DRA front end: its own model over the DRA GPUs, its record and the claim checkpoint in the
-// plugin's directory under kubelet's (so both go with the node's kubelet state), CDI always on
-// (DRA hands devices to the runtime by CDI id only), the CDI kind under the driver's name so its
-// spec files never collide with the device plugin's.
+// The DRA front end (dra/dra_front_end.h): its own model over the DRA GPUs, its record and the
+// claim checkpoint in the plugin's directory under kubelet's, the CDI kind under the driver's name
+// so its spec files never collide with the device plugin's; its metrics are this daemon's.
 Status Daemon::ServeDra() {
   const DraConfig& dra = options_.config.dra;
   if (!dra.enabled()) return Status::Ok();
@@ -430,148 +322,32 @@ Status Daemon::ServeDra() {
                          "config dra needs the API server (--kubeconfig or in-cluster) and "
                          "--node-name: a claim's devices are read from the API server");
   }
-  dra::DraServerOptions server{options_.args.kubelet_dir, dra.driver_name};
-  server.on_claim = [this](dra::DraCall call, std::chrono::nanoseconds took, bool ok) {
-    metrics_.OnDraClaim(dra::DraCallName(call), took, ok, dra_.claims->Count());
-    if (dra_.plugin) metrics_.SetDraMetadataFiles(dra_.plugin->MetadataFilesActive());
-  };
-  const std::filesystem::path dir = dra::DraPluginDir(server);
-  std::error_code ec;
-  std::filesystem::create_directories(dir / "model", ec);
-  if (ec) return Status::Error(ErrorCode::kIo, "create " + dir.string() + ": " + ec.message());
-  dra_.model_store = std::make_unique<JsonFileStateStore>(dir / "model");
-  dra_.claims = std::make_unique<dra::PreparedStore>(dir);
-  if (Status loaded = dra_.claims->Load(); !loaded.ok()) return loaded;
-  dra_.holders = std::make_unique<dra::PreparedClaimHolders>(*dra_.claims);
-  ModelOptions model = PlacementAsPublished(options_.config, options_.args.sysfs_root);
-  model.naming.domain = dra.driver_name;
-  model.cdi_enabled = true;
-  dra_.manager = std::make_unique<ResourceManager>(*dra_.view, model, *dra_.model_store,
-                                                   *dra_.holders, &metrics_);
-  if (Status started = dra_.manager->Start(); !started.ok()) return started;
-  // As for the device plugin: the rescan after a create runs on the rescan loop, after the answer.
-  dra_.manager->SetRefreshRequester([this] {
-    int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
-    int64_t none = 0;
-    if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
-  });
-  dra_.slices = std::make_unique<dra::SlicePublisher>(
-      *api, [this](int64_t generation, bool groups) { return DraSlices(generation, groups); },
-      dra::SlicePublisherOptions{.node_name = options_.args.node_name,
-                                 .driver = dra.driver_name,
-                                 .min_interval = options_.dra_slice_interval,
-                                 .compatibility_groups = dra.compatibility_groups},
-      [this](bool ok, bool wrote) {
-        dra_published_ = ok;
-        metrics_.OnDraSlices(ok, wrote, ok && wrote ? dra_.slices->generation() : 0,
-                             dra_.slices->compatibility_groups());
-      });
-  // Binding conditions (docs/dra.md): each allocation of the pool confirmed or failed here, and
-  // what is confirmed narrows the slices at once.
-  if (dra.binding_conditions) {
-    dra::OccupancyConfirmerOptions confirmer;
-    confirmer.driver = dra.driver_name;
-    confirmer.pool = dra::DraPoolName(options_.args.node_name);
-    confirmer.on_verdict = [this](dra::Verdict verdict) {
-      metrics_.OnDraVerdict(verdict == dra::Verdict::kConfirmed);
-    };
-    dra_.confirmer = std::make_unique<dra::OccupancyConfirmer>(
-        *api, [this] { return DraOccupancyView(); }, std::move(confirmer),
-        [this] { dra_.slices->Trigger(); });
-  }
-  const auto changed = [this] {
-    dra_.slices->Trigger();
-    if (dra_.confirmer) dra_.confirmer->Trigger();
-  };
-  dra_.manager->SetChangeListener(changed);
-  // Device metadata (KEP-5304): kept beside the checkpoint, as upstream's helper keeps it; its
-  // directory is always known so that an unprepare removes files made before it was switched off.
-  dra::DeviceMetadataOptions metadata;
-  metadata.enabled = dra.device_metadata;
-  metadata.dir = dra.device_metadata_dir.empty() ? dir / dra::kMetadataHostSubDir
-                                                 : std::filesystem::path(dra.device_metadata_dir);
-  metadata.cdi_dir = model.cdi_dir;
-  metadata.on_write = [this](bool ok, std::chrono::nanoseconds took, size_t files) {
-    metrics_.OnDraMetadataWrite(ok, took, files);
-  };
+  dra::DraFrontEndOptions options;
+  options.driver = dra.driver_name;
+  options.node_name = options_.args.node_name;
+  options.kubelet_dir = options_.args.kubelet_dir;
+  options.gpus = std::set<std::string>(dra.gpus.begin(), dra.gpus.end());
+  options.all_but_listed = dra.all_gpus;
+  options.model = PlacementAsPublished(options_.config, options_.args.sysfs_root);
+  options.binding_conditions = dra.binding_conditions;
+  options.compatibility_groups = dra.compatibility_groups;
+  options.device_metadata = dra.device_metadata;
+  options.device_metadata_dir = dra.device_metadata_dir;
+  options.slice_interval = options_.dra_slice_interval;
   metrics_.SetDraMetadataEnabled(dra.device_metadata);
-  dra_.plugin = std::make_unique<dra::DraPlugin>(
-      *dra_.manager, *dra_.claims, *api,
-      dra::DraPluginOptions{dra.driver_name, dra::DraPoolName(options_.args.node_name), changed},
-      std::move(metadata));
-  if (Status undone = dra_.plugin->RollBackUnfinished(); !undone.ok()) {
-    spdlog::warn("dra: {}; kubelet's retry or unprepare of that claim finishes the job",
-                 undone.message());
-  }
-  dra_started_ = Clock::now();
-  dra_.server = std::make_unique<dra::KubeletDraServer>(*dra_.plugin, server);
-  if (Status served = dra_.server->Start(); !served.ok()) return served;
-  dra_.slices->Start();
-  if (dra_.confirmer) dra_.confirmer->Start();
-  return Status::Ok();
-}
-
-// The DRA GPUs' slices (docs/dra.md) from the DRA model's view: types a parent listed before are
-// kept (TypeMemory), and the vGPUs prepared for claims do not take from the counters again (their
-// allocations already did).
-Result<std::vector<nlohmann::json>> Daemon::DraSlices(int64_t generation,
-                                                      bool compatibility_groups) {
-  const mdev::Inventory inventory = dra_.type_memory.Remember(dra_.manager->Inventory());
-  const ModelOptions& model = dra_.manager->options();
-  dra::SliceOptions options;
-  options.node_name = options_.args.node_name;
-  options.driver = options_.config.dra.driver_name;
-  options.model = model;
-  options.binding_conditions = options_.config.dra.binding_conditions;
-  options.compatibility_groups = compatibility_groups;
-  if (dra_.confirmer) options.held_devices = dra_.confirmer->Held();
-  for (const CreatedVgpu& record : dra_.manager->Snapshot().records) {
-    if (dra_.claims->ClaimOfDevice(record.device_id)) options.claimed_vgpus.insert(record.vgpu_id);
-  }
-  const GpuRules rules = RulesFor(inventory, model);
-  return dra::BuildResourceSlices(inventory, rules, options, generation);
-}
-
-// The same inventory and names as the slices (its own TypeMemory: another thread), and the
-// devices of claims prepared here with their vGPU where made.
-Result<dra::OccupancyView> Daemon::DraOccupancyView() {
-  dra::OccupancyView view;
-  view.inventory = dra_.confirmer_types.Remember(dra_.manager->Inventory());
-  const ModelOptions& model = dra_.manager->options();
-  view.rules = RulesFor(view.inventory, model);
-  dra::SliceOptions options;
-  options.node_name = options_.args.node_name;
-  options.driver = options_.config.dra.driver_name;
-  options.model = model;
-  Result<dra::Catalogue> catalogue = dra::BuildCatalogue(view.inventory, view.rules, options);
-  if (!catalogue.ok()) return catalogue.status();
-  view.devices = dra::DeviceSpots(catalogue->devices);
-  for (const dra::PreparedClaim& claim : dra_.claims->All()) {
-    for (const dra::PreparedDevice& device : claim.devices) {
-      view.prepared[device.device] = device.vgpu_id;
-    }
-  }
-  return view;
+  dra::DraObservers observers = DraMetrics(metrics_);
+  observers.request_rescan = [this] { RescanSoon(); };  // on the rescan loop, after the answer
+  dra_ = std::make_unique<dra::DraFrontEnd>(*backend_, *api, std::move(options), observers);
+  return dra_->Start();
 }
 
 std::set<std::string> Daemon::Registered() const {
-  return registrar_ ? registrar_->Registered() : std::set<std::string>{};
+  return device_plugin_ ? device_plugin_->Registered() : std::set<std::string>{};
 }
 
 void Daemon::RequestRefresh() {
   refresh_requested_ = true;
   WakeRescan();
-}
-
-// The watch loop: kubelet's directory events to the registrar, and the heartbeat /healthz reads.
-// Nothing here calls a peer or the backend, so no peer can stop it turning.
-void Daemon::Loop() {
-  while (!stop_) {
-    loop_heartbeat_ = Clock::now().time_since_epoch().count();
-    std::vector<DirEvent> events = watcher_.Wait(std::chrono::milliseconds(1000));
-    if (stop_) break;
-    registrar_->HandleDirEvents(events);
-  }
 }
 
 // The rescan loop: reads the backend (which may be libvirtd, and may hang until its keepalive
@@ -595,11 +371,11 @@ void Daemon::RescanLoop() {
     if (refresh_requested_.exchange(false) || allocate_due || now >= next_rescan) {
       rescan_started_ = now.time_since_epoch().count();
       (void)manager_->Refresh();
-      if (dra_.manager) (void)dra_.manager->Refresh();
+      if (dra_) (void)dra_->manager().Refresh();
       ReportBackend();
       metrics_.OnGpus(manager_->SchedulerState().gpus);
       CheckReadiness();
-      registrar_->EnsureServers(manager_->Resources());
+      device_plugin_->ServeOffered();
       rescan_started_ = 0;
       next_rescan = Clock::now() + options_.config.rescan_interval;
     } else if (now >= next_readiness_) {
@@ -638,20 +414,19 @@ FrontEndFacts Daemon::FrontEnds() const {
   if (!dra.enabled()) return facts;
   DraFacts& d = facts.dra.emplace();
   d.driver = dra.driver_name;
-  if (!dra_.manager || !dra_.server) {  // not started yet: nothing to judge
+  if (!dra_ || !dra_->serving()) {  // not started yet: nothing to judge
     d.offers_vgpus = true;
     d.settling = true;
     return facts;
   }
-  d.offers_vgpus = !dra_.manager->Resources().empty();
-  d.settling = Clock::now() < dra_started_ + options_.dra_settle;
-  if (std::optional<dra::RegistrationReport> report = dra_.server->LastReport()) {
+  d.offers_vgpus = !dra_->manager().Resources().empty();
+  d.settling = Clock::now() < dra_->started() + options_.dra_settle;
+  if (std::optional<dra::RegistrationReport> report = dra_->LastReport()) {
     d.registered = report->registered;
     d.registration_error = report->error;
   }
-  d.registration_socket =
-      dra::DraRegistrationSocket({options_.args.kubelet_dir, dra.driver_name}).string();
-  d.published = dra_published_.load();
+  d.registration_socket = dra_->RegistrationSocket().string();
+  d.published = dra_->published();
   return facts;
 }
 
@@ -664,7 +439,7 @@ void Daemon::CheckReadiness() {
     ready = readiness_->Update(CheckNodeReadiness(options_.args.sysfs_root, FrontEnds()));
   }
   if (ready_.exchange(ready) == ready) return;
-  if (registrar_) registrar_->SetWithheld(!ready);
+  if (device_plugin_) device_plugin_->SetWithheld(!ready);
 }
 
 }  // namespace kvgpu::deviceplugin

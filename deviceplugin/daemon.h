@@ -1,8 +1,10 @@
 // The node daemon, started as named steps over shared state (Daemon::Start): discover -> open
-// state -> pod sources -> resource manager and lifecycle -> metrics -> device plugin servers ->
-// kernel events -> licensing -> scheduler state -> loops (watch, register, rescan, reconcile),
-// each on its own thread so no peer holds up another's work. Teardown
-// (Stop) always runs the same way: stop reconciling and watching, stop servers, remove sockets.
+// state -> pod sources -> resource manager and lifecycle -> metrics -> the DRA front end ->
+// kernel events -> licensing -> scheduler state -> the device plugin front end -> loops (rescan,
+// reconcile), each on its own thread so no peer holds up another's work. Each kubelet front end is
+// one object with Start and Stop (dra/dra_front_end.h, kubelet/device_plugin_front_end.h) that the
+// daemon only builds, starts and stops. Teardown (Stop) always runs the same way: stop
+// reconciling and rescanning, stop the front ends (servers stopped, sockets removed).
 #pragma once
 
 #include <atomic>
@@ -16,15 +18,8 @@
 
 #include "deviceplugin/cli.h"
 #include "deviceplugin/config.h"
-#include "deviceplugin/dra/dra_plugin.h"
-#include "deviceplugin/dra/kubelet_dra_server.h"
-#include "deviceplugin/dra/occupancy_confirmer.h"
-#include "deviceplugin/dra/prepared_store.h"
-#include "deviceplugin/dra/resource_slices.h"
-#include "deviceplugin/dra/slice_publisher.h"
-#include "deviceplugin/kubelet/plugin_server.h"
-#include "deviceplugin/kubelet/registrar.h"
-#include "deviceplugin/kubelet/socket_watch.h"
+#include "deviceplugin/dra/dra_front_end.h"
+#include "deviceplugin/kubelet/device_plugin_front_end.h"
 #include "deviceplugin/lifecycle/holder_tracker.h"
 #include "deviceplugin/lifecycle/lifecycle.h"
 #include "deviceplugin/lifecycle/lifecycle_metrics.h"
@@ -69,7 +64,7 @@ struct DaemonOptions {
   // back-to-back Allocate calls share one rescan.
   std::chrono::milliseconds allocate_rescan_delay{2};
   // Also told of every ListAndWatch push and its latency (besides the metrics); for benchmarks.
-  decltype(PluginObservers::on_push) on_push;
+  decltype(DevicePluginObservers::on_push) on_push;
   // How often the licensing files are re-published (kubelet refreshes a mounted Secret within
   // about a minute; this adds at most its own interval to a rotation).
   std::chrono::milliseconds licensing_interval{std::chrono::seconds(30)};
@@ -97,7 +92,7 @@ class Daemon {
 
   ResourceManager& manager() { return *manager_; }
   // The DRA front end's model; nullptr unless config dra serves some GPU.
-  ResourceManager* dra_manager() { return dra_.manager.get(); }
+  ResourceManager* dra_manager() { return dra_ ? &dra_->manager() : nullptr; }
   Lifecycle& lifecycle() { return *lifecycle_; }
   Metrics& metrics() { return metrics_; }
   // Resources currently registered with kubelet.
@@ -106,9 +101,10 @@ class Daemon {
   void RequestRefresh();
 
  private:
-  void Loop();
   void RescanLoop();
   void WakeRescan();
+  // Asks for a rescan shortly after an Allocate or a prepare (allocate_rescan_delay).
+  void RescanSoon();
   // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
   void CheckReadiness();
   // Which front ends run and what each shows now (node_readiness.h).
@@ -121,16 +117,13 @@ class Daemon {
   Status OpenPodSources();
   Status StartManager(StateStore& store);
   Status ServeMetrics();
-  Status ServeDevicePlugins();
+  // The DRA front end (docs/dra-kubelet-plugin.md), when config dra names GPUs.
+  Status ServeDra();
   void WatchKernel();
   void StartLicensing();
   void PublishSchedulerState();
+  Status ServeDevicePlugins();
   void StartLoops();
-  // The DRA front end (docs/dra-kubelet-plugin.md), when config dra names GPUs.
-  Status ServeDra();
-  Result<std::vector<nlohmann::json>> DraSlices(int64_t generation, bool compatibility_groups);
-  // What the DRA GPUs carry, for the occupancy confirmer (its own thread).
-  Result<dra::OccupancyView> DraOccupancyView();
 
   DaemonOptions options_;
   std::unique_ptr<mdev::SysfsIo> own_io_;
@@ -157,39 +150,23 @@ class Daemon {
   std::unique_ptr<StatePublisher> publisher_;
   std::atomic<bool> ready_{true};  // written by the loop (and Start)
   bool dp_runs_ = true;            // the device plugin front end runs (set at start)
-  std::chrono::steady_clock::time_point dra_started_{};
-  std::atomic<bool> dra_published_{false};  // the slice publisher's last pass succeeded
   std::chrono::steady_clock::time_point next_readiness_{};
-  DirWatcher watcher_;
 
-  std::unique_ptr<Registrar> registrar_;
-
-  // --- DRA front end: one mode per GPU. The device plugin's model sees the backend through
-  // dp_view_ (without DRA's GPUs), DRA's model through its own view (only them). ---
+  // The front ends: one mode per GPU. The device plugin's model sees the backend through dp_view_
+  // (without DRA's GPUs), DRA's model through its own view (only them).
   std::unique_ptr<mdev::GpuFilterBackend> dp_view_;
-  struct DraFrontEnd {
-    std::unique_ptr<mdev::GpuFilterBackend> view;
-    std::unique_ptr<JsonFileStateStore> model_store;
-    std::unique_ptr<dra::PreparedStore> claims;
-    std::unique_ptr<dra::PreparedClaimHolders> holders;
-    std::unique_ptr<ResourceManager> manager;
-    std::unique_ptr<dra::DraPlugin> plugin;
-    std::unique_ptr<dra::KubeletDraServer> server;
-    dra::TypeMemory type_memory;  // used on the slice publisher's thread only
-    std::unique_ptr<dra::SlicePublisher> slices;
-    dra::TypeMemory confirmer_types;                     // used on the confirmer's thread only
-    std::unique_ptr<dra::OccupancyConfirmer> confirmer;  // config dra.bindingConditions
-  } dra_;
+  std::unique_ptr<DevicePluginFrontEnd> device_plugin_;
+  std::unique_ptr<dra::DraFrontEnd> dra_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> refresh_requested_{false};
-  std::atomic<int64_t> loop_heartbeat_{0};  // steady_clock ticks of the loop's last turn
+  // steady_clock ticks of the last turn of the device plugin front end's watch loop.
+  std::atomic<int64_t> loop_heartbeat_{0};
   // steady_clock nanoseconds when the rescan an Allocate asked for is due; 0: none pending.
   std::atomic<int64_t> allocate_rescan_at_{0};
   std::atomic<int64_t> rescan_started_{0};  // steady_clock ticks; 0: no rescan running
   std::mutex rescan_mutex_;                 // for rescan_wake_ only
   std::condition_variable rescan_wake_;
-  std::thread thread_;         // the watch loop
   std::thread rescan_thread_;  // the rescan loop
 };
 

@@ -24,11 +24,11 @@
 
 #include "bench/bench_stats.h"
 #include "fakes/apiserver/fake_apiserver.h"
+#include "fakes/common/dra_node.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
 #include "kubelet/dra/v1/api.grpc.pb.h"
 #include "mdev/sysfs_backend.h"
-#include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
 namespace {
@@ -138,11 +138,14 @@ int Run(int iterations, bool https) {
   KernelClock kernel;
   SysfsClock sysfs(sim.model());
   mdev::SysfsBackend backend(sim.root(), sysfs);
-  DraStack stack(backend, {sim.gpu(0), sim.gpu(1)}, dir.path(), *api, true, &kernel);
-  // As the daemon does (daemon.cpp ServeDra): the rescan after a create runs after the answer;
+  // As the daemon does (daemon.cpp ServeDra): the rescan after a create runs after the answer,
   // here between iterations, untimed.
   std::atomic<bool> rescan{false};
-  stack.manager.SetRefreshRequester([&] { rescan = true; });
+  deviceplugin::dra::DraObservers observers;
+  observers.model = &kernel;
+  observers.request_rescan = [&] { rescan = true; };
+  auto stack = StartDra(backend, *api, TestDraOptions(dir.path(), {sim.gpu(0), sim.gpu(1)}, true),
+                        std::move(observers));
   const deviceplugin::dra::DraServerOptions sockets{dir.path() / "kubelet", kDraDriver};
   auto channel =
       grpc::CreateChannel("unix://" + deviceplugin::dra::DraPluginSocket(sockets).string(),
@@ -184,7 +187,7 @@ int Run(int iterations, bool https) {
       (round == 0 ? first : again).push_back(micros(took));
       if (round == 0) first_own.push_back(micros(own));
     }
-    if (rescan.exchange(false)) (void)stack.manager.Refresh();
+    if (rescan.exchange(false)) (void)stack->manager().Refresh();
     drav1::NodeUnprepareResourcesRequest unprepare;
     *unprepare.add_claims() = *c;
     drav1::NodeUnprepareResourcesResponse unprepared;

@@ -10,6 +10,7 @@
 
 #include "common/log_safe.h"
 #include "deviceplugin/dra/device_name.h"
+#include "deviceplugin/model/cdi.h"
 #include "deviceplugin/model/failpoint.h"
 
 namespace kvgpu::deviceplugin::dra {
@@ -33,7 +34,7 @@ std::string ClaimName(const ClaimRef& ref) {
 
 }  // namespace
 
-Verdict PreparedClaimHolders::Check(const CreatedVgpu& vgpu) {
+deviceplugin::Verdict PreparedClaimHolders::Check(const CreatedVgpu& vgpu) {
   std::optional<PreparedClaim> claim = store_.ClaimOfDevice(vgpu.device_id);
   if (!claim) return {Holding::kFree, "", "no prepared claim names the device"};
   return {Holding::kHeld, "claim " + claim->namespace_ + "/" + claim->name,
@@ -267,18 +268,17 @@ Result<std::vector<PreparedDevice>> DraPlugin::MakeVgpus(
   for (const auto& [resource, indexes] : by_resource) {
     std::vector<std::string> ids;
     for (size_t i : indexes) ids.push_back(devices[i].device_id);
-    // Each resource's Allocate is all or nothing; what earlier resources made is undone by the
-    // caller.
-    Result<std::vector<ContainerAllocation>> made = manager_.Allocate(resource, {ids});
+    // Each resource's vGPUs are made all or nothing; what earlier resources made is undone by the
+    // caller. The runtime is handed each one by its CDI id (the model's CDI kind is the resource).
+    Result<std::vector<AllocatedVgpu>> made = manager_.Make(resource, ids);
     if (!made.ok()) return made.status();
-    const ContainerAllocation& answer = made.value().at(0);
-    for (size_t v = 0; v < answer.vgpus.size(); ++v) {
+    for (const AllocatedVgpu& vgpu : *made) {
       for (size_t i : indexes) {
-        if (devices[i].device_id != answer.vgpus[v].device_id) continue;
-        devices[i].vgpu_id = answer.vgpus[v].vgpu_id;
+        if (devices[i].device_id != vgpu.device_id) continue;
+        devices[i].vgpu_id = vgpu.vgpu_id;
         devices[i].cdi_device_ids.clear();
-        if (v < answer.cdi_devices.size()) {
-          devices[i].cdi_device_ids.push_back(answer.cdi_devices[v]);
+        if (manager_.options().cdi_enabled) {
+          devices[i].cdi_device_ids.push_back(CdiDeviceId(resource, vgpu.device_id));
         }
       }
     }

@@ -1,8 +1,11 @@
 #include "deviceplugin/lifecycle/state_rebuild.h"
 
+#include <spdlog/spdlog.h>
+
 #include <map>
 #include <set>
 
+#include "common/clock.h"
 #include "deviceplugin/model/allocation_env.h"
 #include "deviceplugin/model/device_id.h"
 #include "kubelet/deviceplugin/v1beta1/api.pb.h"
@@ -53,6 +56,37 @@ Rebuilt RebuildRecords(const kubelet::Checkpoint& checkpoint, const mdev::Invent
     }
   }
   return out;
+}
+
+Status RebuildCorruptState(JsonFileStateStore& store, const Status& corrupt, mdev::Backend& backend,
+                           const std::filesystem::path& kubelet_dir) {
+  std::filesystem::path kept = store.file();
+  kept += ".corrupt-" + std::to_string(UnixNowMs() / 1000);
+  std::error_code ec;
+  std::filesystem::rename(store.file(), kept, ec);
+  if (ec) {
+    return Status::Error(ErrorCode::kIo, "state file corrupt (" + corrupt.message() +
+                                             ") and cannot be moved aside: " + ec.message());
+  }
+  spdlog::error(
+      "STATE FILE CORRUPT: {}; moved to {}; rebuilding from kubelet's checkpoint and "
+      "sysfs. vGPUs no answer of ours names are left alone.",
+      corrupt.message(), kept.string());
+  Result<mdev::Inventory> inventory = backend.Scan();
+  if (!inventory.ok()) return inventory.status();
+  auto checkpoint = kubelet::ReadCheckpoint(kubelet::CheckpointPath(kubelet_dir));
+  kubelet::Checkpoint empty;
+  if (!checkpoint.ok()) {
+    spdlog::error(
+        "kubelet checkpoint unusable for the rebuild: {}; every existing vGPU is "
+        "treated as someone else's",
+        checkpoint.status().message());
+  }
+  Rebuilt rebuilt = RebuildRecords(checkpoint.ok() ? *checkpoint : empty, *inventory, UnixNowMs());
+  for (const std::string& note : rebuilt.notes) spdlog::warn("state rebuild: {}", note);
+  spdlog::error("state rebuilt: {} vGPUs recognised as ours, {} existing vGPUs left alone",
+                rebuilt.vgpus.size(), inventory->vgpus.size() - rebuilt.vgpus.size());
+  return store.Save(rebuilt.vgpus);
 }
 
 }  // namespace kvgpu::deviceplugin

@@ -5,11 +5,14 @@
 // touched (invariant 3).
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "deviceplugin/model/state_store.h"
 #include "kube/kubelet/checkpoint.h"
+#include "mdev/backend.h"
 #include "mdev/model.h"
 
 namespace kvgpu::deviceplugin {
@@ -21,5 +24,13 @@ struct Rebuilt {
 
 Rebuilt RebuildRecords(const kubelet::Checkpoint& checkpoint, const mdev::Inventory& inventory,
                        int64_t now_unix_ms);
+
+// The daemon's start with a corrupt state file (`corrupt`: why it would not load): the file is
+// kept beside for a post-mortem (<file>.corrupt-<unix seconds>), then the records are rebuilt from
+// kubelet's checkpoint under `kubelet_dir` and what `backend` shows, and saved. An unusable
+// checkpoint leaves every existing vGPU someone else's. Fails when the file cannot be moved aside,
+// the backend cannot be read or the rebuilt records cannot be saved.
+Status RebuildCorruptState(JsonFileStateStore& store, const Status& corrupt, mdev::Backend& backend,
+                           const std::filesystem::path& kubelet_dir);
 
 }  // namespace kvgpu::deviceplugin

@@ -183,7 +183,7 @@ ContainerAllocation AnswerContainer(const std::string& resource, std::vector<All
     env.device_ids.push_back(v.device_id);
     env.vgpu_ids.push_back(v.vgpu_id);
     env.types.push_back(v.type_id);
-    if (cdi_enabled) out.cdi_devices.push_back(resource + "=" + v.device_id);
+    if (cdi_enabled) out.cdi_devices.push_back(CdiDeviceId(resource, v.device_id));
   }
   RenderAllocationEnv(resource, env, out.envs);
   out.vgpus = std::move(vgpus);

@@ -15,6 +15,13 @@ constexpr const char* kCdiVersion = "0.5.0";
 
 }  // namespace
 
+std::string CdiDeviceId(std::string_view kind, std::string_view device) {
+  std::string id(kind);
+  id += '=';
+  id += device;
+  return id;
+}
+
 Status ValidateCdiKind(std::string_view kind) {
   size_t slash = kind.find('/');
   auto bad = [&](const std::string& why) {

@@ -19,6 +19,8 @@ struct CdiDevice {
 
 // "<vendor>/<class>": vendor like a DNS name, class of letters, digits, '-' and '_'.
 Status ValidateCdiKind(std::string_view kind);
+// A device's fully qualified CDI name, "<kind>=<device>" (what a runtime is handed).
+std::string CdiDeviceId(std::string_view kind, std::string_view device);
 // Device names: letters, digits, '_', '-', '.', ':'; starting with a letter or digit.
 bool IsValidCdiDeviceName(std::string_view name);
 

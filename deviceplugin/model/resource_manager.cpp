@@ -160,6 +160,24 @@ Result<std::vector<std::vector<std::string>>> ResourceManager::PreferredAllocati
 
 Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
+  Result<MadeVgpus> made = MakeForContainers(resource, containers);
+  if (!made.ok()) return made.status();
+  std::vector<ContainerAllocation> answers;
+  for (std::vector<AllocatedVgpu>& vgpus : *made) {
+    answers.push_back(AnswerContainer(resource, std::move(vgpus), options_.cdi_enabled));
+  }
+  return answers;
+}
+
+Result<std::vector<AllocatedVgpu>> ResourceManager::Make(
+    const std::string& resource, const std::vector<std::string>& device_ids) {
+  Result<MadeVgpus> made = MakeForContainers(resource, {device_ids});
+  if (!made.ok()) return made.status();
+  return std::move(made->at(0));
+}
+
+Result<ResourceManager::MadeVgpus> ResourceManager::MakeForContainers(
+    const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
   const auto started = std::chrono::steady_clock::now();
   auto observe = [&](const Status& result) {
     if (observer_ != nullptr) {
@@ -172,10 +190,10 @@ Result<std::vector<ContainerAllocation>> ResourceManager::Allocate(
     return shape;
   }
   BeginAllocating(containers);
-  Result<std::vector<ContainerAllocation>> answers = AllocateInFlight(resource, containers);
-  EndAllocating(containers, answers.ok() ? &*answers : nullptr);
-  observe(answers.ok() ? Status::Ok() : answers.status());
-  return answers;
+  Result<MadeVgpus> made = AllocateInFlight(resource, containers);
+  EndAllocating(containers, made.ok() ? &*made : nullptr);
+  observe(made.ok() ? Status::Ok() : made.status());
+  return made;
 }
 
 void ResourceManager::BeginAllocating(const std::vector<std::vector<std::string>>& containers) {
@@ -184,7 +202,7 @@ void ResourceManager::BeginAllocating(const std::vector<std::vector<std::string>
 }
 
 void ResourceManager::EndAllocating(const std::vector<std::vector<std::string>>& containers,
-                                    const std::vector<ContainerAllocation>* made) {
+                                    const MadeVgpus* made) {
   std::lock_guard lock(mutex_);
   for (const auto& ids : containers) {
     for (const std::string& id : ids) {
@@ -196,8 +214,8 @@ void ResourceManager::EndAllocating(const std::vector<std::vector<std::string>>&
   // the settle time must not make a vGPU old at birth.
   const int64_t now = UnixNowMs();
   bool stamped = false;
-  for (const ContainerAllocation& container : *made) {
-    for (const AllocatedVgpu& v : container.vgpus) {
+  for (const std::vector<AllocatedVgpu>& container : *made) {
+    for (const AllocatedVgpu& v : container) {
       if (v.reused) continue;  // its pod has known it since its first Allocate
       stamped = state_.StampCreated(v.device_id, v.vgpu_id, now) || stamped;
     }
@@ -211,7 +229,7 @@ void ResourceManager::EndAllocating(const std::vector<std::vector<std::string>>&
   }
 }
 
-Result<std::vector<ContainerAllocation>> ResourceManager::AllocateInFlight(
+Result<ResourceManager::MadeVgpus> ResourceManager::AllocateInFlight(
     const std::string& resource, const std::vector<std::vector<std::string>>& containers) {
   EarlierVgpus earlier = JudgeEarlier(resource, containers);
   if (Status removed = RemoveEarlierVgpus(resource, containers, earlier); !removed.ok()) {
@@ -220,7 +238,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateInFlight(
   }
   bool changed = false;
   std::function<void()> requester;
-  Result<std::vector<ContainerAllocation>> answers = Status::Error(ErrorCode::kBusy, "not run");
+  Result<MadeVgpus> answers = Status::Error(ErrorCode::kBusy, "not run");
   {
     std::unique_lock lock(mutex_);
     requester = refresh_requester_;
@@ -250,7 +268,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateInFlight(
   return answers;
 }
 
-Result<std::vector<ContainerAllocation>> ResourceManager::AllocateLocked(
+Result<ResourceManager::MadeVgpus> ResourceManager::AllocateLocked(
     const std::string& resource, const std::vector<std::vector<std::string>>& containers,
     const EarlierVgpus& earlier, bool& changed) {
   Result<ContainerPlans> plans = PlanAllocation(catalogue_, state_, resource, containers, earlier);
@@ -259,7 +277,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateLocked(
     if (Status kind = ValidateCdiKind(resource); !kind.ok()) return kind;
   }
   AllocationTransaction transaction(backend_, state_, observer_);
-  std::vector<ContainerAllocation> answers;
+  MadeVgpus answers;
   Status result = Status::Ok();
   for (const std::vector<AllocationPlan>& container : *plans) {
     std::vector<AllocatedVgpu> vgpus;
@@ -273,7 +291,7 @@ Result<std::vector<ContainerAllocation>> ResourceManager::AllocateLocked(
       vgpus.push_back(std::move(*vgpu));
     }
     if (!result.ok()) break;
-    answers.push_back(AnswerContainer(resource, std::move(vgpus), options_.cdi_enabled));
+    answers.push_back(std::move(vgpus));
   }
   if (result.ok() && options_.cdi_enabled) {
     Status cdi = WriteCdiSpecs(state_, options_.cdi_dir, resource);

@@ -76,6 +76,11 @@ class ResourceManager {
   // while the last pod's VM still holds it), waiting out EBUSY for up to SetRemovalWait.
   Result<std::vector<ContainerAllocation>> Allocate(
       const std::string& resource, const std::vector<std::vector<std::string>>& containers);
+  // The same for one set of device IDs, answered in no kubelet dialect: the vGPUs made (or handed
+  // back to their holder), in the order of `device_ids`. For a front end that words its answer
+  // itself (DRA: the claim's CDI ids); no container, no environment.
+  Result<std::vector<AllocatedVgpu>> Make(const std::string& resource,
+                                          const std::vector<std::string>& device_ids);
 
   const ModelOptions& options() const { return options_; }
   // The node's vGPU state for the scheduler extender (scheduler_state.h), in one consistent look.
@@ -98,9 +103,13 @@ class ResourceManager {
   void SetRemovalWait(std::chrono::milliseconds wait);
 
  private:
-  // Allocate with its device IDs marked in flight.
-  Result<std::vector<ContainerAllocation>> AllocateInFlight(
-      const std::string& resource, const std::vector<std::vector<std::string>>& containers);
+  // What Allocate and Make share: the vGPUs of each container, made as one transaction.
+  using MadeVgpus = std::vector<std::vector<AllocatedVgpu>>;
+  Result<MadeVgpus> MakeForContainers(const std::string& resource,
+                                      const std::vector<std::vector<std::string>>& containers);
+  // MakeForContainers with its device IDs marked in flight.
+  Result<MadeVgpus> AllocateInFlight(const std::string& resource,
+                                     const std::vector<std::vector<std::string>>& containers);
   // Who holds the earlier vGPUs of the requested IDs: asked without the lock (kubelet may be slow).
   EarlierVgpus JudgeEarlier(const std::string& resource,
                             const std::vector<std::vector<std::string>>& containers);
@@ -112,14 +121,14 @@ class ResourceManager {
   Status WaitForRemovals(std::unique_lock<std::mutex>& lock,
                          const std::vector<std::vector<std::string>>& containers);
   // Plans and carries out the request under the lock; rolls back on failure.
-  Result<std::vector<ContainerAllocation>> AllocateLocked(
-      const std::string& resource, const std::vector<std::vector<std::string>>& containers,
-      const EarlierVgpus& earlier, bool& changed);
+  Result<MadeVgpus> AllocateLocked(const std::string& resource,
+                                   const std::vector<std::vector<std::string>>& containers,
+                                   const EarlierVgpus& earlier, bool& changed);
   // The device IDs of one Allocate are in flight from its start until it returns; then the
   // vGPUs it made start their "made moments ago" clock (holder_tracker.h: Judge).
   void BeginAllocating(const std::vector<std::vector<std::string>>& containers);
   void EndAllocating(const std::vector<std::vector<std::string>>& containers,
-                     const std::vector<ContainerAllocation>* made);
+                     const MadeVgpus* made);
   // The catalogue from the node state; whether the lists changed. Caller holds mutex_.
   bool Rebuild();
   void AfterChange(bool changed);

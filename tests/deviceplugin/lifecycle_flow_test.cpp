@@ -8,11 +8,11 @@
 #include "deviceplugin/daemon.h"
 #include "fakes/apiserver/in_memory_kube.h"
 #include "fakes/common/eventually.h"
+#include "fakes/common/sim_daemon_options.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/fake_podresources.h"
-#include "tests/deviceplugin/daemon_builders.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

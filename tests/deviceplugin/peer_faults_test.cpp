@@ -17,11 +17,11 @@
 #include "fakes/common/eventually.h"
 #include "fakes/common/http_request.h"
 #include "fakes/common/hung_socket.h"
+#include "fakes/common/sim_daemon_options.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/checkpoint_writer.h"
 #include "fakes/podresources/fake_podresources.h"
-#include "tests/deviceplugin/daemon_builders.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

@@ -13,10 +13,10 @@
 #include <regex>
 
 #include "deviceplugin/dra/device_name.h"
+#include "fakes/common/dra_node.h"
 #include "fakes/kubelet/dra_test_kubelet.h"
 #include "mdev/sysfs_backend.h"
 #include "mdev/sysfs_io.h"
-#include "tests/deviceplugin/dra/dra_test_stack.h"
 #include "tests/vm/lab_support.h"
 #include "tests/vm/qemu_qmp.h"
 
@@ -112,7 +112,8 @@ TEST_F(DraKataAttachVmTest, APreparedClaimsCdiDeviceHotPlugsIntoTheGuestAndUnpre
       "ns", "vm-claim", "uid-vm", {{"vgpu", testing::kDraDriver, testing::kDraNode, device}}));
   mdev::PosixSysfsIo io;
   mdev::SysfsBackend kernel("/", io);
-  testing::DraStack stack(kernel, {kParent}, dir, api, /*serve=*/true);
+  auto stack =
+      testing::StartDra(kernel, api, testing::TestDraOptions(dir, {kParent}, /*serve=*/true));
 
   testing::DraTestKubelet kubelet(dir / "kubelet");
   ASSERT_TRUE(kubelet.Register(testing::kDraDriver).has_value());
@@ -166,7 +167,7 @@ TEST_F(DraKataAttachVmTest, APreparedClaimsCdiDeviceHotPlugsIntoTheGuestAndUnpre
   EXPECT_EQ(rpc_error, "");
   EXPECT_EQ(unprepared["uid-vm"], "");
   EXPECT_TRUE(MdevUuids().empty()) << "the unprepare left the mdev";
-  stack.server->Stop();
+  stack->Stop();
   fs::remove_all(dir);
 }
 

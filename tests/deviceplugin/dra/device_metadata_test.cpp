@@ -23,11 +23,11 @@
 
 #include "deviceplugin/config.h"
 #include "fakes/apiserver/fake_apiserver.h"
+#include "fakes/common/dra_node.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/kubelet/dra_test_kubelet.h"
 #include "kube/api_client.h"
-#include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
 namespace {
@@ -57,48 +57,28 @@ std::vector<json> ReadStream(const std::string& text) {
   return out;
 }
 
-// The plugin as the daemon builds it (dra_test_stack.h's, with the metadata options the daemon
-// passes from config dra.deviceMetadata), serving kubelet's sockets.
+// The front end as the daemon builds it (dra_node.h), with the metadata options the daemon passes
+// from config dra.deviceMetadata, serving kubelet's sockets; what each metadata write was told.
 struct MetaStack {
   MetaStack(mdev::Backend& raw, std::set<std::string> dra_gpus, const std::filesystem::path& dir,
-            kube::ApiTransport& api, bool metadata_on)
-      : filter(raw, std::move(dra_gpus), true),
-        model_store(DraStack::MakeDir(dir / "state" / "model")),
-        claims(dir / "state"),
-        holders(claims),
-        manager(filter, DraStack::Options(dir), model_store, holders, nullptr),
-        plugin(manager, claims, api, {kDraDriver, dra::DraPoolName(kDraNode), {}},
-               Metadata(dir, metadata_on)) {
-    DraStack::Check(claims.Load());
-    DraStack::Check(manager.Start());
-    DraStack::Check(plugin.RollBackUnfinished());
-    server = std::make_unique<dra::KubeletDraServer>(
-        plugin, dra::DraServerOptions{dir / "kubelet", kDraDriver, std::chrono::milliseconds(50)});
-    DraStack::Check(server->Start());
-  }
-
-  dra::DeviceMetadataOptions Metadata(const std::filesystem::path& dir, bool metadata_on) {
-    dra::DeviceMetadataOptions o;
-    o.enabled = metadata_on;
-    o.dir = dir / "state" / std::string(dra::kMetadataHostSubDir);
-    o.cdi_dir = dir / "cdi";
-    o.on_write = [this](bool ok, std::chrono::nanoseconds, size_t files) {
+            kube::ApiTransport& api, bool metadata_on) {
+    dra::DraFrontEndOptions options = TestDraOptions(dir, std::move(dra_gpus), true);
+    options.device_metadata = metadata_on;
+    dra::DraObservers observers;
+    observers.on_metadata_write = [this](bool ok, std::chrono::nanoseconds, size_t files) {
       std::lock_guard lock(writes_mutex);
       writes.emplace_back(ok, files);
     };
-    return o;
+    front_end = StartDra(raw, api, std::move(options), std::move(observers));
   }
+
+  dra::PreparedStore& claims() { return front_end->claims(); }
+  dra::DraPlugin& plugin() { return front_end->plugin(); }
+  deviceplugin::ResourceManager& manager() { return front_end->manager(); }
 
   std::mutex writes_mutex;
   std::vector<std::pair<bool, size_t>> writes;  // what on_write was told, in order
-
-  mdev::GpuFilterBackend filter;
-  deviceplugin::JsonFileStateStore model_store;
-  dra::PreparedStore claims;
-  dra::PreparedClaimHolders holders;
-  deviceplugin::ResourceManager manager;
-  dra::DraPlugin plugin;
-  std::unique_ptr<dra::KubeletDraServer> server;
+  std::unique_ptr<dra::DraFrontEnd> front_end;
 };
 
 class DraDeviceMetadataTest : public ::testing::Test {
@@ -405,7 +385,7 @@ TEST_F(DraDeviceMetadataTest, UnsafeNamesAreRefusedBeforeAnythingIsMade) {
     EXPECT_NE(answers[k.uid].error.find("device metadata:"), std::string::npos)
         << answers[k.uid].error;
     EXPECT_EQ(Vgpus(), 0u);
-    EXPECT_FALSE(stack_->claims.Find(k.uid)) << "nothing checkpointed";
+    EXPECT_FALSE(stack_->claims().Find(k.uid)) << "nothing checkpointed";
     EXPECT_EQ(MetadataFiles(), std::vector<std::string>{});
     api_server_.DeleteResourceClaim("ns", "c1");
   }
@@ -430,7 +410,7 @@ TEST_F(DraDeviceMetadataTest, AFileThatCannotBeWrittenFailsTheClaimAndLeavesNoFi
   EXPECT_FALSE(std::filesystem::exists(CdiSpec("uid-1", "gpu")));
   // All or nothing per claim: the vGPU made before the failure is gone, the claim forgotten.
   EXPECT_EQ(Vgpus(), 0u);
-  EXPECT_FALSE(stack_->claims.Find("uid-1"));
+  EXPECT_FALSE(stack_->claims().Find("uid-1"));
 
   // Fixed, kubelet's retry does the whole job ...
   std::filesystem::remove(MetaDir());
@@ -439,7 +419,7 @@ TEST_F(DraDeviceMetadataTest, AFileThatCannotBeWrittenFailsTheClaimAndLeavesNoFi
   EXPECT_EQ(Vgpus(), 1u);
   EXPECT_EQ(again["uid-1"].devices[0].cdi_device_ids.back(), CdiId("uid-1", "gpu"));
   EXPECT_EQ(MetadataFiles().size(), 2u);
-  EXPECT_EQ(stack_->plugin.MetadataFilesActive(), 1u);
+  EXPECT_EQ(stack_->plugin().MetadataFilesActive(), 1u);
   {
     std::lock_guard lock(stack_->writes_mutex);
     ASSERT_EQ(stack_->writes.size(), 2u);
@@ -461,7 +441,7 @@ TEST_F(DraDeviceMetadataTest, AVendorVfioVgpuIsNamedByItsVf) {
   DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0, "1428"))});
   auto answers = kubelet_.Prepare({c});
   ASSERT_EQ(answers["uid-1"].error, "");
-  const auto records = stack_->manager.Snapshot().records;
+  const auto records = stack_->manager().Snapshot().records;
   ASSERT_EQ(records.size(), 1u);
   const std::vector<json> stream = ReadStream(Read(HostFile("c1", "gpu")));
   ASSERT_EQ(stream.size(), 2u);

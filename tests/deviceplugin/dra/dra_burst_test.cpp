@@ -27,6 +27,7 @@
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/apiserver/in_memory_kube.h"
 #include "fakes/common/eventually.h"
+#include "fakes/common/sim_daemon_options.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/dra_allocator/allocator.h"
 #include "fakes/dra_allocator/claim_api.h"
@@ -35,7 +36,6 @@
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/fake_podresources.h"
 #include "scheduling/gpu_fit.h"
-#include "tests/deviceplugin/daemon_builders.h"
 
 namespace kvgpu::testing {
 namespace {

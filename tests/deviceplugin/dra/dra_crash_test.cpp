@@ -15,10 +15,10 @@
 #include <set>
 
 #include "fakes/cluster/sim_mount.h"
+#include "fakes/common/dra_node.h"
 #include "fakes/common/temp_dir.h"
 #include "mdev/sysfs_backend.h"
 #include "mdev/sysfs_io.h"
-#include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
 namespace {
@@ -127,13 +127,13 @@ TEST_P(DraCrashTest, KilledThenRestartedLeaksNothing) {
   EXPECT_EXIT(
       {
         ::setenv("KVGPU_FAILPOINTS", point.failpoint.c_str(), 1);
-        DraStack stack(backend, dra_gpus, dir, api, false);
+        auto stack = StartDra(backend, api, TestDraOptions(dir, dra_gpus, false));
         if (point.in_unprepare) {
-          auto prepared = stack.plugin.Prepare(kClaim);
+          auto prepared = stack->plugin().Prepare(kClaim);
           if (!prepared.error.empty()) std::exit(3);
-          (void)stack.plugin.Unprepare(kClaim);
+          (void)stack->plugin().Unprepare(kClaim);
         } else {
-          (void)stack.plugin.Prepare(kClaim);
+          (void)stack->plugin().Prepare(kClaim);
         }
         std::exit(0);
       },
@@ -141,29 +141,29 @@ TEST_P(DraCrashTest, KilledThenRestartedLeaksNothing) {
   ::unsetenv(kDirEnv);
 
   // The restarted daemon.
-  DraStack stack(backend, dra_gpus, dir, api, false);
+  auto stack = StartDra(backend, api, TestDraOptions(dir, dra_gpus, false));
   if (!point.in_unprepare) {
     // All or nothing per claim across a crash: kubelet never got an answer, so no container uses
     // what the killed prepare made, and the restart has removed it before kubelet calls again.
     EXPECT_EQ(VgpusOn(backend), std::vector<std::string>{foreign});
-    EXPECT_TRUE(stack.claims.All().empty());
-    EXPECT_TRUE(stack.manager.Snapshot().records.empty());
+    EXPECT_TRUE(stack->claims().All().empty());
+    EXPECT_TRUE(stack->manager().Snapshot().records.empty());
   }
   if (!point.in_unprepare && point.prepare_again) {
     // kubelet sends the prepare again: it completes with exactly the claim's two vGPUs.
-    auto again = stack.plugin.Prepare(kClaim);
+    auto again = stack->plugin().Prepare(kClaim);
     ASSERT_EQ(again.error, "");
     ASSERT_EQ(again.devices.size(), 2u);
     EXPECT_EQ(VgpusOn(backend).size(), 3u);  // two for the claim, the foreign one
-    auto once_more = stack.plugin.Prepare(kClaim);
+    auto once_more = stack->plugin().Prepare(kClaim);
     EXPECT_EQ(once_more.devices, again.devices);
     EXPECT_EQ(VgpusOn(backend).size(), 3u);
   }
   // kubelet unprepares (again): only the foreign vGPU is left, and nothing is remembered.
-  EXPECT_EQ(stack.plugin.Unprepare(kClaim), "");
+  EXPECT_EQ(stack->plugin().Unprepare(kClaim), "");
   EXPECT_EQ(VgpusOn(backend), std::vector<std::string>{foreign});
-  EXPECT_TRUE(stack.claims.All().empty());
-  EXPECT_TRUE(stack.manager.Snapshot().records.empty());
+  EXPECT_TRUE(stack->claims().All().empty());
+  EXPECT_TRUE(stack->manager().Snapshot().records.empty());
 #endif
 }
 

@@ -15,13 +15,13 @@
 #include "deviceplugin/daemon.h"
 #include "fakes/apiserver/fake_apiserver.h"
 #include "fakes/apiserver/in_memory_kube.h"
+#include "fakes/common/dra_node.h"
 #include "fakes/common/eventually.h"
+#include "fakes/common/sim_daemon_options.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/kubelet/dra_test_kubelet.h"
 #include "fakes/kubelet/fake_kubelet.h"
 #include "fakes/podresources/fake_podresources.h"
-#include "tests/deviceplugin/daemon_builders.h"
-#include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::deviceplugin {
 namespace {

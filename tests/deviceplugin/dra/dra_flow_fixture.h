@@ -1,4 +1,4 @@
-// The fixture of the DRA front end's tests: the plugin and its kubelet server on a simulated t4x2
+// The fixture of the DRA front end's tests: the front end (dra_node.h) on a simulated t4x2
 // (GPU 0 in DRA mode, GPU 1 left to the device plugin), driven by a kubelet written from
 // upstream's protos (dra_test_kubelet.h), the claims served by the fake API server.
 #pragma once
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "fakes/apiserver/fake_apiserver.h"
+#include "fakes/common/dra_node.h"
 #include "fakes/common/sim_node.h"
 #include "fakes/common/temp_dir.h"
 #include "fakes/kubelet/dra_test_kubelet.h"
 #include "kube/api_client.h"
-#include "tests/deviceplugin/dra/dra_test_stack.h"
 
 namespace kvgpu::testing {
 
@@ -32,8 +32,7 @@ class DraFlowTest : public ::testing::Test {
   }
 
   void StartDaemon() {
-    stack_ = std::make_unique<DraStack>(sim_.node(), std::set<std::string>{sim_.gpu(0)},
-                                        dir_.path(), *api_, true);
+    stack_ = StartDra(sim_.node(), *api_, TestDraOptions(dir_.path(), {sim_.gpu(0)}, true));
     auto reg = kubelet_.Register(kDraDriver);
     ASSERT_TRUE(reg);
   }
@@ -56,7 +55,7 @@ class DraFlowTest : public ::testing::Test {
   FakeApiServer api_server_;
   std::unique_ptr<kube::ApiClient> api_;
   DraTestKubelet kubelet_{dir_.path() / "kubelet"};
-  std::unique_ptr<DraStack> stack_;
+  std::unique_ptr<deviceplugin::dra::DraFrontEnd> stack_;
 };
 
 }  // namespace kvgpu::testing

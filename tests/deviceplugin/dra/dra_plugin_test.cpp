@@ -157,8 +157,8 @@ TEST_F(DraFlowTest, AClaimTheGpuCannotFinishLeavesNoVgpuOnTheNode) {
     EXPECT_NE(answers["uid-1"].error.find("nothing of the claim was kept"), std::string::npos)
         << answers["uid-1"].error;
     EXPECT_EQ(Vgpus(), 0u);
-    EXPECT_FALSE(stack_->claims.Find("uid-1")) << "no half-prepared claim is remembered";
-    EXPECT_TRUE(stack_->manager.Snapshot().records.empty());
+    EXPECT_FALSE(stack_->claims().Find("uid-1")) << "no half-prepared claim is remembered";
+    EXPECT_TRUE(stack_->manager().Snapshot().records.empty());
   }
   // The GPU is free for the type the claim could not have: nothing of the failed claim holds it.
   DraClaim other = Claim("c2", "uid-2", {Ours(DraName(sim_.gpu(0), "nvidia-223", 0))});

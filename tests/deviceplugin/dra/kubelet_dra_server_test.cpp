@@ -23,8 +23,8 @@ TEST_F(DraFlowTest, RegistersAsUpstreamKubeletExpects) {
   EXPECT_EQ(reg->supported_versions,
             (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin"}));
   EXPECT_EQ(reg->chosen, "v1.DRAPlugin");
-  ASSERT_TRUE(stack_->server->LastReport());
-  EXPECT_TRUE(stack_->server->LastReport()->registered);
+  ASSERT_TRUE(stack_->server()->LastReport());
+  EXPECT_TRUE(stack_->server()->LastReport()->registered);
 }
 
 TEST_F(DraFlowTest, TheOlderV1beta1ServiceAnswersTheSame) {
@@ -58,7 +58,7 @@ TEST_F(DraFlowTest, RemovedRegistrationSocketIsServedAgain) {
                           (std::string(kDraDriver) + "-reg.sock"));
   auto reg = kubelet_.Register(kDraDriver, std::chrono::seconds(5));
   ASSERT_TRUE(reg);
-  EXPECT_GE(stack_->server->reserved(), 1);
+  EXPECT_GE(stack_->server()->reserved(), 1);
   DraClaim c = Claim("c1", "uid-1", {Ours(Gpu0Device(0))});
   EXPECT_EQ(kubelet_.Prepare({c})["uid-1"].error, "");
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
@@ -545,6 +546,35 @@ TEST(ResourceManagerTest, AllocateAnswersVfioDevicesEnvAndCdiNames) {
   ASSERT_EQ(f.store.vgpus_.size(), 2u) << "both vGPUs recorded as ours";
   EXPECT_EQ(f.store.vgpus_[0].device_id, a);
   EXPECT_EQ(f.store.vgpus_[0].vgpu_id, c.vgpus[0].vgpu_id);
+}
+
+// Make: the same transaction for one set of device IDs, answered with what was made only (the DRA
+// front end words its own answer).
+TEST(ResourceManagerTest, MakeReturnsTheVgpusMadeInTheOrderAskedAndRecordsThem) {
+  ModelOptions config;
+  config.cdi_enabled = true;
+  Fixture f("t4x2", config);
+
+  const std::string a = "0000:3b:00.0-nvidia-222-1", b = "0000:3b:00.0-nvidia-222-0";
+  auto made = f.manager.Make("tencent.com/vgpu-222", {a, b});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  ASSERT_EQ(made->size(), 2u);
+  EXPECT_EQ(made->at(0).device_id, a);
+  EXPECT_EQ(made->at(1).device_id, b);
+  for (const AllocatedVgpu& v : *made) {
+    EXPECT_TRUE(mdev::IsValidUuid(v.vgpu_id));
+    EXPECT_EQ(v.type_id, "nvidia-222");
+    EXPECT_FALSE(v.reused);
+  }
+  EXPECT_EQ(f.sim.model().VgpuIds().size(), 2u);
+  ASSERT_EQ(f.store.vgpus_.size(), 2u) << "both vGPUs recorded as ours";
+  EXPECT_TRUE(std::filesystem::exists(f.sim.dir() / "cdi" / "kata-vgpu_tencent.com_vgpu-222.json"))
+      << "the CDI spec that names them is written, as for Allocate";
+
+  auto unknown = f.manager.Make("tencent.com/vgpu-222", {"0000:3b:00.0-nvidia-222-99"});
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), ErrorCode::kInvalid) << unknown.status().ToString();
+  EXPECT_EQ(f.sim.model().VgpuIds().size(), 2u) << "a refused request makes nothing";
 }
 
 TEST(ResourceManagerTest, VendorVfioAllocationTurnsTheVfIntoTheVgpu) {
