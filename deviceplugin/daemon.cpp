@@ -265,13 +265,13 @@ Status Daemon::ServeDevicePlugins() {
 void Daemon::RescanSoon() {
   int64_t due = (Clock::now() + options_.allocate_rescan_delay).time_since_epoch().count();
   int64_t none = 0;
-  if (allocate_rescan_at_.compare_exchange_strong(none, due)) WakeRescan();
+  if (allocate_rescan_at_.compare_exchange_strong(none, due)) rescan_.Wake();
 }
 
 // The rescan loop, then the pod sources and the lifecycle: orphans from before a restart are
 // collected on the first pass.
 void Daemon::StartLoops() {
-  rescan_thread_ = std::thread([this] { RescanLoop(); });
+  rescan_.Start([this](BackgroundWorker::Handle& worker) { RescanLoop(worker); });
   tracker_->Start({[this] { lifecycle_->Trigger(true); }, [this] { lifecycle_->Trigger(false); }});
   lifecycle_->Start();
 }
@@ -296,8 +296,7 @@ void Daemon::Stop() {
   }
   device_events_.reset();
   licensing_.reset();
-  WakeRescan();
-  if (rescan_thread_.joinable()) rescan_thread_.join();
+  rescan_.Stop();
   if (manager_) manager_->SetRefreshRequester(nullptr);
   if (dra_) dra_->Stop();
   if (device_plugin_) device_plugin_->Stop();
@@ -347,23 +346,22 @@ std::set<std::string> Daemon::Registered() const {
 
 void Daemon::RequestRefresh() {
   refresh_requested_ = true;
-  WakeRescan();
+  rescan_.Wake();
 }
 
 // The rescan loop: reads the backend (which may be libvirtd, and may hang until its keepalive
 // gives up), checks readiness and serves new resources, at the rescan interval, at once when asked
 // (a device event), and shortly after an Allocate. A slow backend delays only this loop.
-void Daemon::RescanLoop() {
+void Daemon::RescanLoop(BackgroundWorker::Handle& worker) {
   auto next_rescan = Clock::now() + options_.config.rescan_interval;
-  std::unique_lock lock(rescan_mutex_);
-  while (!stop_) {
+  for (;;) {
     auto until = std::min(next_rescan, next_readiness_);
     if (int64_t due = allocate_rescan_at_.load(); due != 0) {
       until = std::min(until, Clock::time_point(Clock::duration(due)));
     }
-    rescan_wake_.wait_until(lock, until, [&] { return stop_ || refresh_requested_.load(); });
-    if (stop_) break;
-    lock.unlock();
+    // Woken by a device event (refresh_requested_) or an Allocate (allocate_rescan_at_): both
+    // are looked at below; a wake for a later rescan only makes the next wait shorter.
+    if (!worker.WaitUntil(until)) break;
     auto now = Clock::now();
     int64_t rescan_at = allocate_rescan_at_.load();
     bool allocate_due = rescan_at != 0 && now >= Clock::time_point(Clock::duration(rescan_at));
@@ -381,13 +379,7 @@ void Daemon::RescanLoop() {
     } else if (now >= next_readiness_) {
       CheckReadiness();
     }
-    lock.lock();
   }
-}
-
-void Daemon::WakeRescan() {
-  { std::lock_guard lock(rescan_mutex_); }  // a waiter between its check and its wait sees it
-  rescan_wake_.notify_all();
 }
 
 // A lost backend connection is logged once when lost and once when back, and always in metrics.

@@ -9,13 +9,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
-#include <thread>
 
+#include "common/background_worker.h"
 #include "deviceplugin/cli.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/dra/dra_front_end.h"
@@ -101,8 +99,7 @@ class Daemon {
   void RequestRefresh();
 
  private:
-  void RescanLoop();
-  void WakeRescan();
+  void RescanLoop(BackgroundWorker::Handle& worker);
   // Asks for a rescan shortly after an Allocate or a prepare (allocate_rescan_delay).
   void RescanSoon();
   // Checks the node's prerequisites; on a change, withholds or restores every resource's list.
@@ -165,9 +162,7 @@ class Daemon {
   // steady_clock nanoseconds when the rescan an Allocate asked for is due; 0: none pending.
   std::atomic<int64_t> allocate_rescan_at_{0};
   std::atomic<int64_t> rescan_started_{0};  // steady_clock ticks; 0: no rescan running
-  std::mutex rescan_mutex_;                 // for rescan_wake_ only
-  std::condition_variable rescan_wake_;
-  std::thread rescan_thread_;  // the rescan loop
+  BackgroundWorker rescan_;                 // the rescan loop
 };
 
 }  // namespace kvgpu::deviceplugin

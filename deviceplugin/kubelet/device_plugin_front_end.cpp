@@ -58,23 +58,24 @@ Status DevicePluginFrontEnd::Start() {
   });
   registrar_->EnsureServers(manager_.Resources());
   registrar_->Start();
-  thread_ = std::thread([this] { Loop(); });
+  // The hook breaks the directory wait at once instead of after its second.
+  loop_.Start([this](BackgroundWorker::Handle& worker) { Loop(worker); },
+              [this] { watcher_.Wake(); });
   return Status::Ok();
 }
 
-void DevicePluginFrontEnd::Loop() {
-  while (!stop_) {
+void DevicePluginFrontEnd::Loop(BackgroundWorker::Handle& worker) {
+  while (!worker.stopping()) {
     if (observers_.on_turn) observers_.on_turn();
     std::vector<DirEvent> events = watcher_.Wait(std::chrono::milliseconds(1000));
-    if (stop_) break;
+    if (worker.stopping()) break;
     registrar_->HandleDirEvents(events);
   }
 }
 
 void DevicePluginFrontEnd::Stop() {
   if (stop_.exchange(true)) return;
-  watcher_.Wake();
-  if (thread_.joinable()) thread_.join();
+  loop_.Stop();
   if (registrar_) {
     manager_.SetChangeListener(nullptr);
     registrar_->Stop();

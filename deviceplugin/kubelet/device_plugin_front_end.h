@@ -13,8 +13,8 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 
+#include "common/background_worker.h"
 #include "common/status.h"
 #include "deviceplugin/kubelet/registrar.h"
 #include "deviceplugin/kubelet/socket_watch.h"
@@ -72,7 +72,7 @@ class DevicePluginFrontEnd {
  private:
   // The watch loop: kubelet's directory events to the registrar. Nothing here calls a peer or the
   // backend, so no peer can stop it turning.
-  void Loop();
+  void Loop(BackgroundWorker::Handle& worker);
 
   ResourceManager& manager_;
   DevicePluginFrontEndOptions options_;
@@ -81,7 +81,7 @@ class DevicePluginFrontEnd {
   DirWatcher watcher_;
   std::unique_ptr<Registrar> registrar_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;  // the watch loop
+  BackgroundWorker loop_;  // the watch loop
 };
 
 }  // namespace kvgpu::deviceplugin
