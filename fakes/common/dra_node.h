@@ -22,7 +22,7 @@
 
 namespace kvgpu::testing {
 
-inline constexpr const char* kDraDriver = "vgpu.tencent.com";
+inline constexpr const char* kDraDriver = kDraDriverName.data();  // a literal: NUL-terminated
 inline constexpr const char* kDraNode = "node-a";
 
 // `serve`: kubelet's DRA sockets are served (a kubelet client drives it); else the test calls the

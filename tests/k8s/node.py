@@ -57,6 +57,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -377,6 +378,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                                                 self.path("containerd.log"), env=env)
         self._wait("containerd serves its socket", lambda: self.ctr("version", check=False).returncode == 0,
                    [self.containerd])
+
+    def container_env(self, pod, prefix="KVGPU_", container="main"):
+        """The variables a container's process printed (the test workload prints its environment
+        as ` env NAME=value` lines), read from its log under kubelet's podLogsDir; {} before it
+        logged."""
+        meta = pod["metadata"]
+        path = os.path.join(self.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
+                            container, "0.log")
+        env = {}
+        with contextlib.suppress(OSError), open(path) as f:
+            for line in f:
+                m = re.search(r" env (%s\w+)=(.*)$" % prefix, line.rstrip("\n"))
+                if m:
+                    env[m.group(1)] = m.group(2)
+        return env
 
     def ctr(self, *args, check=True):
         result = subprocess.run([os.path.join(self.containerd_dir, "ctr"), "--address", self.containerd_socket, "--namespace", "k8s.io", *args],

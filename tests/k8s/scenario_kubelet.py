@@ -42,7 +42,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
 import stat
@@ -283,21 +282,8 @@ class Scenario:
                                          "imagePullPolicy": "Never", "args": ["KVGPU_"],
                                          "resources": {"limits": {resource: "1"}}}]}}
 
-    def pod_log_env(self, pod):
-        """The KVGPU_ variables the pod's container printed (its log under kubelet's podLogsDir)."""
-        meta = pod["metadata"]
-        path = os.path.join(self.node.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
-                            "main", "0.log")
-        env = {}
-        with contextlib.suppress(OSError), open(path) as f:
-            for line in f:
-                m = re.search(r" env (KVGPU_\w+)=(.*)$", line.rstrip("\n"))
-                if m:
-                    env[m.group(1)] = m.group(2)
-        return env
-
     def pod_vgpus(self, pod):
-        return [u for k, v in self.pod_log_env(pod).items() if k.endswith("_UUIDS") for u in v.split(",") if u]
+        return [u for k, v in self.node.container_env(pod).items() if k.endswith("_UUIDS") for u in v.split(",") if u]
 
     def pod_resources(self):
         """{(namespace, pod): [(resource, device ids)]} from kubelet's PodResources List."""
@@ -343,7 +329,7 @@ class Scenario:
         held = self.pod_vgpus(running)
         r.check(len(vgpus) == 1 and held and held[0] in vgpus and vgpus[held[0]][1] == vgpu_type,
                 "Allocate created exactly the pod's vGPU (%s) in the simulated kernel, and the container's "
-                "environment names it" % vgpu_type, "kernel %s, the pod's env %s" % (vgpus, self.pod_log_env(running)))
+                "environment names it" % vgpu_type, "kernel %s, the pod's env %s" % (vgpus, self.node.container_env(running)))
         listed = self.pod_resources().get((TENANT, "one"), [])
         uid = running["metadata"]["uid"]
         entries = self.checkpoint().get(uid, {})

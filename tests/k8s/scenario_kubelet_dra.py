@@ -48,7 +48,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -270,20 +269,6 @@ class Scenario:
                    (self.pod(name) or {}).get("status", {}).get("containerStatuses") or []]
         return "".join("waiting: %s: %s;" % (w.get("reason"), w.get("message")) for w in waiting if w)
 
-    def container_env(self, pod, prefix="KVGPU_"):
-        """The variables the container's process printed (kvgpu-pod prints its KVGPU_ environment
-        to its log under kubelet's podLogsDir)."""
-        meta = pod["metadata"]
-        path = os.path.join(self.node.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
-                            "main", "0.log")
-        env = {}
-        with contextlib.suppress(OSError), open(path) as f:
-            for line in f:
-                m = re.search(r" env (%s\w+)=(.*)$" % prefix, line.rstrip("\n"))
-                if m:
-                    env[m.group(1)] = m.group(2)
-        return env
-
     def container_has_cdi(self, pod, ids, vgpu):
         """The CDI devices kubelet recorded for the pod's claim reached its container: containerd's
         OCI spec of it (ctr containers info) holds every edit the daemon's CDI specs make for them,
@@ -337,7 +322,7 @@ class Scenario:
                 "container %s (%s); missing: %s; OCI env %s, devices %s, mounts %s" % (
                     cid, (info.stderr.strip() if info else "no container id"), missing, sorted(env),
                     sorted(devices), sorted(mounts))[:3000])
-        seen = self.container_env(pod).get("KVGPU_VGPU_ID")
+        seen = self.node.container_env(pod).get("KVGPU_VGPU_ID")
         r.check(vgpu is not None and seen == vgpu,
                 "the container's process sees KVGPU_VGPU_ID=%s, the vGPU the kernel holds (from the CDI spec)" % vgpu,
                 "printed %r" % seen)
