@@ -287,7 +287,7 @@ Status DeviceMetadataFiles::Remove(const std::string& namespace_, const std::str
 
 std::string DeviceMetadataFiles::CdiDeviceId(const std::string& uid,
                                              const std::string& base_request) const {
-  return CdiKind() + "=" + uid + "_" + base_request;
+  return deviceplugin::CdiDeviceId(CdiKind(), uid + "_" + base_request);
 }
 
 bool DeviceMetadataFiles::IsMetadataCdiId(const std::string& cdi_device_id) const {
