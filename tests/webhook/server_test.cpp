@@ -486,8 +486,11 @@ int RawConnect(int port) {
 
 class HostileClientTest : public ServerTest {
  protected:
-  // A fresh client's probe and review, each answered in time.
-  void ExpectFreshClientsServedWithin(std::chrono::milliseconds limit) {
+  // A fresh client's probe and review, each answered in time. A stalled client would wait for
+  // the server's 10 s timeouts (or forever); a served one takes milliseconds, so the bound sits
+  // between the two with room for a sanitizer build on a busy machine.
+  void ExpectFreshClientsServedPromptly() {
+    const auto limit = std::chrono::seconds(5);
     auto started = std::chrono::steady_clock::now();
     auto probe = Connect();
     ASSERT_NE(probe, nullptr);
@@ -509,7 +512,7 @@ TEST_F(HostileClientTest, APipeliningFloodWhoseAnswersAreNeverReadStallsOnlyItse
     senders.emplace_back([conn = flooders.back().get(), &flood] { (void)conn->Send(flood); });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  ExpectFreshClientsServedPromptly();
   flooders.clear();  // closing the sockets ends the blocked sends
   for (auto& t : senders) t.join();
 }
@@ -543,7 +546,7 @@ TEST_F(HostileClientTest, ManyHalfSentLargeBodiesAreBoundedByTheServerWideBudget
     if (reply && reply->status == 503) ++refused;
   }
   EXPECT_GE(refused, 10) << "past the budget, bodies must be refused, not buffered";
-  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  ExpectFreshClientsServedPromptly();
 }
 
 TEST_F(HostileClientTest, AFullConnectionCapEvictsIdleSocketsForANewClient) {
@@ -552,7 +555,7 @@ TEST_F(HostileClientTest, AFullConnectionCapEvictsIdleSocketsForANewClient) {
   std::vector<int> idle;
   for (int i = 0; i < 40; ++i) idle.push_back(RawConnect(server_->port()));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  ExpectFreshClientsServedPromptly();
   for (int fd : idle) ::close(fd);
 }
 
@@ -585,7 +588,7 @@ TEST_F(HostileClientTest, ABurstOfBareSocketsNeverHoldsMoreThanTheCap) {
   for (int i = 0; i < 300; ++i) burst.push_back(RawConnect(server_->port()));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_LE(AcceptedConnections(server_->port()), 17);
-  ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  ExpectFreshClientsServedPromptly();
   for (int fd : burst) ::close(fd);
 }
 
@@ -602,7 +605,7 @@ TEST_F(HostileClientTest, HeadsWithoutBodiesHoldNothingOfTheBudget) {
                            std::to_string(declared) + "\r\n\r\n"));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  for (int i = 0; i < 5; ++i) ExpectFreshClientsServedWithin(std::chrono::seconds(1));
+  for (int i = 0; i < 5; ++i) ExpectFreshClientsServedPromptly();
 }
 
 // A large body that stalls is the one evicted when a new request needs its share, not the

@@ -104,6 +104,9 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
   options.events = &events;
   options.api = api.value().get();
   options.dra_slice_interval = 20ms;
+  // No periodic rescan within the test: what the slices show after a prepare or an unprepare
+  // comes from the daemon's own reaction to it, never from a timer that happened to fire.
+  options.config.rescan_interval = std::chrono::hours(1);
   Daemon daemon(options);
   Status started = daemon.Start();
   ASSERT_TRUE(started.ok()) << started.ToString();
@@ -143,7 +146,6 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
       "ns", "c1", "uid-1",
       {{"gpu", std::string(dra::kDefaultDraDriverName), pool_name, picked["name"]}}));
   auto answers = dra_kubelet.Prepare({{"ns", "uid-1", "c1"}});
-  const auto prepared_at = std::chrono::steady_clock::now();
   ASSERT_EQ(answers["uid-1"].error, "");
   ASSERT_EQ(answers["uid-1"].devices.size(), 1u);
   EXPECT_EQ(answers["uid-1"].devices[0].device, picked["name"]);
@@ -165,11 +167,9 @@ TEST_P(DraDaemonSlicesTest, ADevicePickedFromThePublishedSlicesIsPreparedOnItsGp
   const std::vector<json> after = wait_pool([&](const std::vector<json>& pool) {
     return OnGpu(Devices(pool), gpu).size() < gpu_devices_before;
   });
+  // The model reads the GPU again after its own create, so the narrowing is published without a
+  // periodic rescan (none runs in this test; timing it instead failed on a busy CI machine).
   ASSERT_FALSE(after.empty()) << "the slices were not narrowed after the prepare";
-  // The model reads the GPU again after its own create, so the narrowing is published within the
-  // publisher's interval, not at the next periodic rescan (5 s here).
-  EXPECT_LT(std::chrono::steady_clock::now() - prepared_at, 2s)
-      << "the narrowing waited for a periodic rescan";
   EXPECT_EQ(Counter(after, set), counter_before);
   EXPECT_EQ(OnGpu(Devices(after), sim.gpu(0)).size(), other_devices_before);
   for (const json& d : OnGpu(Devices(after), gpu)) {

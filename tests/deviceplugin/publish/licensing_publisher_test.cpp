@@ -220,12 +220,12 @@ TEST_F(LicensingPublisherTest, TheLoopSyncsBeforeItReturnsThenEveryIntervalAndSt
   int at_stop = syncs;
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   EXPECT_EQ(syncs, at_stop) << "synced after the loop was destroyed";
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
 
   // A long interval must not hold up destruction.
   auto stopping = std::chrono::steady_clock::now();
   { LicensingLoop loop(LicensingPublisher(source_.dir(), target_), std::chrono::hours(1), {}); }
-  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(2));
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(10));
 }
 
 TEST_F(LicensingPublisherTest, TheReporterExportsWhatWasPublishedAndCountsFailures) {
