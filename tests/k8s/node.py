@@ -300,6 +300,14 @@ class KubeletNode:
                 if s != "unified" and os.path.isdir(os.path.join(CGROUP_V1, s))]
 
     def _make_cgroup_root(self):
+        if not cgroup_v1():
+            # cgroup v2: kubelet wants cpu, cpuset, memory and pids in its --cgroup-root's
+            # cgroup.controllers, which are what the parent (the root here) enables for its children.
+            with open(os.path.join(CGROUP_V1, "cgroup.controllers")) as f:
+                available = f.read().split()
+            for controller in available:
+                with contextlib.suppress(OSError), open(os.path.join(CGROUP_V1, "cgroup.subtree_control"), "w") as f:
+                    f.write("+" + controller)
         # kubelet wants its --cgroup-root to exist in every hierarchy (container manager).
         for hierarchy in self._subsystems():
             path = hierarchy + self._cgroup_root
@@ -379,20 +387,35 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self._wait("containerd serves its socket", lambda: self.ctr("version", check=False).returncode == 0,
                    [self.containerd])
 
-    def container_env(self, pod, prefix="KVGPU_", container="main"):
-        """The variables a container's process printed (the test workload prints its environment
-        as ` env NAME=value` lines), read from its log under kubelet's podLogsDir; {} before it
-        logged."""
+    def _container_log(self, pod, container):
+        """The lines a container's process printed, from its log under kubelet's podLogsDir;
+        [] before it logged."""
         meta = pod["metadata"]
         path = os.path.join(self.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
                             container, "0.log")
-        env = {}
         with contextlib.suppress(OSError), open(path) as f:
-            for line in f:
-                m = re.search(r" env (%s\w+)=(.*)$" % prefix, line.rstrip("\n"))
-                if m:
-                    env[m.group(1)] = m.group(2)
+            return [line.rstrip("\n") for line in f]
+        return []
+
+    def container_env(self, pod, prefix="KVGPU_", container="main"):
+        """The variables a container's process printed (the test workload prints its environment
+        as ` env NAME=value` lines); {} before it logged."""
+        env = {}
+        for line in self._container_log(pod, container):
+            m = re.search(r" env (%s\w+)=(.*)$" % prefix, line)
+            if m:
+                env[m.group(1)] = m.group(2)
         return env
+
+    def container_vfio_devices(self, pod, container="main"):
+        """{path: (major, minor)} of the character devices under /dev/vfio the container's process
+        found (the test workload prints them as ` dev PATH MAJOR:MINOR` lines)."""
+        devices = {}
+        for line in self._container_log(pod, container):
+            m = re.search(r" dev (/dev/vfio/\S+) (\d+):(\d+)$", line)
+            if m:
+                devices[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+        return devices
 
     def ctr(self, *args, check=True):
         result = subprocess.run([os.path.join(self.containerd_dir, "ctr"), "--address", self.containerd_socket, "--namespace", "k8s.io", *args],

@@ -73,6 +73,19 @@ LIST = "/v1.PodResourcesLister/List"
 # How long a deleted pod's vGPU may take to go: the grace period, the daemon's poll, kubelet's
 # and containerd's teardown, on a loaded machine. Far below the bite's grace (an hour).
 GONE_DEADLINE = 120.0
+# Pods of the real-kernel burst (--real-kernel): the sample driver mtty's two types share 24 ports.
+REAL_KERNEL_BURST = 12
+# The VM lab run of --real-kernel: memory for a control plane, a node and the daemon, and the
+# whole run's limit, boot included (TCG emulates every instruction).
+REAL_KERNEL_VM_MEM = "4096"
+REAL_KERNEL_VM_TIMEOUT = 2400
+
+
+def type_of(resource):
+    """The kernel's vGPU type a resource stands for: vgpu-230 is nvidia-230, vgpu-mtty-2 mtty-2
+    (the daemon's naming, docs/configuration.md)."""
+    suffix = resource.split("/vgpu-", 1)[1]
+    return "nvidia-" + suffix if suffix.isdigit() else suffix
 
 
 class Skip(Exception):
@@ -147,6 +160,8 @@ class VfioNodes:
 
 
 class Sim:
+    kind = "simulated"
+
     def __init__(self, sim_bin, workdir):
         self.mount = os.path.join(workdir, "mnt")
         os.makedirs(self.mount)
@@ -177,6 +192,76 @@ class Sim:
             subprocess.run(["fusermount3", "-u", "-z", self.mount], capture_output=True)
 
 
+class RealKernel:
+    """The VM lab's kernel (tests/vm/, Debian's 6.1 under QEMU): the sample drivers' parents (mtty,
+    mdpy, mbochs) in its real sysfs; a vGPU is a real mdev, in an IOMMU group of its own whose
+    /dev/vfio/<group> devtmpfs makes."""
+    kind = "real"
+    mount = "/"
+    DEVICES = "/sys/bus/mdev/devices"
+
+    def vgpus(self):
+        """{mdev UUID: (parent, type)} of the kernel."""
+        out = {}
+        for uuid in os.listdir(self.DEVICES):
+            device = os.path.join(self.DEVICES, uuid)
+            with contextlib.suppress(OSError):
+                out[uuid] = (os.path.basename(os.path.dirname(os.path.realpath(device))),
+                             os.path.basename(os.readlink(os.path.join(device, "mdev_type"))))
+        return out
+
+    def group(self, uuid):
+        with contextlib.suppress(OSError):
+            return os.path.basename(os.readlink(os.path.join(self.DEVICES, uuid, "iommu_group")))
+        return None
+
+    @staticmethod
+    def device_number(path):
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            if stat.S_ISCHR(st.st_mode):
+                return (os.major(st.st_rdev), os.minor(st.st_rdev))
+        return None
+
+    def remove(self, uuid):
+        with open(os.path.join(self.DEVICES, uuid, "remove"), "w") as f:
+            f.write("1")
+
+    def stop(self):
+        pass
+
+
+def prepare_lab_guest():
+    """What the lab VM's init leaves to a node: cgroup v2 mounted (the guest kernel's own; kubelet
+    and runc on the cgroupfs driver), the kernel modules pods' networking needs (veth for the
+    ptp CNI plugin) loaded from the lab's unpacked kernel, a default route for kubelet's node IP
+    (a dummy interface: nothing leaves the VM), and temporary files on tmpfs (containerd's
+    overlayfs snapshots cannot have the guest's overlay root as their upper layer)."""
+    kver = os.uname().release
+    root = os.path.join(os.environ["KVGPU_LAB"], "root")
+    for module in ("veth", "dummy"):
+        subprocess.run(["modprobe", "-d", root, "-S", kver, module], check=True)
+    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        subprocess.run(["mount", "-t", "cgroup2", "cgroup2", "/sys/fs/cgroup"], check=True)
+    for argv in (["ip", "link", "add", "kvgpu0", "type", "dummy"],
+                 ["ip", "addr", "add", "10.0.3.15/24", "dev", "kvgpu0"],
+                 ["ip", "link", "set", "kvgpu0", "up"],
+                 ["ip", "route", "add", "default", "via", "10.0.3.1", "dev", "kvgpu0"]):
+        subprocess.run(argv, check=True)
+    tmp = "/run/kvgpu-tmp"
+    os.makedirs(tmp, exist_ok=True)
+    os.environ["TMPDIR"] = tmp
+    tempfile.tempdir = tmp
+
+
+def run_in_lab_vm(argv):
+    """This scenario again, inside the VM lab (tests/vm/run-in-vm.sh); its exit status."""
+    env = dict(os.environ, KVGPU_VM_MEM=os.environ.get("KVGPU_VM_MEM", REAL_KERNEL_VM_MEM))
+    command = [os.path.join(REPO, "tests", "vm", "run-in-vm.sh"), "--timeout", str(REAL_KERNEL_VM_TIMEOUT),
+               "/usr/bin/python3", os.path.abspath(__file__)] + argv
+    return subprocess.run(command, env=env).returncode
+
+
 class Scenario:
     def __init__(self, args, report, grace=GRACE, remove_live=False, restart_stateless=False):
         self.args, self.report, self.grace, self.remove_live = args, report, grace, remove_live
@@ -197,29 +282,38 @@ class Scenario:
 
     def _run(self, cp, node, workdir):
         self.cp, self.node, self.dir = cp, node, workdir
-        sim = Sim(self.args.sim, workdir)
-        vfio = VfioNodes(sim.mount)
+        # The VM lab's kernel makes real mdevs and their /dev/vfio nodes; the simulated one needs
+        # the test to play udev.
+        kernel = RealKernel() if self.args.real_kernel else Sim(self.args.sim, workdir)
+        vfio = None if self.args.real_kernel else VfioNodes(kernel.mount)
         self.daemon = None
         try:
-            vfio.start()
-            self.sim = sim
-            self.daemon = self.start_daemon(sim)
+            if vfio:
+                vfio.start()
+            self.kernel = kernel
+            self.daemon = self.start_daemon(kernel)
             self.one_pod()
-            if not self.restart_stateless:
-                self.burst()
-            self.burst("restart", RESTART_BURST, restarts=True)
+            if self.args.real_kernel:
+                # Under TCG every pod costs seconds of emulated runc and containerd: one burst,
+                # of the sample driver's types (the restarts are the simulated node's scenario).
+                self.burst(count=REAL_KERNEL_BURST)
+            else:
+                if not self.restart_stateless:
+                    self.burst()
+                self.burst("restart", RESTART_BURST, restarts=True)
             self.report.check(not self.refused(), "the daemon's requests were all allowed by the overlay's RBAC",
                               "; ".join(self.refused()[:3]))
         finally:
             # The daemon running now: after a crash and restart, not the one started first.
             if self.daemon:
                 self.daemon.stop()
-            vfio.stop()
-            sim.stop()
+            if vfio:
+                vfio.stop()
+            kernel.stop()
 
     # --- setup -------------------------------------------------------------------------------
 
-    def start_daemon(self, sim, state_dir="state"):
+    def start_daemon(self, kernel, state_dir="state"):
         with check_deploy.scratch_deploy(os.path.join(REPO, "deploy")) as deploy:
             objects, error = check_deploy.render(os.path.join(self.cp.bin_dir, "kubectl"),
                                                  os.path.join(deploy, "overlays", "default"))
@@ -245,10 +339,14 @@ class Scenario:
                                 "--bound-object-uid", node["metadata"]["uid"]).stdout.strip()
         kubeconfig = os.path.join(self.dir, "daemon.kubeconfig")
         self.cp.write_token_kubeconfig(kubeconfig, token, NAMESPACE)
-        return controlplane._Process("kvgpu-device-plugin", [
-            self.args.plugin, "--sysfs-root", sim.mount, "--kubelet-dir", self.node.root,
-            "--state-dir", os.path.join(self.dir, state_dir), "--node-name", self.node.name,
-            "--config", config_path, "--kubeconfig", kubeconfig], os.path.join(self.dir, "daemon.log"))
+        argv = [self.args.plugin, "--sysfs-root", kernel.mount, "--kubelet-dir", self.node.root,
+                "--state-dir", os.path.join(self.dir, state_dir), "--node-name", self.node.name,
+                "--config", config_path, "--kubeconfig", kubeconfig]
+        if self.args.real_kernel:
+            # The lab VM has neither /dev/kvm nor /dev/vhost-vsock (TCG, no Kata): a real Kata
+            # host's readiness would hold every vGPU back here.
+            argv.append("--node-readiness-check=false")
+        return controlplane._Process("kvgpu-device-plugin", argv, os.path.join(self.dir, "daemon.log"))
 
     def crash_and_restart_daemon(self):
         """The daemon killed (SIGKILL: no clean-up of its sockets or state) and started again, with
@@ -256,7 +354,7 @@ class Scenario:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.daemon.popen.pid, signal.SIGKILL)
         self.daemon.popen.wait()
-        self.daemon = self.start_daemon(self.sim, "state-after-crash" if self.restart_stateless else "state")
+        self.daemon = self.start_daemon(self.kernel, "state-after-crash" if self.restart_stateless else "state")
 
     def refused(self):
         return self.daemon.refused_calls()
@@ -317,19 +415,31 @@ class Scenario:
             raise controlplane.ControlPlaneError("no capacity: nothing more to check")
         self.resources = sorted(caps)
         print("     capacities: %s" % ", ".join("%s=%s" % kv for kv in sorted(caps.items())))
-        resource = DOMAIN + "/vgpu-230" if DOMAIN + "/vgpu-230" in caps else self.resources[0]
-        vgpu_type = "nvidia-" + resource.rsplit("-", 1)[1]
+        resource = next((DOMAIN + "/vgpu-" + t for t in ("230", "mtty-2") if DOMAIN + "/vgpu-" + t in caps),
+                        self.resources[0])
+        vgpu_type = type_of(resource)
         self.cp.kubectl("create", "-f", "-", input=json.dumps(self.pod("one", resource)))
         running = self.wait_for(lambda: self._running("one"))
         r.check(bool(running), "a pod asking one %s is admitted and runs under runc" % resource,
                 json.dumps((self.pods().get("one") or {}).get("status", {}))[:1500])
         if not running:
             return
-        vgpus = self.sim.vgpus()
+        vgpus = self.kernel.vgpus()
         held = self.pod_vgpus(running)
         r.check(len(vgpus) == 1 and held and held[0] in vgpus and vgpus[held[0]][1] == vgpu_type,
-                "Allocate created exactly the pod's vGPU (%s) in the simulated kernel, and the container's "
-                "environment names it" % vgpu_type, "kernel %s, the pod's env %s" % (vgpus, self.node.container_env(running)))
+                "Allocate created exactly the pod's vGPU (%s) in the %s kernel, and the container's "
+                "environment names it" % (vgpu_type, self.kernel.kind),
+                "kernel %s, the pod's env %s" % (vgpus, self.node.container_env(running)))
+        if self.args.real_kernel and held:
+            group = self.kernel.group(held[0])
+            devices = self.node.container_vfio_devices(running)
+            want = self.kernel.device_number("/dev/vfio/" + group) if group else None
+            r.check(want is not None and devices.get("/dev/vfio/" + group) == want and
+                    devices.get("/dev/vfio/vfio") == self.kernel.device_number("/dev/vfio/vfio"),
+                    "the container gets the real kernel's /dev/vfio/<group> of its mdev (and /dev/vfio/vfio), "
+                    "the same character devices",
+                    "the mdev's IOMMU group %s is %s on the node; the container shows %s"
+                    % (group, want, devices))
         listed = self.pod_resources().get((TENANT, "one"), [])
         uid = running["metadata"]["uid"]
         entries = self.checkpoint().get(uid, {})
@@ -338,8 +448,8 @@ class Scenario:
         r.check(entries.get(resource) and listed and entries[resource] == listed[0][1],
                 "kubelet's checkpoint holds the same device for the pod", "%s vs %s" % (entries, listed))
         self.cp.kubectl("delete", "pod", "one", "-n", TENANT, "--wait=true", timeout=DEADLINE)
-        gone = self.wait_for(lambda: not self.sim.vgpus() or None, deadline=GONE_DEADLINE)
-        r.check(bool(gone), "the pod deleted, its vGPU goes (grace %s)" % self.grace, str(self.sim.vgpus()))
+        gone = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
+        r.check(bool(gone), "the pod deleted, its vGPU goes (grace %s)" % self.grace, str(self.kernel.vgpus()))
 
     def _running(self, name):
         p = self.pods().get(name)
@@ -352,7 +462,7 @@ class Scenario:
     def burst(self, prefix="burst", count=BURST, restarts=False):
         r = self.report
         what = "the burst" if not restarts else "across the restarts"
-        types = self.resources[:3]
+        types = [t for t in self.resources if "-mtty-" in t] if self.args.real_kernel else self.resources[:3]
         names = ["%s-%02d" % (prefix, i) for i in range(count)]
         restarted = {}  # what restarted -> the index of the first pod created after it
         want = {n: types[i % len(types)] for i, n in enumerate(names)}
@@ -361,7 +471,7 @@ class Scenario:
 
         def watch():
             """Every running pod's vGPU must still be in the kernel while the pod runs."""
-            kernel = self.sim.vgpus()
+            kernel = self.kernel.vgpus()
             for name, p in self.pods().items():
                 if p.get("status", {}).get("phase") != "Running" or p["metadata"].get("deletionTimestamp"):
                     continue
@@ -371,7 +481,7 @@ class Scenario:
                         # Confirm: the pod is still running and not being deleted.
                         q = self.pods().get(name)
                         if q and q["metadata"]["uid"] == p["metadata"]["uid"] and \
-                                not q["metadata"].get("deletionTimestamp") and v not in self.sim.vgpus():
+                                not q["metadata"].get("deletionTimestamp") and v not in self.kernel.vgpus():
                             live_removed.append((name, v))
 
         deleted = set()
@@ -398,7 +508,7 @@ class Scenario:
                                and n not in deleted for v in self.pod_vgpus(p)), None)
                 if victim:
                     print("     --bite: removing %s's vGPU %s behind the daemon's back" % victim)
-                    self.sim.remove(victim[1])
+                    self.kernel.remove(victim[1])
 
         def settled():
             watch()
@@ -431,13 +541,13 @@ class Scenario:
             if p.get("status", {}).get("phase") == "Failed":
                 print("     %s failed: %s: %s" % (n, p["status"].get("reason"), p["status"].get("message", "")[:200]))
         running = {n: p for n, p in pods.items() if p.get("status", {}).get("phase") == "Running"}
-        kernel = self.sim.vgpus()
+        kernel = self.kernel.vgpus()
         holders = {}
         wrong_type = []
         for n, p in running.items():
             for v in self.pod_vgpus(p):
                 holders.setdefault(v, []).append(n)
-                t = "nvidia-" + want[n].rsplit("-", 1)[1]
+                t = type_of(want[n])
                 if kernel.get(v, (None, t))[1] != t:
                     wrong_type.append("%s holds %s of type %s" % (n, v, kernel[v][1]))
         shared = {v: ns for v, ns in holders.items() if len(ns) > 1}
@@ -465,18 +575,28 @@ class Scenario:
             r.check(not short and not twice, "after both restarts kubelet's PodResources gives each running pod "
                     "one device, none to two pods", "not one device: %s; shared: %s" % (short[:5], twice))
         self.cp.kubectl("delete", "pod", "-n", TENANT, "--all", "--wait=true", timeout=DEADLINE * 2)
-        leftover = self.wait_for(lambda: not self.sim.vgpus() or None, deadline=GONE_DEADLINE)
+        leftover = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
         r.check(bool(leftover), "none leaked (%s): with every pod deleted, the kernel holds no vGPU (grace %s)"
-                % (what, self.grace), str(self.sim.vgpus()))
+                % (what, self.grace), str(self.kernel.vgpus()))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--release", required=True)
     parser.add_argument("--plugin", required=True)
-    parser.add_argument("--sim", required=True)
+    parser.add_argument("--sim", help="kvgpu-sim (not with --real-kernel)")
     parser.add_argument("--bite", action="store_true")
+    parser.add_argument("--real-kernel", action="store_true",
+                        help="scenario 4: one pod and a burst on the VM lab's real kernel (boots it)")
     args = parser.parse_args()
+    if args.real_kernel and args.bite:
+        parser.error("--bite breaks the simulated node; it has no --real-kernel form")
+    if not args.real_kernel and not args.sim:
+        parser.error("--sim is required without --real-kernel")
+    if args.real_kernel and os.environ.get("KVGPU_IN_VM") != "1":
+        return run_in_lab_vm(sys.argv[1:])
+    if args.real_kernel:
+        prepare_lab_guest()
     bin_dir, code = controlplane.peers_or_exit_code(args.release)
     if bin_dir is None:
         return code

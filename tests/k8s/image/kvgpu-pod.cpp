@@ -4,9 +4,13 @@
 //   /pause            the pod sandbox's process (containerd's sandbox_image): holds the pod's
 //                     namespaces, reaps orphans, exits 0 on SIGINT or SIGTERM.
 //   /kvgpu-pod [KEY]  a workload container: prints "env NAME=VALUE" for each variable of its
-//                     environment whose name starts with KEY (all when absent), then "ready", and
+//                     environment whose name starts with KEY (all when absent), "dev PATH
+//                     MAJOR:MINOR" for each character device under /dev/vfio, then "ready", and
 //                     waits as /pause does. Its log (kubelet's /var/log/pods) shows what Allocate
 //                     handed the container.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +45,21 @@ int WaitForStop() {
   return 0;
 }
 
+// The device nodes the runtime put into the container (a VFIO group's, for a vGPU).
+void PrintVfioDevices() {
+  DIR* dir = opendir("/dev/vfio");
+  if (dir == nullptr) return;
+  while (const dirent* entry = readdir(dir)) {
+    char path[300];
+    std::snprintf(path, sizeof path, "/dev/vfio/%s", entry->d_name);
+    struct stat st = {};
+    if (stat(path, &st) == 0 && S_ISCHR(st.st_mode)) {
+      std::printf("dev %s %u:%u\n", path, major(st.st_rdev), minor(st.st_rdev));
+    }
+  }
+  closedir(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +70,7 @@ int main(int argc, char** argv) {
     for (char** e = environ; *e != nullptr; ++e) {
       if (std::strncmp(*e, key, std::strlen(key)) == 0) std::printf("env %s\n", *e);
     }
+    PrintVfioDevices();
     std::printf("ready\n");
     std::fflush(stdout);
   }
