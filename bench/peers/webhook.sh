@@ -126,7 +126,7 @@ info "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load ave
 interleaved_rounds "$work/results" "kvgpu-webhook:18453:$webhook_pid" "controller-runtime:18455:$peer_pid" | tee "$work/rounds.md"
 peak_ours=$(peak_rss_kib "$webhook_pid")
 peak_peer=$(peak_rss_kib "$peer_pid")
-mutations=$(curl -s http://127.0.0.1:19453/metrics | awk '/^kvgpu_webhook_mutations_total/ {print $2}')
+mutations=$(curl -s --max-time 10 http://127.0.0.1:19453/metrics | awk '/^kvgpu_webhook_mutations_total/ {print $2}')
 kill "$webhook_pid" "$peer_pid"
 wait "$webhook_pid" "$peer_pid" 2>/dev/null || true
 

@@ -105,7 +105,7 @@ start_server() {
 # Waits until something answers TLS on 127.0.0.1:$1; with a pid $2, fails as soon as it exits.
 wait_port() {
   for _ in $(seq 100); do
-    curl -sk "https://127.0.0.1:$1/" -o /dev/null && return 0
+    curl -sk --max-time 2 "https://127.0.0.1:$1/" -o /dev/null && return 0
     if [[ -n ${2:-} ]] && ! kill -0 "$2" 2>/dev/null; then
       die "the server for port $1 exited: $(tail -n 5 "$work"/*.log 2>/dev/null)"
     fi
@@ -125,7 +125,7 @@ start_webhook() {
 # POSTs the review $2 to https://127.0.0.1:$1/mutate, the answer into $3; fails unless 200.
 post_review() {
   local code
-  code=$(curl -sk -o "$3" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  code=$(curl -sk --max-time 60 -o "$3" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
     --data-binary @"$2" "https://127.0.0.1:$1/mutate") || die "POST to port $1 failed"
   [[ $code == 200 ]] || die "port $1 answered $code to $(basename "$2"): $(head -c 300 "$3")"
 }

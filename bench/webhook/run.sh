@@ -48,7 +48,7 @@ info "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 interleaved_rounds "$work/results" "webhook:18443:$webhook_pid" "go:18445:$go_pid"
 w_rss=$(peak_rss_kib "$webhook_pid")
 g_rss=$(peak_rss_kib "$go_pid")
-mutations=$(curl -s http://127.0.0.1:19443/metrics | awk '/^kvgpu_webhook_mutations_total/ {print $2}')
+mutations=$(curl -s --max-time 10 http://127.0.0.1:19443/metrics | awk '/^kvgpu_webhook_mutations_total/ {print $2}')
 
 # nginx: same certificate, same request, a fixed body of the webhook's exact response size.
 if [[ ${NGINX:-1} != 0 ]]; then
