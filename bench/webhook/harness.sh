@@ -135,44 +135,57 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 peak_rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 
-# Prints "req/s p50 p99 non2xx" from wrk --latency output, posting $REVIEW_FILE to URL $1 over $2
-# connections; wrk's own output goes to stderr.
+# The time the process $1's threads have spent runnable but waiting for a CPU, in ns (schedstat).
+cpu_wait_ns() { awk '{w += $2} END {printf "%.0f", w}' /proc/"$1"/task/*/schedstat; }
+
+# Prints "req/s p50 p99 non2xx requests wrk-cpu-seconds" from wrk --latency output, posting
+# $REVIEW_FILE to URL $1 over $2 connections; wrk's own output goes to stderr. wrk's CPU time is
+# the subshell's children's (bash's `times`).
 run_wrk() {
   local out
-  out=$("${pin_client[@]}" wrk -t"$threads" -c"$2" -d"${duration}s" --latency -s "$harness_dir/post.lua" "$1")
+  out=$("${pin_client[@]}" wrk -t"$threads" -c"$2" -d"${duration}s" --latency -s "$harness_dir/post.lua" "$1"; times)
   echo "$out" >&2
-  local rps p50 p99 non2xx
+  local rps p50 p99 non2xx requests wrk_cpu
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
   p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  echo "$rps $p50 $p99 ${non2xx:-0}"
+  requests=$(awk '/ requests in / {print $1}' <<<"$out")
+  # `times`' last line: the children's user and system time, as 0m1.234s 0m0.567s.
+  wrk_cpu=$(tail -n 1 <<<"$out" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } print t }')
+  echo "$rps $p50 $p99 ${non2xx:-0} ${requests:-0} $wrk_cpu"
 }
 
 # Paired, interleaved rounds: every round measures every server at each connection count, the
-# order rotating by round, so that other work on the machine weighs on all alike.
+# order rotating by round, so that other work on the machine weighs on all alike. Per request it
+# also takes the server's CPU time (user + system, /proc/PID/stat), the time the server's threads
+# waited for a CPU while runnable (/proc/PID/task/*/schedstat), and wrk's CPU time.
 # Usage: interleaved_rounds RESULTS NAME:PORT:PID... Prints a Markdown row per measurement and
-# appends "NAME CONNECTIONS REQ/S P50 P99 CPU-µs-PER-REQUEST LOAD" to the file RESULTS.
+# appends "NAME CONNECTIONS REQ/S P50 P99 CPU-µs LOAD WAIT-µs WRK-CPU-µs" (the last three per
+# request) to the file RESULTS.
 interleaved_rounds() {
   local results=$1
   shift
-  local servers=("$@") round c i n=$# name port pid load rps p50 p99 bad t0 t1 cpu_us
-  local tick
+  local servers=("$@") round c i n=$# name port pid load rps p50 p99 bad requests wrk_cpu
+  local t0 t1 w0 w1 cpu_us wait_us wrk_us tick
   tick=$(getconf CLK_TCK)
-  echo "| round | connections | server | requests/s | p50 | p99 | non-2xx | server CPU per request | load before |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| round | connections | server | requests/s | p50 | p99 | non-2xx | server CPU per request | server's wait for a CPU per request | wrk CPU per request | load before |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   for ((round = 1; round <= rounds; round++)); do
     for c in $connection_counts; do
       for ((i = 0; i < n; i++)); do
         IFS=: read -r name port pid <<<"${servers[(i + round - 1) % n]}"
         load=$(cut -d' ' -f1 /proc/loadavg)
         t0=$(cpu_ticks "$pid")
-        read -r rps p50 p99 bad < <(run_wrk "https://127.0.0.1:$port/mutate" "$c")
+        w0=$(cpu_wait_ns "$pid")
+        read -r rps p50 p99 bad requests wrk_cpu < <(run_wrk "https://127.0.0.1:$port/mutate" "$c")
         t1=$(cpu_ticks "$pid")
-        cpu_us=$(awk -v d=$((t1 - t0)) -v r="$rps" -v s="$duration" -v hz="$tick" \
-          'BEGIN { printf "%.0f", (r > 0 ? d / hz * 1e6 / (r * s) : 0) }')
-        echo "| $round | $c | $name | $rps | $p50 | $p99 | $bad | $cpu_us µs | $load |"
-        echo "$name $c $rps $p50 $p99 $cpu_us $load" >>"$results"
+        w1=$(cpu_wait_ns "$pid")
+        read -r cpu_us wait_us wrk_us < <(awk -v n="$requests" -v d=$((t1 - t0)) -v hz="$tick" \
+          -v w=$((w1 - w0)) -v k="$wrk_cpu" \
+          'BEGIN { if (n < 1) n = 1; printf "%.0f %.0f %.0f\n", d / hz * 1e6 / n, w / 1e3 / n, k * 1e6 / n }')
+        echo "| $round | $c | $name | $rps | $p50 | $p99 | $bad | $cpu_us µs | $wait_us µs | $wrk_us µs | $load |"
+        echo "$name $c $rps $p50 $p99 $cpu_us $load $wait_us $wrk_us" >>"$results"
       done
     done
   done
