@@ -169,7 +169,7 @@ KV_PEER="sigs.k8s.io/controller-runtime $cr_version"
 KV_PEAK="$peak_ours $peak_peer"
 KV_MUTATIONS=${mutations:-?}
 KV_DURATION=$duration
-KV_BIG="60 annotations of 4,000 B (the API server's 256 KiB total) and $big_review"
+KV_BIG="60 annotations of 4,000 B, within the API server's 256 KiB total, and $big_review"
 export KV_ROUNDS KV_CONNECTIONS KV_BINARY_ARG KV_DATE KV_COMMIT KV_MODEL KV_CORES KV_LOAD_START KV_LOAD_END KV_WRK KV_SERVERS KV_PEER KV_PEAK \
   KV_MUTATIONS KV_DURATION KV_BIG
 "$python" "$peers/webhook_report.py" "$work/results" "$work/rss" "$work/rounds.md" "$work/plot.dat" >"$work/section.md"

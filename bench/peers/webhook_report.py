@@ -62,7 +62,7 @@ def main(results_path, rss_path, rounds_path, plot_path):
         w(f"**Other work shared the machine** (the benchmark itself keeps about two processes busy, "
           f"the server and wrk, yet the load reached {max(loads):.2f} on {env['KV_CORES']} cores): "
           "each server's core was not its own, so the absolute numbers are low and noisy; the "
-          "interleaved rounds spread it over both servers alike.")
+          "interleaved rounds give both servers the same chance of meeting it.")
     else:
         w("The load average stayed at what the benchmark's own two busy processes (server, wrk) "
           "explain: no other work to speak of shared the machine.")
