@@ -77,7 +77,9 @@ Shaken ShakeHands(SSL_CTX* server_ctx, const ClientSide& side = {}) {
   SSL_CTX_set_min_proto_version(client_ctx.get(),
                                 side.version != 0 ? side.version : TLS1_2_VERSION);
   SSL_CTX_set_max_proto_version(client_ctx.get(), side.version);
-  if (side.certificate != nullptr) EXPECT_TRUE(UsePair(client_ctx.get(), *side.certificate));
+  if (side.certificate != nullptr) {
+    EXPECT_TRUE(UsePair(client_ctx.get(), *side.certificate));
+  }
   SSL* client = SSL_new(client_ctx.get());
   SSL* server = SSL_new(server_ctx);
   BIO* client_io = nullptr;

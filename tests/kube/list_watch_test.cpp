@@ -17,34 +17,34 @@ namespace kvgpu::kube {
 namespace {
 
 using kvgpu::testing::Eventually;
-using nlohmann::json;
 using testing::ScriptedTransport;
 using testing::StreamScript;
 
-json Node(const std::string& name, const std::string& version) {
+nlohmann::json Node(const std::string& name, const std::string& version) {
   return {{"kind", "Node"},
           {"metadata", {{"name", name}, {"resourceVersion", version}}},
           {"status", {{"capacity", {{"cpu", "4"}}}}}};
 }
 
-std::string Event(const std::string& type, const json& object) {
-  return json{{"type", type}, {"object", object}}.dump();
+std::string Event(const std::string& type, const nlohmann::json& object) {
+  return nlohmann::json{{"type", type}, {"object", object}}.dump();
 }
 
-Result<json> ListOf(const std::string& version, const json& items) {
-  return json{{"kind", "NodeList"}, {"metadata", {{"resourceVersion", version}}}, {"items", items}};
+Result<nlohmann::json> ListOf(const std::string& version, const nlohmann::json& items) {
+  return nlohmann::json{
+      {"kind", "NodeList"}, {"metadata", {{"resourceVersion", version}}}, {"items", items}};
 }
 
 // What the callbacks were told, in order.
 class Recorder {
  public:
   ListWatchCallbacks Callbacks() {
-    return {[this](const std::vector<json>& objects) {
+    return {[this](const std::vector<nlohmann::json>& objects) {
               std::lock_guard lock(mutex_);
               synced_.push_back(objects);
               log_.push_back("SYNC " + std::to_string(objects.size()));
             },
-            [this](WatchEventType type, const json& object) {
+            [this](WatchEventType type, const nlohmann::json& object) {
               std::lock_guard lock(mutex_);
               events_.push_back(object);
               log_.push_back(std::string(WatchEventTypeName(type)) + " " +
@@ -59,11 +59,11 @@ class Recorder {
     std::lock_guard lock(mutex_);
     return log_;
   }
-  std::vector<std::vector<json>> synced() const {
+  std::vector<std::vector<nlohmann::json>> synced() const {
     std::lock_guard lock(mutex_);
     return synced_;
   }
-  std::vector<json> events() const {
+  std::vector<nlohmann::json> events() const {
     std::lock_guard lock(mutex_);
     return events_;
   }
@@ -71,8 +71,8 @@ class Recorder {
  private:
   mutable std::mutex mutex_;
   std::vector<std::string> log_;
-  std::vector<std::vector<json>> synced_;
-  std::vector<json> events_;
+  std::vector<std::vector<nlohmann::json>> synced_;
+  std::vector<nlohmann::json> events_;
 };
 
 ListWatchOptions FastOptions(const std::string& path) {
@@ -92,9 +92,9 @@ bool StartsWith(const std::string& text, const std::string& prefix) {
 
 TEST(ListWatcherTest, ObjectsAreHandedOnAsTheApiServerSentThem) {
   ScriptedTransport transport;
-  const json a = Node("a", "5");
-  transport.lists.push_back(ListOf("7", json::array({a, "not an object", 42})));
-  const json b = Node("b", "8");
+  const nlohmann::json a = Node("a", "5");
+  transport.lists.push_back(ListOf("7", nlohmann::json::array({a, "not an object", 42})));
+  const nlohmann::json b = Node("b", "8");
   transport.streams.push_back({Status(), {Event("ADDED", b)}});
   Recorder recorder;
   ListWatcher watcher(transport, FastOptions("/api/v1/nodes"));
@@ -102,7 +102,8 @@ TEST(ListWatcherTest, ObjectsAreHandedOnAsTheApiServerSentThem) {
   ASSERT_TRUE(Eventually([&] { return recorder.events().size() == 1; }));
   watcher.Stop();
   ASSERT_EQ(recorder.synced().size(), 1u);
-  EXPECT_EQ(recorder.synced()[0], std::vector<json>{a}) << "items that are not objects are skipped";
+  EXPECT_EQ(recorder.synced()[0], std::vector<nlohmann::json>{a})
+      << "items that are not objects are skipped";
   EXPECT_EQ(recorder.events()[0], b);
   EXPECT_EQ(watcher.resource_version(), "8");
 }
@@ -112,7 +113,7 @@ TEST(ListWatcherTest, TheWatchAsksFromTheListsVersionWithBookmarksAndATimeout) {
     const std::string path = asked;
     SCOPED_TRACE(path);
     ScriptedTransport transport;
-    transport.lists.push_back(ListOf("7", json::array()));
+    transport.lists.push_back(ListOf("7", nlohmann::json::array()));
     Recorder recorder;
     ListWatcher watcher(transport, FastOptions(path));
     watcher.Start(recorder.Callbacks());
@@ -128,8 +129,9 @@ TEST(ListWatcherTest, TheWatchAsksFromTheListsVersionWithBookmarksAndATimeout) {
 
 TEST(ListWatcherTest, AListWithoutAVersionIsNotTakenAndTheListIsTriedAgain) {
   ScriptedTransport transport;
-  transport.lists.push_back(json{{"kind", "NodeList"}, {"items", json::array({Node("a", "1")})}});
-  transport.lists.push_back(ListOf("9", json::array({Node("b", "2")})));
+  transport.lists.push_back(
+      nlohmann::json{{"kind", "NodeList"}, {"items", nlohmann::json::array({Node("a", "1")})}});
+  transport.lists.push_back(ListOf("9", nlohmann::json::array({Node("b", "2")})));
   Recorder recorder;
   ListWatcher watcher(transport, FastOptions("/api/v1/nodes"));
   watcher.Start(recorder.Callbacks());
@@ -139,12 +141,12 @@ TEST(ListWatcherTest, AListWithoutAVersionIsNotTakenAndTheListIsTriedAgain) {
   EXPECT_TRUE(StartsWith(transport.paths()[2], "/api/v1/nodes?watch=1&resourceVersion=9&"));
   EXPECT_EQ(watcher.lists(), 1) << "only a usable list counts";
   ASSERT_EQ(recorder.synced().size(), 1u);
-  EXPECT_EQ(recorder.synced()[0], std::vector<json>{Node("b", "2")});
+  EXPECT_EQ(recorder.synced()[0], std::vector<nlohmann::json>{Node("b", "2")});
 }
 
 TEST(ListWatcherTest, AWatchTheServerEndsIsWatchedAgainWithoutAList) {
   ScriptedTransport transport;
-  transport.lists.push_back(ListOf("7", json::array()));
+  transport.lists.push_back(ListOf("7", nlohmann::json::array()));
   transport.streams.push_back({Status(), {Event("MODIFIED", Node("a", "8"))}});
   transport.streams.push_back({Status(), {}});
   Recorder recorder;
@@ -161,7 +163,7 @@ TEST(ListWatcherTest, AWatchTheServerEndsIsWatchedAgainWithoutAList) {
 
 TEST(ListWatcherTest, AnErrorEventOtherThanGoneIsALossAndTheWatchResumesFromItsVersion) {
   ScriptedTransport transport;
-  transport.lists.push_back(ListOf("7", json::array()));
+  transport.lists.push_back(ListOf("7", nlohmann::json::array()));
   transport.streams.push_back(
       {Status(),
        {Event("ADDED", Node("a", "8")),
@@ -182,14 +184,14 @@ TEST(ListWatcherTest, AnErrorEventOtherThanGoneIsALossAndTheWatchResumesFromItsV
   EXPECT_EQ(log[2], "ADDED a");
   EXPECT_TRUE(StartsWith(log[3], "DOWN watch ERROR event: ")) << log[3];
   EXPECT_EQ(log[4], "UP") << "following again once the next watch opens";
-  for (const json& event : recorder.events()) {
+  for (const nlohmann::json& event : recorder.events()) {
     EXPECT_NE(event["metadata"]["name"], "never") << "nothing after the ERROR event is applied";
   }
 }
 
 TEST(ListWatcherTest, AnEventOfAnUnknownTypeIsSkippedAndTheWatchGoesOn) {
   ScriptedTransport transport;
-  transport.lists.push_back(ListOf("7", json::array()));
+  transport.lists.push_back(ListOf("7", nlohmann::json::array()));
   transport.streams.push_back(
       {Status(), {Event("RESIZED", Node("odd", "8")), Event("DELETED", Node("a", "9"))}});
   Recorder recorder;
@@ -203,8 +205,8 @@ TEST(ListWatcherTest, AnEventOfAnUnknownTypeIsSkippedAndTheWatchGoesOn) {
 
 TEST(ListWatcherTest, StartedAgainAfterAStopItListsAfresh) {
   ScriptedTransport transport;
-  transport.lists.push_back(ListOf("7", json::array({Node("a", "1")})));
-  transport.lists.push_back(ListOf("20", json::array({Node("b", "2")})));
+  transport.lists.push_back(ListOf("7", nlohmann::json::array({Node("a", "1")})));
+  transport.lists.push_back(ListOf("20", nlohmann::json::array({Node("b", "2")})));
   Recorder recorder;
   ListWatcher watcher(transport, FastOptions("/api/v1/nodes"));
   watcher.Start(recorder.Callbacks());
@@ -215,7 +217,7 @@ TEST(ListWatcherTest, StartedAgainAfterAStopItListsAfresh) {
   watcher.Stop();
   EXPECT_EQ(watcher.lists(), 2);
   ASSERT_EQ(recorder.synced().size(), 2u);
-  EXPECT_EQ(recorder.synced()[1], std::vector<json>{Node("b", "2")});
+  EXPECT_EQ(recorder.synced()[1], std::vector<nlohmann::json>{Node("b", "2")});
   EXPECT_EQ(watcher.resource_version(), "20");
 }
 

@@ -25,8 +25,10 @@
 namespace kvgpu::testing {
 
 class DraFrontEndTest : public ::testing::Test {
- protected:
+ public:
   using Options = deviceplugin::dra::DraFrontEndOptions;
+
+ protected:
 
   void SetUp() override {
     ASSERT_TRUE(api_server_.Start());

@@ -128,11 +128,14 @@ TEST_F(DraFrontEndTest, DeviceMetadataGoesBesideTheCheckpointUnlessGivenADirecto
 }
 
 TEST_F(DraFrontEndTest, AskedToPublishItWritesTheDraGpusSlices) {
+  // The slices name their Node as owner: it has to exist.
+  api_server_.SetNode({{"metadata", {{"name", kDraNode}, {"uid", "node-uid-1"}}}});
   Options options = Defaults();
   options.publish_slices = true;
   ASSERT_NO_FATAL_FAILURE(Start(std::move(options)));
   ASSERT_TRUE(Eventually([&] { return front_end().published(); }));
-  EXPECT_GE(slice_writes(), 1);
+  // Told to the observer right after published() turns true.
+  EXPECT_TRUE(Eventually([&] { return slice_writes() >= 1; }));
   const auto slices = api_server_.resource_slices();
   ASSERT_FALSE(slices.empty());
   std::set<std::string> gpus;
