@@ -29,7 +29,6 @@ class DraFrontEndTest : public ::testing::Test {
   using Options = deviceplugin::dra::DraFrontEndOptions;
 
  protected:
-
   void SetUp() override {
     ASSERT_TRUE(api_server_.Start());
     auto client = kube::ApiClient::Create(api_server_.ClientConfig());
