@@ -1,8 +1,8 @@
 // `vgpuctl doctor`: checks, read-only, every node precondition of docs/install.md and says for
 // each failure what it saw, why it matters and the exact fix. The checks are a table of small
 // functions (doctor_kernel.cpp: the kernel and the NVIDIA host driver; doctor_modes.cpp: MIG and
-// the GPU instances; doctor_software.cpp: Kata, containerd, the guest image, the licence, the
-// device plugin). Every path is read below a root,
+// the GPU instances; doctor_software.cpp: Kata, containerd, the device plugin; doctor_guest.cpp:
+// the guest image, its driver branch, the licence). Every path is read below a root,
 // so tests and the demo run it on a simulated node.
 #pragma once
 

@@ -60,6 +60,11 @@ std::vector<Check> KernelChecks();    // doctor_kernel.cpp
 std::vector<Check> ModeChecks();      // doctor_modes.cpp
 std::vector<Check> SoftwareChecks();  // doctor_software.cpp
 
+// The checks of what a vGPU pod's VM is given (doctor_guest.cpp), in SoftwareChecks' list.
+void CheckGuestImage(NodeView& node, std::vector<Finding>& out);
+void CheckGuestDriverBranch(NodeView& node, std::vector<Finding>& out);
+void CheckLicence(NodeView& node, std::vector<Finding>& out);
+
 // An info finding for a check that could not run because an earlier one failed: the table then
 // says "skipped" instead of a misleading "ok".
 inline void Skipped(std::vector<Finding>& out, const std::string& because) {

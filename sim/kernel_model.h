@@ -246,7 +246,8 @@ class KernelModel : public mdev::SysfsIo {
   fs::path SysDir() const { return real_root_ / "sys"; }
   uint32_t AllocateIommuGroup();
 
-  // Driver rules (kernel_model.cpp).
+  // Driver rules: capacity (kernel_capacity.cpp), the writes (kernel_model.cpp), the counts and
+  // the modes file rewritten after each change (kernel_counts.cpp).
   std::vector<std::string> ParentsOf(size_t gpu) const;
   uint32_t Available(size_t gpu, const std::string& parent, const TypeSpec& type) const;
   // Mixed-size mode: the lowest start of `type` whose slots are free; nullopt when none.

@@ -14,6 +14,8 @@ inline constexpr const char* kScratchDir = ".sim-scratch";
 // The first line of `creatable_vgpu_types`, all of it when the card has no room.
 inline constexpr const char* kCreatableHeader = "ID    : vGPU Name\n";
 
+struct GpuSpec;
+
 struct PciAddress {
   uint32_t domain = 0;
   uint32_t bus = 0;
@@ -22,5 +24,10 @@ struct PciAddress {
 
 // "0000:41:00.4" -> fields; nullopt unless exactly DDDD:BB:DD.F in lower-case hex.
 std::optional<PciAddress> ParsePciAddress(std::string_view text);
+
+// A GPU whose VFs carry its vGPUs, one each (SR-IOV mdev parents, vendor VFIO): the profile check
+// (kernel_model.cpp), the capacity rules (kernel_capacity.cpp) and the MIG switch
+// (kernel_controls.cpp) ask it.
+bool IsSriov(const GpuSpec& gpu);
 
 }  // namespace kvgpu::sim

@@ -1,5 +1,7 @@
 // The decision for one Pod CREATE: leave it alone, deny it, or the JSON Patch that makes its
 // vGPU work inside Kata. Pure: no I/O, no clock, so every pod shape can be tested as a table.
+// pod_mutator.cpp decides (the pod's scope, the names injected things take); pod_patch.cpp
+// builds the patch the decision asks for.
 #pragma once
 
 #include <functional>
@@ -10,6 +12,7 @@
 
 #include "common/status.h"
 #include "webhook/config.h"
+#include "webhook/pod_decision.h"
 #include "webhook/resource_claims.h"
 
 namespace kvgpu::webhook {
@@ -21,26 +24,8 @@ namespace kvgpu::webhook {
 // its patch is built (the patch grows with each vGPU container, and with it the answer).
 inline constexpr size_t kMaxVgpuContainersPerPod = 32;
 
-// Why a pod was let through unchanged, was denied, or was mutated (a metrics label each).
-enum class PodOutcome {
-  kNoVgpu,  // no container asks for a configured vGPU resource
-  kExcludedNamespace,
-  kOptedOut,
-  kAlreadyInjected,  // marker annotation present, or the injected volumes and containers are
-                     // (re-invocation, repeated admission, marker removed)
-  kCompleted,        // marker present, and a vGPU container added since got the workload mounts/env
-  kMutated,
-  kDenied,
-};
+// The metrics label of an outcome (PodOutcome: pod_decision.h).
 const char* PodOutcomeName(PodOutcome outcome);
-
-struct PodDecision {
-  PodOutcome outcome = PodOutcome::kNoVgpu;
-  bool allowed = true;
-  std::string message;                // why it was denied
-  std::string patch;                  // the JSON Patch document (text) when mutated
-  std::vector<std::string> warnings;  // shown to the pod author by kubectl
-};
 
 // What the pod's DRA claims ask for, looked up outside this pure function (claim_lookup.h; tests
 // pass a table). Called once, only for a pod in scope whose containers reference claims.

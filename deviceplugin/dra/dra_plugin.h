@@ -17,6 +17,9 @@
 // its bind-mount CDI spec per request once the vGPUs exist, and answers the spec's CDI device ID
 // beside the vGPU's; a prepare answered from the record restores them when they are gone; an
 // unprepare removes them after the vGPUs and before it forgets the claim.
+//
+// dra_plugin.cpp prepares and unprepares; dra_plugin_metadata.cpp writes, restores, counts and
+// removes the device-metadata files.
 #pragma once
 
 #include <functional>

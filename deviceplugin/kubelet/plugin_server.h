@@ -2,6 +2,9 @@
 // device-plugins directory. Translates between the wire and the ResourceManager; errors become
 // gRPC statuses only here. The servers use gRPC's callback API: every server of the process shares
 // gRPC's own threads, and an open ListAndWatch stream holds no thread while it waits.
+//
+// plugin_server.cpp serves, registers and answers the unary calls (options, preferred allocation,
+// Allocate); list_and_watch.cpp keeps the ListAndWatch streams and pushes each changed list.
 #pragma once
 
 #include <atomic>
@@ -14,6 +17,7 @@
 
 #include "common/canceller.h"
 #include "common/status.h"
+#include "deviceplugin/kubelet/plugin_server_types.h"
 #include "deviceplugin/model/resource_manager.h"
 
 namespace grpc {
@@ -22,21 +26,7 @@ class Server;
 
 namespace kvgpu::deviceplugin {
 
-// Upstream's constants (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/constants.go).
-inline constexpr const char* kApiVersion = "v1beta1";
-inline constexpr const char* kHealthy = "Healthy";
-inline constexpr const char* kUnhealthy = "Unhealthy";
-inline constexpr const char* kKubeletSocketName = "kubelet.sock";
-
-// What a PluginServer tells its owner; either may be empty.
-struct PluginObservers {
-  // How long each push took, from the change notice (Notify) to the list written.
-  std::function<void(const std::string& resource, std::chrono::nanoseconds)> on_push;
-  // kubelet ended a ListAndWatch stream this server did not end: kubelet stopped or is restarting.
-  // Its connections drop the moment it goes, well before a new kubelet answers on PodResources,
-  // so this is the earliest word of a restart.
-  std::function<void(const std::string& resource)> on_kubelet_left;
-};
+class ListAndWatchStreams;  // list_and_watch.h
 
 class PluginServer {
  public:
@@ -74,7 +64,6 @@ class PluginServer {
 
  private:
   class Service;
-  class Streams;
 
   std::string resource_;
   std::filesystem::path plugin_dir_;
@@ -84,7 +73,7 @@ class PluginServer {
   std::shared_ptr<std::atomic<bool>> withheld_ = std::make_shared<std::atomic<bool>>(false);
 
   mutable std::mutex mutex_;  // guards the members below
-  std::shared_ptr<Streams> streams_;
+  std::shared_ptr<ListAndWatchStreams> streams_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
 };

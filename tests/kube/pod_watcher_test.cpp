@@ -4,13 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include <deque>
-
+#include "tests/kube/scripted_transport.h"
 #include "tests/kube/watch_recorder.h"
 
 namespace kvgpu::kube {
 namespace {
 
+using testing::ScriptedTransport;
+using testing::StreamScript;
 using testing::WatchRecorder;
 
 std::string PodJson(const std::string& name, const std::string& version) {
@@ -25,79 +26,6 @@ std::string EventLine(const std::string& type, const std::string& name,
                       const std::string& version) {
   return R"({"type":")" + type + R"(","object":)" + PodJson(name, version) + "}";
 }
-
-struct StreamScript {
-  Status end;  // how the stream ends after its lines
-  std::vector<std::string> lines;
-  bool opened = true;  // the server answered 200 before the lines
-};
-
-// Answers lists and watches from queues; a watch with nothing scripted stays open until cancelled.
-class ScriptedTransport : public ApiTransport {
- public:
-  std::deque<Result<nlohmann::json>> lists;
-  std::deque<StreamScript> streams;
-
-  Result<nlohmann::json> Get(const std::string& path, Canceller*) override {
-    std::lock_guard lock(mutex_);
-    paths_.push_back(path);
-    if (lists.empty()) return Status::Error(ErrorCode::kTransport, "nothing scripted");
-    auto answer = lists.front();
-    lists.pop_front();
-    return answer;
-  }
-  Result<nlohmann::json> Post(const std::string&, const nlohmann::json&, Canceller*) override {
-    return Status::Error(ErrorCode::kHttp, "unused");
-  }
-  Result<nlohmann::json> Patch(const std::string&, const nlohmann::json&, const std::string&,
-                               Canceller*) override {
-    return Status::Error(ErrorCode::kHttp, "unused");
-  }
-  Status Stream(const std::string& path, std::chrono::milliseconds,
-                const std::function<void()>& on_open,
-                const std::function<bool(std::string_view)>& on_line, Canceller* cancel) override {
-    std::optional<StreamScript> script;
-    {
-      std::lock_guard lock(mutex_);
-      paths_.push_back(path);
-      if (!streams.empty()) {
-        script = streams.front();
-        streams.pop_front();
-      }
-    }
-    if (script) {
-      if (script->opened) on_open();
-      for (const auto& line : script->lines) {
-        if (!on_line(line)) return Status();
-      }
-      return script->end;
-    }
-    on_open();
-    std::unique_lock lock(mutex_);
-    bool woken = false;
-    if (!cancel->Arm([&] {
-          std::lock_guard inner(mutex_);
-          woken = true;
-          idle_.notify_all();
-        })) {
-      return Status::Error(ErrorCode::kCancelled, "cancelled");
-    }
-    idle_.wait(lock, [&] { return woken; });
-    lock.unlock();
-    cancel->Disarm();
-    return Status::Error(ErrorCode::kCancelled, "cancelled");
-  }
-
-  std::vector<std::string> paths() const {
-    std::lock_guard lock(mutex_);
-    return paths_;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::condition_variable idle_;
-  std::vector<std::string> paths_;
-};
 
 Result<nlohmann::json> List(const std::string& version, std::vector<std::string> names) {
   nlohmann::json items = nlohmann::json::array();
