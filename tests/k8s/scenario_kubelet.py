@@ -79,6 +79,9 @@ REAL_KERNEL_BURST = 12
 # whole run's limit, boot included (TCG emulates every instruction).
 REAL_KERNEL_VM_MEM = "4096"
 REAL_KERNEL_VM_TIMEOUT = 2400
+# Under TCG each program runs many times slower: the API server took 90 s to serve where it takes
+# a few on the host. Every deadline of --real-kernel is this many times the host's.
+REAL_KERNEL_SLOWDOWN = 5
 
 
 def type_of(resource):
@@ -266,12 +269,14 @@ class Scenario:
     def __init__(self, args, report, grace=GRACE, remove_live=False, restart_stateless=False):
         self.args, self.report, self.grace, self.remove_live = args, report, grace, remove_live
         self.restart_stateless = restart_stateless
+        self.slowdown = REAL_KERNEL_SLOWDOWN if args.real_kernel else 1
         self.pr = load_podresources()
 
     def run(self, bin_dir):
         with tempfile.TemporaryDirectory(prefix="kvgpu-k8s-kubelet-") as workdir, \
-                controlplane.ControlPlane(bin_dir, controller_manager=True, scheduler=True) as cp:
-            node = kubelet_node.KubeletNode(cp, bin_dir)
+                controlplane.ControlPlane(bin_dir, controller_manager=True, scheduler=True,
+                                          deadline=120.0 * self.slowdown) as cp:
+            node = kubelet_node.KubeletNode(cp, bin_dir, deadline=180.0 * self.slowdown)
             with node:
                 self._run(cp, node, workdir)
             left = node.leftovers()
@@ -362,7 +367,7 @@ class Scenario:
     # --- helpers -----------------------------------------------------------------------------
 
     def wait_for(self, ready, deadline=DEADLINE):
-        return controlplane.wait_until(ready, deadline, (self.daemon, self.node.kubelet, self.node.containerd))
+        return controlplane.wait_until(ready, deadline * self.slowdown, (self.daemon, self.node.kubelet, self.node.containerd))
 
     def capacity(self):
         _, node = self.cp.request("GET", "/api/v1/nodes/" + self.node.name)
@@ -447,7 +452,7 @@ class Scenario:
                 "kubelet's PodResources List names the pod's one %s device" % resource, str(listed))
         r.check(entries.get(resource) and listed and entries[resource] == listed[0][1],
                 "kubelet's checkpoint holds the same device for the pod", "%s vs %s" % (entries, listed))
-        self.cp.kubectl("delete", "pod", "one", "-n", TENANT, "--wait=true", timeout=DEADLINE)
+        self.cp.kubectl("delete", "pod", "one", "-n", TENANT, "--wait=true", timeout=DEADLINE * self.slowdown)
         gone = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
         r.check(bool(gone), "the pod deleted, its vGPU goes (grace %s)" % self.grace, str(self.kernel.vgpus()))
 
@@ -574,7 +579,7 @@ class Scenario:
             twice = {d: ns for d, ns in devices.items() if len(ns) > 1}
             r.check(not short and not twice, "after both restarts kubelet's PodResources gives each running pod "
                     "one device, none to two pods", "not one device: %s; shared: %s" % (short[:5], twice))
-        self.cp.kubectl("delete", "pod", "-n", TENANT, "--all", "--wait=true", timeout=DEADLINE * 2)
+        self.cp.kubectl("delete", "pod", "-n", TENANT, "--all", "--wait=true", timeout=DEADLINE * 2 * self.slowdown)
         leftover = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
         r.check(bool(leftover), "none leaked (%s): with every pod deleted, the kernel holds no vGPU (grace %s)"
                 % (what, self.grace), str(self.kernel.vgpus()))
