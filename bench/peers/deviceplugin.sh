@@ -26,7 +26,9 @@
 # markers in docs/bench-peers.md (DOC=0: print only; DOC=FILE: there).
 # Env: ROUNDS (2), STARTS (5), IDLE_S (60), ALLOCATE (200), GAP_MS (100), KVGPU_CACHE
 # (~/.cache/kata-vgpu), NVIDIA_DP_GIT (where the peer's source is fetched from: its GitHub
-# repository, or any clone holding tag v1.6.0).
+# repository, or any clone holding tag v1.6.0). For checks by hand: ONLY=ours or ONLY=nvidia runs
+# one plugin and prints the client's lines instead of the report; OURS_CONFIG=FILE gives ours
+# that config instead of the DaemonSet's.
 set -o errexit -o nounset -o pipefail
 
 die() { echo "bench-peers: $*" >&2; exit 1; }
@@ -76,7 +78,7 @@ if [[ ${1:-} == --inside ]]; then
     # The DaemonSet's own config (deploy/base), unchanged; no API server is given (no --kubeconfig,
     # no KUBERNETES_SERVICE_HOST), so the pod watch, Events and the published state stay off, and
     # no --licensing-source.
-    cp "$root/deploy/base/device-plugin/config.yaml" "$ns/config.yaml"
+    cp "${OURS_CONFIG:-$root/deploy/base/device-plugin/config.yaml}" "$ns/config.yaml"
     env -u KUBERNETES_SERVICE_HOST "${client[@]}" --resource "$our_resource" --metrics-port "$port" \
       --free-sysfs "$ns/mnt" -- \
       "$build/deviceplugin/kvgpu-device-plugin" --sysfs-root "$ns/mnt" --kubelet-dir /var/lib/kubelet \
@@ -159,6 +161,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
   order=(ours nvidia)
   ((round % 2 == 0)) && order=(nvidia ours)
   for which in "${order[@]}"; do
+    [[ -n ${ONLY:-} && $which != "$ONLY" ]] && continue
     out=$work/$which-$round.txt
     mkdir -p "$work/ns-$which-$round"
     echo "$(cut -d' ' -f1 /proc/loadavg)" >"$out.load"
@@ -169,6 +172,17 @@ for ((round = 1; round <= ROUNDS; round++)); do
     rmdir "$work/ns-$which-$round"
   done
 done
+
+# The client's raw output and the plugins' logs, kept for a look afterwards (the last run's only).
+last=$cache/peers/deviceplugin-last
+rm -rf "$last"
+mkdir -p "$last"
+cp "$work"/*.txt* "$last/"
+info "raw results and logs: $last"
+if [[ -n ${ONLY:-} ]]; then
+  grep -hv '^allocate ' "$work"/*.txt
+  exit 0
+fi
 
 # The tables, the plot's data and the doc's section.
 KV_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')

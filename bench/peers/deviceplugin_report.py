@@ -175,7 +175,8 @@ w("")
 
 def goal(label, ours, peer, unit):
     verdict = "**met**" if ours <= peer else "**missed**"
-    return f"| {label} | {ours:.1f} {unit} | {peer:.1f} {unit} | {verdict} ({ours / peer:.2f}×) |"
+    ratio = f" ({ours / peer:.2f}×)" if peer > 0 else ""
+    return f"| {label} | {ours:.1f} {unit} | {peer:.1f} {unit} | {verdict}{ratio} |"
 
 
 w("| goal: ours ≤ the peer's (medians) | kvgpu-device-plugin | kubevirt-gpu-device-plugin | |")

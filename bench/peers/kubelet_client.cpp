@@ -2,6 +2,9 @@
 // for any v1beta1 device plugin (ours and NVIDIA's kubevirt-gpu-device-plugin alike), through
 // fakes/kubelet's FakeKubelet: it serves Registration on <plugin-dir>/kubelet.sock, dials every
 // plugin that registers, asks GetDevicePluginOptions and keeps its ListAndWatch stream open.
+// Beside it, as a kubelet does, it serves PodResources v1 on <plugin-dir>/../pod-resources/
+// kubelet.sock (no pods: nothing runs on this node) and keeps an empty device-manager checkpoint
+// in <plugin-dir>; ours asks both who holds its vGPUs, NVIDIA's plugin asks neither.
 // It starts the plugin itself, so that it knows when the plugin began, and measures:
 //
 //   start     from the spawn to the first Register call, to the first ListAndWatch answer that
@@ -49,6 +52,8 @@
 #include "fakes/common/child_process.h"
 #include "fakes/common/http_request.h"
 #include "fakes/kubelet/fake_kubelet.h"
+#include "fakes/podresources/checkpoint_writer.h"
+#include "fakes/podresources/fake_podresources.h"
 
 namespace {
 
@@ -205,6 +210,7 @@ void ClearPluginDir(const fs::path& dir) {
 
 struct StartResult {
   double register_ms = -1, first_list_ms = -1, all_lists_ms = -1;
+  double spawn_unix_ms = 0;  // the wall clock at the spawn, to read the plugin's log against
   size_t resources = 0, devices = 0;
 };
 
@@ -212,11 +218,14 @@ struct StartResult {
 // until none is added for `settle`.
 StartResult Start(kvgpu::testing::FakeKubelet& kubelet, kvgpu::testing::ChildProcess& plugin,
                   const Options& o) {
-  const auto settle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(o.settle_s));
+  const auto settle =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.settle_s));
+  StartResult r;
+  r.spawn_unix_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   const auto t0 = Clock::now();
   if (!plugin.Start()) Fail("cannot start the plugin: " + plugin.error());
-  StartResult r;
   std::set<std::string> listed;
   auto last_change = t0;
   const auto deadline = t0 + 120s;
@@ -257,21 +266,26 @@ StartResult Start(kvgpu::testing::FakeKubelet& kubelet, kvgpu::testing::ChildPro
 
 void Run(const Options& o) {
   fs::create_directories(o.plugin_dir);
+  kvgpu::testing::FakePodResources podresources(o.plugin_dir.parent_path() / "pod-resources" /
+                                                "kubelet.sock");
+  if (!podresources.Start()) Fail("cannot serve " + podresources.socket().string());
+  const kvgpu::testing::CheckpointWriter checkpoint(o.plugin_dir.parent_path());
   std::optional<kvgpu::testing::FakeKubelet> kubelet;
   kvgpu::testing::ChildProcess plugin(o.plugin, o.log);
   for (int s = 1; s <= o.starts; ++s) {
     if (plugin.Running()) plugin.Stop();
     kubelet.reset();
     ClearPluginDir(o.plugin_dir);
+    checkpoint.Write({});  // kubelet's device manager writes one as it starts
     kubelet.emplace(o.plugin_dir);
     if (!kubelet->Start()) Fail("cannot serve " + kubelet->socket_path().string());
     StartResult r = Start(*kubelet, plugin, o);
     std::map<std::string, long> kib = StatusKib(plugin.pid());
     std::printf(
         "start %d register_ms %.2f first_list_ms %.2f all_lists_ms %.2f resources %zu devices %zu "
-        "cpu_ms %.1f vmrss_kib %ld\n",
+        "cpu_ms %.1f vmrss_kib %ld spawn_unix_ms %.0f\n",
         s, r.register_ms, r.first_list_ms, r.all_lists_ms, r.resources, r.devices,
-        CpuMs(plugin.pid()), kib["VmRSS"]);
+        CpuMs(plugin.pid()), kib["VmRSS"], r.spawn_unix_ms);
     std::fflush(stdout);
   }
   const pid_t pid = plugin.pid();
@@ -285,11 +299,12 @@ void Run(const Options& o) {
   if (o.idle_s > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(o.settle_s));
     const int updates0 = updates();
+    const int lists0 = podresources.list_calls();
     const double cpu0 = CpuMs(pid), run0 = ThreadRunMs(pid);
     const auto t0 = Clock::now();
     long rss_min = StatusKib(pid)["VmRSS"], rss_max = rss_min;
-    const auto end = t0 + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(o.idle_s));
+    const auto end =
+        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.idle_s));
     for (auto next = t0 + 1s; next <= end; next += 1s) {
       std::this_thread::sleep_until(next);
       CheckRunning(plugin);
@@ -304,9 +319,10 @@ void Run(const Options& o) {
     std::printf(
         "idle seconds %.1f cpu_ms %.1f thread_run_ms %.2f vmrss_kib %ld vmrss_min_kib %ld "
         "vmrss_max_kib %ld vmhwm_kib %ld rssanon_kib %ld rssfile_kib %ld rssshmem_kib %ld "
-        "threads %ld list_updates %d\n",
+        "threads %ld list_updates %d podresources_lists %d\n",
         seconds, cpu1 - cpu0, run1 - run0, kib["VmRSS"], rss_min, rss_max, kib["VmHWM"],
-        kib["RssAnon"], kib["RssFile"], kib["RssShmem"], kib["Threads"], updates() - updates0);
+        kib["RssAnon"], kib["RssFile"], kib["RssShmem"], kib["Threads"], updates() - updates0,
+        podresources.list_calls() - lists0);
     std::fflush(stdout);
   }
 
@@ -374,8 +390,7 @@ void Run(const Options& o) {
   CheckRunning(plugin);
   std::map<std::string, long> kib = StatusKib(pid);
   const int exit_status = plugin.Stop();
-  std::printf("end vmhwm_kib %ld vmrss_kib %ld exit %d\n", kib["VmHWM"], kib["VmRSS"],
-              exit_status);
+  std::printf("end vmhwm_kib %ld vmrss_kib %ld exit %d\n", kib["VmHWM"], kib["VmRSS"], exit_status);
 }
 
 }  // namespace
