@@ -24,7 +24,7 @@
 # time all 32 are made). ROUNDS rounds, the plugins' order alternating.
 # Prints Markdown; writes docs/images/bench-peers-deviceplugin.png and the section between the
 # markers in docs/bench-peers.md (DOC=0: print only; DOC=FILE: there).
-# Env: ROUNDS (2), STARTS (5), IDLE_S (60), ALLOCATE (200), GAP_MS (100), KVGPU_CACHE
+# Env: ROUNDS (3), STARTS (5), IDLE_S (60), ALLOCATE (200), GAP_MS (100), KVGPU_CACHE
 # (~/.cache/kata-vgpu), NVIDIA_DP_GIT (where the peer's source is fetched from: its GitHub
 # repository, or any clone holding tag v1.6.0). For checks by hand: ONLY=ours or ONLY=nvidia runs
 # one plugin and prints the client's lines instead of the report; OURS_CONFIG=FILE gives ours
@@ -118,7 +118,7 @@ done
 go_version=$(go env GOVERSION 2>/dev/null || true)
 [[ $(printf '%s\n' go1.26 "$go_version" | sort -V | head -n 1) == go1.26 ]] ||
   die "the go on PATH ($(command -v go)) is ${go_version:-unknown}; the peer's go.mod asks for 1.26 (Debian bookworm's golang-go is 1.19)"
-ROUNDS=${ROUNDS:-2} STARTS=${STARTS:-5} IDLE_S=${IDLE_S:-60} ALLOCATE=${ALLOCATE:-200} GAP_MS=${GAP_MS:-100}
+ROUNDS=${ROUNDS:-3} STARTS=${STARTS:-5} IDLE_S=${IDLE_S:-60} ALLOCATE=${ALLOCATE:-200} GAP_MS=${GAP_MS:-100}
 export STARTS IDLE_S ALLOCATE GAP_MS
 doc=${DOC:-$root/docs/bench-peers.md}
 plot=$root/docs/images/bench-peers-deviceplugin.png
@@ -165,6 +165,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     out=$work/$which-$round.txt
     mkdir -p "$work/ns-$which-$round"
     echo "$(cut -d' ' -f1 /proc/loadavg)" >"$out.load"
+    echo "$which-$round" >>"$work/order"
     info "round $round: $which (${STARTS} starts, ${IDLE_S} s idle, ${ALLOCATE} Allocate calls)"
     unshare --mount --propagation private "$BASH" "${BASH_SOURCE[0]}" --inside "$which" "$out" \
       "$work/ns-$which-$round" "$build" "$nv_bin" "$src/utils/pci.ids" ||
@@ -177,7 +178,7 @@ done
 last=$cache/peers/deviceplugin-last
 rm -rf "$last"
 mkdir -p "$last"
-cp "$work"/*.txt* "$last/"
+cp "$work"/*.txt* "$work/order" "$last/"
 info "raw results and logs: $last"
 if [[ -n ${ONLY:-} ]]; then
   grep -hv '^allocate ' "$work"/*.txt
@@ -221,12 +222,15 @@ plot "$work/plot.dat" index 1 using 2:xtic(1) title "p50" lc rgb "#1f77b4", \
 unset logscale y
 set yrange [0:*]
 set ylabel "MiB (median of the runs)"
+set key top right
 plot "$work/plot.dat" index 2 using 2:xtic(1) title "VmRSS idle" lc rgb "#1f77b4", \
      "" index 2 using 3 title "RssAnon idle" lc rgb "#2ca02c", \
      "" index 2 using 4 title "VmHWM at the end" lc rgb "#ff7f0e"
 set style histogram errorbars gap 1 lw 1
-set ylabel "CPU ms per 60 s idle (median, bars: min-max)"
-plot "$work/plot.dat" index 3 using 2:3:4:xtic(1) title "utime + stime" lc rgb "#1f77b4"
+set ylabel "CPU ms per 60 s idle, log scale (run time; median, bars: min-max)"
+set logscale y
+set yrange [0.01:1000]
+plot "$work/plot.dat" index 3 using 2:3:4:xtic(1) title "threads' run time (schedstat)" lc rgb "#1f77b4"
 unset multiplot
 GNUPLOT
 

@@ -2,8 +2,8 @@
 """The tables and the plot's data of bench/peers/deviceplugin.sh from the client's output.
 
 Usage: deviceplugin_report.py WORK PLOT_DATA > section.md
-WORK holds <ours|nvidia>-<round>.txt (kvgpu-bench-kubelet-client's lines, kubelet_client.cpp)
-and <...>.txt.load (the one-minute load average before the run). The run's facts come from the
+WORK holds <ours|nvidia>-<round>.txt (kvgpu-bench-kubelet-client's lines, kubelet_client.cpp),
+<...>.txt.load (the one-minute load average before the run) and order (the runs as taken). The run's facts come from the
 environment (KV_*, set by the script)."""
 import glob
 import os
@@ -52,7 +52,8 @@ for path in sorted(glob.glob(os.path.join(work, "*-*.txt"))):
         continue
     load = open(path + ".load").read().strip() if os.path.exists(path + ".load") else "?"
     runs.append((int(m.group(2)), m.group(1), load, parse(path)))
-runs.sort(key=lambda r: (r[0], os.path.getmtime(os.path.join(work, f"{r[1]}-{r[0]}.txt"))))
+order = open(os.path.join(work, "order")).read().split()  # the runs as taken
+runs.sort(key=lambda r: order.index(f"{r[1]}-{r[0]}"))
 if not any(w == "ours" for _, w, _, _ in runs) or not any(w == "nvidia" for _, w, _, _ in runs):
     sys.exit("deviceplugin_report: both plugins' runs are needed")
 
@@ -92,8 +93,8 @@ for which in ("ours", "nvidia"):
         "all": [s["all_lists_ms"] for s in starts_all],
         "register": [s["register_ms"] for s in starts_all],
         "start_cpu": [s["cpu_ms"] for s in starts_all],
-        "resources": starts_all[-1]["resources"],
-        "devices": starts_all[-1]["devices"],
+        "resources": int(starts_all[-1]["resources"]),
+        "devices": int(starts_all[-1]["devices"]),
         "total": total,
         "without": [a["total_us"] - a["kernel_us"] for a in alloc] if which == "ours" else None,
         "kernel": [a["kernel_us"] for a in alloc] if which == "ours" else None,
@@ -160,7 +161,9 @@ w(f"| CPU time until then, ms | {span(o['start_cpu'], lambda v: f'{v:.0f}')} "
 w(f"| Allocate, 1 device, p50 / p99 ({len(o['total'])} and {len(n['total'])} calls) "
   f"| with the kernel's create: {p(o['total'])}; without it: {p(o['without'])} "
   f"| {p(n['total'])} (no create: the vGPU exists) |")
-w(f"| CPU idle, ms per 60 s (utime+stime; median, min-max of the runs) "
+w(f"| CPU idle, ms per 60 s: the threads' run time (schedstat; median, min-max of the runs) "
+  f"| {span(o['idle_run'], lambda v: f'{v:.1f}')} | {span(n['idle_run'], lambda v: f'{v:.2f}')} |")
+w(f"| the same as utime + stime (/proc/PID/stat, 10 ms ticks) "
   f"| {span(o['idle_cpu'], lambda v: f'{v:.0f}')} | {span(n['idle_cpu'], lambda v: f'{v:.0f}')} |")
 w(f"| VmRSS idle, MiB | {span([mib(v) for v in o['rss']], lambda v: f'{v:.1f}')} "
   f"| {span([mib(v) for v in n['rss']], lambda v: f'{v:.1f}')} |")
@@ -175,15 +178,17 @@ w("")
 
 def goal(label, ours, peer, unit):
     verdict = "**met**" if ours <= peer else "**missed**"
-    ratio = f" ({ours / peer:.2f}×)" if peer > 0 else ""
-    return f"| {label} | {ours:.1f} {unit} | {peer:.1f} {unit} | {verdict}{ratio} |"
+    ratio = f" ({ours / peer:.{0 if ours / peer >= 100 else 2}f}×)" if peer > 0 else ""
+    digits = 2 if min(ours, peer) < 1 else 1
+    return (f"| {label} | {ours:.{digits}f} {unit} | {peer:.{digits}f} {unit} "
+            f"| {verdict}{ratio} |")
 
 
 w("| goal: ours ≤ the peer's (medians) | kvgpu-device-plugin | kubevirt-gpu-device-plugin | |")
 w("|---|---|---|---|")
 w(goal("VmRSS idle", mib(med(o["rss"])), mib(med(n["rss"])), "MiB"))
 w(goal("RssAnon idle (the process's own memory)", mib(med(o["anon"])), mib(med(n["anon"])), "MiB"))
-w(goal("CPU idle per 60 s", med(o["idle_cpu"]), med(n["idle_cpu"]), "ms"))
+w(goal("CPU idle per 60 s (threads' run time)", med(o["idle_run"]), med(n["idle_run"]), "ms"))
 w("")
 kernel_share = med([k / t for k, t in zip(o["kernel"], o["total"])]) * 100
 plugin_minus = [pl - k for pl, k in zip(o["plugin"], o["kernel"])]
@@ -197,7 +202,7 @@ w("")
 w("Every run, in the order taken:")
 w("")
 w("| round | plugin | load before | first list, ms (median of the starts) | Allocate p50 / p99, ms "
-  "| ours without the create, p50 / p99 ms | CPU idle, ms per 60 s | VmRSS idle, MiB "
+  "| ours without the create, p50 / p99 ms | CPU idle, ms per 60 s (run time) | VmRSS idle, MiB "
   "| RssAnon, MiB | VmHWM at the end, MiB |")
 w("|---|---|---|---|---|---|---|---|---|---|")
 for rnd, which, load, run in runs:
@@ -207,25 +212,26 @@ for rnd, which, load, run in runs:
         without = p([a["total_us"] - a["kernel_us"] for a in run["allocate"]]).replace(" ms", "")
     idle = run["idle"]
     w(f"| {rnd} | {NAMES[which]} | {load} | {fmt_ms(med(s['first_list_ms'] for s in run['starts']))} "
-      f"| {p(total).replace(' ms', '')} | {without} | {idle['cpu_ms'] / idle['seconds'] * 60:.0f} "
+      f"| {p(total).replace(' ms', '')} | {without} "
+      f"| {idle['thread_run_ms'] / idle['seconds'] * 60:.{1 if which == 'ours' else 2}f} "
       f"| {mib(idle['vmrss_kib']):.1f} | {mib(idle['rssanon_kib']):.1f} "
       f"| {mib(run['end']['vmhwm_kib']):.1f} |")
 print("\n".join(out))
 
 with open(plot_data, "w") as f:
     # index 0: time to the first list and to every list (ms, medians)
-    f.write(f'"kvgpu-device-plugin" {med(o["first"]):.3f} {med(o["all"]):.3f}\n')
-    f.write(f'"kubevirt-gpu-device-plugin" {med(n["first"]):.3f} {med(n["all"]):.3f}\n\n\n')
+    f.write(f'"ours" {med(o["first"]):.3f} {med(o["all"]):.3f}\n')
+    f.write(f'"NVIDIA" {med(n["first"]):.3f} {med(n["all"]):.3f}\n\n\n')
     # index 1: Allocate p50, p99 (ms)
     f.write(f'"ours, with create" {ms(pct(o["total"], .5)):.4f} {ms(pct(o["total"], .99)):.4f}\n')
     f.write(f'"ours, without" {ms(pct(o["without"], .5)):.4f} {ms(pct(o["without"], .99)):.4f}\n')
     f.write(f'"NVIDIA" {ms(pct(n["total"], .5)):.4f} {ms(pct(n["total"], .99)):.4f}\n\n\n')
     # index 2: memory idle (MiB): VmRSS, RssAnon, VmHWM at the end
-    for label, s in (("kvgpu-device-plugin", o), ("kubevirt-gpu-device-plugin", n)):
+    for label, s in (("ours", o), ("NVIDIA", n)):
         f.write(f'"{label}" {mib(med(s["rss"])):.2f} {mib(med(s["anon"])):.2f} '
                 f'{mib(med(s["hwm_end"])):.2f}\n')
     f.write("\n\n")
-    # index 3: idle CPU (ms per 60 s), median, min, max
-    for label, s in (("kvgpu-device-plugin", o), ("kubevirt-gpu-device-plugin", n)):
-        f.write(f'"{label}" {med(s["idle_cpu"]):.1f} {min(s["idle_cpu"]):.1f} '
-                f'{max(s["idle_cpu"]):.1f}\n')
+    # index 3: idle CPU, the threads' run time (ms per 60 s): median, min, max
+    for label, s in (("ours", o), ("NVIDIA", n)):
+        f.write(f'"{label}" {med(s["idle_run"]):.3f} {min(s["idle_run"]):.3f} '
+                f'{max(s["idle_run"]):.3f}\n')
