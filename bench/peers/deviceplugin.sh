@@ -227,10 +227,10 @@ plot "$work/plot.dat" index 2 using 2:xtic(1) title "VmRSS idle" lc rgb "#1f77b4
      "" index 2 using 3 title "RssAnon idle" lc rgb "#2ca02c", \
      "" index 2 using 4 title "VmHWM at the end" lc rgb "#ff7f0e"
 set style histogram errorbars gap 1 lw 1
-set ylabel "CPU ms per 60 s idle, log scale (run time; median, bars: min-max)"
+set ylabel "CPU ms per 60 s idle (log scale)"
 set logscale y
 set yrange [0.01:1000]
-plot "$work/plot.dat" index 3 using 2:3:4:xtic(1) title "threads' run time (schedstat)" lc rgb "#1f77b4"
+plot "$work/plot.dat" index 3 using 2:3:4:xtic(1) title "threads' run time (schedstat), median; bars: min-max" lc rgb "#1f77b4"
 unset multiplot
 GNUPLOT
 

@@ -156,7 +156,7 @@ w(f"| start → first Register, ms (median, min-max of {len(o['first'])} and {le
   f"starts) | {span(o['register'])} | {span(n['register'])} |")
 w(f"| start → first ListAndWatch with devices, ms | {span(o['first'])} | {span(n['first'])} |")
 w(f"| start → every resource's first list, ms | {span(o['all'])} | {span(n['all'])} |")
-w(f"| CPU time until then, ms | {span(o['start_cpu'], lambda v: f'{v:.0f}')} "
+w(f"| the plugin's CPU time until every list was there, ms (10 ms ticks) | {span(o['start_cpu'], lambda v: f'{v:.0f}')} "
   f"| {span(n['start_cpu'], lambda v: f'{v:.0f}')} |")
 w(f"| Allocate, 1 device, p50 / p99 ({len(o['total'])} and {len(n['total'])} calls) "
   f"| with the kernel's create: {p(o['total'])}; without it: {p(o['without'])} "

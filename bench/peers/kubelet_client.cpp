@@ -9,8 +9,9 @@
 //
 //   start     from the spawn to the first Register call, to the first ListAndWatch answer that
 //             lists devices, and to the last resource's first list (the set of resources stays
-//             unchanged for --settle-s after it); the plugin's CPU time and RSS then. The plugin
-//             is started --starts times; the last start goes on to the phases below.
+//             unchanged for --settle-s after it); the plugin's CPU time then, its RSS after the
+//             settling. The plugin is started --starts times; the last start goes on to the
+//             phases below.
 //   idle      --idle-s seconds without a call, --settle-s after the lists: the plugin's CPU time
 //             (utime + stime of /proc/PID/stat, and its threads' run time from schedstat), its
 //             VmRSS (sampled each second), VmHWM, RssAnon, RssFile, threads, the lists pushed.
@@ -210,6 +211,7 @@ void ClearPluginDir(const fs::path& dir) {
 
 struct StartResult {
   double register_ms = -1, first_list_ms = -1, all_lists_ms = -1;
+  double cpu_ms = 0;         // the plugin's CPU time when the last resource's list came
   double spawn_unix_ms = 0;  // the wall clock at the spawn, to read the plugin's log against
   size_t resources = 0, devices = 0;
 };
@@ -247,6 +249,7 @@ StartResult Start(kvgpu::testing::FakeKubelet& kubelet, kvgpu::testing::ChildPro
       listed.insert(res);
       if (r.first_list_ms < 0) r.first_list_ms = Ms(now - t0);
       r.all_lists_ms = Ms(now - t0);
+      r.cpu_ms = CpuMs(plugin.pid());
       last_change = now;
     }
     if (!listed.empty() && now - last_change >= settle) break;
@@ -284,8 +287,8 @@ void Run(const Options& o) {
     std::printf(
         "start %d register_ms %.2f first_list_ms %.2f all_lists_ms %.2f resources %zu devices %zu "
         "cpu_ms %.1f vmrss_kib %ld spawn_unix_ms %.0f\n",
-        s, r.register_ms, r.first_list_ms, r.all_lists_ms, r.resources, r.devices,
-        CpuMs(plugin.pid()), kib["VmRSS"], r.spawn_unix_ms);
+        s, r.register_ms, r.first_list_ms, r.all_lists_ms, r.resources, r.devices, r.cpu_ms,
+        kib["VmRSS"], r.spawn_unix_ms);
     std::fflush(stdout);
   }
   const pid_t pid = plugin.pid();
