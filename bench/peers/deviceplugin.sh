@@ -12,7 +12,8 @@
 #   nice ninja -C build-dpbench kvgpu-device-plugin kvgpu-sim kvgpu-bench-kubelet-client
 #
 # Each run is one plugin in a private mount namespace of its own (unshare -m): a tmpfs over
-# /var/lib/kubelet (NVIDIA's plugin has kubelet's socket directory built in), kvgpu-sim mounted
+# /var/lib/kubelet (NVIDIA's plugin has kubelet's socket directory built in; the tmpfs is mounted
+# in an overlay of /var/lib, so the mount point need not exist on the host), kvgpu-sim mounted
 # in it, and for NVIDIA's plugin the simulator's sys/ bound over /sys (its paths are built in too)
 # and its pci.ids at /usr/pci.ids (where its image puts it), both through overlays that change
 # nothing outside the namespace. NVIDIA's plugin only hands out vGPUs made beforehand, so its
@@ -164,7 +165,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     [[ -n ${ONLY:-} && $which != "$ONLY" ]] && continue
     out=$work/$which-$round.txt
     mkdir -p "$work/ns-$which-$round"
-    echo "$(cut -d' ' -f1 /proc/loadavg)" >"$out.load"
+    cut -d' ' -f1 /proc/loadavg >"$out.load"
     echo "$which-$round" >>"$work/order"
     info "round $round: $which (${STARTS} starts, ${IDLE_S} s idle, ${ALLOCATE} Allocate calls)"
     unshare --mount --propagation private "$BASH" "${BASH_SOURCE[0]}" --inside "$which" "$out" \
