@@ -200,21 +200,7 @@ GNUPLOT
 if [[ ${DOC:-} != 0 ]]; then
   mkdir -p "$(dirname "$plot")"
   cp "$work/plot.png" "$plot"
-  "$python" - "$doc" "$work/section.md" <<'PY'
-import os, sys
-doc, section = sys.argv[1], open(sys.argv[2]).read()
-heading = "## Webhook: kvgpu-webhook vs a controller-runtime webhook"
-begin, end = "<!-- bench/peers/webhook.sh: begin -->", "<!-- bench/peers/webhook.sh: end -->"
-block = f"{begin}\n{section.rstrip()}\n{end}"
-text = open(doc).read() if os.path.exists(doc) else "# Benchmarks against peers\n"
-if begin in text and end in text:
-    text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
-elif heading in text:
-    at = text.index(heading) + len(heading)
-    text = text[:at] + "\n\n" + block + text[at:]
-else:
-    text = text.rstrip() + f"\n\n{heading}\n\n{block}\n"
-open(doc, "w").write(text)
-PY
+  "$python" "$peers/write_doc_section.py" "$doc" "$work/section.md" \
+    "## Webhook: kvgpu-webhook vs a controller-runtime webhook" "bench/peers/webhook.sh"
   info "wrote $doc and $plot"
 fi
