@@ -29,11 +29,16 @@ Checks, each naming the guarantee it defends:
             both, and kubelet's PodResources gives every running pod one device no other holds.
 
 usage: scenario_kubelet.py --release 1.36 --plugin kvgpu-device-plugin --sim kvgpu-sim [--bite]
+       scenario_kubelet.py --release 1.37 --plugin kvgpu-device-plugin --real-kernel [--bite]
   --bite: the same checks against broken nodes, each must fail its check: a daemon whose grace
   period is an hour (the deleted pods' vGPUs stay: "none leaked" must fail), a vGPU removed
   behind the daemon's back while its pod runs ("no live vGPU removed" must fail), and a daemon
   started again after its crash without its state directory, as a DaemonSet whose state volume
   is not the host's would be ("no live vGPU removed" or "none leaked" must fail).
+  With --real-kernel, the one pod on a node whose /dev/vfio/<group> nodes are stand-ins (character
+  devices 1:3 put where udev puts the group's node, as the simulated node has them): the
+  container then has a /dev/vfio/<group> that is not the kernel's, and "the container gets the
+  real kernel's /dev/vfio/<group>" must fail.
 Exit 0 when every check passed (with --bite: when every break was caught), 1 otherwise, 77 when
 the release is not built and Go is missing, FUSE is unusable, or the node cannot run here.
 """
@@ -162,6 +167,33 @@ class VfioNodes:
                 os.rmdir("/dev/vfio")
 
 
+class VfioImpostor(VfioNodes):
+    """The bite of --real-kernel: each IOMMU group's /dev/vfio/<group> that the kernel makes is
+    replaced, as soon as it appears, by a stand-in (1:3, as VfioNodes makes them for the simulated
+    kernel), so a container gets a node at the right path that is not the kernel's group."""
+
+    def __init__(self):
+        super().__init__("/")
+        self.groups = "/sys/class/vfio"
+        self.replaced = []
+
+    def start(self):
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping.wait(0.02):
+            with contextlib.suppress(OSError):
+                for group in os.listdir(self.groups):
+                    path = os.path.join("/dev/vfio", group)
+                    if group == "vfio" or path in self.made:
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                    self._make(group)
+                    self.replaced.append(group)
+                    print("     --bite: /dev/vfio/%s replaced by a stand-in (1:3)" % group, flush=True)
+
+
 class Sim:
     kind = "simulated"
 
@@ -220,10 +252,15 @@ class RealKernel:
 
     @staticmethod
     def device_number(path):
-        with contextlib.suppress(OSError):
-            st = os.stat(path)
-            if stat.S_ISCHR(st.st_mode):
-                return (os.major(st.st_rdev), os.minor(st.st_rdev))
+        """(major, minor) the kernel gave the character device udev puts at `path`: from sysfs
+        (/sys/class/vfio/<group>/dev, /sys/class/misc/vfio/dev), not from the node at `path`,
+        which anyone could have made."""
+        name = os.path.basename(path)
+        sysfs = "/sys/class/misc/vfio/dev" if name == "vfio" else os.path.join("/sys/class/vfio", name, "dev")
+        with contextlib.suppress(OSError, ValueError):
+            with open(sysfs) as f:
+                major, minor = f.read().strip().split(":")
+            return (int(major), int(minor))
         return None
 
     def remove(self, uuid):
@@ -266,9 +303,10 @@ def run_in_lab_vm(argv):
 
 
 class Scenario:
-    def __init__(self, args, report, grace=GRACE, remove_live=False, restart_stateless=False):
+    def __init__(self, args, report, grace=GRACE, remove_live=False, restart_stateless=False,
+                 vfio_impostor=False):
         self.args, self.report, self.grace, self.remove_live = args, report, grace, remove_live
-        self.restart_stateless = restart_stateless
+        self.restart_stateless, self.vfio_impostor = restart_stateless, vfio_impostor
         self.slowdown = REAL_KERNEL_SLOWDOWN if args.real_kernel else 1
         self.pr = load_podresources()
 
@@ -290,7 +328,7 @@ class Scenario:
         # The VM lab's kernel makes real mdevs and their /dev/vfio nodes; the simulated one needs
         # the test to play udev.
         kernel = RealKernel() if self.args.real_kernel else Sim(self.args.sim, workdir)
-        vfio = None if self.args.real_kernel else VfioNodes(kernel.mount)
+        vfio = (VfioImpostor() if self.vfio_impostor else None) if self.args.real_kernel else VfioNodes(kernel.mount)
         self.daemon = None
         try:
             if vfio:
@@ -298,7 +336,9 @@ class Scenario:
             self.kernel = kernel
             self.daemon = self.start_daemon(kernel)
             self.one_pod()
-            if self.args.real_kernel:
+            if self.vfio_impostor:
+                pass  # the bite's check is the one pod's
+            elif self.args.real_kernel:
                 # Under TCG every pod costs seconds of emulated runc and containerd: one burst,
                 # of the sample driver's types (the restarts are the simulated node's scenario).
                 self.burst(count=REAL_KERNEL_BURST)
@@ -443,7 +483,7 @@ class Scenario:
                     devices.get("/dev/vfio/vfio") == self.kernel.device_number("/dev/vfio/vfio"),
                     "the container gets the real kernel's /dev/vfio/<group> of its mdev (and /dev/vfio/vfio), "
                     "the same character devices",
-                    "the mdev's IOMMU group %s is %s on the node; the container shows %s"
+                    "the mdev's IOMMU group %s is %s in sysfs; the container shows %s"
                     % (group, want, devices))
         listed = self.pod_resources().get((TENANT, "one"), [])
         uid = running["metadata"]["uid"]
@@ -594,8 +634,6 @@ def main():
     parser.add_argument("--real-kernel", action="store_true",
                         help="scenario 4: one pod and a burst on the VM lab's real kernel (boots it)")
     args = parser.parse_args()
-    if args.real_kernel and args.bite:
-        parser.error("--bite breaks the simulated node; it has no --real-kernel form")
     if not args.real_kernel and not args.sim:
         parser.error("--sim is required without --real-kernel")
     if args.real_kernel and os.environ.get("KVGPU_IN_VM") != "1":
@@ -621,11 +659,15 @@ def main():
                                     time.monotonic() - started))
             return 0 if not report.failed else 1
         caught = []
-        for what, kwargs, must_fail in (
-                ("a daemon whose grace period is an hour", {"grace": "60m"}, ("none leaked (the burst)",)),
-                ("a vGPU removed while its pod runs", {"remove_live": True}, ("no live vGPU removed (the burst)",)),
-                ("a daemon started again after its crash without its state directory",
-                 {"restart_stateless": True}, ("no live vGPU removed (across", "none leaked (across"))):
+        bites = (
+            ("a daemon whose grace period is an hour", {"grace": "60m"}, ("none leaked (the burst)",)),
+            ("a vGPU removed while its pod runs", {"remove_live": True}, ("no live vGPU removed (the burst)",)),
+            ("a daemon started again after its crash without its state directory",
+             {"restart_stateless": True}, ("no live vGPU removed (across", "none leaked (across")))
+        if args.real_kernel:
+            bites = (("the node's /dev/vfio/<group> a stand-in, not the kernel's group device",
+                      {"vfio_impostor": True}, ("the container gets the real kernel's /dev/vfio/<group>",)),)
+        for what, kwargs, must_fail in bites:
             print("--- bite: %s (must fail: %s)" % (what, " or ".join(must_fail)), flush=True)
             report = Report()
             Scenario(args, report, **kwargs).run(bin_dir)
