@@ -106,10 +106,9 @@ void Node(size_t index, std::mt19937& random, kvgpu::sim::KernelModel& model,
   std::vector<dp::CreatedVgpu> records;
   for (size_t g = 0; g < gpus.size(); ++g) {
     const bool free = std::bernoulli_distribution(kFreeGpu)(random);
-    const auto& type = gpus[g].types[std::uniform_int_distribution<size_t>(
-        0, gpus[g].types.size() - 1)(random)];
-    const uint32_t used =
-        std::uniform_int_distribution<uint32_t>(1, type.max_instances)(random);
+    const auto& type =
+        gpus[g].types[std::uniform_int_distribution<size_t>(0, gpus[g].types.size() - 1)(random)];
+    const uint32_t used = std::uniform_int_distribution<uint32_t>(1, type.max_instances)(random);
     if (free) continue;
     for (uint32_t slot = 0; slot < used; ++slot) {
       auto vgpu = backend.Create({gpus[g].address, type.id, std::nullopt});
