@@ -190,8 +190,13 @@ int main(int argc, char** argv) {
   }
   if (options.nodes == 0) return Usage();
 
-  char dir_template[] = "/tmp/kvgpu-sched-nodes-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) Die("mkdtemp failed");
+  // The kernel model's tree is files: on a tmpfs where there is one (TMPDIR, else /dev/shm).
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && *tmp != '\0'              ? tmp
+                     : std::filesystem::is_directory("/dev/shm") ? "/dev/shm"
+                                                                 : "/tmp";
+  std::string dir_template = base + "/kvgpu-sched-nodes-XXXXXX";
+  if (mkdtemp(dir_template.data()) == nullptr) Die("mkdtemp in " + base + " failed");
   const std::filesystem::path dir = dir_template;
   int status = 0;
   {
@@ -205,11 +210,11 @@ int main(int argc, char** argv) {
       if (i < options.first) {
         // Draw the same numbers the node would have used, without making anything.
         for (int g = 0; g < kGpusPerNode; ++g) {
-          std::bernoulli_distribution(kFreeGpu)(random);
+          static_cast<void>(std::bernoulli_distribution(kFreeGpu)(random));
           const auto& types = (*model)->profile().gpus[0].types;
           const auto& type =
               types[std::uniform_int_distribution<size_t>(0, types.size() - 1)(random)];
-          std::uniform_int_distribution<uint32_t>(1, type.max_instances)(random);
+          static_cast<void>(std::uniform_int_distribution<uint32_t>(1, type.max_instances)(random));
         }
         continue;
       }
