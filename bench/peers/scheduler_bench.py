@@ -194,7 +194,16 @@ def node_object(line):
                                        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
 
 
-def shipped_config_with_extender(shipped_text, url, tls, kubeconfig):
+def client_connection(kubeconfig, qps):
+    """clientConnection: the scheduler's kubeconfig and, where qps is given, its client's rate limit
+    (qps and burst both; the default 50 and 100 hold a burst's binds to 50 a second)."""
+    text = "clientConnection:\n  kubeconfig: %s\n" % kubeconfig
+    if qps:
+        text += "  qps: %d\n  burst: %d\n" % (qps, qps)
+    return text
+
+
+def shipped_config_with_extender(shipped_text, url, tls, kubeconfig, qps=0):
     """The shipped KubeSchedulerConfiguration with only what a cluster fills in filled in: the
     extender's urlPrefix and its tlsConfig's three fields, the scheduler's clientConnection and
     leaderElection (appended). A text edit, each exactly once, so nothing else can change."""
@@ -209,14 +218,14 @@ def shipped_config_with_extender(shipped_text, url, tls, kubeconfig):
             raise controlplane.ControlPlaneError("the shipped scheduler config has %d of %r, not 1" % (n, pattern))
     if re.search(r"^(clientConnection|leaderElection):", text, re.MULTILINE):
         raise controlplane.ControlPlaneError("the shipped scheduler config sets clientConnection or leaderElection")
-    return text.rstrip("\n") + "\nclientConnection:\n  kubeconfig: %s\nleaderElection:\n  leaderElect: false\n" % kubeconfig
+    return text.rstrip("\n") + "\n" + client_connection(kubeconfig, qps) + "leaderElection:\n  leaderElect: false\n"
 
 
-def plain_config(kubeconfig):
+def plain_config(kubeconfig, qps=0):
     """The same profile without the extender."""
     return ("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
-            "profiles:\n- schedulerName: %s\nclientConnection:\n  kubeconfig: %s\n"
-            "leaderElection:\n  leaderElect: false\n" % (SCHEDULER_NAME, kubeconfig))
+            "profiles:\n- schedulerName: %s\n%sleaderElection:\n  leaderElect: false\n"
+            % (SCHEDULER_NAME, client_connection(kubeconfig, qps)))
 
 
 # --- the API server ----------------------------------------------------------------------------
@@ -628,9 +637,10 @@ class Bench:
             self.start_extender(pki, port)
             with open(os.path.join(REPO, "deploy", "scheduler", "kube-scheduler-config.yaml")) as f:
                 config = shipped_config_with_extender(f.read(), "https://127.0.0.1:%d" % port, tls,
-                                                      os.path.join(self.top, "scheduler.kubeconfig"))
+                                                      os.path.join(self.top, "scheduler.kubeconfig"),
+                                                      self.args.client_qps)
         else:
-            config = plain_config(os.path.join(self.top, "scheduler.kubeconfig"))
+            config = plain_config(os.path.join(self.top, "scheduler.kubeconfig"), self.args.client_qps)
         extender_cpu = cpu_seconds(self.extender.popen.pid) if self.extender else None
         self.start_scheduler(config, mode)
         scheduler_cpu = cpu_seconds(self.scheduler.popen.pid)
@@ -777,7 +787,7 @@ def cmd_run(args):
             raise SystemExit("unknown mode %s (%s)" % (m, ", ".join(MODES)))
     sizes = [int(s) for s in args.sizes.split(",") if s]
     types = burst_types(args.pods, args.seed)
-    results = {"pods": args.pods, "seed": args.seed, "modes": modes, "sizes": []}
+    results = {"pods": args.pods, "seed": args.seed, "modes": modes, "sizes": [], "client_qps": args.client_qps}
     if os.path.exists(args.out):
         with open(args.out) as f:
             previous = json.load(f)
@@ -860,6 +870,10 @@ def report(results, env):
       % (env.get("KV_DATE", "?"), env.get("KV_COMMIT", "?"), env.get("KV_RELEASE", "?"),
          env.get("KV_BUILD_TYPE", "?"), env.get("KV_MODEL", "?"), env.get("KV_CORES", "?"),
          env.get("KV_LOAD_START", "?"), env.get("KV_LOAD_END", "?"), results["seed"]))
+    qps = results.get("client_qps")
+    w("kube-scheduler's client rate limit (clientConnection qps and burst): %s." % (
+        "%d and %d in every mode (the defaults, 50 and 100, hold a burst's binds to 50 a second)" % (qps, qps)
+        if qps else "the defaults, 50 and 100"))
     w("")
     w("![pods/s and kube-scheduler's attempt duration per mode and cluster size](images/bench-peers-scheduler.png)")
     w("")
@@ -1068,6 +1082,10 @@ kvgpu_scheduler_extender_request_seconds_bucket{path="/filter",le="+Inf"} 2
     check(all(t in shipped for t in ("nodeCacheCapable: true", "bindVerb: bind", "managedResources")) and
           all("name: tencent.com/vgpu-%s\n" % t in shipped for t in T4_TYPES),
           "the shipped config is nodeCacheCapable, binds, and manages every T4 type")
+    cfg = shipped_config_with_extender(shipped, "https://x", {"caData": "a", "certData": "b", "keyData": "c"}, "/k", 1000)
+    check(cfg.endswith("clientConnection:\n  kubeconfig: /k\n  qps: 1000\n  burst: 1000\nleaderElection:\n  leaderElect: false\n")
+          and "qps" not in plain_config("/k") and "  burst: 7\n" in plain_config("/k", 7),
+          "the client's rate limit is set where asked, both qps and burst")
     check("extenders" not in plain_config("/k") and SCHEDULER_NAME in plain_config("/k"),
           "the counts and DRA modes have the same profile and no extender")
 
@@ -1111,6 +1129,8 @@ def main():
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--timeout", type=float, default=300.0, help="seconds a burst may take")
     run.add_argument("--dra-max-nodes", type=int, default=1 << 30)
+    run.add_argument("--client-qps", type=int, default=0,
+                     help="kube-scheduler's clientConnection qps and burst (0: its defaults, 50 and 100)")
     run.add_argument("--dra-pods", type=int, default=0, help="pods of the DRA burst (0: --pods), the first of the same")
     run.add_argument("--work", default=None)
     run.add_argument("--keep", action="store_true")
