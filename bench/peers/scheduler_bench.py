@@ -382,6 +382,36 @@ def cpu_seconds(pid):
         return None
 
 
+class ConnectionCounter:
+    """The TCP connections made to a loopback port (its /proc/net/tcp entries, sampled every
+    0.1 s): whether kube-scheduler keeps its connection to the extender or opens one per call."""
+
+    def __init__(self, port):
+        self.port = port
+        self.peers = set()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping.wait(0.1):
+            try:
+                with open("/proc/net/tcp") as f:
+                    next(f)
+                    for line in f:
+                        fields = line.split()
+                        local, remote = fields[1], fields[2]
+                        if int(local.split(":")[1], 16) == self.port and remote != "00000000:0000":
+                            self.peers.add(remote)
+            except OSError:
+                pass
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(2)
+        return len(self.peers)
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -531,6 +561,7 @@ class Bench:
                 "--metrics-addr=127.0.0.1:%d" % metrics_port, "--kubeconfig", self.cp.kubeconfig]
         self.extender = controlplane._Process("kvgpu-scheduler-extender", argv, os.path.join(self.top, "extender.log"))
         self.extender.metrics_port = metrics_port
+        self.extender.port = port
         self.cp.wait_https_ready("kvgpu-scheduler-extender answers /readyz (it follows nodes and pods)",
                                  port, os.path.join(pki, "ca.crt"), [self.extender])
 
@@ -642,6 +673,7 @@ class Bench:
         else:
             config = plain_config(os.path.join(self.top, "scheduler.kubeconfig"), self.args.client_qps)
         extender_cpu = cpu_seconds(self.extender.popen.pid) if self.extender else None
+        connections = ConnectionCounter(self.extender.port) if self.extender else None
         self.start_scheduler(config, mode)
         scheduler_cpu = cpu_seconds(self.scheduler.popen.pid)
         complete = watch.wait(time.monotonic() + self.args.timeout)
@@ -649,6 +681,7 @@ class Bench:
         record["scheduler_cpu_s"] = (cpu_seconds(self.scheduler.popen.pid) or 0) - (scheduler_cpu or 0)
         if self.extender:
             record["extender_cpu_s"] = (cpu_seconds(self.extender.popen.pid) or 0) - (extender_cpu or 0)
+            record["extender_connections"] = connections.stop()
         time.sleep(1.0)  # the last bind's metrics
         watch.stop()
         with watch.lock:
@@ -937,21 +970,22 @@ def report(results, env):
     w("")
     w("| nodes | filter calls | filter p50 / p99 / mean ms | prioritize calls | prioritize p50 / p99 / mean ms | bind "
       "calls | bind p50 / p99 / mean ms | binds refused (the ledger said no; kube-scheduler tries again) "
-      "| extender CPU ms per pod |")
-    w("|---|---|---|---|---|---|---|---|---|")
+      "| extender CPU ms per pod | TCP connections kube-scheduler opened to it |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
     for r in sizes:
         e = r["modes"].get("extender") or {}
         if "extender" not in e:
             continue
         x = e["extender"]
         cpu = e.get("extender_cpu_s")
-        w("| %s | %d | %s / %s / %s | %d | %s / %s / %s | %d | %s / %s / %s | %s | %s |" % (
+        w("| %s | %d | %s / %s / %s | %d | %s / %s / %s | %d | %s / %s / %s | %s | %s | %s |" % (
             format(r["nodes"], ","), x["filter"]["count"], fmt(x["filter"]["p50_ms"], 2), fmt(x["filter"]["p99_ms"], 2),
             fmt(x["filter"]["mean_ms"], 2), x["prioritize"]["count"], fmt(x["prioritize"]["p50_ms"], 2),
             fmt(x["prioritize"]["p99_ms"], 2), fmt(x["prioritize"]["mean_ms"], 2), x["bind"]["count"],
             fmt(x["bind"]["p50_ms"], 2), fmt(x["bind"]["p99_ms"], 2), fmt(x["bind"]["mean_ms"], 2),
             e.get("extender_refused_binds", "-"),
-            fmt(cpu * 1000.0 / e["bound"] if cpu is not None and e["bound"] else None, 2)))
+            fmt(cpu * 1000.0 / e["bound"] if cpu is not None and e["bound"] else None, 2),
+            e.get("extender_connections", "-")))
     w("")
     w("Each Filter plugin's time per node (scheduler_plugin_execution_duration_seconds, which kube-scheduler "
       "samples in a tenth of the cycles; wall time, 16 nodes filtered in parallel on 2 cores):")
