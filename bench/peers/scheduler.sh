@@ -21,7 +21,7 @@
 # markers in docs/bench-peers.md (DOC=0: print only; DOC=FILE: there).
 # Env: RELEASE (1.37), SIZES (100,1000,5000), PODS (300), MODES (extender,counts,dra), SEED (1),
 # TIMEOUT (300: seconds a burst may take), DRA_MAX_NODES (no limit), DRA_PODS (PODS: the DRA burst,
-# the first of the same pods; DRA takes seconds a pod), CLIENT_QPS (1000: kube-scheduler's
+# the first of the same pods; DRA takes seconds a pod), DRA_TIMEOUT (TIMEOUT), CLIENT_QPS (1000: kube-scheduler's
 # clientConnection qps and burst in every mode; 0: its defaults, 50 and 100, which hold binds to 50/s), RESULTS (a JSON file the sizes
 # measured are kept in and added to, so sizes can be run one at a time; default: a new one),
 # REPORT_ONLY=1 (only the report of RESULTS), KEEP=1 (keep each size's logs and metrics), KVGPU_CACHE.
@@ -43,6 +43,7 @@ SEED=${SEED:-1}
 TIMEOUT=${TIMEOUT:-300}
 DRA_MAX_NODES=${DRA_MAX_NODES:-1073741824}
 DRA_PODS=${DRA_PODS:-0}
+DRA_TIMEOUT=${DRA_TIMEOUT:-0}
 CLIENT_QPS=${CLIENT_QPS:-1000}
 doc=${DOC:-$root/docs/bench-peers.md}
 plot=$root/docs/images/bench-peers-scheduler.png
@@ -78,7 +79,7 @@ if [[ ${REPORT_ONLY:-} != 1 ]]; then
   [[ ${KEEP:-} == 1 ]] && keep=(--keep)
   "$python" "$peers/scheduler_bench.py" run --bin-dir "$bin_dir" --extender "$extender" --nodes-bin "$nodes_bin" \
     --out "$results" --sizes "$SIZES" --pods "$PODS" --modes "$MODES" --seed "$SEED" --timeout "$TIMEOUT" \
-    --dra-max-nodes "$DRA_MAX_NODES" --dra-pods "$DRA_PODS" --client-qps "$CLIENT_QPS" "${keep[@]}" || die "the measurement failed"
+    --dra-max-nodes "$DRA_MAX_NODES" --dra-pods "$DRA_PODS" --dra-timeout "$DRA_TIMEOUT" --client-qps "$CLIENT_QPS" "${keep[@]}" || die "the measurement failed"
 fi
 [[ -f $results ]] || die "no results in $results"
 
@@ -90,7 +91,7 @@ KV_LOAD_START=$load_start
 KV_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 KV_BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 KV_RELEASE=$release_version
-KV_COMMAND="SIZES=$SIZES PODS=$PODS CLIENT_QPS=$CLIENT_QPS DRA_PODS=$DRA_PODS DRA_MAX_NODES=$DRA_MAX_NODES MODES=$MODES bash bench/peers/scheduler.sh ${1:-}"
+KV_COMMAND="SIZES=$SIZES PODS=$PODS CLIENT_QPS=$CLIENT_QPS DRA_PODS=$DRA_PODS DRA_TIMEOUT=$DRA_TIMEOUT DRA_MAX_NODES=$DRA_MAX_NODES MODES=$MODES bash bench/peers/scheduler.sh ${1:-}"
 export KV_DATE KV_COMMIT KV_MODEL KV_CORES KV_LOAD_START KV_LOAD_END KV_BUILD_TYPE KV_RELEASE KV_COMMAND
 "$python" "$peers/scheduler_bench.py" report "$results" "$work/section.md" "$work/plot.dat"
 cat "$work/section.md"

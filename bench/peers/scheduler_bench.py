@@ -676,7 +676,8 @@ class Bench:
         connections = ConnectionCounter(self.extender.port) if self.extender else None
         self.start_scheduler(config, mode)
         scheduler_cpu = cpu_seconds(self.scheduler.popen.pid)
-        complete = watch.wait(time.monotonic() + self.args.timeout)
+        timeout = self.args.dra_timeout if mode == "dra" and self.args.dra_timeout else self.args.timeout
+        complete = watch.wait(time.monotonic() + timeout)
         done = time.monotonic()
         record["scheduler_cpu_s"] = (cpu_seconds(self.scheduler.popen.pid) or 0) - (scheduler_cpu or 0)
         if self.extender:
@@ -698,6 +699,7 @@ class Bench:
             record["first_bind_after_healthy_s"] = times[0] - self.scheduler.healthy
         if not complete:
             record["timed_out_after_s"] = done - self.scheduler.healthy
+        record["scheduler_errors"] = self.scheduler_errors()
 
         samples = self.scrape_scheduler()
         profile = {"profile": SCHEDULER_NAME}
@@ -758,6 +760,21 @@ class Bench:
         self.api.must("DELETE", "/api/v1/namespaces/%s/pods" % namespace,
                       {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
         return record
+
+    def scheduler_errors(self):
+        """{error text, node names and numbers blanked: how often} of the attempts kube-scheduler
+        logged as errors ("Error scheduling pod; retrying")."""
+        out = {}
+        try:
+            with open(self.scheduler.log_path, errors="replace") as f:
+                for line in f:
+                    m = re.search(r'"Error scheduling pod; retrying" err="((?:[^"\\]|\\.)*)"', line)
+                    if m:
+                        text = re.sub(r"\d+", "N", m.group(1))[:300]
+                        out[text] = out.get(text, 0) + 1
+        except OSError:
+            pass
+        return out
 
     def refused_binds(self):
         try:
@@ -999,6 +1016,16 @@ def report(results, env):
                 w("| %s | %s | %s | %s | %s |" % (format(r["nodes"], ","), mode, fmt(f.get("NodeResourcesFit"), 3),
                                                  fmt(f.get("DynamicResources"), 3), fmt(f.get("TaintToleration"), 3)))
     w("")
+    errors = [(r["nodes"], mode, text, n) for r in sizes for mode in MODES
+              for text, n in sorted(((r["modes"].get(mode) or {}).get("scheduler_errors") or {}).items())]
+    if errors:
+        w("Attempts kube-scheduler ended with an error (its log, \"Error scheduling pod; retrying\"; numbers as N):")
+        w("")
+        w("| nodes | mode | error | attempts |")
+        w("|---|---|---|---|")
+        for nodes, mode, text, n in errors:
+            w("| %s | %s | %s | %d |" % (format(nodes, ","), mode, text.replace("|", "\\|").replace('\\"', '"'), n))
+        w("")
     w("Setting up (not measured): nodes computed by kvgpu-bench-scheduler-nodes, registered, and for DRA the "
       "ResourceSlices published:")
     w("")
@@ -1165,6 +1192,7 @@ def main():
     run.add_argument("--dra-max-nodes", type=int, default=1 << 30)
     run.add_argument("--client-qps", type=int, default=0,
                      help="kube-scheduler's clientConnection qps and burst (0: its defaults, 50 and 100)")
+    run.add_argument("--dra-timeout", type=float, default=0.0, help="seconds the DRA burst may take (0: --timeout)")
     run.add_argument("--dra-pods", type=int, default=0, help="pods of the DRA burst (0: --pods), the first of the same")
     run.add_argument("--work", default=None)
     run.add_argument("--keep", action="store_true")
