@@ -799,6 +799,7 @@ class Bench:
     def run(self, modes, types):
         self.modes = modes
         self.result["load_before"] = loadavg()
+        self.result["started"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         self.published_at = time.time()  # the states' publishedUnixMs: when the helper renders them
         self.make_nodes()
         self.start_plane()
@@ -1042,11 +1043,12 @@ def report(results, env):
     w("Setting up (not measured): nodes computed by kvgpu-bench-scheduler-nodes, registered, and for DRA the "
       "ResourceSlices published:")
     w("")
-    w("| nodes | nodes computed s | registered s | ResourceSlices | their JSON MB | published s | the size's total s |")
-    w("|---|---|---|---|---|---|---|")
+    w("| nodes | measured from | load before | nodes computed s | registered s | ResourceSlices | their JSON MB "
+      "| published s | the size's total s |")
+    w("|---|---|---|---|---|---|---|---|---|")
     for r in sizes:
-        w("| %s | %s | %s | %s | %s | %s | %s |" % (
-            format(r["nodes"], ","), fmt(r.get("nodes_made_s")), fmt(r.get("register_s")),
+        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            format(r["nodes"], ","), r.get("started", "-"), r.get("load_before", "-"), fmt(r.get("nodes_made_s")), fmt(r.get("register_s")),
             format(r["slices"], ",") if "slices" in r else "-",
             fmt(r["slice_bytes"] / 1e6) if "slice_bytes" in r else "-", fmt(r.get("slices_s")), fmt(r.get("total_s"), 0)))
     return "\n".join(lines) + "\n"
