@@ -27,7 +27,7 @@
 #
 # Prints Markdown; writes docs/images/bench-peers-dra.png and the section between the markers in
 # docs/bench-peers.md (DOC=0: print only; DOC=FILE: there).
-# Env: ROUNDS (3), CALLS (200), GAP_MS (20), RELEASE (1.37), KVGPU_CACHE (~/.cache/kata-vgpu),
+# Env: ROUNDS (3), CALLS (200), GAP_MS (120), RELEASE (1.37), KVGPU_CACHE (~/.cache/kata-vgpu),
 # ONLY (ours, nvidia or example: one plugin, the client's lines printed), BUILD_ONLY=1 (build the
 # peers and stop), and where each peer's source is fetched from (its GitHub repository, or any
 # clone holding the pinned tag): NVIDIA_DRA_GIT, NVML_MOCK_GIT, DRA_EXAMPLE_GIT.
@@ -118,6 +118,15 @@ GOPROXY=off GOFLAGS="-mod=vendor -buildvcs=false" CGO_LDFLAGS_ALLOW='--defsym|-s
 GOFLAGS="-mod=readonly -buildvcs=false" \
   gobuild "$ex_bin" "$ex_commit $(go version) -mod=readonly" "$ex_src" -o "$ex_bin.new" ./cmd/dra-example-kubeletplugin
 [[ -e $ex_bin.new ]] && mv "$ex_bin.new" "$ex_bin"
+# The mock's A100 profile (eight A100-SXM4-40GB, go-nvml's dgxa100 shape) with each PCI bus ID in
+# the form real NVML reports (nvmlPciInfo_t.busId: an 8-digit domain, "00000000:07:00.0"). The mock
+# writes the 4-digit form ("0000:07:00.0"), which go-nvlib's GetPCIBusID (it strips a leading
+# "0000") turns into ":07:00.0"; the plugin then stops at its start ("error getting PCI bus ID for
+# device 0: invalid PCI Bus ID format", getGpuInfo in cmd/gpu-kubelet-plugin/nvlib.go).
+mock_config=$(dirname "$mock_lib")/mock-nvml-config-a100-busid.yaml
+sed -E 's/bus_id: "0000:/bus_id: "00000000:/' "$mock_src/pkg/gpu/mocknvml/configs/mock-nvml-config-a100.yaml" >"$mock_config.new"
+[[ $(grep -c 'bus_id: "00000000:' "$mock_config.new") == 8 ]] || die "the mock's A100 profile does not list 8 bus IDs as expected"
+mv "$mock_config.new" "$mock_config"
 [[ ${BUILD_ONLY:-} == 1 ]] && { info "built: $nv_bin $mock_lib $ex_bin"; exit 0; }
 
 build=$(cd "${1:-$root/build-dra}" 2>/dev/null && pwd) || die "no build dir ${1:-$root/build-dra}"
@@ -135,7 +144,7 @@ bin_dir=$(bash "$root/tests/k8s/build-peers.sh" --print-bin-dir "$release")
 for program in etcd kube-apiserver kubectl; do
   [[ -x $bin_dir/$program ]] || die "no $bin_dir/$program: build Kubernetes $release's programs with tests/k8s/build-peers.sh $release (or RELEASE=1.36)"
 done
-ROUNDS=${ROUNDS:-3} CALLS=${CALLS:-200} GAP_MS=${GAP_MS:-20}
+ROUNDS=${ROUNDS:-3} CALLS=${CALLS:-200} GAP_MS=${GAP_MS:-120}
 doc=${DOC:-$root/docs/bench-peers.md}
 plot=$root/docs/images/bench-peers-dra.png
 work=$(mktemp -d)
@@ -144,7 +153,7 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 info "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load average $load_start"
 "$python" "$peers/dra_bench.py" --bin-dir "$bin_dir" --build "$build" --nvidia-bin "$nv_bin" \
-  --mock-lib "$mock_lib" --example-bin "$ex_bin" --work "$work/runs" --rounds "$ROUNDS" \
+  --mock-lib "$mock_lib" --mock-config "$mock_config" --example-bin "$ex_bin" --work "$work/runs" --rounds "$ROUNDS" \
   --calls "$CALLS" --gap-ms "$GAP_MS" ${ONLY:+--only "$ONLY"} || die "the benchmark failed (logs: $work/runs)"
 
 # The runs' numbers and the plugins' logs, kept for a look afterwards (the last run's only).

@@ -5,8 +5,9 @@ N one-device claims allocated to its node, then N times NodePrepareResources and
 NodeUnprepareResources (k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin) of one claim each, one kept gRPC
 connection as kubelet keeps it.
 
-usage: dra_bench.py --bin-dir K8S_BIN --build BUILD --nvidia-bin B --mock-lib L --example-bin B
-                    --work DIR [--rounds 3] [--calls 200] [--gap-ms 20] [--only ours|nvidia|example]
+usage: dra_bench.py --bin-dir K8S_BIN --build BUILD --nvidia-bin B --mock-lib L --mock-config YAML
+                    --example-bin B --work DIR [--rounds 3] [--calls 200] [--gap-ms 120]
+                    [--only ours|nvidia|example]
 Writes DIR/<which>-<round>.json (one run's numbers) and DIR/order; the plugins' logs under DIR.
 
 The client is Python (grpcio 1.51, Debian's python3-grpcio) and the same for the three plugins;
@@ -197,12 +198,12 @@ class Plugin:
                 os.mknod(os.path.join(dr, "dev", name), 0o666 | 0o020000, os.makedev(major, minor))
             # As its Helm chart runs it (logVerbosity "4"), the driver roots the chart's
             # nvidiaDriverRoot/containerDriverRoot name pointed at the mock root.
-            argv = [a.nvidia_bin, "-v", "4", "--node-name", NODE, "--cdi-root", os.path.join(d, "cdi"),
+            argv = [a.nvidia_bin, "-v", "4", "--image-name", "bench", "--node-name", NODE, "--cdi-root", os.path.join(d, "cdi"),
                     "--nvidia-driver-root", dr, "--container-driver-root", dr,
                     "--nvidia-cdi-hook-path", "/usr/bin/true",
                     "--kubelet-registrar-directory-path", self.registry,
                     "--kubelet-plugins-directory-path", self.plugins, "--kubeconfig", self.cp.kubeconfig]
-            env = dict(os.environ)
+            env = dict(os.environ, MOCK_NVML_CONFIG=a.mock_config)
         else:
             argv = [a.example_bin, "--node-name", NODE, "--cdi-root", os.path.join(d, "cdi"),
                     "--kubelet-registrar-directory-path", self.registry,
@@ -359,6 +360,10 @@ def run(which, rnd, args, cp, api, protos):
                   file=sys.stderr)
     finally:
         plugin.stop()
+        # client-go's own rate limiter (5 QPS, burst 10 by default) logs every wait it makes.
+        if getattr(plugin, "main", None):
+            with contextlib.suppress(OSError), open(plugin.main.log_path, errors="replace") as f:
+                result["throttled"] = sum("client-side throttling" in line for line in f)
         api.request("DELETE", "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims" % NAMESPACE)
     with open(os.path.join(args.work, "%s-%d.json" % (which, rnd)), "w") as f:
         json.dump(result, f)
@@ -367,11 +372,11 @@ def run(which, rnd, args, cp, api, protos):
 
 def main():
     parser = argparse.ArgumentParser()
-    for flag in ("--bin-dir", "--build", "--nvidia-bin", "--mock-lib", "--example-bin", "--work"):
+    for flag in ("--bin-dir", "--build", "--nvidia-bin", "--mock-lib", "--mock-config", "--example-bin", "--work"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--gap-ms", type=float, default=20)
+    parser.add_argument("--gap-ms", type=float, default=120)
     parser.add_argument("--only")
     args = parser.parse_args()
     protos = load_protos()
