@@ -147,7 +147,9 @@ done
 ROUNDS=${ROUNDS:-3} CALLS=${CALLS:-200} GAP_MS=${GAP_MS:-120}
 doc=${DOC:-$root/docs/bench-peers.md}
 plot=$root/docs/images/bench-peers-dra.png
-work=$(mktemp -d)
+# Everything the plugins write (checkpoints, CDI specs, our state) on tmpfs: the plugins, not
+# this machine's disk and its fsyncs, are measured.
+work=$(mktemp -d "${BENCH_TMP:-/dev/shm}/kvgpu-bench-dra.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -176,10 +178,11 @@ KV_LOAD_START=$load_start
 KV_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 KV_BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
 KV_GO=$go_version
+KV_BUILD_ARG=${1:-}
 KV_APISERVER=$("$bin_dir/kube-apiserver" --version 2>/dev/null | awk '{print $2}')
 KV_PEERS="dra-driver-nvidia-gpu $nv_tag ($nv_commit) on the mock NVML of k8s-test-infra $mock_tag ($mock_commit); dra-example-driver $ex_tag ($ex_commit)"
 KV_SETTINGS="$ROUNDS $CALLS $GAP_MS"
-export KV_DATE KV_COMMIT KV_MODEL KV_CORES KV_LOAD_START KV_LOAD_END KV_BUILD_TYPE KV_GO KV_APISERVER KV_PEERS KV_SETTINGS
+export KV_DATE KV_COMMIT KV_MODEL KV_CORES KV_LOAD_START KV_LOAD_END KV_BUILD_TYPE KV_GO KV_BUILD_ARG KV_APISERVER KV_PEERS KV_SETTINGS
 "$python" "$peers/dra_report.py" "$work/runs" "$work/plot.dat" >"$work/section.md"
 cat "$work/section.md"
 

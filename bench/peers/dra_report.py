@@ -84,6 +84,10 @@ for p in present:
 
 out = []
 w = out.append
+w("Command (kvgpu-device-plugin and kvgpu-sim in the build dir; the cmake line at the top of the script):")
+w("")
+w(f"    bash bench/peers/dra.sh {env.get('KV_BUILD_ARG') or ''}".rstrip())
+w("")
 w(f"Run {env['KV_DATE']}, commit {env['KV_COMMIT']}, {env['KV_CORES']} cores ({env['KV_MODEL']}), "
   f"load average {env['KV_LOAD_START']} before and {env['KV_LOAD_END']} after; our build "
   f"{env.get('KV_BUILD_TYPE') or '?'}, the peers built with {env['KV_GO']}; kube-apiserver "
@@ -120,6 +124,8 @@ row("VmHWM, MiB", lambda p: f"{stats[p]['hwm']:.1f}")
 row("threads", lambda p: f"{stats[p]['threads']:.0f}")
 row("start to registration socket answered, ms", lambda p: fmt(stats[p]["registered"]))
 row("start to its ResourceSlice at the API server, ms", lambda p: fmt(stats[p]["slice"]))
+row("client-go waits for its rate limiter (log lines)", lambda p: "-" if p == "ours" else str(
+    sum(r.get("throttled", 0) for r in runs if r["which"] == p)))
 row("failed calls", lambda p: f"{stats[p]['errors']} of {2 * stats[p]['calls']}")
 row("p99 prepare in kubelet's 45 s budget", lambda p: f"{stats[p]['prep99'] / (BUDGET_S * 1e3) * 100:.4f} %")
 w("")
