@@ -193,7 +193,7 @@ set multiplot layout 1,2 title "DRA kubelet plugins: prepare + unprepare of a on
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.7 border -1
-set key top left
+set key top right
 set grid ytics
 set ylabel "ms, client-side (log scale)"
 set logscale y
