@@ -28,8 +28,9 @@
 # Prints Markdown; writes docs/images/bench-peers-dra.png and the section between the markers in
 # docs/bench-peers.md (DOC=0: print only; DOC=FILE: there).
 # Env: ROUNDS (3), CALLS (200), GAP_MS (120), RELEASE (1.37), KVGPU_CACHE (~/.cache/kata-vgpu),
-# ONLY (ours, nvidia or example: one plugin, the client's lines printed), BUILD_ONLY=1 (build the
-# peers and stop), and where each peer's source is fetched from (its GitHub repository, or any
+# ONLY (ours, nvidia or example: that plugin only, no report; the raw numbers stay in the cache's
+# dra-last/), BUILD_ONLY=1 (build the peers and stop), BENCH_TMP (/dev/shm: where the plugins
+# write), and where each peer's source is fetched from (its GitHub repository, or any
 # clone holding the pinned tag): NVIDIA_DRA_GIT, NVML_MOCK_GIT, DRA_EXAMPLE_GIT.
 set -o errexit -o nounset -o pipefail
 
