@@ -205,6 +205,7 @@ plot "$work/plot.dat" index 0 using 2:xtic(1) title "prepare p50" lc rgb "#1f77b
      "" index 0 using 6 title "client floor p50" lc rgb "#7f7f7f"
 unset logscale y
 set yrange [0:*]
+set key below
 set ylabel "plugin CPU ms per pair / VmRSS MiB"
 plot "$work/plot.dat" index 1 using 2:xtic(1) title "CPU ms per prepare + unprepare" lc rgb "#2ca02c", \
      "" index 1 using 3 title "VmRSS after the loop, MiB" lc rgb "#9467bd"
