@@ -290,8 +290,9 @@ void ClusterView::SetFollowing(const std::string& source, bool following) {
 
 bool ClusterView::Following() const {
   std::lock_guard lock(mutex_);
-  return !following_.empty() && std::all_of(following_.begin(), following_.end(),
-                                            [](const auto& entry) { return entry.second; });
+  return std::all_of(following_.begin(), following_.end(),
+                     [](const auto& entry) { return entry.second; }) &&
+         following_.contains(kNodesWatch) && following_.contains(kPodsWatch);
 }
 
 }  // namespace kvgpu::extender

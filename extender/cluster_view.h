@@ -117,7 +117,11 @@ class ClusterView {
   // The view's unix-ms clock: what a bind writes in the ledger and what ages the entries.
   int64_t NowUnixMs() const { return unix_now_(); }
 
-  // Whether a watch follows the API server ("nodes", "pods"); readiness needs both.
+  // Whether a watch follows the API server (kNodesWatch, kPodsWatch). Readiness needs both to
+  // have said so: a watch that has not reported yet (a cluster's thousands of Nodes still being
+  // listed) is not following, whatever the other says.
+  static constexpr const char* kNodesWatch = "nodes";
+  static constexpr const char* kPodsWatch = "pods";
   void SetFollowing(const std::string& source, bool following);
   bool Following() const;
 

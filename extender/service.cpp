@@ -85,33 +85,35 @@ struct Service::Impl {
   void Watch() {
     nodes = std::make_unique<kube::ListWatcher>(
         *api, kube::ListWatchOptions{.path = "/api/v1/nodes", .what = "nodes"});
-    nodes->Start(
-        {[this](const std::vector<nlohmann::json>& all) {
-           view->SyncNodes(all);
-           if (coverage) coverage->SyncNodes(all);
-         },
-         [this](kube::WatchEventType type, const nlohmann::json& node) {
-           view->NodeChanged(type, node);
-           if (coverage) coverage->NodeChanged(type, node);
-         },
-         [this](bool following, const std::string&) { view->SetFollowing("nodes", following); }});
+    nodes->Start({[this](const std::vector<nlohmann::json>& all) {
+                    view->SyncNodes(all);
+                    if (coverage) coverage->SyncNodes(all);
+                  },
+                  [this](kube::WatchEventType type, const nlohmann::json& node) {
+                    view->NodeChanged(type, node);
+                    if (coverage) coverage->NodeChanged(type, node);
+                  },
+                  [this](bool following, const std::string&) {
+                    view->SetFollowing(ClusterView::kNodesWatch, following);
+                  }});
     // Assigned pods only: a pod shows up here when it is bound.
     pods = std::make_unique<kube::ListWatcher>(
         *api, kube::ListWatchOptions{
                   .path = "/api/v1/pods?fieldSelector=" + kube::QueryEscape("spec.nodeName!="),
                   .what = "assigned pods"});
-    pods->Start(
-        {[this](const std::vector<nlohmann::json>& all) {
-           std::vector<kube::PodInfo> parsed;
-           for (const nlohmann::json& object : all) {
-             if (auto pod = kube::ParsePod(object); pod.ok()) parsed.push_back(*pod);
-           }
-           view->SyncPods(parsed);
-         },
-         [this](kube::WatchEventType type, const nlohmann::json& object) {
-           if (auto pod = kube::ParsePod(object); pod.ok()) view->PodChanged(type, *pod);
-         },
-         [this](bool following, const std::string&) { view->SetFollowing("pods", following); }});
+    pods->Start({[this](const std::vector<nlohmann::json>& all) {
+                   std::vector<kube::PodInfo> parsed;
+                   for (const nlohmann::json& object : all) {
+                     if (auto pod = kube::ParsePod(object); pod.ok()) parsed.push_back(*pod);
+                   }
+                   view->SyncPods(parsed);
+                 },
+                 [this](kube::WatchEventType type, const nlohmann::json& object) {
+                   if (auto pod = kube::ParsePod(object); pod.ok()) view->PodChanged(type, *pod);
+                 },
+                 [this](bool following, const std::string&) {
+                   view->SetFollowing(ClusterView::kPodsWatch, following);
+                 }});
   }
 };
 

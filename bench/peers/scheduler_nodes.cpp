@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cross_program.h"
 #include "deviceplugin/dra/resource_slices.h"
 #include "deviceplugin/model/device_catalogue.h"
 #include "deviceplugin/model/device_id.h"
@@ -52,7 +53,6 @@ using nlohmann::json;
 
 constexpr int kGpusPerNode = 8;
 constexpr double kFreeGpu = 0.4;
-constexpr const char* kResourcePrefix = "tencent.com/vgpu-";
 
 struct Options {
   size_t nodes = 0;
@@ -115,7 +115,8 @@ void Node(size_t index, std::mt19937& random, kvgpu::sim::KernelModel& model,
       if (!vgpu.ok()) Die(name + ": " + vgpu.status().ToString());
       dp::CreatedVgpu record;
       record.device_id = dp::MakeDeviceId({gpus[g].address, type.id, slot});
-      record.resource = kResourcePrefix + type.id.substr(type.id.rfind('-') + 1);
+      record.resource =
+          std::string(kvgpu::kVgpuResourcePrefix) + type.id.substr(type.id.rfind('-') + 1);
       record.vgpu_id = vgpu->id;
       record.parent = gpus[g].address;
       record.physical_gpu = gpus[g].address;

@@ -374,6 +374,10 @@ TEST(ClusterViewTest, TheNodeTableFollowsRandomChurn) {
 TEST(ClusterViewTest, ReadyOnlyWhileEveryWatchFollows) {
   ClusterView view("tencent.com/vgpu-");
   EXPECT_FALSE(view.Following()) << "nothing followed yet";
+  // The pods' watch follows while the Nodes are still being listed (5,000 of them took 3 s
+  // against a real API server, and kube-scheduler's filter calls meanwhile failed every node).
+  view.SetFollowing("pods", true);
+  EXPECT_FALSE(view.Following()) << "the nodes' watch has not reported yet";
   view.SetFollowing("nodes", true);
   view.SetFollowing("pods", false);
   EXPECT_FALSE(view.Following());
