@@ -127,22 +127,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# NVIDIA's source at the pinned commit, fetched once into the cache.
-src=$cache/peers/src/kubevirt-gpu-device-plugin-$nv_commit
-if [[ ! -f $src/go.mod ]]; then
-  mkdir -p "$cache/peers/src"
-  fetch=$(mktemp -d "$cache/peers/src/.fetch.XXXXXX")
-  info "fetching kubevirt-gpu-device-plugin $nv_tag from $nv_git"
-  git init -q --bare "$fetch/git"
-  git -C "$fetch/git" fetch -q --depth 1 "$nv_git" "refs/tags/$nv_tag:refs/tags/$nv_tag" ||
-    { rm -rf "$fetch"; die "cannot fetch $nv_tag from $nv_git (NVIDIA_DP_GIT names another clone)"; }
-  got=$(git -C "$fetch/git" rev-parse "$nv_tag^{commit}")
-  [[ $got == "$nv_commit" ]] || { rm -rf "$fetch"; die "$nv_tag at $nv_git is $got, not the pinned $nv_commit"; }
-  mkdir "$fetch/tree"
-  git -C "$fetch/git" archive "$nv_commit" | tar -x -C "$fetch/tree"
-  mv "$fetch/tree" "$src"
-  rm -rf "$fetch"
-fi
+# NVIDIA's source at the pinned commit, fetched once into the cache (NVIDIA_DP_GIT names another
+# clone).
+# shellcheck source=bench/peers/pinned_source.sh
+. "$peers/pinned_source.sh"
+src=$(pinned_source kubevirt-gpu-device-plugin "$nv_git" "$nv_tag" "$nv_commit")
 # Built as its Dockerfile builds it (CGO_ENABLED=1 go build -trimpath ./cmd), from its vendor/
 # directory: no module is fetched. Reused while the commit, the go and the flags are the same.
 nv_bin=$cache/peers/kubevirt-gpu-device-plugin-$nv_tag/nvidia-kubevirt-gpu-device-plugin

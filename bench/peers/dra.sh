@@ -58,27 +58,8 @@ go_version=$(go env GOVERSION 2>/dev/null || true)
 [[ $(printf '%s\n' go1.26 "$go_version" | sort -V | head -n 1) == go1.26 ]] ||
   die "the go on PATH ($(command -v go)) is ${go_version:-unknown}; the peers' go.mod ask for 1.26 (Debian bookworm's golang-go is 1.19)"
 
-# fetch NAME GIT TAG COMMIT: the source tree at the pinned commit, fetched once into the cache;
-# prints its path.
-fetch() {
-  local name=$1 git=$2 tag=$3 commit=$4 src tmp got
-  src=$cache/peers/src/$name-$commit
-  if [[ ! -f $src/go.mod ]]; then
-    mkdir -p "$cache/peers/src"
-    tmp=$(mktemp -d "$cache/peers/src/.fetch.XXXXXX")
-    info "fetching $name $tag from $git"
-    git init -q --bare "$tmp/git"
-    git -C "$tmp/git" fetch -q --depth 1 "$git" "refs/tags/$tag:refs/tags/$tag" ||
-      { rm -rf "$tmp"; die "cannot fetch $name $tag from $git (set the variable for its source: see the top)"; }
-    got=$(git -C "$tmp/git" rev-parse "$tag^{commit}")
-    [[ $got == "$commit" ]] || { rm -rf "$tmp"; die "$name $tag at $git is $got, not the pinned $commit"; }
-    mkdir "$tmp/tree"
-    git -C "$tmp/git" archive "$commit" | tar -x -C "$tmp/tree"
-    mv "$tmp/tree" "$src"
-    rm -rf "$tmp"
-  fi
-  echo "$src"
-}
+# shellcheck source=bench/peers/pinned_source.sh
+. "$peers/pinned_source.sh"
 
 # gobuild OUT PINS DIR ARGS...: go build in DIR unless OUT exists built with the same PINS.
 gobuild() {
@@ -98,9 +79,9 @@ gobuild() {
 # proxy answers 403 for sigs.k8s.io/dra-driver-nvidia-gpu, github.com/NVIDIA/k8s-dra-driver-gpu
 # and github.com/NVIDIA/k8s-test-infra): no module is fetched. The example driver has no vendor/;
 # its dependencies come through the module proxy, checked against its own go.sum.
-nv_src=$(fetch dra-driver-nvidia-gpu "$nv_git" "$nv_tag" "$nv_commit")
-mock_src=$(fetch k8s-test-infra "$mock_git" "$mock_tag" "$mock_commit")
-ex_src=$(fetch dra-example-driver "$ex_git" "$ex_tag" "$ex_commit")
+nv_src=$(pinned_source dra-driver-nvidia-gpu "$nv_git" "$nv_tag" "$nv_commit")
+mock_src=$(pinned_source k8s-test-infra "$mock_git" "$mock_tag" "$mock_commit")
+ex_src=$(pinned_source dra-example-driver "$ex_git" "$ex_tag" "$ex_commit")
 nv_bin=$cache/peers/dra-driver-nvidia-gpu-$nv_tag/gpu-kubelet-plugin
 mock_lib=$cache/peers/nvml-mock-$mock_tag/libnvidia-ml.so.550.163.01
 ex_bin=$cache/peers/dra-example-driver-$ex_tag/dra-example-kubeletplugin
