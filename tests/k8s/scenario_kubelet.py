@@ -78,6 +78,9 @@ LIST = "/v1.PodResourcesLister/List"
 # How long a deleted pod's vGPU may take to go: the grace period, the daemon's poll, kubelet's
 # and containerd's teardown, on a loaded machine. Far below the bite's grace (an hour).
 GONE_DEADLINE = 120.0
+# The pods of a burst have settled when none changed phase or node for this long (after the
+# scheduler's longest backoff, 10 s, so a pod it found no room for is tried again first).
+SETTLE_STABLE = 30.0
 # Pods of the real-kernel burst (--real-kernel): the sample driver mtty's two types share 24 ports.
 REAL_KERNEL_BURST = 12
 # The VM lab run of --real-kernel: memory for a control plane, a node and the daemon, and the
@@ -409,9 +412,13 @@ class Scenario:
     def wait_for(self, ready, deadline=DEADLINE):
         return controlplane.wait_until(ready, deadline * self.slowdown, (self.daemon, self.node.kubelet, self.node.containerd))
 
-    def capacity(self):
+    def capacity(self, field="capacity"):
         _, node = self.cp.request("GET", "/api/v1/nodes/" + self.node.name)
-        return {k: v for k, v in node["status"].get("capacity", {}).items() if k.startswith(DOMAIN + "/vgpu-")}
+        return {k: v for k, v in node["status"].get(field, {}).items() if k.startswith(DOMAIN + "/vgpu-")}
+
+    def allocatable(self):
+        """What kubelet counts healthy: none of a plugin's devices while it does not serve."""
+        return self.capacity("allocatable")
 
     def pods(self):
         status, answer = self.cp.request("GET", "/api/v1/namespaces/%s/pods" % TENANT)
@@ -555,6 +562,8 @@ class Scenario:
                     print("     --bite: removing %s's vGPU %s behind the daemon's back" % victim)
                     self.kernel.remove(victim[1])
 
+        stable = {"outcome": None, "since": 0.0}
+
         def settled():
             watch()
             pods = self.pods()
@@ -569,7 +578,19 @@ class Scenario:
                     cond = [c for c in p.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"]
                     if not cond or cond[0].get("reason") != "Unschedulable":
                         return None
-            return pods
+            # A restarted daemon or kubelet: until the plugin serves kubelet again, the Node shows
+            # no allocatable vGPU and the scheduler finds no room for any pod, which it takes back
+            # once the Node does (a busy machine took longer than the pods' creation to get there).
+            if restarted and not any(int(self.allocatable().get(t, "0")) > 0 for t in types):
+                return None
+            # Settled when nothing changed for a while: a pod the scheduler found no room for a
+            # moment ago is tried again when the Node changes (its backoff is 10 s at most).
+            outcome = sorted((n, p.get("status", {}).get("phase"), p.get("spec", {}).get("nodeName"))
+                             for n, p in pods.items())
+            now = time.monotonic()
+            if outcome != stable["outcome"]:
+                stable.update(outcome=outcome, since=now)
+            return pods if now - stable["since"] >= SETTLE_STABLE * self.slowdown else None
 
         pods = self.wait_for(settled, deadline=DEADLINE * 2)
         if not r.check(pods is not None, "%s: the pods settle: each running, failed or unschedulable" % what,
@@ -606,8 +627,9 @@ class Scenario:
             after = sorted(n for n in running if int(n[-2:]) >= first)
             r.check(bool(after), "after %s restarted, the plugin serves kubelet again: pods created after it "
                     "are admitted and run (%d of them)" % (restart, len(after)),
-                    "phases of those pods: %s" % {n: p.get("status", {}).get("phase") for n, p in pods.items()
-                                                  if int(n[-2:]) >= first})
+                    "phases of those pods: %s; the Node's allocatable %s; the daemon's log ends:\n%s"
+                    % ({n: p.get("status", {}).get("phase") for n, p in pods.items() if int(n[-2:]) >= first},
+                       self.allocatable(), self.daemon.log_tail()))
         if restarts:
             listed = self.pod_resources()
             devices = {}
