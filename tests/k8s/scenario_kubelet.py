@@ -620,7 +620,9 @@ class Scenario:
         r.check(len(running) > 0 and all(len(self.pod_vgpus(p)) == 1 for p in running.values()) and not shared
                 and not wrong_type,
                 "no vGPU shared (%s): each of the %d running pods holds one vGPU of its type, its own"
-                % (what, len(running)), "shared %s; %s" % (shared, wrong_type[:5]))
+                % (what, len(running)), "shared %s; %s; running pods not holding one vGPU: %s"
+                % (shared, wrong_type[:5], {n: (self.node.container_env(p), p.get("status", {}).get(
+                    "containerStatuses")) for n, p in running.items() if len(self.pod_vgpus(p)) != 1}))
         r.check(not live_removed, "no live vGPU removed (%s): every running pod's vGPU stayed in the kernel" % what,
                 str(live_removed[:5]))
         for restart, first in sorted(restarted.items()):
