@@ -388,14 +388,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                    [self.containerd])
 
     def _container_log(self, pod, container):
-        """The lines a container's process printed, from its log under kubelet's podLogsDir;
-        [] before it logged."""
+        """The lines a container's processes printed, from its logs under kubelet's podLogsDir,
+        oldest attempt first (<restart count>.log: an attempt kubelet's restart cut short before
+        it ran leaves an empty 0.log, and the next attempt logs to 1.log); [] before it logged."""
         meta = pod["metadata"]
-        path = os.path.join(self.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
-                            container, "0.log")
-        with contextlib.suppress(OSError), open(path) as f:
-            return [line.rstrip("\n") for line in f]
-        return []
+        directory = os.path.join(self.path("pod-logs"), "%s_%s_%s" % (meta["namespace"], meta["name"], meta["uid"]),
+                                 container)
+        lines = []
+        with contextlib.suppress(OSError):
+            attempts = sorted(int(n[:-4]) for n in os.listdir(directory) if re.fullmatch(r"\d+\.log", n))
+            for attempt in attempts:
+                with contextlib.suppress(OSError), open(os.path.join(directory, "%d.log" % attempt)) as f:
+                    lines.extend(line.rstrip("\n") for line in f)
+        return lines
 
     def container_env(self, pod, prefix="KVGPU_", container="main"):
         """The variables a container's process printed (the test workload prints its environment
