@@ -17,7 +17,6 @@ Only the standard library, grpcio, protobuf and PyYAML (Debian's python3-grpcio,
 import argparse
 import contextlib
 import http.client
-import importlib.util
 import json
 import os
 import shutil
@@ -25,7 +24,6 @@ import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
@@ -34,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "k8s"))
 
 import controlplane  # noqa: E402
+from scenario_dra import load_protos  # noqa: E402  (the DRA and registration messages, compiled by protoc)
 import yaml  # noqa: E402
 
 NODE = "bench-node"
@@ -45,23 +44,6 @@ GET_INFO = "/pluginregistration.Registration/GetInfo"
 NOTIFY = "/pluginregistration.Registration/NotifyRegistrationStatus"
 TICK = os.sysconf("SC_CLK_TCK")
 FLOOR_CALLS = 200
-
-
-def load_protos():
-    """The DRA v1 and plugin registration messages, compiled by protoc as
-    tests/k8s/scenario_dra.py compiles them."""
-    out = tempfile.mkdtemp(prefix="kvgpu-bench-dra-proto-")
-    modules = {}
-    for proto, name in (("dra/v1/api.proto", "dra_v1"), ("pluginregistration/v1/api.proto", "registration_v1")):
-        with open(os.path.join(REPO, "proto", "kubelet", proto)) as f, open(os.path.join(out, name + ".proto"), "w") as g:
-            g.write(f.read())
-        subprocess.run(["protoc", "-I" + out, "--python_out=" + out, name + ".proto"], check=True)
-        spec = importlib.util.spec_from_file_location(name + "_pb2", os.path.join(out, name + "_pb2.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        modules[name] = module
-    shutil.rmtree(out)
-    return modules
 
 
 class Api:

@@ -50,6 +50,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,7 @@ def load_protos():
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules[name] = module
+    shutil.rmtree(out)
     return modules
 
 
