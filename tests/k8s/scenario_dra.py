@@ -46,11 +46,9 @@ are not built and Go is not installed, or FUSE cannot be used here (kvgpu-sim ex
 import argparse
 import contextlib
 import copy
-import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,9 +60,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "deploy"))
+sys.path.insert(0, os.path.join(REPO, "proto", "kubelet"))
 
 import check_deploy  # noqa: E402
 import controlplane  # noqa: E402
+import messages  # noqa: E402
 import yaml  # noqa: E402
 
 DRIVER = "vgpu.tencent.com"
@@ -101,20 +101,8 @@ class Skip(Exception):
 
 
 def load_protos():
-    """The DRA v1 and plugin registration messages, compiled by protoc (as the peer kubelet of
-    tests/deviceplugin/peer does); services are called by their wire names."""
-    out = tempfile.mkdtemp(prefix="kvgpu-k8s-dra-proto-")
-    modules = {}
-    for proto, name in (("dra/v1/api.proto", "dra_v1"), ("pluginregistration/v1/api.proto", "registration_v1")):
-        with open(os.path.join(REPO, "proto", "kubelet", proto)) as f, open(os.path.join(out, name + ".proto"), "w") as g:
-            g.write(f.read())
-        subprocess.run(["protoc", "-I" + out, "--python_out=" + out, name + ".proto"], check=True)
-        spec = importlib.util.spec_from_file_location(name + "_pb2", os.path.join(out, name + "_pb2.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        modules[name] = module
-    shutil.rmtree(out)
-    return modules
+    """The DRA v1 and plugin registration messages (proto/kubelet/messages.py)."""
+    return {name: messages.load(name) for name in ("dra_v1", "registration_v1")}
 
 
 class SimNode:

@@ -44,10 +44,8 @@ the release is not built and Go is missing, FUSE is unusable, or the node cannot
 """
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -60,9 +58,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "deploy"))
+sys.path.insert(0, os.path.join(REPO, "proto", "kubelet"))
 
 import check_deploy  # noqa: E402
 import controlplane  # noqa: E402
+import messages  # noqa: E402
 import node as kubelet_node  # noqa: E402
 import yaml  # noqa: E402
 
@@ -113,19 +113,6 @@ class Report:
         if not ok:
             self.failed.append(what)
         return ok
-
-
-def load_podresources():
-    out = tempfile.mkdtemp(prefix="kvgpu-k8s-podresources-")
-    with open(os.path.join(REPO, "proto", "kubelet", "podresources", "v1", "api.proto")) as f, \
-            open(os.path.join(out, "podresources_v1.proto"), "w") as g:
-        g.write(f.read())
-    subprocess.run(["protoc", "-I" + out, "--python_out=" + out, "podresources_v1.proto"], check=True)
-    spec = importlib.util.spec_from_file_location("podresources_v1_pb2", os.path.join(out, "podresources_v1_pb2.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    shutil.rmtree(out, ignore_errors=True)
-    return module
 
 
 class VfioNodes:
@@ -311,7 +298,7 @@ class Scenario:
         self.args, self.report, self.grace, self.remove_live = args, report, grace, remove_live
         self.restart_stateless, self.vfio_impostor = restart_stateless, vfio_impostor
         self.slowdown = REAL_KERNEL_SLOWDOWN if args.real_kernel else 1
-        self.pr = load_podresources()
+        self.pr = messages.load("podresources_v1")
 
     def run(self, bin_dir):
         with tempfile.TemporaryDirectory(prefix="kvgpu-k8s-kubelet-") as workdir, \

@@ -30,13 +30,10 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import dataclasses
-import functools
-import importlib.util
 import json
 import os
 import pathlib
-import subprocess
-import tempfile
+import sys
 import threading
 import time
 import uuid
@@ -44,32 +41,13 @@ from typing import Callable
 
 import grpc
 
+# The kubelet API's messages (proto/kubelet/messages.py).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "proto" / "kubelet"))
+import messages  # noqa: E402
+
 CHECKPOINT_NAME = "kubelet_internal_checkpoint"
 API_VERSION = "v1beta1"
 NO_TOPOLOGY = "-1"  # the NUMA key kubelet writes when a device has no topology
-
-
-@functools.lru_cache(maxsize=None)
-def load_protos(proto_root: pathlib.Path):
-    """Compiles the kubelet protos with protoc into a temp dir and imports the message modules.
-
-    Only messages are generated; services are called by their wire method names
-    ("/v1beta1.DevicePlugin/Allocate"), which is how kubelet routes them. Both upstream files are
-    named api.proto; they are compiled under distinct names so one descriptor pool holds both.
-    """
-    out = pathlib.Path(tempfile.mkdtemp(prefix="kubelet-peer-proto-"))
-    modules = []
-    for proto, name in (
-        ("deviceplugin/v1beta1/api.proto", "deviceplugin_v1beta1"),
-        ("podresources/v1/api.proto", "podresources_v1"),
-    ):
-        (out / f"{name}.proto").write_text((proto_root / proto).read_text())
-        subprocess.run(["protoc", f"-I{out}", f"--python_out={out}", f"{name}.proto"], check=True)
-        spec = importlib.util.spec_from_file_location(f"{name}_pb2", out / f"{name}_pb2.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        modules.append(module)
-    return tuple(modules)
 
 
 class AdmissionError(Exception):
@@ -173,9 +151,9 @@ class Endpoint:
 
 
 class Kubelet:
-    def __init__(self, root: pathlib.Path, proto_root: pathlib.Path):
+    def __init__(self, root: pathlib.Path):
         self.root = root
-        self.dp, self.pr = load_protos(proto_root)
+        self.dp, self.pr = messages.load("deviceplugin_v1beta1"), messages.load("podresources_v1")
         self.plugin_dir = root / "device-plugins"
         self.pod_resources_dir = root / "pod-resources"
         self.lock = threading.RLock()

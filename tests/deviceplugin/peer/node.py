@@ -15,10 +15,9 @@ from apiserver_peer import ApiServer
 from kubelet_peer import Kubelet
 
 BUILD = pathlib.Path(os.environ.get("KVGPU_BUILD_DIR", "build"))
-SOURCE = pathlib.Path(os.environ.get("KVGPU_SOURCE_DIR", "."))
 SIM = BUILD / "sim" / "fuse" / "kvgpu-sim"
 PLUGIN = BUILD / "deviceplugin" / "kvgpu-device-plugin"
-PROTOS = SOURCE / "proto" / "kubelet"
+
 
 def plugin_config(watch_pods: bool, rescan: str = "1s") -> str:
     return f"""\
@@ -74,7 +73,7 @@ class Node:
         self.sim: subprocess.Popen | None = None
         self.plugin: subprocess.Popen | None = None
         self.metrics_port = free_port()
-        self.kubelet = Kubelet(self.kubelet_dir, PROTOS)
+        self.kubelet = Kubelet(self.kubelet_dir)
         self.kubelet.api = self.api
         self.plugin_log = workdir / "plugin.log"
 
