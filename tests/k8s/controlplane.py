@@ -107,16 +107,24 @@ def _openssl(*args, cwd):
 
 def wait_until(ready, deadline, watched):
     """ready()'s first truthy answer, asked every half second for `deadline` seconds (None after
-    that); a ControlPlaneError, with its log's end, as soon as a `watched` process has exited."""
+    that); a ControlPlaneError, with its log's end, as soon as a `watched` process has exited.
+    A question that fails on the network (a request refused, cut or timed out) is asked again:
+    on a busy machine one GET of the API server in the VM lab's TCG guest took over 30 s."""
     end = time.monotonic() + deadline
+    failed = None
     while True:
         for p in watched:
             if p is not None and not p.alive():
                 raise ControlPlaneError("%s exited; its log ends:\n%s" % (p.name, p.log_tail()))
-        got = ready()
+        try:
+            got = ready()
+        except (OSError, http.client.HTTPException) as e:
+            got, failed = None, e
         if got:
             return got
         if time.monotonic() > end:
+            if failed is not None:
+                print("     (while waiting, a request failed: %s: %s)" % (type(failed).__name__, failed), flush=True)
             return None
         time.sleep(0.5)
 
