@@ -531,6 +531,26 @@ current-context: kata-vgpu-test
         except ValueError:
             return response.status, raw
 
+    def call(self, method, path, body=None, ok=(200, 201, 202), deadline=120, timeout=30):
+        """request() asked again while it fails on the network, for `deadline` seconds; its
+        (status, answer) once the status is one of `ok`, else a ControlPlaneError. A create whose
+        answer was lost may have been done: put 409 in `ok` where the object is the caller's own
+        (and 404 for a delete). Cheaper than kubectl, which starts a program and may fetch the
+        OpenAPI document first: in the VM lab's TCG guest under load, that download outlived
+        kubectl's 32 s."""
+        end = time.monotonic() + deadline
+        while True:
+            try:
+                status, answer = self.request(method, path, body=body, timeout=timeout)
+                break
+            except (OSError, http.client.HTTPException) as e:
+                if time.monotonic() > end:
+                    raise ControlPlaneError("%s %s: no answer for %.0f s: %s" % (method, path, deadline, e))
+                time.sleep(0.5)
+        if status not in ok:
+            raise ControlPlaneError("%s %s: HTTP %d: %s" % (method, path, status, str(answer)[:500]))
+        return status, answer
+
     def wait_https_ready(self, what, port, ca, processes):
         """Waits until one of our programs answers GET /readyz with 200 over HTTPS on loopback,
         its certificate checked against `ca`; fails at once when one of `processes` exits."""

@@ -425,6 +425,32 @@ class Scenario:
                                          "imagePullPolicy": "Never", "args": ["KVGPU_"],
                                          "resources": {"limits": {resource: "1"}}}]}}
 
+    def create_pod(self, name, resource):
+        self.cp.call("POST", "/api/v1/namespaces/%s/pods" % TENANT, self.pod(name, resource), ok=(201, 409),
+                     deadline=DEADLINE * self.slowdown)
+
+    def delete_pods(self, names):
+        """Deletes the pods (their grace period as the spec gives it), without waiting for them."""
+        for name in names:
+            self.cp.call("DELETE", "/api/v1/namespaces/%s/pods/%s" % (TENANT, name), ok=(200, 202, 404),
+                         deadline=DEADLINE * self.slowdown)
+
+    def delete_pods_and_wait(self, names=None, deadline=DEADLINE):
+        """Deletes the pods (None: every pod of the namespace), then waits until the API server holds
+        none of them, as `kubectl delete --wait` does."""
+        if names is None:
+            self.cp.call("DELETE", "/api/v1/namespaces/%s/pods" % TENANT, deadline=DEADLINE * self.slowdown)
+        else:
+            self.delete_pods(names)
+
+        def left():
+            pods = set(self.pods())
+            return sorted(pods & set(names) if names is not None else pods)
+
+        if not self.wait_for(lambda: not left() or None, deadline=deadline):
+            raise controlplane.ControlPlaneError("pods %s still there %.0f s after their deletion"
+                                                 % (left()[:10], deadline * self.slowdown))
+
     def pod_vgpus(self, pod):
         return [u for k, v in self.node.container_env(pod).items() if k.endswith("_UUIDS") for u in v.split(",") if u]
 
@@ -463,7 +489,7 @@ class Scenario:
         resource = next((DOMAIN + "/vgpu-" + t for t in ("230", "mtty-2") if DOMAIN + "/vgpu-" + t in caps),
                         self.resources[0])
         vgpu_type = type_of(resource)
-        self.cp.kubectl("create", "-f", "-", input=json.dumps(self.pod("one", resource)))
+        self.create_pod("one", resource)
         running = self.wait_for(lambda: self._running("one"))
         r.check(bool(running), "a pod asking one %s is admitted and runs under runc" % resource,
                 json.dumps((self.pods().get("one") or {}).get("status", {}))[:1500])
@@ -492,7 +518,7 @@ class Scenario:
                 "kubelet's PodResources List names the pod's one %s device" % resource, str(listed))
         r.check(entries.get(resource) and listed and entries[resource] == listed[0][1],
                 "kubelet's checkpoint holds the same device for the pod", "%s vs %s" % (entries, listed))
-        self.cp.kubectl("delete", "pod", "one", "-n", TENANT, "--wait=true", timeout=DEADLINE * self.slowdown)
+        self.delete_pods_and_wait(["one"], DEADLINE)
         gone = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
         r.check(bool(gone), "the pod deleted, its vGPU goes (grace %s)" % self.grace, str(self.kernel.vgpus()))
 
@@ -531,13 +557,13 @@ class Scenario:
 
         deleted = set()
         for i, name in enumerate(names):
-            self.cp.kubectl("create", "-f", "-", input=json.dumps(self.pod(name, want[name])))
+            self.create_pod(name, want[name])
             if i % 10 == 9:
                 watch()
             if i == count // 2:
                 # A third of the first half deleted while the rest still arrive.
                 doomed = [n for n in names[:count // 2] if int(n[-2:]) % 3 == 0]
-                self.cp.kubectl("delete", "pod", "-n", TENANT, "--wait=false", *doomed)
+                self.delete_pods(doomed)
                 deleted.update(doomed)
             if restarts and i == count // 3:
                 print("     restarting kubelet after %s" % name, flush=True)
@@ -636,7 +662,7 @@ class Scenario:
             twice = {d: ns for d, ns in devices.items() if len(ns) > 1}
             r.check(not short and not twice, "after both restarts kubelet's PodResources gives each running pod "
                     "one device, none to two pods", "not one device: %s; shared: %s" % (short[:5], twice))
-        self.cp.kubectl("delete", "pod", "-n", TENANT, "--all", "--wait=true", timeout=DEADLINE * 2 * self.slowdown)
+        self.delete_pods_and_wait(deadline=DEADLINE * 2)
         leftover = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
         r.check(bool(leftover), "none leaked (%s): with every pod deleted, the kernel holds no vGPU (grace %s)"
                 % (what, self.grace), str(self.kernel.vgpus()))
