@@ -212,7 +212,7 @@ class SimNode:
         self.mount = os.path.join(self.dir, "node")
         os.makedirs(os.path.join(self.dir, "state"), exist_ok=True)
         os.makedirs(os.path.join(self.dir, "licensing-source"), exist_ok=True)
-        self.kubelet = Kubelet(pathlib.Path(self.dir, "kubelet"), pathlib.Path(REPO, "proto", "kubelet"))
+        self.kubelet = Kubelet(pathlib.Path(self.dir, "kubelet"))
         self.sim = None
         self.plugin = None
         self.metrics_port = None
