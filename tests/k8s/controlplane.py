@@ -105,6 +105,11 @@ def _openssl(*args, cwd):
         raise ControlPlaneError("openssl %s failed: %s" % (" ".join(args), result.stderr.strip()))
 
 
+# What a request to one of the plane's servers raises when the network, not the server's answer,
+# failed: refused, cut or timed out. Asked again by wait_until and ControlPlane.call.
+NETWORK_ERRORS = (OSError, http.client.HTTPException)
+
+
 def wait_until(ready, deadline, watched):
     """ready()'s first truthy answer, asked every half second for `deadline` seconds (None after
     that); a ControlPlaneError, with its log's end, as soon as a `watched` process has exited.
@@ -118,7 +123,7 @@ def wait_until(ready, deadline, watched):
                 raise ControlPlaneError("%s exited; its log ends:\n%s" % (p.name, p.log_tail()))
         try:
             got = ready()
-        except (OSError, http.client.HTTPException) as e:
+        except NETWORK_ERRORS as e:
             got, failed = None, e
         if got:
             return got
@@ -543,7 +548,7 @@ current-context: kata-vgpu-test
             try:
                 status, answer = self.request(method, path, body=body, timeout=timeout)
                 break
-            except (OSError, http.client.HTTPException) as e:
+            except NETWORK_ERRORS as e:
                 if time.monotonic() > end:
                     raise ControlPlaneError("%s %s: no answer for %.0f s: %s" % (method, path, deadline, e))
                 time.sleep(0.5)
