@@ -513,15 +513,35 @@ class Scenario:
                     "the mdev's IOMMU group %s is %s in sysfs; the container shows %s"
                     % (group, want, devices))
         listed = self.pod_resources().get((TENANT, "one"), [])
-        uid = running["metadata"]["uid"]
-        entries = self.checkpoint().get(uid, {})
         r.check(len(listed) == 1 and listed[0][0] == resource and len(listed[0][1]) == 1,
                 "kubelet's PodResources List names the pod's one %s device" % resource, str(listed))
+        entries, nudged = self.checkpoint_entries(running["metadata"]["uid"], resource)
         r.check(entries.get(resource) and listed and entries[resource] == listed[0][1],
-                "kubelet's checkpoint holds the same device for the pod", "%s vs %s" % (entries, listed))
-        self.delete_pods_and_wait(["one"], DEADLINE)
+                "kubelet's checkpoint holds the same device for the pod%s" % (
+                    " (after one more Allocate made kubelet write it again)" if nudged else ""),
+                "%s vs %s" % (entries, listed))
+        self.delete_pods_and_wait(["one"] + (["nudge"] if nudged else []), DEADLINE)
         gone = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
         r.check(bool(gone), "the pod deleted, its vGPU goes (grace %s)" % self.grace, str(self.kernel.vgpus()))
+
+    def checkpoint_entries(self, uid, resource):
+        """The checkpoint's entries for pod `uid` once they name its `resource`, and whether another
+        pod had to be admitted first. kubelet snapshots its books under a lock but writes the file
+        outside it, so a write begun by one of the daemon's ListAndWatch updates (sent during the
+        Allocate) can land after the Allocate's own, with the books from before the pod: the file
+        then lacks the pod until kubelet's next write. Another Allocate is such a write."""
+        def named():
+            entries = self.checkpoint().get(uid, {})
+            return entries if entries.get(resource) else None
+
+        entries = self.wait_for(named, deadline=10.0)
+        if entries:
+            return entries, False
+        print("     the checkpoint does not name the pod yet: admitting another pod asking %s, so that "
+              "kubelet writes it again" % resource, flush=True)
+        self.create_pod("nudge", resource)
+        self.wait_for(lambda: self._running("nudge"))
+        return self.wait_for(named, deadline=30.0) or self.checkpoint().get(uid, {}), True
 
     def _running(self, name):
         p = self.pods().get(name)
@@ -530,6 +550,11 @@ class Scenario:
         return None
 
     # --- the burst ---------------------------------------------------------------------------
+
+    def running_vgpu(self, deleted):
+        """(pod, vGPU) of a running pod not among `deleted`, if there is one."""
+        return next(((n, v) for n, p in self.pods().items() if p.get("status", {}).get("phase") == "Running"
+                     and n not in deleted for v in self.pod_vgpus(p)), None)
 
     def burst(self, prefix="burst", count=BURST, restarts=False):
         r = self.report
@@ -571,13 +596,15 @@ class Scenario:
                 self.node.restart_kubelet()
                 restarted["kubelet"] = i + 1
             if restarts and i == 2 * count // 3:
+                # The crash must find vGPUs of running pods to keep (on a busy machine the pods so
+                # far may not have reached kubelet yet).
+                self.wait_for(lambda: self.running_vgpu(deleted))
                 print("     killing the daemon (SIGKILL) after %s and starting it again%s" % (
                     name, " without its state directory" if self.restart_stateless else ""), flush=True)
                 self.crash_and_restart_daemon()
                 restarted["the daemon"] = i + 1
             if self.remove_live and i == count // 2 + 5:
-                victim = next(((n, v) for n, p in self.pods().items() if p.get("status", {}).get("phase") == "Running"
-                               and n not in deleted for v in self.pod_vgpus(p)), None)
+                victim = self.wait_for(lambda: self.running_vgpu(deleted))
                 if victim:
                     print("     --bite: removing %s's vGPU %s behind the daemon's back" % victim)
                     self.kernel.remove(victim[1])
