@@ -2,12 +2,12 @@
 // (who holds what now, app containers only), kubelet's device-manager checkpoint (which pod UID
 // each ID was given to, as of kubelet's last Allocate; kubelet writes it right after each
 // container's Allocate returns and drops ended pods at its next write) and the API server's pods
-// on this node (which pods are alive). Age never decides who holds a vGPU. kubelet copies its books
-// under a lock but writes the file after releasing it, so a write begun earlier (each
+// on this node (which pods are alive). Age never decides who holds a vGPU. kubelet copies its
+// books under a lock but writes the file after releasing it, so a write begun earlier (each
 // ListAndWatch update starts one, and a lock push arrives during the Allocate) can land after the
 // Allocate's own with older books: the file may lack the newest pod until kubelet writes again
-// (seen on a busy CI machine with kubelet 1.37). PodResources, read from kubelet's memory, does
-// not lag; it is asked first.
+// (upstream's writeCheckpoint; a busy CI run read such a file). PodResources, read from kubelet's
+// memory, does not lag; it is asked first.
 //
 // For Allocate (kubelet hands an ID out; it never hands out an ID an active pod holds, except to
 // that same pod's next container, its devicesToReuse):

@@ -1,5 +1,10 @@
 // Writes kubelet's device-manager checkpoint the way kubelet does (temp file in the same
 // directory, then rename), in either format, plus the damage a crash or a bad disk leaves.
+// Differs from the real kubelet (writeCheckpoint in devicemanager/manager.go, 1.36 and 1.37; a busy
+// CI run read a file without a pod PodResources listed): kubelet copies its books under its lock
+// and writes after releasing it, so its concurrent writes can land out of order and the file
+// lack a running pod until its next write. Whoever drives this writer chooses what each file
+// holds, a stale one included; the fakes composed with it write in order.
 #pragma once
 
 #include <cstdint>

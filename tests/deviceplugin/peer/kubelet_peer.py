@@ -13,7 +13,9 @@ PodResources v1) and follows the order and timing of kubelet's device manager
   reusable devices first. For every container that gets devices kubelet calls Allocate (also for
   reused ones), after GetPreferredAllocation when the plugin offers it (kubelet keeps only the
   answer's IDs that are available), and records the answer at once: PodResources and the
-  checkpoint show it from then on.
+  checkpoint show it from then on. (The real kubelet writes its checkpoint outside its lock, so
+  a concurrent write with older books can land after this one and the file lack the pod until the
+  next write; this peer writes in order.)
 - Before each admission, and on each PodResources List, kubelet forgets the devices of pods that
   are no longer active (`UpdateAllocatedDevices`); a deleted pod's entries stay in the checkpoint
   until its next write. List shows a pod's app containers (and native sidecars) only: a plain init
