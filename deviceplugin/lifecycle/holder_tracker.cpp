@@ -35,6 +35,23 @@ bool AllShownByTheApi(const HolderFacts& facts, const std::vector<std::string>* 
   return true;
 }
 
+// The pod named `key` ("namespace/name") if the API server, followed now, shows it alive.
+const kube::PodInfo* AliveByKey(const HolderFacts& facts, const std::string& key) {
+  if (!facts.api_following) return nullptr;
+  for (const auto& [uid, pod] : facts.api_pods) {
+    if (pod.Key() == key && Alive(pod)) return &pod;
+  }
+  return nullptr;
+}
+
+// The pod this vGPU was once seen with (kubelet listed it holding the device, and the API server
+// gave its UID), when the API server, followed now, still shows that very pod alive.
+const kube::PodInfo* LiveOwner(const CreatedVgpu& vgpu, const HolderFacts& facts) {
+  if (!vgpu.owner_uid || !facts.api_following) return nullptr;
+  auto pod = facts.api_pods.find(*vgpu.owner_uid);
+  return pod != facts.api_pods.end() && Alive(pod->second) ? &pod->second : nullptr;
+}
+
 }  // namespace
 
 Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_unix_ms,
@@ -42,7 +59,9 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   bool removal = purpose == Purpose::kRemoval;
   DeviceRef ref{vgpu.resource, vgpu.device_id};
   if (auto it = facts.kubelet_holders.find(ref); it != facts.kubelet_holders.end()) {
-    return {Holding::kHeld, it->second, "kubelet lists " + it->second + " holding it"};
+    const kube::PodInfo* pod = AliveByKey(facts, it->second);
+    return {Holding::kHeld, it->second, "kubelet lists " + it->second + " holding it",
+            pod != nullptr ? pod->uid : ""};
   }
   if (!facts.kubelet_known) {
     return {Holding::kUnknown, "",
@@ -64,7 +83,8 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   if (alive != nullptr && removal) {
     return {Holding::kHeld, alive->Key(),
             "the API server shows " + alive->Key() +
-                " alive and kubelet's checkpoint gave it the device"};
+                " alive and kubelet's checkpoint gave it the device",
+            alive->uid};
   }
   // For Allocate, kubelet must also still count the pod as its own: the pod being admitted
   // asks for its init container's device again. A pod that ended and whose end the API server
@@ -72,7 +92,21 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   if (alive != nullptr && facts.kubelet_pods.contains(alive->Key())) {
     return {Holding::kHeld, alive->Key(),
             "kubelet's checkpoint gave it to " + alive->Key() +
-                ", which kubelet and the API server both show alive (its next container asks)"};
+                ", which kubelet and the API server both show alive (its next container asks)",
+            alive->uid};
+  }
+  // Neither kubelet's books nor its checkpoint give the device to anyone, yet the pod kubelet
+  // once listed holding it is alive: kubelet's books lost the pod's device (a restart that read a
+  // checkpoint written before the pod's Allocate, or none), and the pod still runs with the vGPU.
+  // Kept (a restarted kubelet may list no pod at all for a while). Not handed to whoever asks
+  // either, while kubelet lists that pod: one that ended, which kubelet no longer lists (active
+  // pods only), lets its device go before the API server shows the end.
+  if (const kube::PodInfo* owner = LiveOwner(vgpu, facts); owner != nullptr) {
+    std::string why = "the API server shows " + owner->Key() +
+                      ", which kubelet listed holding it, alive: kubelet's books lost the device "
+                      "of a pod that still runs with it";
+    if (removal) return {Holding::kHeld, owner->Key(), why, owner->uid};
+    if (facts.kubelet_pods.contains(owner->Key())) return {Holding::kUnknown, "", why};
   }
   bool young = now_unix_ms - vgpu.created_unix_ms < settle.count();
   if (!removal) {

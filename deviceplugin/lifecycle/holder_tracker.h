@@ -16,6 +16,10 @@
 //   - the checkpoint, read afresh, gives the ID to a pod the API server shows alive and kubelet
 //     still lists: held (the init container's device now asked for by the app container; kubelet
 //     wrote that entry before this call, and lists the pod it is admitting);
+//   - the pod kubelet once listed holding the ID (its UID as the API server gave it then), which
+//     kubelet still lists, now without the ID, and the API server shows alive: unknown (kubelet's
+//     books lost that pod's device, as a restart over a checkpoint that lagged leaves them, and
+//     the pod still runs with the vGPU: neither removed nor handed to whoever asks);
 //   - the checkpoint naming a pod and the API server configured but not followed now: unknown
 //     (that pod's next container and a new pod cannot be told apart until it is back);
 //   - no checkpoint to read and the vGPU is younger than `settle`: unknown (the same pod's next
@@ -29,7 +33,9 @@
 //     shows that pod gone or ended and kubelet does not list it. Only a checkpoint written after
 //     the vGPU was handed to kubelet can name its pod: until kubelet's write after that Allocate,
 //     the file still names the ID's earlier pod, long gone;
-//   - the API server, while followed, shows alive a pod the checkpoint gave the ID: held.
+//   - the API server, while followed, shows alive a pod the checkpoint gave the ID: held;
+//   - the pod kubelet once listed holding the ID, shown alive by the API server: held, whether
+//     kubelet lists it or not (a restarted kubelet may list no pod for a while).
 #pragma once
 
 #include <atomic>

@@ -44,8 +44,10 @@ PassPlan PlanPass(const LifecycleSnapshot& snapshot, const HolderFacts& facts,
       case Holding::kHeld:
         ++plan.held;
         free_since.erase(key);
-        if (!verdict.holder.empty() && r.owner_pod != verdict.holder) {
-          plan.owners[r.device_id] = verdict.holder;
+        if (!verdict.holder.empty() &&
+            (r.owner_pod != verdict.holder ||
+             (!verdict.holder_uid.empty() && r.owner_uid != verdict.holder_uid))) {
+          plan.owners[r.device_id] = {verdict.holder, verdict.holder_uid};
         }
         break;
       case Holding::kUnknown:
@@ -191,7 +193,7 @@ PassPlan Lifecycle::Pass() {
     if (!saved.ok()) spdlog::warn("owners not saved: {}", saved.ToString());
     for (const CreatedVgpu& r : snapshot.records) {
       auto it = plan.owners.find(r.device_id);
-      if (it != plan.owners.end()) Announce(r, it->second);
+      if (it != plan.owners.end()) Announce(r, it->second.pod);
     }
   }
   for (const CreatedVgpu& r : plan.forget) {

@@ -36,9 +36,9 @@ struct LifecycleOptions {
 
 // What one pass decided; pure, so it can be tested and measured alone.
 struct PassPlan {
-  std::map<std::string, std::string> owners;  // device ID -> "namespace/name", newly learned
-  std::vector<CreatedVgpu> remove;            // free for longer than the grace period
-  std::vector<CreatedVgpu> forget;            // free, and the kernel no longer shows the vGPU
+  std::map<std::string, PodOwner> owners;  // device ID -> its pod, newly learned
+  std::vector<CreatedVgpu> remove;         // free for longer than the grace period
+  std::vector<CreatedVgpu> forget;         // free, and the kernel no longer shows the vGPU
   size_t held = 0;
   size_t waiting = 0;  // free, within the grace period
   size_t unknown = 0;

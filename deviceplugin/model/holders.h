@@ -25,8 +25,9 @@ enum class Holding {
 // The one verdict type: Allocate's question (holders.h) and the lifecycle's (Judge) alike.
 struct Verdict {
   Holding holding = Holding::kUnknown;
-  std::string holder;  // "namespace/pod" when known, for messages
-  std::string why;     // for logs
+  std::string holder;        // "namespace/pod" when known, for messages and the record's owner
+  std::string why;           // for logs
+  std::string holder_uid{};  // the holder's UID, when the API server shows it
 };
 
 class HolderOracle {

@@ -62,13 +62,21 @@ bool NodeState::StampCreated(const std::string& device_id, const std::string& vg
   return false;
 }
 
-bool NodeState::SetOwners(const std::map<std::string, std::string>& owners) {
+bool NodeState::SetOwners(const std::map<std::string, PodOwner>& owners) {
   bool changed = false;
   for (CreatedVgpu& r : records_) {
     auto it = owners.find(r.device_id);
-    if (it == owners.end() || r.owner_pod == it->second) continue;
-    r.owner_pod = it->second;
-    changed = true;
+    if (it == owners.end()) continue;
+    const PodOwner& owner = it->second;
+    if (r.owner_pod != owner.pod) {
+      r.owner_pod = owner.pod;
+      r.owner_uid.reset();
+      changed = true;
+    }
+    if (!owner.uid.empty() && r.owner_uid != owner.uid) {
+      r.owner_uid = owner.uid;
+      changed = true;
+    }
   }
   return changed;
 }

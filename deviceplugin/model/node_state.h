@@ -57,8 +57,9 @@ class NodeState {
   // Forgets the record of `device_id` naming `vgpu_id`; false when there is none. Not saved:
   // callers save once after a batch.
   bool Forget(const std::string& device_id, const std::string& vgpu_id);
-  // Sets which pod holds each device ID ("namespace/name"); true when a record changed.
-  bool SetOwners(const std::map<std::string, std::string>& owners);
+  // Sets which pod holds each device ID; true when a record changed. A UID once learned stays
+  // until the pod's name changes (an owner learned without the API server does not erase it).
+  bool SetOwners(const std::map<std::string, PodOwner>& owners);
   // Restarts the "made moments ago" clock of the record of `device_id` naming `vgpu_id` at
   // `now_unix_ms`: the moment Allocate returns, when kubelet can first know the vGPU's pod. False
   // when there is no such record. Not saved.

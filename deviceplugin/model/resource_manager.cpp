@@ -160,7 +160,7 @@ LifecycleSnapshot ResourceManager::Snapshot() const {
   return state_.Snapshot(removing_, {allocating_.begin(), allocating_.end()});
 }
 
-Status ResourceManager::SetOwners(const std::map<std::string, std::string>& owners) {
+Status ResourceManager::SetOwners(const std::map<std::string, PodOwner>& owners) {
   std::lock_guard lock(mutex_);
   return state_.SetOwners(owners) ? state_.Save() : Status::Ok();
 }

@@ -90,8 +90,8 @@ class ResourceManager {
 
   // --- for the lifecycle (lifecycle.h) ---
   LifecycleSnapshot Snapshot() const;
-  // Records which pod holds each device ID ("namespace/name"); saved when anything changed.
-  Status SetOwners(const std::map<std::string, std::string>& owners);
+  // Records which pod holds each device ID; saved when anything changed.
+  Status SetOwners(const std::map<std::string, PodOwner>& owners);
   // Removes our vGPU `vgpu_id` recorded for `device_id` and forgets it. kGone when the record no
   // longer names that vGPU (kubelet handed the ID out again meanwhile). The kernel's remove may
   // block while a VM still holds the device, so this runs without the manager's lock; an Allocate

@@ -79,6 +79,7 @@ std::string EncodeState(const std::vector<CreatedVgpu>& vgpus) {
                   {"created", v.created_unix_ms / 1000},
                   {"createdMs", v.created_unix_ms}};
     if (v.owner_pod) entry["ownerPod"] = *v.owner_pod;
+    if (v.owner_uid) entry["ownerUid"] = *v.owner_uid;
     list.push_back(std::move(entry));
   }
   return json{{"version", kStateVersion}, {"vgpus", std::move(list)}}.dump(2) + "\n";
@@ -111,6 +112,7 @@ Result<std::vector<CreatedVgpu>> DecodeState(const std::string& text) {
       v.created_unix_ms = e.contains("createdMs") ? e["createdMs"].get<int64_t>()
                                                   : e.at("created").get<int64_t>() * 1000;
       if (e.contains("ownerPod")) v.owner_pod = e["ownerPod"].get<std::string>();
+      if (e.contains("ownerUid")) v.owner_uid = e["ownerUid"].get<std::string>();
       out.push_back(std::move(v));
     } catch (const json::exception& ex) {
       return Status::Error(ErrorCode::kInvalid,

@@ -26,10 +26,21 @@ struct CreatedVgpu {
   std::string type_id;       // "nvidia-222"
   uint32_t slot = 0;
   int64_t created_unix_ms = 0;  // milliseconds since the epoch
-  // Set by the lifecycle tracker once it knows which pod holds the device ID.
+  // Set by the lifecycle tracker once it knows which pod holds the device ID: "namespace/name",
+  // and that pod's UID when the API server was followed then (a later pod of the same name is
+  // another pod).
   std::optional<std::string> owner_pod;
+  std::optional<std::string> owner_uid{};
 
   bool operator==(const CreatedVgpu&) const = default;
+};
+
+// A device ID's pod as the lifecycle learned it; `uid` empty when the API server did not say.
+struct PodOwner {
+  std::string pod;  // "namespace/name"
+  std::string uid;
+
+  bool operator==(const PodOwner&) const = default;
 };
 
 class StateStore {

@@ -531,10 +531,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             self.kubelet.stop()
             self.kubelet = None
 
-    def restart_kubelet(self):
+    def restart_kubelet(self, before_start=None):
         """kubelet stopped (SIGTERM) and started again with the same configuration; returns once
-        it serves /healthz and the device-plugin registration socket again."""
+        it serves /healthz and the device-plugin registration socket again. `before_start` runs
+        while kubelet is down."""
         self.stop_kubelet()
+        if before_start:
+            before_start()
         self.start_kubelet()
         self._wait("the restarted kubelet is healthy", self._healthy, [self.kubelet, self.containerd])
 

@@ -19,6 +19,10 @@ Checks, each naming the guarantee it defends:
             created exactly that vGPU in the simulated kernel; the container's environment
             names it; kubelet's PodResources and its device-manager checkpoint name the pod's
             device; the pod deleted, the vGPU goes.
+  lost books  (the simulated node's scenario) before the pod is deleted, kubelet restarted over
+            its own checkpoint from before the pod's Allocate, as a write of kubelet's that
+            landed out of order leaves it: kubelet lists the running pod without its device, and
+            the pod keeps its vGPU (watched for 30 s, ten times the daemon's grace and passes).
   burst     60 pods of three types, a third deleted while the rest still arrive: every running
             pod holds a vGPU of its type no other pod holds; no running pod's vGPU ever
             disappears; with every pod deleted, no vGPU is left.
@@ -83,6 +87,9 @@ GONE_DEADLINE = 120.0
 # The pods of a burst have settled when none changed phase or node for this long (after the
 # scheduler's longest backoff, 10 s, so a pod it found no room for is tried again first).
 SETTLE_STABLE = 30.0
+# How long a pod whose device kubelet's books lost is watched keeping its vGPU: ten times the
+# daemon's grace period here (3 s) and its pass interval (1 s) with a restarted kubelet's settle.
+LOST_BOOKS_WATCH = 30.0
 # Pods of the real-kernel burst (--real-kernel): the sample driver mtty's two types share 24 ports.
 REAL_KERNEL_BURST = 12
 # The VM lab run of --real-kernel: memory for a control plane, a node and the daemon, and the
@@ -93,6 +100,15 @@ REAL_KERNEL_VM_TIMEOUT = 4000
 # Under TCG each program runs many times slower: the API server took 90 s to serve where it takes
 # a few on the host. Every deadline of --real-kernel is this many times the host's.
 REAL_KERNEL_SLOWDOWN = 5
+
+
+def read_file(path):
+    """The file's bytes; None when it is not there."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def type_of(resource):
@@ -297,11 +313,11 @@ def run_in_lab_vm(argv):
 
 class Scenario:
     def __init__(self, args, report, grace=GRACE, remove_live=False, restart_stateless=False,
-                 vfio_impostor=False, bursts=("burst", "restart")):
+                 vfio_impostor=False, bursts=("lost-books", "burst", "restart")):
         self.args, self.report, self.grace, self.remove_live = args, report, grace, remove_live
         self.restart_stateless, self.vfio_impostor = restart_stateless, vfio_impostor
-        # Which of the simulated node's bursts run: both for the scenario; a bite runs only the one
-        # whose check its break must fail.
+        # Which of the simulated node's steps after the one pod run: all for the scenario; a bite
+        # runs only the one whose check its break must fail.
         self.bursts = bursts
         self.slowdown = REAL_KERNEL_SLOWDOWN if args.real_kernel else 1
         self.pr = messages.load("podresources_v1")
@@ -490,6 +506,11 @@ class Scenario:
         resource = next((DOMAIN + "/vgpu-" + t for t in ("230", "mtty-2") if DOMAIN + "/vgpu-" + t in caps),
                         self.resources[0])
         vgpu_type = type_of(resource)
+        lost_books = "lost-books" in self.bursts and not self.args.real_kernel
+        if lost_books:
+            # kubelet's checkpoint as it stands before the pod: written at the plugin's
+            # registration and each of its lists since.
+            stale = self.wait_for(lambda: read_file(self.node.checkpoint))
         self.create_pod("one", resource)
         running = self.wait_for(lambda: self._running("one"))
         r.check(bool(running), "a pod asking one %s is admitted and runs under runc" % resource,
@@ -520,9 +541,49 @@ class Scenario:
                 "kubelet's checkpoint holds the same device for the pod%s" % (
                     " (after one more Allocate made kubelet write it again)" if nudged else ""),
                 "%s vs %s" % (entries, listed))
+        if lost_books and held:
+            self.restart_over_stale_checkpoint(stale, held[0])
         self.delete_pods_and_wait(["one"] + (["nudge"] if nudged else []), DEADLINE)
         gone = self.wait_for(lambda: not self.kernel.vgpus() or None, deadline=GONE_DEADLINE)
         r.check(bool(gone), "the pod deleted, its vGPU goes (grace %s)" % self.grace, str(self.kernel.vgpus()))
+
+    def restart_over_stale_checkpoint(self, stale, vgpu):
+        """kubelet restarted over `stale`, its checkpoint from before pod one's Allocate. A running
+        container is admitted again without devices (upstream's devicesToAllocate, a restart's
+        case), so kubelet's books lose the pod's device, as they would after any write that
+        landed out of order before a restart. The pod still runs with its vGPU: it must stay."""
+        r = self.report
+        print("     restarting kubelet over its checkpoint from before the pod's Allocate", flush=True)
+
+        def put_back():
+            with open(self.node.checkpoint, "wb") as f:
+                f.write(stale)
+
+        self.node.restart_kubelet(before_start=put_back)
+
+        def lost():
+            import grpc
+            try:
+                listed = self.pod_resources()
+            except grpc.RpcError:
+                return None
+            return (TENANT, "one") in listed and not listed[(TENANT, "one")] and self._running("one")
+
+        shown = self.wait_for(lost)
+        r.check(bool(shown), "kubelet restarted over its checkpoint from before the pod's Allocate lists the "
+                "running pod without its device (its books lost it)", "PodResources lists %s; the pod %s" % (
+                    self.pod_resources().get((TENANT, "one")), (self.pods().get("one") or {}).get("status", {}).get("phase")))
+        if not shown:
+            return
+        gone_at = None
+        end = time.monotonic() + LOST_BOOKS_WATCH * self.slowdown
+        while gone_at is None and time.monotonic() < end:
+            if vgpu not in self.kernel.vgpus():
+                gone_at = LOST_BOOKS_WATCH * self.slowdown - (end - time.monotonic())
+            time.sleep(0.5)
+        r.check(gone_at is None, "a running pod whose device kubelet's books lost keeps its vGPU (watched %.0f s)"
+                % (LOST_BOOKS_WATCH * self.slowdown), "its vGPU %s left the kernel %.1f s after kubelet was back; "
+                "the daemon's log ends:\n%s" % (vgpu, gone_at or 0, self.daemon.log_tail()))
 
     def checkpoint_entries(self, uid, resource):
         """The checkpoint's entries for pod `uid` once they name its `resource`, and whether another

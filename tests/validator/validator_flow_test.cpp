@@ -182,7 +182,10 @@ class ValidatorFlowTest : public ::testing::Test {
       if (state.is_object() && !state.value("vgpus", nlohmann::json::array()).empty()) break;
       std::this_thread::sleep_for(20ms);
     } while (std::chrono::steady_clock::now() < deadline);
-    for (auto& entry : state["vgpus"]) entry.erase("ownerPod");
+    for (auto& entry : state["vgpus"]) {
+      entry.erase("ownerPod");
+      entry.erase("ownerUid");
+    }
     std::ofstream(StateWithoutOwners()) << state.dump();
   }
 

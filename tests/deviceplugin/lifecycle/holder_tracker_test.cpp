@@ -126,6 +126,79 @@ TEST(JudgeTest, ForAllocateKubeletsBooksAreFinalSoAnEndedPodsVgpuIsNeverHandedOn
          "container asks for its init container's device";
 }
 
+// A pod's device lost from kubelet's books: kubelet restarted over a checkpoint written before
+// the pod's Allocate (its writes can land out of order) or over none. kubelet lists the running
+// pod without the device and may hand the ID to another pod. Invariant 1: the vGPU stays, and it
+// is not given to whoever asks (invariant: never shared).
+TEST(JudgeTest, AVgpuWhosePodKubeletsBooksLostIsKeptAndNotHandedOn) {
+  const int64_t now = 10'000'000;
+  CreatedVgpu record = Record("d0");
+  record.owner_pod = "default/a";
+  record.owner_uid = "uid-a";
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_up_unix_ms = 1;
+  facts.checkpoint_known = true;  // and it gives d0 to nobody
+  facts.api_following = true;
+  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
+  facts.kubelet_pods.insert("default/a");  // listed, without d0
+  Verdict kept = Judge(record, facts, now, 5s, Purpose::kRemoval);
+  EXPECT_EQ(kept.holding, Holding::kHeld) << kept.why;
+  EXPECT_EQ(kept.holder, "default/a");
+  EXPECT_EQ(Judge(record, facts, now, 5s, Purpose::kAllocation).holding, Holding::kUnknown)
+      << "kubelet hands the ID out while the pod runs with its vGPU: refused, not shared";
+  facts.kubelet_pods.clear();
+  EXPECT_EQ(Judge(record, facts, now, 5s, Purpose::kRemoval).holding, Holding::kHeld)
+      << "a restarted kubelet listing no pod yet: the API server's word keeps it";
+  EXPECT_EQ(Judge(record, facts, now, 5s, Purpose::kAllocation).holding, Holding::kFree)
+      << "kubelet no longer lists the pod (it ended, the API has not shown it yet) and hands "
+         "its ID on: the old vGPU is made anew";
+  facts.kubelet_pods.insert("default/a");
+
+  struct Case {
+    std::string description;
+    std::function<void(CreatedVgpu&, HolderFacts&)> change;
+  };
+  const std::vector<Case> free_cases = {
+      {"the pod ended",
+       [](CreatedVgpu&, HolderFacts& f) { f.api_pods["uid-a"] = Pod("uid-a", "a", "Succeeded"); }},
+      {"the pod is being deleted",
+       [](CreatedVgpu&, HolderFacts& f) {
+         f.api_pods["uid-a"] = Pod("uid-a", "a", "Running", true);
+       }},
+      {"a later pod of the same name runs, the owner is gone",
+       [](CreatedVgpu&, HolderFacts& f) {
+         f.api_pods.erase("uid-a");
+         f.api_deleted.insert("uid-a");
+         f.api_pods["uid-a2"] = Pod("uid-a2", "a", "Running");
+       }},
+      {"the owner was learned without the API server: no UID to tell its pod by",
+       [](CreatedVgpu& r, HolderFacts&) { r.owner_uid.reset(); }},
+  };
+  for (const Case& c : free_cases) {
+    SCOPED_TRACE(c.description);
+    CreatedVgpu r = record;
+    HolderFacts f = facts;
+    c.change(r, f);
+    EXPECT_EQ(Judge(r, f, now, 5s, Purpose::kRemoval).holding, Holding::kFree);
+    EXPECT_EQ(Judge(r, f, now, 5s, Purpose::kAllocation).holding, Holding::kFree);
+  }
+}
+
+TEST(JudgeTest, APodKubeletListsHoldingTheDeviceIsRecordedWithItsUidFromTheApiServer) {
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_holders[{kResource, "d0"}] = "default/a";
+  EXPECT_EQ(Judge(Record("d0"), facts, 10'000'000, 5s).holder_uid, "")
+      << "no API server followed: no UID";
+  facts.api_following = true;
+  facts.api_pods["uid-old"] = Pod("uid-old", "a", "Succeeded");
+  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
+  Verdict verdict = Judge(Record("d0"), facts, 10'000'000, 5s);
+  EXPECT_EQ(verdict.holder, "default/a");
+  EXPECT_EQ(verdict.holder_uid, "uid-a") << "the live pod of that name, not an ended one";
+}
+
 // #14 item 1: age never makes a vGPU held for Allocate. Pod a got d0 a second ago and was
 // deleted; kubelet hands d0 to pod b: b must get a vGPU of its own.
 TEST(JudgeTest, ForAllocateAYoungVgpuOfAPodThatIsGoneIsNotHandedOn) {

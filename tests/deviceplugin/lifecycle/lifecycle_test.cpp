@@ -53,7 +53,7 @@ TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAg
   EXPECT_TRUE(plan.remove.empty()) << "still within the grace period";
   plan = PlanPass(snapshot, held_facts, free_since, t0 + 30'000, options);
   EXPECT_TRUE(plan.remove.empty());
-  EXPECT_EQ(plan.owners.at("d0"), "default/a") << "the owner is learned";
+  EXPECT_EQ(plan.owners.at("d0"), (PodOwner{"default/a", ""})) << "the owner is learned";
   plan = PlanPass(snapshot, free_facts, free_since, t0 + 31'000, options);
   EXPECT_TRUE(plan.remove.empty()) << "held in between: the grace period starts over";
   plan = PlanPass(snapshot, free_facts, free_since, t0 + 61'000, options);

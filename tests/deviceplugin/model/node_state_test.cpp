@@ -97,10 +97,15 @@ TEST(NodeStateTest, SetOwnersReportsAChangeOnlyWhenAnOwnerChanged) {
   MemoryStateStore store;
   NodeState state(store);
   ASSERT_TRUE(state.Record(Record222("d-0", "u1")).ok());
-  EXPECT_TRUE(state.SetOwners({{"d-0", "team/a"}}));
-  EXPECT_FALSE(state.SetOwners({{"d-0", "team/a"}}));
-  EXPECT_FALSE(state.SetOwners({{"d-unknown", "team/b"}}));
+  EXPECT_TRUE(state.SetOwners({{"d-0", {"team/a", ""}}}));
+  EXPECT_FALSE(state.SetOwners({{"d-0", {"team/a", ""}}}));
+  EXPECT_FALSE(state.SetOwners({{"d-unknown", {"team/b", ""}}}));
   EXPECT_EQ(state.RecordFor("d-0")->owner_pod, "team/a");
+  EXPECT_TRUE(state.SetOwners({{"d-0", {"team/a", "uid-a"}}})) << "the UID learned later";
+  EXPECT_FALSE(state.SetOwners({{"d-0", {"team/a", ""}}})) << "a word without the UID keeps it";
+  EXPECT_EQ(state.RecordFor("d-0")->owner_uid, "uid-a");
+  EXPECT_TRUE(state.SetOwners({{"d-0", {"team/b", ""}}}));
+  EXPECT_EQ(state.RecordFor("d-0")->owner_uid, std::nullopt) << "another pod: the old UID goes";
 }
 
 TEST(NodeStateTest, SnapshotTellsOurVgpusFromForeignOnes) {

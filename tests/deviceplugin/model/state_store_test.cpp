@@ -16,7 +16,8 @@ std::vector<CreatedVgpu> Sample() {
       {"0000:3b:00.0-nvidia-222-0", "tencent.com/vgpu-222", "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001",
        "0000:3b:00.0", "0000:3b:00.0", "nvidia-222", 0, 1700000000, std::nullopt},
       {"0000:41:00.4-1414-0", "tencent.com/vgpu-1414", "0000:41:00.4", "0000:41:00.4",
-       "0000:41:00.0", "1414", 0, 1700000001, "default/train-0"}};
+       "0000:41:00.0", "1414", 0, 1700000001, "default/train-0",
+       "5f0a2c1e-8d3b-4b7e-9a61-2c4d8e0f7a13"}};
 }
 
 TEST(DevicePluginStateTest, WhatIsSavedLoadsBackTheSame) {
