@@ -59,6 +59,19 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
   bool removal = purpose == Purpose::kRemoval;
   DeviceRef ref{vgpu.resource, vgpu.device_id};
   if (auto it = facts.kubelet_holders.find(ref); it != facts.kubelet_holders.end()) {
+    if (!removal) {
+      // kubelet hands out a device it lists a pod holding. Never for that pod itself: a
+      // container's devices are asked for once, and the one reuse (an app container taking its
+      // init container's device) is of a device List does not show. So kubelet lost the device
+      // from its in-use set: a PodResources List while an allocation is in flight and an ended
+      // pod is still in its books rebuilds that set from the recorded allocations alone
+      // (upstream UpdateAllocatedDevices), and the next pod can get the in-flight one's device.
+      // Seen with the real kubelet 1.37.2: two running pods held one vGPU. Refused.
+      return {Holding::kUnknown, "",
+              "kubelet lists " + it->second +
+                  " holding it yet hands it out again (kubelet lost it from its in-use set); "
+                  "the vGPU is that pod's, never shared"};
+    }
     const kube::PodInfo* pod = AliveByKey(facts, it->second);
     return {Holding::kHeld, it->second, "kubelet lists " + it->second + " holding it",
             pod != nullptr ? pod->uid : ""};

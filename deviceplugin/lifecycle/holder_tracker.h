@@ -9,9 +9,10 @@
 // (upstream's writeCheckpoint; a busy CI run read such a file). PodResources, read from kubelet's
 // memory, does not lag; it is asked first.
 //
-// For Allocate (kubelet hands an ID out; it never hands out an ID an active pod holds, except to
-// that same pod's next container, its devicesToReuse):
-//   - kubelet lists a pod holding the ID: held by it (it asks again);
+// For Allocate (kubelet hands an ID out; it means never to hand out an ID an active pod holds,
+// except to that same pod's app container reusing its init container's, which List does not show):
+//   - kubelet lists a pod holding the ID: unknown (kubelet lost the ID from its in-use set, see
+//     holders.h: the vGPU is that pod's, never shared);
 //   - kubelet not answering: unknown (refused, nothing handed on);
 //   - the checkpoint, read afresh, gives the ID to a pod the API server shows alive and kubelet
 //     still lists: held (the init container's device now asked for by the app container; kubelet
@@ -25,7 +26,7 @@
 //   - no checkpoint to read and the vGPU is younger than `settle`: unknown (the same pod's next
 //     container cannot be told from a new pod);
 //   - otherwise free: the old vGPU is removed and a fresh one made.
-// For the lifecycle's removals, on top:
+// For the lifecycle's removals, kubelet listing a pod holding the ID makes it held, and on top:
 //   - kubelet answering again (or restarted: kubelet.sock re-created, PodResources failing then
 //     answering) for less than `settle`, or not yet listing every pod the API shows alive with a
 //     device in the checkpoint: unknown (a restarted kubelet lists nothing for a while);

@@ -3,9 +3,11 @@
 // answer decides what happens to that vGPU (invariant 1: never destroy a vGPU a live pod uses;
 // and a vGPU is never shared between pods).
 //
-// kubelet never hands a device that an active pod holds to another pod, so an Allocate for a held
-// ID comes from that same pod: its init and app containers share the device, or kubelet asks
-// again after a restart. That pod gets its existing vGPU back.
+// kubelet means never to hand a device that an active pod holds to another pod, and asks for a
+// pod's device again only when its app container reuses its init container's: that pod gets its
+// existing vGPU back. kubelet can lose a device from its in-use set (a PodResources List while an
+// allocation is in flight), and then hands to a second pod a device it lists a first pod holding:
+// refused, never the same vGPU for two pods.
 #pragma once
 
 #include <string>

@@ -155,6 +155,15 @@ class _Process:
         except OSError:
             return ""
 
+    def log_lines(self, needles, limit=40):
+        """The log's lines that contain any of `needles`, the last `limit` of them."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                found = [line.rstrip("\n") for line in f if any(n in line for n in needles)]
+        except OSError:
+            return []
+        return found[-limit:]
+
     def refused_calls(self):
         """The lines of its log that tell of an API call refused: our kube client logs one as
         "<what>: HTTP 403: <the API server's message>" (401 for a token it does not take)."""

@@ -523,7 +523,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         argv = [os.path.join(self.bin_dir, "kubelet"), "--config", self.kubelet_config,
                 "--kubeconfig", self.kubeconfig, "--root-dir", self.root,
                 "--hostname-override", self.name, "--node-ip", self.node_ip,
-                "--cert-dir", self.path("kubelet-pki"), "--v", "2"]
+                "--cert-dir", self.path("kubelet-pki"), "--v", "2",
+                # The device manager's allocations (manager.go logs them at 3 and 4), for a failed
+                # check to show which device kubelet gave which pod.
+                "--vmodule", "manager=4"]
         self.kubelet = controlplane._Process("kubelet", argv, self.path("kubelet.log"))
 
     def stop_kubelet(self):

@@ -116,8 +116,9 @@ TEST(JudgeTest, ForAllocateKubeletsBooksAreFinalSoAnEndedPodsVgpuIsNeverHandedOn
   EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kFree)
       << "kubelet hands the ID to a new pod: the old vGPU is made anew, not passed on";
   facts.kubelet_holders[{kResource, "d0"}] = "default/a";
-  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kHeld)
-      << "the pod kubelet lists asks again: same vGPU";
+  EXPECT_EQ(Judge(Record("d0"), facts, now, 5s, Purpose::kAllocation).holding, Holding::kUnknown)
+      << "kubelet hands out a device it lists a pod holding (its in-use set lost it): refused, "
+         "never the same vGPU for a second pod";
   facts.kubelet_holders.clear();
   facts.kubelet_pods.insert("default/a");
   facts.checkpoint_known = true;
