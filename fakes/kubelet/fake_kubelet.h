@@ -2,7 +2,10 @@
 // <dir>/kubelet.sock and, for every accepted registration, does what kubelet's device manager
 // does: validates the request (version, extended resource name), dials the plugin's endpoint,
 // asks GetDevicePluginOptions, and keeps a ListAndWatch stream open, remembering the latest list.
-// Tests then call GetPreferredAllocation and Allocate through it.
+// Tests then call GetPreferredAllocation and Allocate through it, naming the device IDs: which
+// IDs kubelet would pick, and its in-use set that a PodResources List can rebuild without an
+// allocation in flight (so two pods get one ID), are the peer kubelet's to model
+// (tests/deviceplugin/peer/kubelet_peer.py).
 //
 // Restart() behaves like a kubelet restart: the Registration server goes away, every other socket
 // in the directory is deleted (kubelet clears the directory when it starts), then kubelet.sock is

@@ -7,7 +7,12 @@ PodResources v1) and follows the order and timing of kubelet's device manager
 
 - Registration on <dir>/device-plugins/kubelet.sock; for each registered resource kubelet dials
   the plugin's socket, asks GetDevicePluginOptions and keeps a ListAndWatch stream open. The
-  latest list is the truth: healthy devices not in use by an active pod are available.
+  latest list is the truth: healthy devices not in kubelet's in-use set are available. That set
+  (allocatedDevices) is kept apart from the recorded allocations: a choice enters it before the
+  Allocate call, and it is rebuilt from the recorded allocations when UpdateAllocatedDevices
+  forgets a pod or an Allocate fails, so a PodResources List during an allocation can drop the
+  in-flight devices and kubelet hand them to the next pod. (The first version of this peer
+  derived the set from the recorded allocations and could not show that.)
 - Admission is per container, init containers first, in pod order. Devices given to an init
   container are reusable by the containers after it (`devicesToReuse`); an app container takes
   reusable devices first. For every container that gets devices kubelet calls Allocate (also for
@@ -164,6 +169,13 @@ class Kubelet:
         self.registrations: list[str] = []
         # podDevices: pod UID -> container -> resource -> Allocation
         self.pod_devices: dict[str, dict[str, dict[str, Allocation]]] = {}
+        # kubelet's allocatedDevices: the IDs it will not hand out, per resource. Apart from
+        # pod_devices: a choice enters it before the Allocate call, and it is rebuilt from
+        # pod_devices only when UpdateAllocatedDevices forgets a pod or an Allocate fails.
+        self.allocated: dict[str, set[str]] = {}
+        # Called with (pod, resource, ids) just before each Allocate call, for tests that act
+        # while an allocation is in flight.
+        self.on_allocate: Callable[[Pod, str, list[str]], None] | None = None
         self.active: dict[str, Pod] = {}  # pods the pod manager knows (what PodResources lists)
         self.bound: dict[str, Pod] = {}  # every pod the API server bound to this node
         self.deleted: set[str] = set()  # pods deleted at the API server
@@ -348,20 +360,27 @@ class Kubelet:
     def _update_allocated_devices(self):
         """Forgets the devices of pods that are no longer active (kubelet's
         UpdateAllocatedDevices, run before every admission and every List). Not before the pod
-        sources are ready after a restart (sourcesReady): every pod would look inactive then."""
+        sources are ready after a restart (sourcesReady): every pod would look inactive then.
+        When it forgot a pod it rebuilds the in-use set from the recorded allocations, as kubelet
+        does: the devices of an allocation still in flight drop out of it, and the next pod can
+        be handed them (a List during an Allocate, with an ended pod still in the books)."""
         if not self.synced:
             return
-        for uid in list(self.pod_devices):
-            if uid not in self.active:
-                del self.pod_devices[uid]
+        gone = [uid for uid in self.pod_devices if uid not in self.active]
+        for uid in gone:
+            del self.pod_devices[uid]
+        if gone:
+            self._rebuild_allocated()
 
-    def _in_use(self, resource: str) -> set[str]:
-        used = set()
+    def _rebuild_allocated(self):
+        self.allocated = {}
         for containers in self.pod_devices.values():
             for resources in containers.values():
-                if resource in resources:
-                    used.update(resources[resource].device_ids)
-        return used
+                for resource, allocation in resources.items():
+                    self.allocated.setdefault(resource, set()).update(allocation.device_ids)
+
+    def _in_use(self, resource: str) -> set[str]:
+        return set(self.allocated.get(resource, set()))
 
     def admit(self, pod: Pod) -> dict[str, dict[str, Allocation]]:
         """Admits one pod as the device manager does, container by container. Raises
@@ -389,12 +408,16 @@ class Kubelet:
                     endpoint = self.endpoints.get(resource)
                 if endpoint is None:
                     raise AdmissionError(f"{resource}: no device plugin registered")
+                if self.on_allocate is not None:
+                    self.on_allocate(pod, resource, ids)
                 try:
                     response = endpoint.allocate(ids)
                     answered = time.monotonic()
                     if self.on_answer is not None:
                         self.on_answer(resource)
                 except grpc.RpcError as e:
+                    with self.lock:
+                        self._rebuild_allocated()  # kubelet's answer to a failed Allocate
                     raise AdmissionError(
                         f"Allocate of {resource} {ids} failed: {e.code().name}: {e.details()}"
                     ) from None
@@ -452,6 +475,8 @@ class Kubelet:
                 break
             if i not in chosen:
                 chosen.append(i)
+        with self.lock:
+            self.allocated.setdefault(resource, set()).update(chosen)
         return chosen
 
     def delete(self, pod: Pod):
@@ -508,6 +533,7 @@ class Kubelet:
             ] = Allocation(ids, response)
         with self.lock:
             self.pod_devices = devices
+            self._rebuild_allocated()
 
     # --- waiting ---------------------------------------------------------------------------
 
