@@ -66,7 +66,7 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
       // from its in-use set: a PodResources List while an allocation is in flight and an ended
       // pod is still in its books rebuilds that set from the recorded allocations alone
       // (upstream UpdateAllocatedDevices), and the next pod can get the in-flight one's device.
-      // Seen with the real kubelet 1.37.2: two running pods held one vGPU. Refused.
+      // The load check once ran two pods of the real kubelet 1.37.2 on one vGPU. Refused.
       return {Holding::kUnknown, "",
               "kubelet lists " + it->second +
                   " holding it yet hands it out again (kubelet lost it from its in-use set); "
