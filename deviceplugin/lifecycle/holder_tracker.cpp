@@ -65,7 +65,8 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
       // init container's device) is of a device List does not show. So kubelet lost the device
       // from its in-use set: a PodResources List while an allocation is in flight and an ended
       // pod is still in its books rebuilds that set from the recorded allocations alone
-      // (upstream UpdateAllocatedDevices), and the next pod can get the in-flight one's device.
+      // (upstream UpdateAllocatedDevices; kubernetes/kubernetes#137534, open), and the next pod
+      // can get the in-flight one's device.
       // The load check once ran two pods of the real kubelet 1.37.2 on one vGPU. Refused.
       return {Holding::kUnknown, "",
               "kubelet lists " + it->second +

@@ -11,7 +11,8 @@ PodResources v1) and follows the order and timing of kubelet's device manager
   (allocatedDevices) is kept apart from the recorded allocations: a choice enters it before the
   Allocate call, and it is rebuilt from the recorded allocations when UpdateAllocatedDevices
   forgets a pod or an Allocate fails, so a PodResources List during an allocation can drop the
-  in-flight devices and kubelet hand them to the next pod. (The first version of this peer
+  in-flight devices and kubelet hand them to the next pod (kubernetes/kubernetes#137534, open
+  as of 1.37). (The first version of this peer
   derived the set from the recorded allocations and could not show that.)
 - Admission is per container, init containers first, in pod order. Devices given to an init
   container are reusable by the containers after it (`devicesToReuse`); an app container takes
