@@ -33,6 +33,29 @@ using kvgpu::deviceplugin::testing::Pod;
 using kvgpu::deviceplugin::testing::PodHolding;
 using kvgpu::deviceplugin::testing::Record;
 
+// The owner's UID is what lets a vGPU outlive kubelet's books losing its pod (Judge rule 6): it
+// is learned with the pod from kubelet's list, and a record whose UID is missing learns it later.
+TEST(PlanPassTest, TheOwnerIsLearnedWithItsUidFromTheApiServer) {
+  LifecycleSnapshot snapshot;
+  snapshot.records = {Record("d0")};
+  snapshot.existing = {"uuid-d0"};
+  HolderFacts facts;
+  facts.kubelet_known = true;
+  facts.kubelet_holders[{kResource, "d0"}] = "default/a";
+  facts.api_following = true;
+  facts.api_pods["uid-a"] = Pod("uid-a", "a", "Running");
+  std::map<std::string, int64_t> free_since;
+  PassPlan plan = PlanPass(snapshot, facts, free_since, 100'000'000, LifecycleOptions{});
+  EXPECT_EQ(plan.owners.at("d0"), (PodOwner{"default/a", "uid-a"}));
+
+  snapshot.records[0].owner_pod = "default/a";  // learned before, without the API server
+  plan = PlanPass(snapshot, facts, free_since, 100'001'000, LifecycleOptions{});
+  EXPECT_EQ(plan.owners.at("d0"), (PodOwner{"default/a", "uid-a"})) << "the UID learned later";
+  snapshot.records[0].owner_uid = "uid-a";
+  plan = PlanPass(snapshot, facts, free_since, 100'002'000, LifecycleOptions{});
+  EXPECT_TRUE(plan.owners.empty()) << "nothing new: nothing to save";
+}
+
 TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAgain) {
   LifecycleSnapshot snapshot;
   snapshot.records = {Record("d0")};
