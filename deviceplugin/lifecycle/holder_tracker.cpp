@@ -67,7 +67,7 @@ Verdict Judge(const CreatedVgpu& vgpu, const HolderFacts& facts, int64_t now_uni
       // pod is still in its books rebuilds that set from the recorded allocations alone
       // (upstream UpdateAllocatedDevices; kubernetes/kubernetes#137534, open), and the next pod
       // can get the in-flight one's device.
-      // The load check once ran two pods of the real kubelet 1.37.2 on one vGPU. Refused.
+      // The real kubelet 1.37.2 listed two running pods holding one ID on a busy machine. Refused.
       return {Holding::kUnknown, "",
               "kubelet lists " + it->second +
                   " holding it yet hands it out again (kubelet lost it from its in-use set); "
