@@ -93,45 +93,49 @@ def test_a_deleted_pods_vgpu_is_never_handed_to_the_pod_that_gets_its_device_id(
     assert b_vgpu in node.vgpus()
 
 
+def list_pod_resources(node: Node):
+    """A PodResources List, as any client on the node makes one (a monitoring agent, the daemon)."""
+    pr = node.kubelet.pr
+    with grpc.insecure_channel(f"unix://{node.kubelet.pod_resources_dir / 'kubelet.sock'}") as channel:
+        channel.unary_unary(
+            "/v1.PodResourcesLister/List",
+            request_serializer=pr.ListPodResourcesRequest.SerializeToString,
+            response_deserializer=pr.ListPodResourcesResponse.FromString,
+        )(pr.ListPodResourcesRequest(), timeout=30)
+
+
 def test_a_device_kubelet_lost_from_its_in_use_set_is_never_a_second_pods_vgpu(make_node):
     """kubelet's PodResources List forgets ended pods and then rebuilds its in-use set from the
     recorded allocations alone: an allocation still in flight drops out, and kubelet can hand
-    that device to the next pod (upstream UpdateAllocatedDevices). The daemon lists during an
-    Allocate whose ID had a vGPU before, so its own List can be the one. The next pod asking
-    for the device is refused; the first keeps its vGPU alone (the real kubelet 1.37.2 once
-    ran two pods on one vGPU this way)."""
+    that device to the next pod (upstream UpdateAllocatedDevices, kubernetes/kubernetes#137534).
+    The real kubelet 1.37.2 listed two running pods holding one device ID this way. The next pod
+    asking for the device is refused; the first keeps its vGPU alone."""
     node = make_node("t4x2", 12)
-    e, t = one("e", T4_1Q), one("t", T4_1Q)
-    node.kubelet.admit(e)
+    t = one("t", T4_1Q)
     node.kubelet.admit(t)
-    e_id = ids_of(node, e, T4_1Q)[0]
-    node.kubelet.delete(e)
 
-    def end_t(pod, resource, ids):
+    def list_as_t_ends(pod, resource, ids):
         if pod.name == "b":
-            node.kubelet.delete(t)  # T ends while B's allocation is in flight
+            node.kubelet.delete(t)
+            list_pod_resources(node)  # forgets T, and B's device with it
 
-    # B gets E's device while E's vGPU still exists: the daemon asks kubelet who holds it.
-    node.kubelet.on_allocate = end_t
-    node.kubelet.prefer = {T4_1Q: [e_id]}
+    node.kubelet.on_allocate = list_as_t_ends
     b = one("b", T4_1Q)
     node.kubelet.admit(b)
     node.kubelet.on_allocate = None
-    assert ids_of(node, b, T4_1Q) == [e_id]
-    b_vgpu = vgpus_of(node, b, T4_1Q)[0]
+    b_id, b_vgpu = ids_of(node, b, T4_1Q)[0], vgpus_of(node, b, T4_1Q)[0]
     with node.kubelet.lock:
-        assert e_id not in node.kubelet._in_use(T4_1Q), "the daemon's List did not come mid-Allocate"
+        assert b_id not in node.kubelet._in_use(T4_1Q), "the peer kept B's device in use"
+    node.kubelet.prefer = {T4_1Q: [b_id]}  # kubelet may pick it among the free ones: make it so
     c = one("c", T4_1Q)
     with pytest.raises(AdmissionError):
         node.kubelet.admit(c)
-    assert c.uid not in node.kubelet.pod_devices or not node.kubelet.pod_devices[c.uid], (
-        "C was given B's device:\n" + node.log()
-    )
+    assert not node.kubelet.pod_devices.get(c.uid), "C was given B's device:\n" + node.log()
     assert_stays(node, b_vgpu, 2.0)
     # kubelet's failed Allocate rebuilt its in-use set: the next pod gets another device.
     d = one("d", T4_1Q)
     node.kubelet.admit(d)
-    assert ids_of(node, d, T4_1Q) != [e_id]
+    assert ids_of(node, d, T4_1Q) != [b_id]
     assert vgpus_of(node, d, T4_1Q)[0] != b_vgpu
 
 
