@@ -33,12 +33,18 @@ using kvgpu::deviceplugin::testing::Pod;
 using kvgpu::deviceplugin::testing::PodHolding;
 using kvgpu::deviceplugin::testing::Record;
 
-// The owner's UID is what lets a vGPU outlive kubelet's books losing its pod (Judge rule 6): it
-// is learned with the pod from kubelet's list, and a record whose UID is missing learns it later.
-TEST(PlanPassTest, TheOwnerIsLearnedWithItsUidFromTheApiServer) {
+// One record of ours, d0, whose vGPU the kernel shows.
+LifecycleSnapshot OneVgpu() {
   LifecycleSnapshot snapshot;
   snapshot.records = {Record("d0")};
   snapshot.existing = {"uuid-d0"};
+  return snapshot;
+}
+
+// The owner's UID is what lets a vGPU outlive kubelet's books losing its pod (Judge rule 6): it
+// is learned with the pod from kubelet's list, and a record whose UID is missing learns it later.
+TEST(PlanPassTest, TheOwnerIsLearnedWithItsUidFromTheApiServer) {
+  LifecycleSnapshot snapshot = OneVgpu();
   HolderFacts facts;
   facts.kubelet_known = true;
   facts.kubelet_holders[{kResource, "d0"}] = "default/a";
@@ -57,9 +63,7 @@ TEST(PlanPassTest, TheOwnerIsLearnedWithItsUidFromTheApiServer) {
 }
 
 TEST(PlanPassTest, GraceCountsFromWhenAVgpuWasFirstSeenFreeAndRestartsWhenHeldAgain) {
-  LifecycleSnapshot snapshot;
-  snapshot.records = {Record("d0")};
-  snapshot.existing = {"uuid-d0"};
+  LifecycleSnapshot snapshot = OneVgpu();
   HolderFacts free_facts;
   free_facts.kubelet_known = true;
   HolderFacts held_facts = free_facts;
