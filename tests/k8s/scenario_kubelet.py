@@ -563,7 +563,7 @@ class Scenario:
         r = self.report
         recorded = self.wait_for(lambda: self.owner_recorded(vgpu, uid))
         r.check(bool(recorded), "the daemon records pod one, by its UID, as its vGPU's owner (state file)",
-                str(read_file(os.path.join(self.dir, "state", "device-plugin-state.json"))))
+                str(read_file(self.state_file())))
         if not recorded:
             return
         print("     restarting kubelet over its checkpoint from before the pod's Allocate", flush=True)
@@ -598,10 +598,14 @@ class Scenario:
                 % (LOST_BOOKS_WATCH * self.slowdown), "its vGPU %s left the kernel %.1f s after kubelet was back; "
                 "the daemon's log ends:\n%s" % (vgpu, gone_at or 0, self.daemon.log_tail()))
 
+    def state_file(self):
+        """The first daemon's state record (start_daemon's default state directory)."""
+        return os.path.join(self.dir, "state", "device-plugin-state.json")
+
     def owner_recorded(self, vgpu, uid):
         """Whether the daemon's state file names pod `uid` as the owner of `vgpu`."""
         try:
-            state = json.loads(read_file(os.path.join(self.dir, "state", "device-plugin-state.json")) or b"{}")
+            state = json.loads(read_file(self.state_file()) or b"{}")
         except ValueError:
             return False  # not a record the daemon wrote: asked again
         return any(v.get("vgpu") == vgpu and v.get("ownerUid") == uid for v in state.get("vgpus", []))
