@@ -82,21 +82,24 @@ class Search {
         available_(pools.size()),
         enforce_groups_(groups != nullptr),
         rolling_(pools.size()) {
-    // The intersections of what is allocated, from the claims' snapshots (a device without one
-    // declared no group).
+    // The intersections of what is allocated, from the claims' snapshots, keyed by counter set:
+    // an allocated device counts there whether or not the slice of now still lists it (a driver
+    // re-publishes, or narrows its devices away). A counter set the snapshot does not name, of a
+    // device the slice lists, was drawn from with no group declared.
     for (size_t p = 0; enforce_groups_ && p < pools_.size(); ++p) {
+      for (const auto& [id, sets] : *groups) {
+        if (id.driver != pools_[p].driver || id.pool != pools_[p].name || !in_use_.count(id)) {
+          continue;
+        }
+        for (const auto& [set, declared] : sets) rolling_[p][set].Fold(declared);
+      }
       for (const PoolDevice& device : pools_[p].devices) {
         const DeviceId id{pools_[p].driver, pools_[p].name, device.name};
         if (!in_use_.count(id)) continue;
         const auto snapshot = groups->find(id);
         for (const CounterConsumption& c : device.consumes) {
-          std::vector<std::string> declared;
-          if (snapshot != groups->end()) {
-            if (auto it = snapshot->second.find(c.counter_set); it != snapshot->second.end()) {
-              declared = it->second;
-            }
-          }
-          rolling_[p][c.counter_set].Fold(declared);
+          if (snapshot != groups->end() && snapshot->second.contains(c.counter_set)) continue;
+          rolling_[p][c.counter_set].Fold({});
         }
       }
     }

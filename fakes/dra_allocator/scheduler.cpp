@@ -185,6 +185,19 @@ bool SchedulerModel::Refresh(std::string* error) {
     last_slices_ = std::move(signature);
     ++stats_.slice_changes;
     Progress();
+    std::string line = "slices changed:";
+    for (const auto& [node, gathered] : *pools) {
+      if (!gathered.ok()) {
+        line += " " + node + " (" + gathered.status().message() + ")";
+        continue;
+      }
+      for (const Pool& pool : *gathered) {
+        line += " " + pool.name + "@" + std::to_string(pool.generation) +
+                (pool.complete ? "" : " incomplete") + " " + std::to_string(pool.devices.size()) +
+                " devices;";
+      }
+    }
+    TraceLocked(std::move(line));
   }
   pools_ = std::move(pools);
   listed_at_ = Clock::now();
@@ -291,6 +304,17 @@ void SchedulerModel::Cycle(Waiting waiting) {
     if (!results->has_value()) continue;
     // Reserve: the devices count as allocated from now on.
     std::lock_guard<std::mutex> lock(mutex_);
+    std::string line = pod.name + " allocated on " + node + ":";
+    for (const DeviceResult& r : **results) {
+      line += " " + r.id.device;
+      for (const auto& [set, names] : r.compatibility_groups) {
+        line += " " + set + "=[";
+        for (const std::string& g : names) line += g + " ";
+        line += "]";
+      }
+    }
+    for (const Pool& p : *pools) line += " (" + p.name + "@" + std::to_string(p.generation) + ")";
+    TraceLocked(std::move(line));
     for (const DeviceResult& r : **results) {
       in_flight_[pod.uid].insert(r.id);
       if (!r.compatibility_groups.empty()) {
@@ -394,6 +418,7 @@ Status SchedulerModel::DeletePod(const std::string& uid,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     AssumeLocked(ClaimKey(bound.claim), nullptr);
+    TraceLocked(bound.pod.name + " deleted from " + bound.node);
     bound_.erase(uid);
     ++stats_.deleted;
     Progress();
@@ -449,6 +474,18 @@ std::vector<BoundPod> SchedulerModel::Bound() const {
   std::vector<BoundPod> out;
   for (const auto& [uid, b] : bound_) out.push_back(b);
   return out;
+}
+
+void SchedulerModel::TraceLocked(std::string line) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count();
+  trace_.push_back(std::to_string(ms) + " ms " + std::move(line));
+  if (trace_.size() > kTraceLines) trace_.pop_front();
+}
+
+std::vector<std::string> SchedulerModel::Trace() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {trace_.begin(), trace_.end()};
 }
 
 SchedulerModel::Stats SchedulerModel::stats() const {

@@ -115,7 +115,14 @@ class SchedulerModel {
   };
   Stats stats() const;
 
+  // What the model decided and saw, oldest first (the last kTraceLines): each allocation with its
+  // devices' group snapshots and the pool generation it read, each slice change with the pools'
+  // generations, each deletion. For a failure's message: which view an allocation was made from.
+  std::vector<std::string> Trace() const;
+
  private:
+  static constexpr size_t kTraceLines = 4000;
+  void TraceLocked(std::string line);  // mutex_ held
   struct Waiting {
     PodSpec pod;
     std::chrono::steady_clock::time_point ready;
@@ -160,6 +167,8 @@ class SchedulerModel {
   std::chrono::steady_clock::time_point listed_at_{};
   std::map<std::string, nlohmann::json> assumed_;  // by namespace/name
   std::set<std::string> deleted_;                  // by namespace/name, until a list agrees
+  std::deque<std::string> trace_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::thread loop_;
   std::vector<std::thread> bindings_;
 };

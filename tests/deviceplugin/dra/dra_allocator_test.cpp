@@ -332,6 +332,50 @@ TEST(DraAllocatorCompatibilityGroups, ARollingIntersectionPerCounterSetFromTheCl
   EXPECT_EQ(allocate("class-a", true), "") << "g declares a group: not beside ungrouped devices";
 }
 
+// KEP-5963 ("Design Details": reading the groups back from the slice is unsafe, so the scheduler
+// keeps a snapshot per counter set in each result): a device the driver no longer lists (its
+// slices narrowed to another lock, or re-published) still holds its counter set through its
+// claim's snapshot. Found by the groups burst: a strict GPU's slice narrowed to one type dropped
+// an allocated device of another, and a third type was admitted beside it.
+TEST(DraAllocatorCompatibilityGroups, AnAllocatedDeviceTheSliceNoLongerListsStillCounts) {
+  const auto grouped = [](const std::string& name, const std::string& type, json groups) {
+    json d = Device(name, type, "gpu0", "1Gi");
+    d["consumesCounters"][0]["compatibilityGroups"] = std::move(groups);
+    return d;
+  };
+  const json counters =
+      Slice("counters", "node-a", 1, 2, nullptr, json::array({CounterSet("gpu0", "8Gi")}));
+  std::vector<json> slices = {
+      counters,
+      Slice("devices", "node-a", 1, 2,
+            json::array({grouped("a0", "a", {"type-a"}), grouped("b0", "b", {"type-b"})}))};
+  auto pools = GatherPools(slices, "node-a");
+  ASSERT_TRUE(pools.ok());
+  auto first = Allocate(Claim("first", "class-a"), TypeClasses(), *pools, {}, nullptr);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  std::vector<DeviceResult> results = **first;
+  // What the enforcing scheduler records for a0.
+  results[0].compatibility_groups = {{"gpu0", {"type-a"}}};
+  const std::vector<json> claims = {
+      {{"status", {{"allocation", AllocationJson(results, "node-a", "t")}}}}};
+  const std::set<DeviceId> in_use = {results[0].id};
+  const GroupSnapshots groups = AllocatedGroups(claims);
+
+  // Re-published without a0 (narrowed to type b): b0 must still meet a0's {type-a}.
+  slices[1] = Slice("devices", "node-a", 2, 2, json::array({grouped("b0", "b", {"type-b"})}));
+  slices[0]["spec"]["pool"]["generation"] = 2;
+  auto narrowed = GatherPools(slices, "node-a");
+  ASSERT_TRUE(narrowed.ok());
+  ASSERT_EQ((*narrowed)[0].devices.size(), 1u);
+  auto second = Allocate(Claim("second", "class-b"), TypeClasses(), *narrowed, in_use, &groups);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_FALSE(second->has_value()) << "b0 was admitted beside the unlisted a0";
+  // The same claim once a0 is freed: the counter set is free of groups again.
+  auto freed = Allocate(Claim("second", "class-b"), TypeClasses(), *narrowed, {}, &groups);
+  ASSERT_TRUE(freed.ok() && freed->has_value());
+  EXPECT_EQ((**freed)[0].id.device, "b0");
+}
+
 TEST(DraAllocatorResults, BindingConditionsAreCopiedAndTheAllocationWritten) {
   json device = Device("a0", "a");
   device["bindingConditions"] = json::array({"vgpu.tencent.com/occupancy-confirmed"});

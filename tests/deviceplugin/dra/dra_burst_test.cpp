@@ -200,6 +200,7 @@ void RunBurst(Guard guard) {
   std::atomic<long> prepare_ms{0};
   // When each node last unprepared a claim: a failure's message says how long before it.
   std::map<std::string, std::chrono::steady_clock::time_point> last_unprepare;
+  std::string failed_node;  // of the first prepare failure
   auto check_kernel = [&] {
     for (auto& n : nodes) {
       for (const auto& [gpu, keys] : n->LockKeys()) {
@@ -253,10 +254,17 @@ void RunBurst(Guard guard) {
                                    .count()) +
                 " ms after the node's last unprepare";
       }
+      std::string kernel;
+      for (const auto& [gpu, keys] : node_named(bound.node).LockKeys()) {
+        kernel += " " + gpu + ":";
+        for (const std::string& k : keys) kernel += " " + k;
+      }
       prepare_failures.push_back(
           bound.pod.name + " on " + bound.node + ", " + after + " (" +
           bound.claim["status"]["allocation"]["devices"]["results"][0].value("device", "") +
-          "): " + (error.empty() ? "no devices" : error));
+          "): " + (error.empty() ? "no devices" : error) + "; the kernel holds" +
+          (kernel.empty() ? " nothing" : kernel));
+      if (failed_node.empty()) failed_node = bound.node;
     } else {
       prepared.insert(bound.pod.uid);
     }
@@ -337,7 +345,15 @@ void RunBurst(Guard guard) {
             << " binding failures (conflicts), " << stats.binding_timeouts << " binding timeouts, "
             << prepare_failures.size() << " prepare failures\n";
   for (const std::string& f : prepare_failures)
-    std::cout << "  prepare failure: " << f.substr(0, 200) << "\n";
+    std::cout << "  prepare failure: " << f.substr(0, 400) << "\n";
+  if (!failed_node.empty()) {
+    // What the scheduler decided on that node and which slices it read: the allocation that put
+    // the failed device beside another lock is in here.
+    std::cout << "the scheduler's trace for " << failed_node << ":\n";
+    for (const std::string& line : scheduler.Trace()) {
+      if (line.find(failed_node) != std::string::npos) std::cout << "  " << line << "\n";
+    }
+  }
   EXPECT_TRUE(prepare_failures.empty())
       << prepare_failures.size()
       << " NodePrepareResources failures, first: " << prepare_failures.front();
