@@ -559,6 +559,52 @@ TEST(DraSchedulerModel, InFlightAllocationsCountWhileBindingRunsAsynchronously) 
   EXPECT_EQ(scheduler.Pending().size(), 1u);
 }
 
+// The scheduler's slices lag its claims. Pod a's device a0 is allocated from slices that list
+// every type; then the slices read are narrowed to type b (a lock the driver has not re-published
+// away yet) and no longer list a0. KEP-5963: a0 still holds the counter set through its claim's
+// snapshot, so b0 waits. The groups burst failed this way (docs/dra.md).
+TEST(DraSchedulerModel, AnAllocationHoldsItsGroupsWhileTheSlicesReadNoLongerListIt) {
+  const auto grouped = [](const std::string& name, const std::string& type) {
+    json d = Device(name, type, "gpu0", "1Gi");
+    d["consumesCounters"][0]["compatibilityGroups"] = {"type-" + type};
+    return d;
+  };
+  const auto slices_at = [&](int64_t generation, json devices) {
+    return std::vector<json>{Slice("counters", "node-a", generation, 2, nullptr,
+                                   json::array({CounterSet("gpu0", "8Gi")})),
+                             Slice("devices", "node-a", generation, 2, std::move(devices))};
+  };
+  std::mutex m;
+  std::vector<json> slices = slices_at(1, json::array({grouped("a0", "a"), grouped("b0", "b")}));
+  MemoryClaimApi api([&] {
+    std::lock_guard<std::mutex> lock(m);
+    return slices;
+  });
+  SchedulerOptions options = FastOptions();
+  options.classes[1].extended_resource_name = "tencent.com/vgpu-b";
+  options.compatibility_groups = true;
+  std::vector<std::string> devices;
+  SchedulerModel scheduler(options, api, [&](const BoundPod& b) {
+    std::lock_guard<std::mutex> lock(m);
+    devices.push_back(b.claim["status"]["allocation"]["devices"]["results"][0]["device"]);
+  });
+  scheduler.Start();
+  scheduler.Submit(Pod("pa"));
+  ASSERT_TRUE(scheduler.WaitSettled(kvgpu::testing::kEventDeadline));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    ASSERT_EQ(devices, std::vector<std::string>{"a0"});
+    slices = slices_at(2, json::array({grouped("b0", "b")}));
+  }
+  scheduler.Submit({"ns", "pb", "uid-pb", {{"tencent.com/vgpu-b", 1}}});
+  ASSERT_TRUE(scheduler.WaitSettled(kvgpu::testing::kEventDeadline));
+  scheduler.Stop();
+  std::lock_guard<std::mutex> lock(m);
+  EXPECT_EQ(devices, std::vector<std::string>{"a0"}) << "b0 was allocated beside a0";
+  ASSERT_EQ(scheduler.Pending().size(), 1u);
+  EXPECT_EQ(scheduler.Pending()[0].name, "pb");
+}
+
 TEST(DraSchedulerModel, PreBindWaitsForBindingConditionsAndRequeuesOnFailureOrTimeout) {
   json device = Device("a0", "a");
   device["bindingConditions"] = json::array({"example.com/confirmed"});
