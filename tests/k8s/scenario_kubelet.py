@@ -594,9 +594,25 @@ class Scenario:
             if vgpu not in self.kernel.vgpus():
                 gone_at = LOST_BOOKS_WATCH * self.slowdown - (end - time.monotonic())
             time.sleep(0.5)
-        r.check(gone_at is None, "a running pod whose device kubelet's books lost keeps its vGPU (watched %.0f s)"
-                % (LOST_BOOKS_WATCH * self.slowdown), "its vGPU %s left the kernel %.1f s after kubelet was back; "
-                "the daemon's log ends:\n%s" % (vgpu, gone_at or 0, self.daemon.log_tail()))
+        title = "a running pod whose device kubelet's books lost keeps its vGPU (watched %.0f s)" % (
+            LOST_BOOKS_WATCH * self.slowdown)
+        if gone_at is not None:
+            # The daemon removes the vGPU of a pod the API server shows ended, rightly, and kubelet
+            # may end pod one: once its pod sources are all ready it allocates again for a running
+            # container (upstream devicesToAllocate), which fails before the plugin registers
+            # again. Whether pod one still ran is read now: the removal does not end a pod.
+            pod = self.pods().get("one") or {}
+            status = pod.get("status", {})
+            live = (pod.get("metadata", {}).get("uid") == uid and status.get("phase") == "Running"
+                    and not pod.get("metadata", {}).get("deletionTimestamp"))
+            if not live:
+                print("     kubelet ended pod one before the watch did (phase %s, reason %s, %s): the vGPU "
+                      "went with it, as it must; the step shows nothing this run" % (
+                          status.get("phase"), status.get("reason"), status.get("message")), flush=True)
+                return
+        r.check(gone_at is None, title, "its vGPU %s left the kernel %.1f s after kubelet was back while the API "
+                "server showed pod one running; the daemon's log of it and of the API server:\n%s" % (
+                    vgpu, gone_at or 0, self.daemon.log_lines([vgpu, "API server", "%s/one" % TENANT])))
 
     def state_file(self):
         """The first daemon's state record (start_daemon's default state directory)."""
