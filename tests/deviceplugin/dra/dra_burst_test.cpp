@@ -127,6 +127,13 @@ struct Node {
   std::map<std::string, scheduling::Occupancy> occupancy;
 };
 
+// "a b c ": lock keys as a failure's message lists them.
+std::string Listed(const std::set<std::string>& keys) {
+  std::string out;
+  for (const std::string& k : keys) out += k + " ";
+  return out;
+}
+
 std::vector<dra::DeviceClass> ShippedClasses() {
   // The shipped file's classes, as the model reads them (dra_allocator_test checks every one);
   // here only the per-type form is needed, built the way the file writes it.
@@ -205,10 +212,10 @@ void RunBurst(Guard guard) {
     for (auto& n : nodes) {
       for (const auto& [gpu, keys] : n->LockKeys()) {
         if (keys.size() > 1) {
-          std::string list;
-          for (const std::string& k : keys) list += k + " ";
           std::lock_guard<std::mutex> lock(mutex);
-          if (violations.size() < 20) violations.push_back(n->name + " " + gpu + ": " + list);
+          if (violations.size() < 20) {
+            violations.push_back(n->name + " " + gpu + ": " + Listed(keys));
+          }
         }
       }
     }
@@ -256,8 +263,7 @@ void RunBurst(Guard guard) {
       }
       std::string kernel;
       for (const auto& [gpu, keys] : node_named(bound.node).LockKeys()) {
-        kernel += " " + gpu + ":";
-        for (const std::string& k : keys) kernel += " " + k;
+        kernel += " " + gpu + ": " + Listed(keys);
       }
       prepare_failures.push_back(
           bound.pod.name + " on " + bound.node + ", " + after + " (" +
