@@ -224,8 +224,8 @@ class ControlPlane:
     """etcd + kube-apiserver (+ kube-controller-manager, kube-scheduler) on loopback."""
 
     def __init__(self, bin_dir, *, controller_manager=False, scheduler=False, scheduler_config=None,
-                 feature_gates=None, runtime_config=None, apiserver_args=(), workdir=None,
-                 keep=False, deadline=120.0):
+                 feature_gates=None, runtime_config=None, apiserver_args=(), controller_manager_args=(),
+                 extra_addresses=(), workdir=None, keep=False, deadline=120.0):
         self.bin_dir = bin_dir
         self.with_controller_manager = controller_manager
         self.with_scheduler = scheduler
@@ -234,20 +234,41 @@ class ControlPlane:
         self.runtime_config = {"resource.k8s.io/v1": "true"}
         self.runtime_config.update(runtime_config or {})
         self.apiserver_args = list(apiserver_args)
+        self.controller_manager_args = list(controller_manager_args)
+        # More IP addresses the API server's certificate names: where a client reaches this
+        # machine's loopback from elsewhere (the VM lab's guest, through QEMU's user network).
+        self.extra_addresses = list(extra_addresses)
         self.deadline = deadline
         self.keep = keep
         self._own_dir = workdir is None
         self.dir = workdir
         self.processes = []
         self.server = None
+        # Set by remote(): the plane runs in another process; this one is only its client.
+        self.remote_server = None
+        self._remote_pki = None
         for program in ("etcd", "kube-apiserver", "kubectl"):
             if not os.access(os.path.join(bin_dir, program), os.X_OK):
                 raise ControlPlaneError("%s/%s is missing: build it with tests/k8s/build-peers.sh" % (bin_dir, program))
 
     # --- files -------------------------------------------------------------------------------
 
+    @classmethod
+    def remote(cls, bin_dir, pki, server, deadline=120.0):
+        """A client of a plane that another process started and stops (the VM lab's host, for its
+        guest): that plane's `pki` directory and its API server's URL as seen from here. Starts and
+        stops no component; its own directory holds only its kubeconfig and kubectl's cache."""
+        plane = cls(bin_dir, deadline=deadline)
+        plane._remote_pki = pki
+        plane.remote_server = server
+        return plane
+
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
+
+    @property
+    def pki(self):
+        return self._remote_pki or self.path("pki")
 
     @property
     def kubeconfig(self):
@@ -255,10 +276,10 @@ class ControlPlane:
 
     @property
     def ca(self):
-        return self.path("pki", "ca.crt")
+        return os.path.join(self.pki, "ca.crt")
 
     def _make_pki(self):
-        pki = self.path("pki")
+        pki = self.pki
         os.makedirs(pki, exist_ok=True)
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
@@ -274,8 +295,9 @@ class ControlPlane:
                      "-out", name + ".crt", "-days", "2", "-subj", subject, *exts, cwd=pki)
 
         leaf("apiserver", "/CN=kube-apiserver", "serverAuth",
-             "IP:127.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-             "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" % SERVICE_IP)
+             "IP:127.0.0.1,IP:%s,%sDNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+             "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+             % (SERVICE_IP, "".join("IP:%s," % a for a in self.extra_addresses)))
         leaf("admin", "/O=system:masters/CN=kata-vgpu-test-admin", "clientAuth")
         # The aggregation layer's front proxy, as kubeadm sets it up: its own CA and the client
         # certificate the API server presents to extension API servers. Without it the
@@ -342,6 +364,9 @@ current-context: kata-vgpu-test
         else:
             os.makedirs(self.dir, exist_ok=True)
         try:
+            if self.remote_server:
+                self._attach()
+                return
             self._make_pki()
             for attempt in range(3):
                 try:
@@ -359,6 +384,13 @@ current-context: kata-vgpu-test
         self._stop_processes()
         if self._own_dir and self.dir and not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _attach(self):
+        self.server = self.remote_server
+        self.write_kubeconfig(self.kubeconfig, os.path.join(self.pki, "admin.crt"),
+                              os.path.join(self.pki, "admin.key"))
+        self._wait("the API server at %s is ready (/readyz)" % self.server,
+                   lambda: self.request("GET", "/readyz", timeout=10)[0] == 200, [])
 
     def _stop_processes(self):
         # The API server's clients first, etcd last.
@@ -399,7 +431,7 @@ current-context: kata-vgpu-test
     def _start_processes(self):
         etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = _free_ports(5)
         self.server = "https://127.0.0.1:%d" % apiserver_port
-        pki = self.path("pki")
+        pki = self.pki
         data = self.path("etcd-data")
         shutil.rmtree(data, ignore_errors=True)
 
@@ -474,7 +506,7 @@ current-context: kata-vgpu-test
                     "--service-account-private-key-file", os.path.join(pki, "sa.key"),
                     "--root-ca-file", os.path.join(pki, "ca.crt"),
                     "--service-cluster-ip-range", SERVICE_CIDR,
-                    "--controllers", "*"]
+                    "--controllers", "*"] + self.controller_manager_args
             if self.feature_gates:
                 argv += ["--feature-gates", ",".join("%s=%s" % kv for kv in sorted(self.feature_gates.items()))]
             waits.append(("kube-controller-manager is healthy", kcm_port, self._spawn("kube-controller-manager", argv)))
@@ -524,9 +556,9 @@ current-context: kata-vgpu-test
         """(status, decoded JSON or text) of one API request: as the admin, or with a bearer token."""
         context = ssl.create_default_context(cafile=self.ca)
         if token is None:
-            context.load_cert_chain(self.path("pki", "admin.crt"), self.path("pki", "admin.key"))
-        port = int(self.server.rsplit(":", 1)[1])
-        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
+            context.load_cert_chain(os.path.join(self.pki, "admin.crt"), os.path.join(self.pki, "admin.key"))
+        host, port = self.server.split("//", 1)[1].rsplit(":", 1)
+        conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=timeout)
         headers = {"Accept": "application/json"}
         if token is not None:
             headers["Authorization"] = "Bearer " + token

@@ -26,7 +26,9 @@ Boots the VM lab, runs PROGRAM inside it as root and exits with its exit status
 Inside the guest: \$KVGPU_IN_VM=1, \$KVGPU_LAB (the lab dir; mdevctl is on PATH),
 \$KVGPU_VM_OUT (a directory written back to the host). KVGPU_* and GTEST_* variables and the
 working directory are passed through. Memory and CPUs: \$KVGPU_VM_MEM (1024), \$KVGPU_VM_SMP (2).
-\$KVGPU_VM_EDU=1 adds QEMU's edu PCI device (the parent mttypci.ko needs).
+\$KVGPU_VM_EDU=1 adds QEMU's edu PCI device (the parent mttypci.ko needs). \$KVGPU_VM_NET=user adds
+a virtio NIC on QEMU's user network, where 10.0.2.2 is this machine's loopback (the guest loads
+virtio_net and sets the NIC up itself).
 EOF
 }
 
@@ -119,6 +121,13 @@ qemu=(
 )
 # A PCI device for mttypci.ko to make an mdev parent of (libvirt-lab.sh): QEMU's edu.
 if [[ ${KVGPU_VM_EDU:-0} == 1 ]]; then qemu+=(-device edu); fi
+# A service on this machine's loopback for the guest (the k8s scenario's control plane): QEMU's
+# user network forwards the guest's connections to 10.0.2.2 there. Nothing listens for the guest.
+case ${KVGPU_VM_NET:-} in
+"") ;;
+user) qemu+=(-netdev "user,id=net0" -device "virtio-net-pci,netdev=net0") ;;
+*) die "KVGPU_VM_NET: only 'user' is known, got '$KVGPU_VM_NET'" ;;
+esac
 
 start_us=${EPOCHREALTIME/./}
 set +o errexit
