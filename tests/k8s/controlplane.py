@@ -221,7 +221,8 @@ class JsonHttpsServer:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver (+ kube-controller-manager, kube-scheduler) on loopback."""
+    """etcd + kube-apiserver (+ kube-controller-manager, kube-scheduler) on loopback; or, made by
+    remote(), a client of such a plane that another process runs."""
 
     def __init__(self, bin_dir, *, controller_manager=False, scheduler=False, scheduler_config=None,
                  feature_gates=None, runtime_config=None, apiserver_args=(), controller_manager_args=(),
