@@ -349,7 +349,7 @@ class GuestCpu:
     children it reaped (runc under its shim, the CNI plugins under containerd), read from
     /proc/<pid>/stat every few seconds and kept per process (pid and start time), summed by name.
     A program that exits between two reads loses at most one interval; the reaped column counts
-    a child that was also read alive twice (the control plane's programs under this script)."""
+    a child that was also read alive twice (the node's programs under this script)."""
 
     INTERVAL = 5.0
 
