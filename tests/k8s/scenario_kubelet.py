@@ -442,11 +442,13 @@ class Scenario:
                 print(guest_cpu.table(), flush=True)
 
     def _control_plane(self, bin_dir):
-        """The lab guest's: the host's (run_in_lab_vm); else one of its own on this loopback."""
-        server = os.environ.get("KVGPU_LAB_K8S_SERVER")
-        if self.args.real_kernel and server:
-            return controlplane.ControlPlane.remote(bin_dir, os.environ["KVGPU_LAB_K8S_PKI"], server,
-                                                    deadline=120.0 * self.slowdown)
+        """The lab guest's: the host's, which run_in_lab_vm started (prepare_lab_guest has already
+        refused a guest without the network to it); else one of its own on this loopback."""
+        if self.args.real_kernel:
+            if "KVGPU_LAB_K8S_SERVER" not in os.environ:
+                raise controlplane.ControlPlaneError("no KVGPU_LAB_K8S_SERVER: --real-kernel boots the lab itself")
+            return controlplane.ControlPlane.remote(bin_dir, os.environ["KVGPU_LAB_K8S_PKI"],
+                                                    os.environ["KVGPU_LAB_K8S_SERVER"], deadline=120.0 * self.slowdown)
         return controlplane.ControlPlane(bin_dir, controller_manager=True, scheduler=True,
                                          deadline=120.0 * self.slowdown)
 
