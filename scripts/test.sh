@@ -35,9 +35,18 @@ cmake -S . -B "$build" -G Ninja -DKVGPU_BUILD_TESTS=ON -DKVGPU_WARNINGS_AS_ERROR
   -DKVGPU_DEBUG_INFO=lines -DKVGPU_UNITY_BUILD=ON >/dev/null
 cmake --build "$build" -j"$(nproc)"
 [[ $build_only -eq 1 ]] && exit 0
+# After a failed run: each failed test's failure lines, last (scripts/failure-digest.py), so the
+# end of the output says why; .ci/run names a file in KVGPU_FAILURE_DIGEST to print after its table.
+digest() {
+  /usr/bin/python3 scripts/failure-digest.py "$build/Testing/Temporary" \
+    ${KVGPU_FAILURE_DIGEST:+--append "$KVGPU_FAILURE_DIGEST"} || true
+}
 if [[ $repeat -eq 0 ]]; then
-  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"
-  exit
+  status=0
+  rm -f "$build/Testing/Temporary/LastTestsFailed.log"
+  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@" || status=$?
+  [[ $status -eq 0 ]] || digest
+  exit "$status"
 fi
 
 failures=$(mktemp)
@@ -48,6 +57,7 @@ for ((run = 1; run <= repeat; run++)); do
   rm -f "$build/Testing/Temporary/LastTestsFailed.log"
   if ! ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"; then
     failed_runs=$((failed_runs + 1))
+    digest
     # CTest's own list of this run's failures: "<number>:<name>" a line.
     if [[ -f $build/Testing/Temporary/LastTestsFailed.log ]]; then
       cut -d: -f2- "$build/Testing/Temporary/LastTestsFailed.log" >>"$failures"
