@@ -28,6 +28,7 @@ import http.client
 import http.server
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -85,14 +86,53 @@ def _die_with_parent():
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _free_ports(count):
-    """`count` distinct loopback ports that nothing listens on now (bound, then released)."""
+# Where listening ports are picked: outside the kernel's ephemeral range, which bind()'s port 0
+# picks from and every outgoing connection takes its local port from. A program restarted on the
+# port it had (kubelet in scenario_kubelet, its port and healthz port) can find a port of that
+# range taken, while it was down, by one of the many short connections the tests beside it open to
+# their API servers; outside it only another listener can take it.
+LISTEN_PORTS_LOWEST = 10000
+
+
+def _ephemeral_ports():
+    """The kernel's range of local ports for outgoing connections (first, last)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first, last = (int(v) for v in f.read().split())
+        return first, last
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _listen_port_ranges():
+    """[(first, last)] of the ports _free_ports picks from."""
+    first, last = _ephemeral_ports()
+    ranges = [(lo, hi) for lo, hi in ((LISTEN_PORTS_LOWEST, first - 1), (last + 1, 65535)) if hi - lo >= 100]
+    return ranges or [(1024, 65535)]  # a machine whose ephemeral range is nearly everything
+
+
+def _free_ports(count, ranges=None):
+    """`count` distinct ports that nothing is bound to now on any address (each bound, then released),
+    picked at random from `ranges` (outside the ephemeral range), so that no outgoing connection
+    takes one even while the program given it is down for a restart."""
+    ranges = ranges or _listen_port_ranges()
+    rng = random.SystemRandom()
     sockets = []
     try:
-        for _ in range(count):
+        for _ in range(2000):
+            if len(sockets) == count:
+                break
+            lo, hi = rng.choices(ranges, weights=[hi - lo + 1 for lo, hi in ranges])[0]
+            port = rng.randint(lo, hi)
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("", port))  # the wildcard: free on every address, kubelet's node IP too
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
+        if len(sockets) < count:
+            raise ControlPlaneError("no %d free ports in %s" % (count, ranges))
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
