@@ -21,7 +21,7 @@ FAILURE_LINE = re.compile(r"^(FAIL\b|FAILED\b|ERROR\b|Traceback |AssertionError|
                           r"|.*: Failure$|.*ERROR: (Address|Leak|Undefined)Sanitizer|.*WARNING: ThreadSanitizer"
                           r"|.*runtime error: |.*Timeout)")
 # GoogleTest prints what was expected on the lines after "file:line: Failure".
-FOLLOWING = {": Failure": 3}
+EXPECTATION_LINES = 3
 LINES_PER_TEST = 8
 MAX_TESTS = 12
 WIDTH = 300
@@ -47,9 +47,8 @@ def why(lines):
     for i, line in enumerate(lines):
         if FAILURE_LINE.match(line):
             picked.append(line)
-            for marker, count in FOLLOWING.items():
-                if line.endswith(marker):
-                    picked += lines[i + 1:i + 1 + count]
+            if line.endswith(": Failure"):
+                picked += lines[i + 1:i + 1 + EXPECTATION_LINES]
     if not picked:
         picked = ["(no failure line; its output ends:)"] + lines[-3:]
     if len(picked) > LINES_PER_TEST:
